@@ -1,0 +1,24 @@
+//! dmabridge-interop: the half of dmabridge that needs no Vulkan.
+//!
+//! It speaks the vocabulary every party to a dma-buf exchange shares: DRM fourccs,
+//! format modifiers (with `INVALID` lifted into [`Layout::Implicit`]), ordered format
+//! sets, and the static plane layout of each format. On top of that it reads peers'
+//! format lists ([`peers`]), reconciles participants ([`negotiate`]), describes and passes
+//! dma-bufs ([`dmabuf`]) and holds the CPU reference of every layout conversion
+//! ([`tiling`]). An engine with no Vulkan at all can use all of it.
+
+pub mod dmabuf;
+pub mod format;
+pub mod format_info;
+pub mod fourcc;
+pub mod modifier;
+pub mod negotiate;
+pub mod peers;
+pub mod tile_layout;
+pub mod tiling;
+
+pub use format::{Format, FormatSet, Layout};
+pub use format_info::{format_info, FormatInfo, PlaneInfo, FORMAT_INFO};
+pub use fourcc::{Fourcc, FourccParseError};
+pub use modifier::{Modifier, ModifierParseError, NvidiaBlockLinear, Vendor};
+pub use tile_layout::{TileLayout, TileLayoutParseError};

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Installs what dmabridge needs on a fresh Debian 12 machine and nothing more.
+# Idempotent: when everything is present it only checks versions (about a second).
+#
+# Needs: Mesa >= 24.1 lavapipe (bookworm-backports; Debian 12's own 22.3 has no dma-buf
+# or modifier code), the Vulkan loader, the Khronos validation layer, a C compiler for the
+# udmabuf emulation (tests/support/udmabuf_emulation.c), and Mesa's EGL for cross-API tests.
+set -euo pipefail
+
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+
+mesa_ok() {
+    local v
+    v=$(dpkg-query -W -f='${Version}' mesa-vulkan-drivers 2>/dev/null) || return 1
+    dpkg --compare-versions "$v" ge 24.1
+}
+
+egl_ok() {
+    local v
+    v=$(dpkg-query -W -f='${Version}' libegl-mesa0 2>/dev/null) || return 1
+    dpkg --compare-versions "$v" ge 24.1
+}
+
+pkg_ok() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
+PKGS=(libvulkan1 vulkan-validationlayers gcc libc6-dev libegl1 libgles2)
+missing=()
+for p in "${PKGS[@]}"; do pkg_ok "$p" || missing+=("$p"); done
+
+if mesa_ok && egl_ok && [ ${#missing[@]} -eq 0 ]; then
+    exit 0
+fi
+
+if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "setup: adding the bookworm-backports suite" >&2
+    $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null <<'SRC'
+Types: deb
+URIs: http://deb.debian.org/debian
+Suites: bookworm-backports
+Components: main
+Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+SRC
+fi
+
+echo "setup: installing Mesa lavapipe/EGL from bookworm-backports and ${missing[*]:-nothing else}" >&2
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq -t bookworm-backports mesa-vulkan-drivers libegl-mesa0 libgl1-mesa-dri libgbm1 >/dev/null
+if [ ${#missing[@]} -gt 0 ]; then
+    $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+mesa_ok || { echo "setup: mesa-vulkan-drivers is still older than 24.1" >&2; exit 1; }
+echo "setup: done (mesa-vulkan-drivers $(dpkg-query -W -f='${Version}' mesa-vulkan-drivers))" >&2

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# The whole test suite, from a fresh Debian 12 machine: provisions (idempotent), then runs
+# every test twice against the real lavapipe:
+#   1. plain: no udmabuf, so no modifier extension and no DMA_BUF export;
+#   2. with the udmabuf emulation preloaded (or the real /dev/udmabuf where there is one).
+# DMABRIDGE_TEST_CONFIG tells the tests which configuration they are in, so they can
+# assert what the device must report there. Every Vulkan test enables the validation layer.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+source scripts/emulation.sh
+
+# Build once, without the preload, so that cargo and rustc never run under it.
+cargo test --workspace --all-targets --no-run --quiet
+
+echo "=== configuration 1/2: plain lavapipe (no udmabuf) ==="
+DMABRIDGE_TEST_CONFIG=plain cargo test --workspace --quiet -- --test-threads=2
+
+echo "=== configuration 2/2: udmabuf ($( [ -e /dev/udmabuf ] && echo real || echo emulation )) ==="
+with_udmabuf cargo test --workspace --quiet -- --test-threads=2

@@ -1,0 +1,128 @@
+/*
+ * udmabuf emulation: TEST SUPPORT ONLY, loaded with LD_PRELOAD.
+ *
+ * Why it exists: lavapipe (Mesa >= 24.1) only exposes VK_EXT_image_drm_format_modifier
+ * and DMA_BUF export when, at start-up, open("/dev/udmabuf") succeeds and a
+ * UDMABUF_CREATE ioctl on it works. CI's kernel has no udmabuf driver, so without help
+ * the modifier path of the engine could never be exercised here. lavapipe imports any
+ * mmap-able fd as DMA_BUF memory, so a memfd stands in for the dma-buf that udmabuf
+ * would have wrapped around it.
+ *
+ * What it does: answers open("/dev/udmabuf") with a dummy fd (a memfd named
+ * "udmabuf-emulation-dummy"), and UDMABUF_CREATE on that fd with a dup of the memfd
+ * the caller passed. Everything else goes to libc untouched.
+ *
+ * When it steps aside: if a real /dev/udmabuf exists, every call is passed through, so
+ * a machine with the real driver tests the real driver.
+ */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define UDMABUF_PATH "/dev/udmabuf"
+#define UDMABUF_FLAGS_CLOEXEC 0x01
+
+struct udmabuf_create {
+    uint32_t memfd;
+    uint32_t flags;
+    uint64_t offset;
+    uint64_t size;
+};
+
+#define UDMABUF_CREATE _IOW('u', 0x42, struct udmabuf_create)
+
+static int dummy_fd = -1;
+
+static int real_udmabuf_exists(void)
+{
+    struct stat st;
+    return stat(UDMABUF_PATH, &st) == 0;
+}
+
+static int is_udmabuf_path(const char *path)
+{
+    return path != NULL && strcmp(path, UDMABUF_PATH) == 0 && !real_udmabuf_exists();
+}
+
+static int open_dummy(int flags)
+{
+    int fd = memfd_create("udmabuf-emulation-dummy", (flags & O_CLOEXEC) ? MFD_CLOEXEC : 0);
+    if (fd >= 0)
+        dummy_fd = fd;
+    return fd;
+}
+
+static mode_t mode_arg(int flags, va_list ap)
+{
+    return (flags & (O_CREAT | O_TMPFILE)) ? (mode_t)va_arg(ap, int) : 0;
+}
+
+#define DEFINE_OPEN(name)                                                          \
+    int name(const char *path, int flags, ...)                                     \
+    {                                                                              \
+        va_list ap;                                                                \
+        va_start(ap, flags);                                                       \
+        mode_t mode = mode_arg(flags, ap);                                         \
+        va_end(ap);                                                                \
+        if (is_udmabuf_path(path))                                                 \
+            return open_dummy(flags);                                              \
+        int (*real)(const char *, int, ...) = dlsym(RTLD_NEXT, #name);             \
+        return real(path, flags, mode);                                            \
+    }
+
+#define DEFINE_OPENAT(name)                                                        \
+    int name(int dirfd, const char *path, int flags, ...)                          \
+    {                                                                              \
+        va_list ap;                                                                \
+        va_start(ap, flags);                                                       \
+        mode_t mode = mode_arg(flags, ap);                                         \
+        va_end(ap);                                                                \
+        if (is_udmabuf_path(path))                                                 \
+            return open_dummy(flags);                                              \
+        int (*real)(int, const char *, int, ...) = dlsym(RTLD_NEXT, #name);        \
+        return real(dirfd, path, flags, mode);                                     \
+    }
+
+DEFINE_OPEN(open)
+DEFINE_OPEN(open64)
+DEFINE_OPENAT(openat)
+DEFINE_OPENAT(openat64)
+
+int __open_2(const char *path, int flags)
+{
+    return open(path, flags);
+}
+
+int __open64_2(const char *path, int flags)
+{
+    return open64(path, flags);
+}
+
+int ioctl(int fd, unsigned long request, ...)
+{
+    va_list ap;
+    va_start(ap, request);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+
+    if (fd >= 0 && fd == dummy_fd && request == UDMABUF_CREATE) {
+        const struct udmabuf_create *create = arg;
+        if (create == NULL || create->offset != 0) {
+            errno = EINVAL;
+            return -1;
+        }
+        int cmd = (create->flags & UDMABUF_FLAGS_CLOEXEC) ? F_DUPFD_CLOEXEC : F_DUPFD;
+        return fcntl((int)create->memfd, cmd, 0);
+    }
+
+    int (*real)(int, unsigned long, ...) = dlsym(RTLD_NEXT, "ioctl");
+    return real(fd, request, arg);
+}

@@ -4,7 +4,8 @@
 #
 # Needs: Mesa >= 24.1 lavapipe (bookworm-backports; Debian 12's own 22.3 has no dma-buf
 # or modifier code), the Vulkan loader, the Khronos validation layer, a C compiler for the
-# udmabuf emulation (tests/support/udmabuf_emulation.c), and Mesa's EGL for cross-API tests.
+# udmabuf emulation (tests/support/udmabuf_emulation.c), Mesa's EGL for cross-API tests, and
+# glslc + spirv-val, which build.rs uses to compile and validate the compute shaders.
 set -euo pipefail
 
 SUDO=""
@@ -25,7 +26,7 @@ egl_ok() {
 
 pkg_ok() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
-PKGS=(libvulkan1 vulkan-validationlayers gcc libc6-dev libegl1 libgles2)
+PKGS=(libvulkan1 vulkan-validationlayers gcc libc6-dev libegl1 libgles2 glslc spirv-tools)
 missing=()
 for p in "${PKGS[@]}"; do pkg_ok "$p" || missing+=("$p"); done
 

@@ -1,1 +1,45 @@
-fn main(){}
+//! The `dmabridge` command.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+mod probe;
+
+#[derive(Parser)]
+#[command(name = "dmabridge", version, about = "Share images between GPUs, codecs, displays and compositors without copying")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Which DRM format+modifier pairs the Vulkan device can import and export, per usage.
+    Probe(probe::ProbeArgs),
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DMABRIDGE_LOG").unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Probe(args) => probe::run(&args),
+    }
+}
+
+/// Success, unless validation was on and the layer reported a problem.
+fn exit_status(engine: &dmabridge::Engine) -> ExitCode {
+    let problems = engine.validation().map(|v| v.problems()).unwrap_or_default();
+    if problems.is_empty() {
+        return ExitCode::SUCCESS;
+    }
+    for p in &problems {
+        eprintln!("validation: {p}");
+    }
+    ExitCode::from(3)
+}

@@ -1,1 +1,22 @@
+//! dmabridge: share images between GPUs, video codecs, displays and compositors without
+//! copying them, and copy them on the GPU when they cannot.
+//!
+//! This crate is the Vulkan side: the [`Engine`] (a device of its own or a host's), the
+//! per-usage capability query ([`caps`]), the VkFormat <-> DRM table ([`vk_format`]) and the
+//! probe report. The Vulkan-free half (formats, modifiers, negotiation, descriptors, fd
+//! passing) is the `dmabridge-interop` crate, re-exported as [`interop`].
 
+pub mod caps;
+pub mod device;
+pub mod extensions;
+pub mod probe;
+pub mod validation;
+pub mod vk_format;
+
+pub use ash;
+pub use dmabridge_interop as interop;
+
+pub use caps::{CapsError, CapsQuery, CapsSource, FormatCaps, ModifierCaps, Usage};
+pub use device::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
+pub use extensions::{DeviceExtension, EnabledExtensions};
+pub use validation::{ValidationLog, ValidationMessage};

@@ -1,0 +1,200 @@
+//! `dmabridge probe`: every format of the table against every usage, as a report.
+//!
+//! The JSON shape is a contract other tools read (see the README). Every usage key is
+//! present for every modifier, and `modifier` is always `0x` plus 16 hex digits.
+
+use std::fmt::Write as _;
+
+use ash::vk;
+use dmabridge_interop::Modifier;
+
+use crate::caps::{CapsError, CapsQuery, CapsSource, Usage};
+use crate::vk_format::{vk_format_name, VK_FORMAT_TABLE};
+use crate::Engine;
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProbeReport {
+    pub device: ProbeDevice,
+    pub modifier_extension: bool,
+    pub formats: Vec<ProbeFormat>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProbeDevice {
+    pub name: String,
+    /// The driver's own description (`driverInfo`), e.g. "Mesa 25.0.7 (LLVM 15.0.6)".
+    pub driver: String,
+    /// The driver's short name (`driverName`), e.g. "llvmpipe".
+    pub driver_name: String,
+    pub api_version: String,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProbeFormat {
+    /// The DRM code, padded with spaces as the kernel pads it (`"R8  "`).
+    pub fourcc: String,
+    pub vk_format: String,
+    /// `drm-format-modifier` or `linear-tiling` (no modifier extension: implicit world).
+    pub source: CapsSource,
+    pub modifiers: Vec<ProbeModifier>,
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProbeModifier {
+    pub modifier: String,
+    pub name: String,
+    pub plane_count: u32,
+    pub usages: ProbeUsages,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Support {
+    pub import: bool,
+    pub export: bool,
+    /// Largest width and height the driver accepts for this use, when it accepts it at all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_extent: Option<[u32; 2]>,
+}
+
+#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
+pub struct ProbeUsages {
+    pub sampled: Support,
+    pub storage: Support,
+    #[serde(rename = "color-attachment")]
+    pub color_attachment: Support,
+    #[serde(rename = "transfer-src")]
+    pub transfer_src: Support,
+    #[serde(rename = "transfer-dst")]
+    pub transfer_dst: Support,
+}
+
+impl ProbeUsages {
+    pub fn get(&self, u: Usage) -> Support {
+        match u {
+            Usage::Sampled => self.sampled,
+            Usage::Storage => self.storage,
+            Usage::ColorAttachment => self.color_attachment,
+            Usage::TransferSrc => self.transfer_src,
+            Usage::TransferDst => self.transfer_dst,
+        }
+    }
+
+    fn get_mut(&mut self, u: Usage) -> &mut Support {
+        match u {
+            Usage::Sampled => &mut self.sampled,
+            Usage::Storage => &mut self.storage,
+            Usage::ColorAttachment => &mut self.color_attachment,
+            Usage::TransferSrc => &mut self.transfer_src,
+            Usage::TransferDst => &mut self.transfer_dst,
+        }
+    }
+}
+
+/// Probes every format of the VkFormat table for every [`Usage`], with `create` flags and
+/// the DMA_BUF handle type.
+pub fn probe(engine: &Engine, create: vk::ImageCreateFlags) -> Result<ProbeReport, CapsError> {
+    let info = engine.info();
+    let mut formats = Vec::with_capacity(VK_FORMAT_TABLE.len());
+    for entry in VK_FORMAT_TABLE {
+        let mut modifiers: Vec<ProbeModifier> = Vec::new();
+        let mut source = CapsSource::LinearTiling;
+        for usage in Usage::ALL {
+            let caps = engine.query_caps(&CapsQuery::new(entry.fourcc, usage.flags()).with_create(create))?;
+            source = caps.source;
+            for m in &caps.modifiers {
+                let row = match modifiers.iter_mut().position(|p| p.modifier == m.modifier.to_hex()) {
+                    Some(i) => &mut modifiers[i],
+                    None => {
+                        modifiers.push(ProbeModifier {
+                            modifier: m.modifier.to_hex(),
+                            name: m.modifier.display_name(),
+                            plane_count: m.plane_count,
+                            usages: ProbeUsages::default(),
+                        });
+                        let last = modifiers.len() - 1;
+                        &mut modifiers[last]
+                    }
+                };
+                *row.usages.get_mut(usage) = Support {
+                    import: m.can_import(),
+                    export: m.can_export(),
+                    max_extent: m.supported().then(|| m.limits.map(|l| [l.max_extent.width, l.max_extent.height])).flatten(),
+                };
+            }
+        }
+        formats.push(ProbeFormat {
+            fourcc: entry.fourcc.padded(),
+            vk_format: vk_format_name(entry.vk_format),
+            source,
+            modifiers,
+        });
+    }
+    Ok(ProbeReport {
+        device: ProbeDevice {
+            name: info.name.clone(),
+            driver: info.driver_info.clone(),
+            driver_name: info.driver_name.clone(),
+            api_version: info.api_version.clone(),
+        },
+        modifier_extension: engine.has_modifiers(),
+        formats,
+    })
+}
+
+impl ProbeReport {
+    /// A table per format: modifiers against usages, `I` import, `E` export.
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(out, "device: {} ({}, {}), Vulkan {}", self.device.name, self.device.driver_name, self.device.driver, self.device.api_version);
+        let _ = writeln!(
+            out,
+            "explicit modifiers: {}",
+            if self.modifier_extension {
+                "yes (VK_EXT_image_drm_format_modifier)"
+            } else {
+                "no: implicit world only, LINEAR rows below come from LINEAR tiling"
+            }
+        );
+        let _ = writeln!(out, "cells: I = importable, E = exportable, - = neither (DMA_BUF handle type)\n");
+        let name_w = self
+            .formats
+            .iter()
+            .flat_map(|f| f.modifiers.iter().map(|m| m.name.len()))
+            .chain(std::iter::once("modifier".len()))
+            .max()
+            .unwrap_or(8);
+        for f in &self.formats {
+            let _ = writeln!(out, "{}  {}", f.fourcc, f.vk_format);
+            if f.modifiers.is_empty() {
+                let _ = writeln!(out, "  (the driver lists no modifier for this format)\n");
+                continue;
+            }
+            let _ = write!(out, "  {:<name_w$}  planes", "modifier");
+            for u in Usage::ALL {
+                let _ = write!(out, "  {}", u.name());
+            }
+            let _ = writeln!(out);
+            for m in &f.modifiers {
+                let _ = write!(out, "  {:<name_w$}  {:<6}", m.name, m.plane_count);
+                for u in Usage::ALL {
+                    let s = m.usages.get(u);
+                    let cell = match (s.import, s.export) {
+                        (true, true) => "IE",
+                        (true, false) => "I",
+                        (false, true) => "E",
+                        (false, false) => "-",
+                    };
+                    let _ = write!(out, "  {:<w$}", cell, w = u.name().len());
+                }
+                let _ = writeln!(out);
+            }
+            let _ = writeln!(out);
+        }
+        out
+    }
+}
+
+/// The modifier of a probe row, parsed back (for tests and tools).
+pub fn row_modifier(m: &ProbeModifier) -> Option<Modifier> {
+    Modifier::parse_hex(&m.modifier).ok()
+}

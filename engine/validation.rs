@@ -1,0 +1,144 @@
+//! The Khronos validation layer and a messenger that keeps what it says.
+//!
+//! Tests turn validation on and fail on any error it reports; the CLI turns it on with
+//! `DMABRIDGE_VALIDATION=1` and exits non-zero when the layer complained.
+
+use std::ffi::{c_void, CStr};
+use std::sync::{Arc, Mutex};
+
+use ash::vk;
+
+pub const LAYER_NAME: &CStr = c"VK_LAYER_KHRONOS_validation";
+
+/// One message from the validation layer.
+#[derive(Debug, Clone)]
+pub struct ValidationMessage {
+    pub severity: vk::DebugUtilsMessageSeverityFlagsEXT,
+    pub id_name: String,
+    pub text: String,
+}
+
+impl ValidationMessage {
+    pub fn is_error(&self) -> bool {
+        self.severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::ERROR)
+    }
+}
+
+impl std::fmt::Display for ValidationMessage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "[{:?}] {}: {}", self.severity, self.id_name, self.text)
+    }
+}
+
+/// Messages collected so far; shared with the messenger callback.
+#[derive(Debug, Clone, Default)]
+pub struct ValidationLog(Arc<Mutex<Vec<ValidationMessage>>>);
+
+impl ValidationLog {
+    pub fn messages(&self) -> Vec<ValidationMessage> {
+        self.0.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// Errors and warnings: both mean dmabridge did something the spec does not allow or
+    /// advise, so both fail a test.
+    pub fn problems(&self) -> Vec<ValidationMessage> {
+        self.messages()
+            .into_iter()
+            .filter(|m| {
+                m.severity.intersects(
+                    vk::DebugUtilsMessageSeverityFlagsEXT::ERROR | vk::DebugUtilsMessageSeverityFlagsEXT::WARNING,
+                )
+            })
+            .collect()
+    }
+
+    fn push(&self, m: ValidationMessage) {
+        if let Ok(mut v) = self.0.lock() {
+            v.push(m);
+        }
+    }
+}
+
+/// The callback's user data is a leaked `Box<ValidationLog>`; see [`Messenger`].
+unsafe extern "system" fn callback(
+    severity: vk::DebugUtilsMessageSeverityFlagsEXT,
+    _types: vk::DebugUtilsMessageTypeFlagsEXT,
+    data: *const vk::DebugUtilsMessengerCallbackDataEXT<'_>,
+    user: *mut c_void,
+) -> vk::Bool32 {
+    // SAFETY: the loader passes a valid callback-data pointer for the duration of the call
+    // (VUID-PFN_vkDebugUtilsMessengerCallbackEXT), and `user` is the `ValidationLog` box that
+    // `Messenger` keeps alive until after vkDestroyDebugUtilsMessengerEXT.
+    let (data, log) = unsafe {
+        match (data.as_ref(), (user as *const ValidationLog).as_ref()) {
+            (Some(d), Some(l)) => (d, l),
+            _ => return vk::FALSE,
+        }
+    };
+    // SAFETY: the strings are NUL-terminated and live for the call (same rule as above).
+    let text = unsafe { data.message_as_c_str() }.map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    // SAFETY: as above.
+    let id_name =
+        unsafe { data.message_id_name_as_c_str() }.map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
+    let m = ValidationMessage { severity, id_name, text };
+    if m.is_error() {
+        tracing::error!(target: "dmabridge::validation", "{m}");
+    } else if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::WARNING) {
+        tracing::warn!(target: "dmabridge::validation", "{m}");
+    }
+    log.push(m);
+    vk::FALSE
+}
+
+/// A debug-utils messenger that owns the log box it hands to the callback.
+pub(crate) struct Messenger {
+    loader: ash::ext::debug_utils::Instance,
+    handle: vk::DebugUtilsMessengerEXT,
+    log: *mut ValidationLog,
+}
+
+impl Messenger {
+    pub(crate) fn create_info(
+        log: *mut ValidationLog,
+    ) -> vk::DebugUtilsMessengerCreateInfoEXT<'static> {
+        vk::DebugUtilsMessengerCreateInfoEXT::default()
+            .message_severity(
+                vk::DebugUtilsMessageSeverityFlagsEXT::ERROR | vk::DebugUtilsMessageSeverityFlagsEXT::WARNING,
+            )
+            .message_type(
+                vk::DebugUtilsMessageTypeFlagsEXT::VALIDATION
+                    | vk::DebugUtilsMessageTypeFlagsEXT::GENERAL
+                    | vk::DebugUtilsMessageTypeFlagsEXT::PERFORMANCE,
+            )
+            .pfn_user_callback(Some(callback))
+            .user_data(log.cast())
+    }
+
+    pub(crate) fn new(entry: &ash::Entry, instance: &ash::Instance, log: ValidationLog) -> Result<Self, vk::Result> {
+        let loader = ash::ext::debug_utils::Instance::new(entry, instance);
+        let log = Box::into_raw(Box::new(log));
+        let info = Self::create_info(log);
+        // SAFETY: the instance was created with VK_EXT_debug_utils enabled
+        // (VUID-vkCreateDebugUtilsMessengerEXT-instance-parameter) and the info is valid.
+        match unsafe { loader.create_debug_utils_messenger(&info, None) } {
+            Ok(handle) => Ok(Messenger { loader, handle, log }),
+            Err(e) => {
+                // SAFETY: the box was leaked just above and no messenger holds it.
+                drop(unsafe { Box::from_raw(log) });
+                Err(e)
+            }
+        }
+    }
+}
+
+impl Drop for Messenger {
+    fn drop(&mut self) {
+        // SAFETY: the messenger belongs to this instance and is destroyed once
+        // (VUID-vkDestroyDebugUtilsMessengerEXT-messenger-parameter); only then is the log
+        // box, which the callback may touch until that point, freed.
+        unsafe {
+            self.loader.destroy_debug_utils_messenger(self.handle, None);
+            drop(Box::from_raw(self.log));
+        }
+    }
+}

@@ -153,9 +153,20 @@ impl Engine {
                 return Err(e);
             }
         };
-        Ok(Self::assemble(entry, instance, physical, device, queue_family, 0, extensions, validation, Some(Owned {
+        let engine = Self::assemble(entry, instance, physical, device, queue_family, 0, extensions, validation, Some(Owned {
             messenger,
-        })))
+        }));
+        if let Some(log) = &engine.validation {
+            if engine.drm_modifier_list2_is_empty() {
+                tracing::info!(
+                    "the driver fills VkDrmFormatModifierPropertiesListEXT but leaves the List2 variant empty; \
+                     the validation layer reads the latter, so its 'format features (0x0)' reports for \
+                     DRM-tiled images are set aside as known false positives"
+                );
+                log.set_drm_features_unreliable();
+            }
+        }
+        Ok(engine)
     }
 
     /// Wraps a host engine's instance and device. dmabridge uses the extensions the host
@@ -283,6 +294,29 @@ impl Engine {
 
     pub fn drm_format_modifier(&self) -> Option<&ash::ext::image_drm_format_modifier::Device> {
         self.drm_format_modifier.as_ref()
+    }
+
+    /// True when the driver lists DRM modifiers through `VkDrmFormatModifierPropertiesListEXT`
+    /// but leaves `VkDrmFormatModifierPropertiesList2EXT` empty (lavapipe 25.0 does). The
+    /// validation layer reads the List2 variant whenever the device offers
+    /// `VK_KHR_format_feature_flags2`, so it then computes "no features" for every
+    /// DRM-tiled image. dmabridge itself reads the v1 list.
+    pub fn drm_modifier_list2_is_empty(&self) -> bool {
+        if !self.has_modifiers() {
+            return false;
+        }
+        let format = vk::Format::R8G8B8A8_UNORM;
+        let mut v1 = vk::DrmFormatModifierPropertiesListEXT::default();
+        let mut p1 = vk::FormatProperties2::default().push_next(&mut v1);
+        // SAFETY: the modifier extension is enabled, so both list structs are valid pNext
+        // members of VkFormatProperties2 (VUID-VkFormatProperties2-pNext-pNext); null arrays
+        // make the calls write counts only.
+        unsafe { self.instance.get_physical_device_format_properties2(self.physical, format, &mut p1) };
+        let mut v2 = vk::DrmFormatModifierPropertiesList2EXT::default();
+        let mut p2 = vk::FormatProperties2::default().push_next(&mut v2);
+        // SAFETY: as above.
+        unsafe { self.instance.get_physical_device_format_properties2(self.physical, format, &mut p2) };
+        v1.drm_format_modifier_count > 0 && v2.drm_format_modifier_count == 0
     }
 
     /// True when `VK_EXT_image_drm_format_modifier` is enabled: explicit modifiers exist.

@@ -7,9 +7,14 @@
 //! passing) is the `dmabridge-interop` crate, re-exported as [`interop`].
 
 pub mod caps;
+pub mod commands;
 pub mod device;
+pub mod export;
 pub mod extensions;
+pub mod import;
+pub mod import_cache;
 pub mod probe;
+pub mod readback;
 pub mod validation;
 pub mod vk_format;
 
@@ -18,5 +23,9 @@ pub use dmabridge_interop as interop;
 
 pub use caps::{CapsError, CapsQuery, CapsSource, FormatCaps, ModifierCaps, Usage};
 pub use device::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
+pub use export::{ExportError, ExportRequest, ExportedImage};
 pub use extensions::{DeviceExtension, EnabledExtensions};
+pub use import::{ImportError, ImportPath, ImportedImage};
+pub use import_cache::{CacheStats, ImportCache};
+pub use readback::ReadbackError;
 pub use validation::{ValidationLog, ValidationMessage};

@@ -4,6 +4,7 @@
 //! `DMABRIDGE_VALIDATION=1` and exits non-zero when the layer complained.
 
 use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use ash::vk;
@@ -32,11 +33,34 @@ impl std::fmt::Display for ValidationMessage {
 
 /// Messages collected so far; shared with the messenger callback.
 #[derive(Debug, Clone, Default)]
-pub struct ValidationLog(Arc<Mutex<Vec<ValidationMessage>>>);
+pub struct ValidationLog {
+    messages: Arc<Mutex<Vec<ValidationMessage>>>,
+    drm_features_unreliable: Arc<AtomicBool>,
+}
 
 impl ValidationLog {
     pub fn messages(&self) -> Vec<ValidationMessage> {
-        self.0.lock().map(|m| m.clone()).unwrap_or_default()
+        self.messages.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+
+    /// The engine found that the driver leaves `VkDrmFormatModifierPropertiesList2EXT`
+    /// empty (see `Engine::drm_modifier_list2_is_empty`): from now on the layer's reports
+    /// that a DRM-tiled image has format features `0x0` are known to be wrong.
+    pub(crate) fn set_drm_features_unreliable(&self) {
+        self.drm_features_unreliable.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether `m` is the layer's "format features (0x0) ... DRM_FORMAT_MODIFIER" report made
+    /// wrong by the driver inconsistency above. Nothing else is ever set aside.
+    pub fn is_known_false_positive(&self, m: &ValidationMessage) -> bool {
+        self.drm_features_unreliable.load(Ordering::SeqCst)
+            && m.text.contains("VkFormatFeatureFlags (0x0) does not support required feature")
+            && m.text.contains("VK_IMAGE_TILING_DRM_FORMAT_MODIFIER_EXT")
+    }
+
+    /// Messages set aside as known false positives (kept, for anyone who wants to look).
+    pub fn set_aside(&self) -> Vec<ValidationMessage> {
+        self.messages().into_iter().filter(|m| self.is_known_false_positive(m)).collect()
     }
 
     /// Errors and warnings: both mean dmabridge did something the spec does not allow or
@@ -47,13 +71,13 @@ impl ValidationLog {
             .filter(|m| {
                 m.severity.intersects(
                     vk::DebugUtilsMessageSeverityFlagsEXT::ERROR | vk::DebugUtilsMessageSeverityFlagsEXT::WARNING,
-                )
+                ) && !self.is_known_false_positive(m)
             })
             .collect()
     }
 
     fn push(&self, m: ValidationMessage) {
-        if let Ok(mut v) = self.0.lock() {
+        if let Ok(mut v) = self.messages.lock() {
             v.push(m);
         }
     }
@@ -81,7 +105,9 @@ unsafe extern "system" fn callback(
     let id_name =
         unsafe { data.message_id_name_as_c_str() }.map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let m = ValidationMessage { severity, id_name, text };
-    if m.is_error() {
+    if log.is_known_false_positive(&m) {
+        tracing::debug!(target: "dmabridge::validation", "set aside (driver leaves List2 empty): {m}");
+    } else if m.is_error() {
         tracing::error!(target: "dmabridge::validation", "{m}");
     } else if severity.contains(vk::DebugUtilsMessageSeverityFlagsEXT::WARNING) {
         tracing::warn!(target: "dmabridge::validation", "{m}");

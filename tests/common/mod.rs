@@ -49,3 +49,38 @@ pub fn assert_clean(engine: &Engine) {
         problems.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("\n")
     );
 }
+
+use std::io::Write as _;
+use std::os::fd::OwnedFd;
+
+/// A memfd (a dma-buf stand-in: lavapipe imports any mmap-able fd) holding `bytes`,
+/// sealed against shrinking so its size cannot change after the layout checks.
+pub fn memfd_with(bytes: &[u8]) -> OwnedFd {
+    use rustix::fs::{fcntl_add_seals, memfd_create, MemfdFlags, SealFlags};
+    let fd = memfd_create("dmabridge-test", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).expect("memfd");
+    let mut file = std::fs::File::from(fd);
+    file.write_all(bytes).expect("fill memfd");
+    let fd = OwnedFd::from(file);
+    fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).expect("seal");
+    fd
+}
+
+/// Deterministic bytes that differ from row to row and plane to plane.
+pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 24) as u8
+        })
+        .collect()
+}
+
+/// Lays `packed` (tightly packed rows of `row_bytes`) out at `offset` with `stride`, into `buf`.
+pub fn place_rows(buf: &mut [u8], packed: &[u8], row_bytes: usize, rows: usize, offset: usize, stride: usize) {
+    for r in 0..rows {
+        buf[offset + r * stride..offset + r * stride + row_bytes].copy_from_slice(&packed[r * row_bytes..(r + 1) * row_bytes]);
+    }
+}

@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
@@ -39,7 +40,7 @@ struct udmabuf_create {
 
 #define UDMABUF_CREATE _IOW('u', 0x42, struct udmabuf_create)
 
-static int dummy_fd = -1;
+#define DUMMY_NAME "udmabuf-emulation-dummy"
 
 static int real_udmabuf_exists(void)
 {
@@ -54,10 +55,20 @@ static int is_udmabuf_path(const char *path)
 
 static int open_dummy(int flags)
 {
-    int fd = memfd_create("udmabuf-emulation-dummy", (flags & O_CLOEXEC) ? MFD_CLOEXEC : 0);
-    if (fd >= 0)
-        dummy_fd = fd;
-    return fd;
+    return memfd_create(DUMMY_NAME, (flags & O_CLOEXEC) ? MFD_CLOEXEC : 0);
+}
+
+/* Several threads may open /dev/udmabuf at once (one per Vulkan instance), and fd numbers
+ * are reused after close, so a dummy is recognised by what it is: our named memfd. */
+static int is_dummy(int fd)
+{
+    char link[64], target[128];
+    snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+    ssize_t n = readlink(link, target, sizeof target - 1);
+    if (n <= 0)
+        return 0;
+    target[n] = '\0';
+    return strncmp(target, "/memfd:" DUMMY_NAME, strlen("/memfd:" DUMMY_NAME)) == 0;
 }
 
 static mode_t mode_arg(int flags, va_list ap)
@@ -113,7 +124,7 @@ int ioctl(int fd, unsigned long request, ...)
     void *arg = va_arg(ap, void *);
     va_end(ap);
 
-    if (fd >= 0 && fd == dummy_fd && request == UDMABUF_CREATE) {
+    if (request == UDMABUF_CREATE && fd >= 0 && is_dummy(fd)) {
         const struct udmabuf_create *create = arg;
         if (create == NULL || create->offset != 0) {
             errno = EINVAL;

@@ -1,0 +1,108 @@
+//! An import cache, so that a buffer a producer recycles every frame is imported once.
+//!
+//! Entries are keyed by [`BufferIdentity`] (dev+inode of every plane plus the layout) and
+//! the usage. A file identity is only meaningful while the file is open, since inode numbers
+//! are reused, so each entry **owns the descriptor it was imported from**: its fds keep the
+//! files alive and the identity valid. Dropping an entry (eviction, [`ImportCache::forget`],
+//! or dropping the cache) drops that descriptor and the Vulkan objects together.
+//!
+//! On a hit the newly received descriptor is dropped at once (its fds are dups of files the
+//! entry already holds). Copy-path entries are refreshed on every hit, since their image is
+//! a copy of what the producer just wrote; explicit entries alias the memory and need nothing.
+
+use std::collections::HashMap;
+
+use ash::vk;
+use dmabridge_interop::dmabuf::{BufferIdentity, DmaBuf};
+
+use crate::import::{ImportError, ImportedImage};
+use crate::Engine;
+
+/// Counters, for benchmarks and tests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CacheStats {
+    pub hits: u64,
+    pub misses: u64,
+    pub evictions: u64,
+}
+
+struct Entry<'e> {
+    // Field order matters: the image (and its Vulkan objects) drop before the descriptor.
+    image: ImportedImage<'e>,
+    _dmabuf: DmaBuf,
+    last_used: u64,
+}
+
+/// A least-recently-used cache of imports on one engine.
+pub struct ImportCache<'e> {
+    engine: &'e Engine,
+    capacity: usize,
+    entries: HashMap<(BufferIdentity, vk::ImageUsageFlags), Entry<'e>>,
+    clock: u64,
+    stats: CacheStats,
+}
+
+impl<'e> ImportCache<'e> {
+    /// A cache holding at most `capacity` imports (at least 1). Size it to the producer's
+    /// buffer pool: a pool larger than the cache re-imports every frame.
+    pub fn new(engine: &'e Engine, capacity: usize) -> Self {
+        ImportCache { engine, capacity: capacity.max(1), entries: HashMap::new(), clock: 0, stats: CacheStats::default() }
+    }
+
+    /// The import of `buf` for `usage`: cached, or imported now. Takes ownership of `buf`;
+    /// on a hit it is dropped (closing its fds), on a miss the entry keeps it.
+    pub fn import(&mut self, buf: DmaBuf, usage: vk::ImageUsageFlags) -> Result<&ImportedImage<'e>, ImportError> {
+        use std::collections::hash_map::Entry as Slot;
+        self.clock += 1;
+        let key = (buf.identity(), usage);
+        if !self.entries.contains_key(&key) && self.entries.len() >= self.capacity {
+            self.evict_oldest();
+        }
+        match self.entries.entry(key) {
+            Slot::Occupied(slot) => {
+                self.stats.hits += 1;
+                drop(buf);
+                let entry = slot.into_mut();
+                entry.last_used = self.clock;
+                entry.image.refresh()?;
+                Ok(&entry.image)
+            }
+            Slot::Vacant(slot) => {
+                self.stats.misses += 1;
+                let image = self.engine.import_dmabuf(&buf, usage)?;
+                Ok(&slot.insert(Entry { image, _dmabuf: buf, last_used: self.clock }).image)
+            }
+        }
+    }
+
+    /// Drops the entry for a buffer the producer destroyed (any usage). Returns whether one was held.
+    pub fn forget(&mut self, identity: &BufferIdentity) -> bool {
+        let before = self.entries.len();
+        self.entries.retain(|(id, _), _| id != identity);
+        before != self.entries.len()
+    }
+
+    pub fn clear(&mut self) {
+        self.entries.clear();
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.stats
+    }
+
+    fn evict_oldest(&mut self) {
+        let oldest = self.entries.iter().min_by_key(|(_, e)| e.last_used).map(|(k, _)| k.clone());
+        if let Some(k) = oldest {
+            self.entries.remove(&k);
+            self.stats.evictions += 1;
+        }
+    }
+}

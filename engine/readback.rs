@@ -1,0 +1,264 @@
+//! Read an image's planes back to the CPU, tightly packed and concatenated (Y then UV...),
+//! and clear an exported image on the GPU: the two ends of every pixel-exact test.
+//!
+//! Memory shared with another device or API is handed over with queue family ownership
+//! transfers: an image imported explicitly is acquired from `VK_QUEUE_FAMILY_FOREIGN_EXT`
+//! (or `EXTERNAL` without that extension) before use, and an exported image is released to
+//! it after the producer wrote it.
+
+use ash::vk;
+use dmabridge_interop::{format_info, Fourcc};
+
+use crate::commands::{image_barrier, plane_aspect, SubmitError};
+use crate::export::ExportedImage;
+use crate::import::{full_aspect, ImportPath, ImportedImage};
+use crate::vk_format;
+use crate::Engine;
+
+/// Why a readback or clear failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadbackError {
+    #[error("{0} has no plane layout or Vulkan format in dmabridge's tables")]
+    UnknownFourcc(Fourcc),
+    #[error("no host-visible memory type for the readback buffer")]
+    NoMemoryType,
+    #[error("a {0}-byte readback does not fit in this process's address space")]
+    TooLarge(u64),
+    #[error("{call} failed: {result}")]
+    Vk { call: &'static str, result: vk::Result },
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+}
+
+fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> ReadbackError {
+    move |result| ReadbackError::Vk { call, result }
+}
+
+impl Engine {
+    /// The queue family that other devices and APIs hand memory over from.
+    pub fn foreign_queue_family(&self) -> u32 {
+        if self.extensions().has(crate::DeviceExtension::QueueFamilyForeign) {
+            vk::QUEUE_FAMILY_FOREIGN_EXT
+        } else {
+            vk::QUEUE_FAMILY_EXTERNAL
+        }
+    }
+}
+
+/// A host-visible buffer and its memory, destroyed on drop.
+struct HostBuffer<'a> {
+    device: &'a ash::Device,
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+}
+
+impl Drop for HostBuffer<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by this device; the copy into it was waited for.
+        unsafe {
+            self.device.destroy_buffer(self.buffer, None);
+            if self.memory != vk::DeviceMemory::null() {
+                self.device.free_memory(self.memory, None);
+            }
+        }
+    }
+}
+
+fn host_buffer(engine: &Engine, size: u64) -> Result<HostBuffer<'_>, ReadbackError> {
+    let device = engine.device();
+    let info = vk::BufferCreateInfo::default()
+        .size(size.max(1))
+        .usage(vk::BufferUsageFlags::TRANSFER_DST)
+        .sharing_mode(vk::SharingMode::EXCLUSIVE);
+    // SAFETY: valid create info.
+    let buffer = unsafe { device.create_buffer(&info, None) }.map_err(vk_err("vkCreateBuffer"))?;
+    let mut hb = HostBuffer { device, buffer, memory: vk::DeviceMemory::null() };
+    // SAFETY: buffer of this device.
+    let reqs = unsafe { device.get_buffer_memory_requirements(buffer) };
+    let type_index = engine
+        .memory_type(reqs.memory_type_bits, vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT)
+        .ok_or(ReadbackError::NoMemoryType)?;
+    let alloc = vk::MemoryAllocateInfo::default().allocation_size(reqs.size).memory_type_index(type_index);
+    // SAFETY: plain allocation in an allowed type.
+    hb.memory = unsafe { device.allocate_memory(&alloc, None) }.map_err(vk_err("vkAllocateMemory"))?;
+    // SAFETY: unbound buffer, large enough memory, offset 0.
+    unsafe { device.bind_buffer_memory(buffer, hb.memory, 0) }.map_err(vk_err("vkBindBufferMemory"))?;
+    Ok(hb)
+}
+
+/// Copies every plane of `image` (in `old` layout, optionally acquired from the foreign
+/// queue family) into host memory; returns the bytes and leaves the image in
+/// TRANSFER_SRC_OPTIMAL.
+fn read_planes(
+    engine: &Engine,
+    image: vk::Image,
+    fourcc: Fourcc,
+    (width, height): (u32, u32),
+    old: vk::ImageLayout,
+    acquire_foreign: bool,
+) -> Result<Vec<u8>, ReadbackError> {
+    let info = format_info(fourcc).ok_or(ReadbackError::UnknownFourcc(fourcc))?;
+    let entry = vk_format::to_vk(fourcc).ok_or(ReadbackError::UnknownFourcc(fourcc))?;
+    let total = info.packed_size(width, height);
+    let len = usize::try_from(total).map_err(|_| ReadbackError::TooLarge(total))?;
+    let hb = host_buffer(engine, total)?;
+    let mut regions = Vec::new();
+    let mut offset = 0u64;
+    for i in 0..info.plane_count() {
+        let vk_plane =
+            if entry.mapping == vk_format::Mapping::ChromaSwapped && entry.vk_planes == 3 && i > 0 { 3 - i } else { i };
+        regions.push(vk::BufferImageCopy {
+            buffer_offset: offset,
+            buffer_row_length: 0,
+            buffer_image_height: 0,
+            image_subresource: vk::ImageSubresourceLayers {
+                aspect_mask: plane_aspect(entry.vk_planes, vk_plane),
+                mip_level: 0,
+                base_array_layer: 0,
+                layer_count: 1,
+            },
+            image_offset: vk::Offset3D::default(),
+            image_extent: vk::Extent3D { width: info.plane_width(i, width), height: info.plane_height(i, height), depth: 1 },
+        });
+        offset += info.packed_plane_size(i, width, height);
+    }
+    let mut barrier = image_barrier(
+        image,
+        full_aspect(entry.vk_planes),
+        old,
+        vk::ImageLayout::TRANSFER_SRC_OPTIMAL,
+        vk::AccessFlags::MEMORY_WRITE,
+        vk::AccessFlags::TRANSFER_READ,
+    );
+    if acquire_foreign {
+        // Acquire from the other device/API; the old layout is the one it left the memory
+        // in, GENERAL by convention for shared images.
+        barrier = barrier
+            .old_layout(vk::ImageLayout::GENERAL)
+            .src_access_mask(vk::AccessFlags::empty())
+            .src_queue_family_index(engine.foreign_queue_family())
+            .dst_queue_family_index(engine.queue_family());
+    }
+    engine.submit_and_wait(|device, cmd| {
+        // SAFETY: recording state; the regions cover exactly the image's planes and fit the
+        // buffer sized from the same plane table (VUID-vkCmdCopyImageToBuffer-pRegions-00183).
+        unsafe {
+            device.cmd_pipeline_barrier(
+                cmd,
+                vk::PipelineStageFlags::ALL_COMMANDS,
+                vk::PipelineStageFlags::TRANSFER,
+                vk::DependencyFlags::empty(),
+                &[],
+                &[],
+                &[barrier],
+            );
+            device.cmd_copy_image_to_buffer(cmd, image, vk::ImageLayout::TRANSFER_SRC_OPTIMAL, hb.buffer, &regions);
+            let host = vk::BufferMemoryBarrier::default()
+                .buffer(hb.buffer)
+                .offset(0)
+                .size(vk::WHOLE_SIZE)
+                .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+                .dst_access_mask(vk::AccessFlags::HOST_READ)
+                .src_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+                .dst_queue_family_index(vk::QUEUE_FAMILY_IGNORED);
+            device.cmd_pipeline_barrier(
+                cmd,
+                vk::PipelineStageFlags::TRANSFER,
+                vk::PipelineStageFlags::HOST,
+                vk::DependencyFlags::empty(),
+                &[],
+                &[host],
+                &[],
+            );
+        }
+    })?;
+    // SAFETY: host-visible coherent memory of this device, not mapped elsewhere, and the GPU
+    // finished writing it (the submission was waited for).
+    let ptr = unsafe { engine.device().map_memory(hb.memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
+        .map_err(vk_err("vkMapMemory"))?;
+    let mut out = vec![0u8; len];
+    // SAFETY: the mapping is at least `len` bytes (the buffer's size) and does not overlap `out`.
+    unsafe {
+        std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), out.as_mut_ptr(), len);
+        engine.device().unmap_memory(hb.memory);
+    }
+    Ok(out)
+}
+
+impl ImportedImage<'_> {
+    /// The image's pixels, each plane's visible rows tightly packed, planes concatenated.
+    pub fn read_back(&self) -> Result<Vec<u8>, ReadbackError> {
+        let first_use = self.current_layout() == vk::ImageLayout::UNDEFINED;
+        let acquire = self.path() == ImportPath::Explicit && first_use;
+        let old = self.current_layout();
+        let bytes = read_planes(self.engine(), self.image(), self.fourcc(), self.extent(), old, acquire)?;
+        self.set_current_layout(vk::ImageLayout::TRANSFER_SRC_OPTIMAL);
+        Ok(bytes)
+    }
+}
+
+impl ExportedImage<'_> {
+    /// Clears the whole image to `rgba` (as float colour) and releases it to the foreign
+    /// queue family in GENERAL layout, ready for another device or API to acquire.
+    pub fn clear_and_release(&self, rgba: [f32; 4]) -> Result<(), ReadbackError> {
+        let engine = self.engine();
+        let image = self.image();
+        let range = vk::ImageSubresourceRange {
+            aspect_mask: vk::ImageAspectFlags::COLOR,
+            base_mip_level: 0,
+            level_count: 1,
+            base_array_layer: 0,
+            layer_count: 1,
+        };
+        let to_dst = image_barrier(
+            image,
+            vk::ImageAspectFlags::COLOR,
+            vk::ImageLayout::UNDEFINED,
+            vk::ImageLayout::TRANSFER_DST_OPTIMAL,
+            vk::AccessFlags::empty(),
+            vk::AccessFlags::TRANSFER_WRITE,
+        );
+        let release = image_barrier(
+            image,
+            vk::ImageAspectFlags::COLOR,
+            vk::ImageLayout::TRANSFER_DST_OPTIMAL,
+            vk::ImageLayout::GENERAL,
+            vk::AccessFlags::TRANSFER_WRITE,
+            vk::AccessFlags::empty(),
+        )
+        .src_queue_family_index(engine.queue_family())
+        .dst_queue_family_index(engine.foreign_queue_family());
+        engine.submit_and_wait(|device, cmd| {
+            // SAFETY: recording state; the image was created with TRANSFER_DST usage by the
+            // caller's request (VUID-vkCmdClearColorImage-image-00002) and is single-plane colour.
+            unsafe {
+                device.cmd_pipeline_barrier(
+                    cmd,
+                    vk::PipelineStageFlags::TOP_OF_PIPE,
+                    vk::PipelineStageFlags::TRANSFER,
+                    vk::DependencyFlags::empty(),
+                    &[],
+                    &[],
+                    &[to_dst],
+                );
+                device.cmd_clear_color_image(
+                    cmd,
+                    image,
+                    vk::ImageLayout::TRANSFER_DST_OPTIMAL,
+                    &vk::ClearColorValue { float32: rgba },
+                    &[range],
+                );
+                device.cmd_pipeline_barrier(
+                    cmd,
+                    vk::PipelineStageFlags::TRANSFER,
+                    vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                    vk::DependencyFlags::empty(),
+                    &[],
+                    &[],
+                    &[release],
+                );
+            }
+        })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,316 @@
+//! Cross-process handoff: a [`DmaBuf`] and its fds in one Unix-socket message (`SCM_RIGHTS`),
+//! in the [`wire`](super::wire) format, and the "release buffer N" return message.
+//!
+//! Use a `SOCK_SEQPACKET` socket ([`socketpair`] makes a pair): each message is one record,
+//! so a rejected message is consumed whole and the next one reads cleanly. `SOCK_STREAM`
+//! works too (the header says how much more to read), but after any error the stream's
+//! framing is lost and the connection must be dropped.
+//!
+//! Every fd that arrives is owned by an [`OwnedFd`] the moment it is received (`recvmsg` with
+//! `MSG_CMSG_CLOEXEC`), so every error path closes it; fds the control buffer had no room for
+//! are discarded by the kernel and reported as [`HandoffError::ControlTruncated`].
+
+use std::io::{self, IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use rustix::io::Errno;
+use rustix::net::{
+    recvmsg, sendmsg, sockopt::socket_type, AddressFamily, RecvAncillaryBuffer,
+    RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer, SendAncillaryMessage,
+    SendFlags, SocketFlags, SocketType,
+};
+
+use super::descriptor::{DescriptorError, DmaBuf, PlaneDesc, MAX_PLANES};
+use super::wire::{self, BufferMsg, Message, WireError, HEADER_LEN, MAX_MESSAGE_LEN};
+
+/// Room for this many fds per received message: more than any valid message carries, so a
+/// peer that sends a few too many gets a precise [`HandoffError::FdCount`]; beyond that the
+/// kernel drops the excess and sets `MSG_CTRUNC`.
+const RECV_FD_SLOTS: usize = 16;
+
+/// Why a send or receive failed.
+#[derive(Debug, thiserror::Error)]
+pub enum HandoffError {
+    #[error("sendmsg failed: {0}")]
+    Send(io::Error),
+    #[error("recvmsg failed: {0}")]
+    Recv(io::Error),
+    #[error("could not query the socket type: {0}")]
+    SocketType(io::Error),
+    #[error("the peer closed the socket")]
+    Closed,
+    #[error("the peer closed the socket in the middle of a message ({got} of {need} bytes)")]
+    ClosedMidMessage { got: usize, need: usize },
+    #[error("the message is longer than any valid message ({MAX_MESSAGE_LEN} bytes)")]
+    TooLong,
+    #[error("the peer sent more fds than the control buffer holds; the kernel dropped the rest")]
+    ControlTruncated,
+    #[error(transparent)]
+    Wire(#[from] WireError),
+    #[error("the message declares {declared} fds but {received} arrived")]
+    FdCount { declared: usize, received: usize },
+    #[error("the buffer in the message is not a valid descriptor: {0}")]
+    Descriptor(#[from] DescriptorError),
+    #[error("the message says disjoint={claimed}, but the fds' files say disjoint={actual}")]
+    DisjointMismatch { claimed: bool, actual: bool },
+    #[error(
+        "the message says read_only={claimed}, but the fds' access modes say read_only={actual}"
+    )]
+    ReadOnlyMismatch { claimed: bool, actual: bool },
+}
+
+/// What [`recv`] got.
+#[derive(Debug)]
+pub enum Received {
+    /// A buffer, with its fds now owned by the receiver's [`DmaBuf`]. Its layout has been
+    /// checked for structure only; run [`check_import`](super::check_import) before any driver
+    /// sees it.
+    Buffer { id: u64, buf: DmaBuf },
+    /// The peer is done with the buffer it was sent as `id`.
+    Release { id: u64 },
+}
+
+/// A connected pair of `SOCK_SEQPACKET` Unix sockets, both `O_CLOEXEC`, owned by the caller.
+/// To give one end to a child process, clear `FD_CLOEXEC` on it in the child
+/// (`rustix::io::fcntl_setfd` in `Command::pre_exec`) or dup it onto a known number.
+pub fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+    Ok(rustix::net::socketpair(
+        AddressFamily::UNIX,
+        SocketType::SEQPACKET,
+        SocketFlags::CLOEXEC,
+        None,
+    )?)
+}
+
+/// Sends `buf` as buffer `id`: its geometry in the bytes, a dup of each plane's fd in the
+/// control message (the kernel dups them into the peer; `buf` keeps and still owns its fds).
+/// The message says whether the fds are read-only and the planes disjoint, and the receiver
+/// checks both against the fds it gets.
+pub fn send_buffer(socket: impl AsFd, id: u64, buf: &DmaBuf) -> Result<(), HandoffError> {
+    let msg = Message::Buffer(BufferMsg {
+        id,
+        fourcc: buf.fourcc(),
+        layout: buf.layout(),
+        width: buf.width(),
+        height: buf.height(),
+        read_only: buf.read_only(),
+        disjoint: buf.disjoint(),
+        planes: buf.planes().map(|p| (p.offset, p.stride)).collect(),
+    });
+    let bytes = wire::encode(&msg)?;
+    let fds: Vec<BorrowedFd<'_>> = buf.planes().map(|p| p.fd).collect();
+    send_raw(socket.as_fd(), &bytes, &fds)?;
+    tracing::debug!(id, format = %buf.format(), planes = fds.len(), read_only = buf.read_only(), "sent dma-buf");
+    Ok(())
+}
+
+/// Sends `buf` as buffer `id` such that the peer only ever holds read-only fds: each plane is
+/// re-opened `O_RDONLY` through `/proc/self/fd` ([`DmaBuf::reopen_read_only`]), those fds are
+/// sent and then closed here. `buf` and its fds are untouched. The peer cannot map the
+/// memory shared and writable.
+pub fn send_buffer_read_only(socket: impl AsFd, id: u64, buf: &DmaBuf) -> Result<(), HandoffError> {
+    let ro = buf.reopen_read_only()?;
+    send_buffer(socket, id, &ro)
+}
+
+/// Tells the peer that buffer `id` (which it sent) may be reused. Carries no fds.
+pub fn send_release(socket: impl AsFd, id: u64) -> Result<(), HandoffError> {
+    let bytes = wire::encode(&Message::Release { id })?;
+    send_raw(socket.as_fd(), &bytes, &[])?;
+    tracing::trace!(id, "sent release");
+    Ok(())
+}
+
+/// Sends `bytes` with `fds` (borrowed; the kernel gives the peer its own copies) in one
+/// message, without looking at either: [`send_buffer`] and [`send_release`] are built on it,
+/// and tests use it to send hostile messages. On a stream socket a short write is completed
+/// without the fds, which went with the first part.
+pub fn send_raw(
+    socket: BorrowedFd<'_>,
+    bytes: &[u8],
+    fds: &[BorrowedFd<'_>],
+) -> Result<(), HandoffError> {
+    let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
+    let mut sent = 0usize;
+    let mut first = true;
+    while sent < bytes.len() || first {
+        let mut control = SendAncillaryBuffer::new(&mut space);
+        if first && !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
+            return Err(HandoffError::Send(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "too many fds for one message",
+            )));
+        }
+        match sendmsg(
+            socket,
+            &[IoSlice::new(&bytes[sent..])],
+            &mut control,
+            SendFlags::NOSIGNAL,
+        ) {
+            // Without this a socket that accepts nothing would spin here forever.
+            Ok(0) if !bytes.is_empty() => {
+                return Err(HandoffError::Send(io::ErrorKind::WriteZero.into()));
+            }
+            Ok(n) => {
+                sent += n;
+                first = false;
+            }
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(HandoffError::Send(e.into())),
+        }
+    }
+    Ok(())
+}
+
+/// Receives one message and validates all of it: the wire format ([`wire::decode`]), the fd
+/// count against the declared planes, the descriptor's structure, and the message's disjoint
+/// and read-only claims against the fds' files and access modes. Blocks unless the socket is
+/// non-blocking (then `EAGAIN` comes back as [`HandoffError::Recv`]).
+///
+/// fd ownership: on success the fds belong to the returned [`DmaBuf`]; on any error every fd
+/// that arrived with the message has been closed.
+pub fn recv(socket: impl AsFd) -> Result<Received, HandoffError> {
+    let socket = socket.as_fd();
+    let ty = socket_type(socket).map_err(|e| HandoffError::SocketType(e.into()))?;
+    let mut fds = Vec::new();
+    let result = if ty == SocketType::STREAM {
+        recv_stream(socket, &mut fds)
+    } else {
+        recv_record(socket, &mut fds)
+    }
+    .and_then(|bytes| assemble(&bytes, fds));
+    if let Err(e) = &result {
+        if !matches!(e, HandoffError::Closed) {
+            tracing::warn!(error = %e, "rejected a handoff message");
+        }
+    }
+    result
+}
+
+fn assemble(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Received, HandoffError> {
+    let msg = wire::decode(bytes)?;
+    if fds.len() != msg.fd_count() {
+        return Err(HandoffError::FdCount {
+            declared: msg.fd_count(),
+            received: fds.len(),
+        });
+    }
+    match msg {
+        Message::Release { id } => {
+            tracing::trace!(id, "received release");
+            Ok(Received::Release { id })
+        }
+        Message::Buffer(b) => {
+            let planes = fds
+                .into_iter()
+                .zip(&b.planes)
+                .map(|(fd, &(offset, stride))| PlaneDesc { fd, offset, stride })
+                .collect();
+            let buf = DmaBuf::new(b.fourcc, b.layout, b.width, b.height, planes)?;
+            if buf.disjoint() != b.disjoint {
+                return Err(HandoffError::DisjointMismatch {
+                    claimed: b.disjoint,
+                    actual: buf.disjoint(),
+                });
+            }
+            if buf.read_only() != b.read_only {
+                return Err(HandoffError::ReadOnlyMismatch {
+                    claimed: b.read_only,
+                    actual: buf.read_only(),
+                });
+            }
+            tracing::debug!(id = b.id, format = %buf.format(), planes = buf.plane_count(), "received dma-buf");
+            Ok(Received::Buffer { id: b.id, buf })
+        }
+    }
+}
+
+/// One `recvmsg` into `buf`; every fd that arrives is appended to `fds` (owned) before anything
+/// else can fail.
+fn recv_once(
+    socket: BorrowedFd<'_>,
+    buf: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+) -> Result<(usize, ReturnFlags), HandoffError> {
+    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(RECV_FD_SLOTS))];
+    loop {
+        let mut control = RecvAncillaryBuffer::new(&mut space);
+        let r = recvmsg(
+            socket,
+            &mut [IoSliceMut::new(buf)],
+            &mut control,
+            RecvFlags::CMSG_CLOEXEC,
+        );
+        for m in control.drain() {
+            // Other control messages (credentials, if the socket asks for them) carry no fds.
+            if let RecvAncillaryMessage::ScmRights(received) = m {
+                fds.extend(received);
+            }
+        }
+        match r {
+            Ok(m) => {
+                if m.flags.contains(ReturnFlags::CTRUNC) {
+                    return Err(HandoffError::ControlTruncated);
+                }
+                return Ok((m.bytes, m.flags));
+            }
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(HandoffError::Recv(e.into())),
+        }
+    }
+}
+
+/// A record socket (seqpacket, datagram): one `recvmsg` is one whole message.
+fn recv_record(socket: BorrowedFd<'_>, fds: &mut Vec<OwnedFd>) -> Result<Vec<u8>, HandoffError> {
+    // One byte more than the longest message, so that a longer one shows as such even where
+    // the socket type does not report MSG_TRUNC.
+    let mut buf = vec![0u8; MAX_MESSAGE_LEN + 1];
+    let (n, flags) = recv_once(socket, &mut buf, fds)?;
+    if n == 0 && fds.is_empty() {
+        return Err(HandoffError::Closed);
+    }
+    if flags.contains(ReturnFlags::TRUNC) || n > MAX_MESSAGE_LEN {
+        return Err(HandoffError::TooLong);
+    }
+    buf.truncate(n);
+    Ok(buf)
+}
+
+/// A stream socket: read exactly the header, then exactly the body it announces, so that the
+/// next message (and its fds) stays in the socket.
+fn recv_stream(socket: BorrowedFd<'_>, fds: &mut Vec<OwnedFd>) -> Result<Vec<u8>, HandoffError> {
+    let mut buf = vec![0u8; HEADER_LEN];
+    fill(socket, &mut buf, 0, fds)?;
+    let header = wire::decode_header(&buf)?;
+    let total = HEADER_LEN + header.body_len as usize;
+    // decode_header bounds body_len by the longest valid body.
+    buf.resize(total, 0);
+    fill(socket, &mut buf, HEADER_LEN, fds)?;
+    Ok(buf)
+}
+
+fn fill(
+    socket: BorrowedFd<'_>,
+    buf: &mut [u8],
+    mut filled: usize,
+    fds: &mut Vec<OwnedFd>,
+) -> Result<(), HandoffError> {
+    while filled < buf.len() {
+        let (n, _) = recv_once(socket, &mut buf[filled..], fds)?;
+        if n == 0 {
+            if filled == 0 && fds.is_empty() {
+                return Err(HandoffError::Closed);
+            }
+            return Err(HandoffError::ClosedMidMessage {
+                got: filled,
+                need: buf.len(),
+            });
+        }
+        filled += n;
+    }
+    Ok(())
+}
+
+// Keep the constant honest: a valid message never carries more fds than it has planes.
+const _: () = assert!(RECV_FD_SLOTS > MAX_PLANES);

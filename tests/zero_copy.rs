@@ -1,0 +1,151 @@
+//! The zero-copy path against the real lavapipe: buffers laid out by the test, export from
+//! one device and import into another, hostile layouts, fd accounting and the import cache.
+//! Every test runs with the validation layer on and fails on any message.
+
+mod common;
+
+use dmabridge::ash::vk;
+use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
+use dmabridge::interop::{Fourcc, Layout, Modifier};
+use dmabridge::{ExportError, ExportRequest, ImportPath};
+
+const LINEAR: Layout = Layout::Explicit(Modifier::LINEAR);
+const SAMPLE_AND_READ: vk::ImageUsageFlags =
+    vk::ImageUsageFlags::from_raw(vk::ImageUsageFlags::SAMPLED.as_raw() | vk::ImageUsageFlags::TRANSFER_SRC.as_raw());
+
+/// The path lavapipe takes for a single-plane RGB format in this configuration.
+fn rgb_path() -> ImportPath {
+    if common::expect_modifiers() {
+        ImportPath::Explicit
+    } else {
+        ImportPath::BufferCopy
+    }
+}
+
+#[test]
+fn ar24_with_padded_stride_and_offset_reads_back_exactly() {
+    let engine = common::engine();
+    let (w, h) = (61usize, 37usize);
+    let (offset, stride) = (4096usize, w * 4 + 76);
+    let packed = common::pattern(w * h * 4, 1);
+    let mut file = vec![0xEEu8; offset + stride * h];
+    common::place_rows(&mut file, &packed, w * 4, h, offset, stride);
+    let fd = common::memfd_with(&file);
+    let buf = DmaBuf::new(Fourcc::ARGB8888, LINEAR, w as u32, h as u32, vec![PlaneDesc {
+        fd,
+        offset: offset as u64,
+        stride: stride as u64,
+    }])
+    .expect("descriptor");
+    let image = engine.import_dmabuf(&buf, SAMPLE_AND_READ).expect("import");
+    assert_eq!(image.path(), rgb_path());
+    assert_eq!(image.read_back().expect("read back"), packed);
+    drop(image);
+    common::assert_clean(&engine);
+}
+
+#[test]
+fn nv12_in_one_fd_with_a_gap_between_planes() {
+    let engine = common::engine();
+    let (w, h) = (64usize, 36usize);
+    let y = common::pattern(w * h, 2);
+    let uv = common::pattern(w * (h / 2), 3);
+    let stride = 128usize;
+    let uv_offset = stride * h + 8192; // the gap
+    let mut file = vec![0x11u8; uv_offset + stride * (h / 2)];
+    common::place_rows(&mut file, &y, w, h, 0, stride);
+    common::place_rows(&mut file, &uv, w, h / 2, uv_offset, stride);
+    let fd = common::memfd_with(&file);
+    let buf = DmaBuf::in_one_file(Fourcc::NV12, LINEAR, w as u32, h as u32, fd, &[
+        (0, stride as u64),
+        (uv_offset as u64, stride as u64),
+    ])
+    .expect("descriptor");
+    assert!(!buf.disjoint());
+    let image = engine.import_dmabuf(&buf, SAMPLE_AND_READ).expect("import");
+    // lavapipe imports no multi-planar format as an image: the copy path, in both configurations.
+    assert_eq!(image.path(), ImportPath::BufferCopy);
+    let back = image.read_back().expect("read back");
+    assert_eq!(&back[..w * h], &y[..]);
+    assert_eq!(&back[w * h..], &uv[..]);
+    drop(image);
+    common::assert_clean(&engine);
+}
+
+#[test]
+fn nv12_with_one_fd_per_plane() {
+    let engine = common::engine();
+    let (w, h) = (48usize, 30usize);
+    let y = common::pattern(w * h, 4);
+    let uv = common::pattern(w * (h / 2), 5);
+    let buf = DmaBuf::new(Fourcc::NV12, LINEAR, w as u32, h as u32, vec![
+        PlaneDesc { fd: common::memfd_with(&y), offset: 0, stride: w as u64 },
+        PlaneDesc { fd: common::memfd_with(&uv), offset: 0, stride: w as u64 },
+    ])
+    .expect("descriptor");
+    assert!(buf.disjoint(), "two files, told apart by dev+inode");
+    let image = engine.import_dmabuf(&buf, SAMPLE_AND_READ).expect("import");
+    assert_eq!(image.path(), ImportPath::BufferCopy);
+    let back = image.read_back().expect("read back");
+    assert_eq!(&back[..w * h], &y[..]);
+    assert_eq!(&back[w * h..], &uv[..]);
+    drop(image);
+    common::assert_clean(&engine);
+}
+
+#[test]
+fn export_from_one_device_import_into_another() {
+    let a = common::engine();
+    let b = common::engine();
+    let req = ExportRequest {
+        fourcc: Fourcc::ABGR8888,
+        width: 70,
+        height: 45,
+        usage: vk::ImageUsageFlags::TRANSFER_DST | vk::ImageUsageFlags::SAMPLED,
+        acceptable: vec![LINEAR],
+    };
+    match a.export_image(&req) {
+        Err(ExportError::DmaBufExportUnsupported { .. }) if !common::expect_modifiers() => {
+            // Plain lavapipe cannot export DMA_BUF at all; the refusal is typed and clear.
+            common::assert_clean(&a);
+            return;
+        }
+        Err(e) => panic!("export failed: {e}"),
+        Ok(exported) => {
+            assert!(common::expect_modifiers(), "plain lavapipe exported a dma-buf?");
+            assert_eq!(exported.layout(), LINEAR, "the chosen modifier is reported, and is in the list");
+            exported.clear_and_release([1.0, 0.0, 0.6, 1.0]).expect("render on A");
+            let image = b.import_dmabuf(exported.dmabuf(), SAMPLE_AND_READ).expect("import on B");
+            assert_eq!(image.path(), ImportPath::Explicit);
+            let back = image.read_back().expect("read back on B");
+            assert_eq!(back.len(), 70 * 45 * 4);
+            // AB24 is R, G, B, A in memory; 0.6 * 255 = 153.
+            for px in back.chunks_exact(4) {
+                assert_eq!(px, [255, 0, 153, 255]);
+            }
+            drop(image);
+            drop(exported);
+        }
+    }
+    common::assert_clean(&a);
+    common::assert_clean(&b);
+}
+
+#[test]
+fn export_refuses_a_modifier_list_it_cannot_meet() {
+    let engine = common::engine();
+    let y_tiled = Modifier::from_raw(0x0100_0000_0000_0002);
+    let req = ExportRequest {
+        fourcc: Fourcc::ARGB8888,
+        width: 16,
+        height: 16,
+        usage: vk::ImageUsageFlags::SAMPLED,
+        acceptable: vec![Layout::Explicit(y_tiled)],
+    };
+    let err = engine.export_image(&req).err().expect("lavapipe has no Y-tiling");
+    assert!(
+        matches!(err, ExportError::NoAcceptableModifier { .. } | ExportError::DmaBufExportUnsupported { .. }),
+        "{err}"
+    );
+    common::assert_clean(&engine);
+}

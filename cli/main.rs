@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod import;
 mod probe;
 
 #[derive(Parser)]
@@ -17,6 +18,8 @@ struct Cli {
 enum Command {
     /// Which DRM format+modifier pairs the Vulkan device can import and export, per usage.
     Probe(probe::ProbeArgs),
+    /// Validate and import a dma-buf given as inherited fds, read it back through the GPU.
+    Import(import::ImportArgs),
 }
 
 fn main() -> ExitCode {
@@ -29,6 +32,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         Command::Probe(args) => probe::run(&args),
+        Command::Import(args) => import::run(&args),
     }
 }
 

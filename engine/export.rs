@@ -54,6 +54,10 @@ pub enum ExportError {
     ModifierNotRequested { chosen: Modifier },
     #[error("no memory type can hold the image")]
     NoMemoryType,
+    #[error("the device cannot export {fourcc} memory as OPAQUE_FD")]
+    OpaqueExportUnsupported { fourcc: Fourcc },
+    #[error("VK_KHR_external_memory_fd is not enabled on this device")]
+    NoExternalMemoryFd,
     #[error("{call} failed: {result}")]
     Vk { call: &'static str, result: vk::Result },
     #[error(transparent)]
@@ -64,15 +68,39 @@ fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> ExportError {
     move |result| ExportError::Vk { call, result }
 }
 
+/// An `OPAQUE_FD` export: memory only another instance of the same driver on the same
+/// device can import, so it travels with the UUIDs that prove where it came from and the
+/// exact image parameters the importer must recreate.
+#[derive(Debug)]
+pub struct OpaqueFd {
+    /// Owned; `vkGetMemoryFdKHR` returned it. Dup it for each import.
+    pub fd: OwnedFd,
+    pub allocation_size: u64,
+    pub memory_type_index: u32,
+    pub device_uuid: [u8; 16],
+    pub driver_uuid: [u8; 16],
+    pub fourcc: Fourcc,
+    pub width: u32,
+    pub height: u32,
+    pub usage: vk::ImageUsageFlags,
+}
+
+/// How an exported image is shared.
+#[derive(Debug)]
+pub enum Shared {
+    DmaBuf(DmaBuf),
+    OpaqueFd(OpaqueFd),
+}
+
 /// An image this engine allocated and exported. It owns the image and its memory; the
-/// [`DmaBuf`] it carries owns a separate fd to the same memory, which stays valid (and
-/// keeps the memory alive in the kernel) even after this is dropped.
+/// share it carries owns a separate fd to the same memory, which stays valid (and keeps
+/// the memory alive in the kernel) even after this is dropped.
 pub struct ExportedImage<'e> {
     engine: &'e Engine,
     image: vk::Image,
     memory: vk::DeviceMemory,
     vk_format: vk::Format,
-    dmabuf: DmaBuf,
+    shared: Shared,
 }
 
 impl<'e> ExportedImage<'e> {
@@ -84,13 +112,35 @@ impl<'e> ExportedImage<'e> {
         self.vk_format
     }
 
-    /// The descriptor (fourcc, layout, extent, planes with fds) to hand to consumers.
-    pub fn dmabuf(&self) -> &DmaBuf {
-        &self.dmabuf
+    /// The dma-buf descriptor (fourcc, layout, extent, planes with fds) to hand to
+    /// consumers; `None` for an `OPAQUE_FD` export.
+    pub fn dmabuf(&self) -> Option<&DmaBuf> {
+        match &self.shared {
+            Shared::DmaBuf(d) => Some(d),
+            Shared::OpaqueFd(_) => None,
+        }
     }
 
+    /// The `OPAQUE_FD` share; `None` for a dma-buf export.
+    pub fn opaque_fd(&self) -> Option<&OpaqueFd> {
+        match &self.shared {
+            Shared::OpaqueFd(o) => Some(o),
+            Shared::DmaBuf(_) => None,
+        }
+    }
+
+    /// The layout consumers must use: the chosen modifier, or implicit. An `OPAQUE_FD`
+    /// image has a driver-private layout, which is implicit by definition.
     pub fn layout(&self) -> Layout {
-        self.dmabuf.layout()
+        self.dmabuf().map_or(Layout::Implicit, DmaBuf::layout)
+    }
+
+    /// The queue family a consumer acquires this memory from.
+    pub(crate) fn release_family(&self) -> u32 {
+        match self.shared {
+            Shared::DmaBuf(_) => self.engine.foreign_queue_family(),
+            Shared::OpaqueFd(_) => vk::QUEUE_FAMILY_EXTERNAL,
+        }
     }
 
     pub fn engine(&self) -> &'e Engine {
@@ -207,7 +257,7 @@ impl Engine {
     ) -> Result<ExportedImage<'_>, ExportError> {
         let raw: Vec<u64> = modifiers.iter().map(|m| m.raw()).collect();
         let mut list = vk::ImageDrmFormatModifierListCreateInfoEXT::default().drm_format_modifiers(&raw);
-        let (partial, _) = self.create_exportable(req, format, Some(&mut list))?;
+        let (partial, _) = self.create_exportable(req, format, Tiling::Modifiers(&mut list))?;
         let modifier_fn = self.drm_format_modifier().ok_or(ExportError::DmaBufExportUnsupported { fourcc: req.fourcc })?;
         let mut props = vk::ImageDrmFormatModifierPropertiesEXT::default();
         // SAFETY: the image was created with DRM_FORMAT_MODIFIER_EXT tiling
@@ -235,7 +285,7 @@ impl Engine {
     }
 
     fn export_linear_tiling(&self, req: &ExportRequest, format: vk::Format, layout: Layout) -> Result<ExportedImage<'_>, ExportError> {
-        let (partial, vk_planes) = self.create_exportable(req, format, None)?;
+        let (partial, vk_planes) = self.create_exportable(req, format, Tiling::Linear)?;
         let planes: Vec<(u64, u64)> = (0..vk_planes as usize)
             .map(|i| {
                 let sub = vk::ImageSubresource {
@@ -252,18 +302,66 @@ impl Engine {
         self.finish_export(req, format, partial, layout, &planes)
     }
 
-    /// Creates the image with the external-memory info, DRM-modifier tiling from `modifiers`
-    /// or else LINEAR tiling, and binds dedicated exportable memory to it.
+    /// Allocates an image in the driver's own (OPTIMAL) layout and exports its memory as an
+    /// `OPAQUE_FD`, for another instance of the same driver on the same device (see
+    /// [`Engine::import_opaque`]). No dma-buf is involved.
+    pub fn export_opaque(
+        &self,
+        fourcc: Fourcc,
+        width: u32,
+        height: u32,
+        usage: vk::ImageUsageFlags,
+    ) -> Result<ExportedImage<'_>, ExportError> {
+        let entry = vk_format::to_vk(fourcc).ok_or(ExportError::UnknownFourcc(fourcc))?;
+        if width == 0 || height == 0 {
+            return Err(ExportError::ZeroExtent { width, height });
+        }
+        let handle = vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD;
+        let caps = self.query_caps(&CapsQuery::new(fourcc, usage).with_handle_type(handle))?;
+        if !caps.get(Modifier::LINEAR).is_some_and(|c| c.can_export()) {
+            return Err(ExportError::OpaqueExportUnsupported { fourcc });
+        }
+        let req = ExportRequest { fourcc, width, height, usage, acceptable: Vec::new() };
+        let (partial, _) = self.create_exportable(&req, entry.vk_format, Tiling::Optimal)?;
+        // SAFETY: image of this device, bound above.
+        let reqs = unsafe { self.device().get_image_memory_requirements(partial.image) };
+        let fd = self.memory_fd(partial.memory, handle)?;
+        let type_index = self.memory_type(reqs.memory_type_bits, vk::MemoryPropertyFlags::empty()).ok_or(ExportError::NoMemoryType)?;
+        let info = self.info();
+        let shared = Shared::OpaqueFd(OpaqueFd {
+            fd,
+            allocation_size: reqs.size,
+            memory_type_index: type_index,
+            device_uuid: info.device_uuid,
+            driver_uuid: info.driver_uuid,
+            fourcc,
+            width,
+            height,
+            usage,
+        });
+        let (image, memory) = partial.release();
+        Ok(ExportedImage { engine: self, image, memory, vk_format: entry.vk_format, shared })
+    }
+
+    /// Creates the image with the external-memory info and the given tiling, and binds
+    /// dedicated exportable memory to it.
     fn create_exportable<'a>(
         &'a self,
         req: &ExportRequest,
         format: vk::Format,
-        modifiers: Option<&mut vk::ImageDrmFormatModifierListCreateInfoEXT<'_>>,
+        tiling: Tiling<'_, '_>,
     ) -> Result<(Partial<'a>, u8), ExportError> {
         let device = self.device();
-        let handle = vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT;
+        let handle = match tiling {
+            Tiling::Optimal => vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD,
+            _ => vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT,
+        };
         let mut external = vk::ExternalMemoryImageCreateInfo::default().handle_types(handle);
-        let tiling = if modifiers.is_some() { vk::ImageTiling::DRM_FORMAT_MODIFIER_EXT } else { vk::ImageTiling::LINEAR };
+        let (vk_tiling, modifiers) = match tiling {
+            Tiling::Modifiers(list) => (vk::ImageTiling::DRM_FORMAT_MODIFIER_EXT, Some(list)),
+            Tiling::Linear => (vk::ImageTiling::LINEAR, None),
+            Tiling::Optimal => (vk::ImageTiling::OPTIMAL, None),
+        };
         let mut info = vk::ImageCreateInfo::default()
             .image_type(vk::ImageType::TYPE_2D)
             .format(format)
@@ -271,7 +369,7 @@ impl Engine {
             .mip_levels(1)
             .array_layers(1)
             .samples(vk::SampleCountFlags::TYPE_1)
-            .tiling(tiling)
+            .tiling(vk_tiling)
             .usage(req.usage)
             .sharing_mode(vk::SharingMode::EXCLUSIVE)
             .initial_layout(vk::ImageLayout::UNDEFINED)
@@ -314,18 +412,32 @@ impl Engine {
         layout: Layout,
         planes: &[(u64, u64)],
     ) -> Result<ExportedImage<'_>, ExportError> {
-        let fd_fn = self.external_memory_fd().ok_or(ExportError::DmaBufExportUnsupported { fourcc: req.fourcc })?;
-        let get = vk::MemoryGetFdInfoKHR::default()
-            .memory(partial.memory)
-            .handle_type(vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT);
-        // SAFETY: the memory was allocated exportable as DMA_BUF (VUID-VkMemoryGetFdInfoKHR-handleType-00671).
-        let raw = unsafe { fd_fn.get_memory_fd(&get) }.map_err(vk_err("vkGetMemoryFdKHR"))?;
-        // SAFETY: vkGetMemoryFdKHR returns a new fd that the caller owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let fd = self.memory_fd(partial.memory, vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT)?;
         let dmabuf = DmaBuf::in_one_file(req.fourcc, layout, req.width, req.height, fd, planes)?;
         let (image, memory) = partial.release();
-        Ok(ExportedImage { engine: self, image, memory, vk_format: format, dmabuf })
+        Ok(ExportedImage { engine: self, image, memory, vk_format: format, shared: Shared::DmaBuf(dmabuf) })
     }
+
+    /// `vkGetMemoryFdKHR`: a new fd, owned by the caller.
+    fn memory_fd(&self, memory: vk::DeviceMemory, handle: vk::ExternalMemoryHandleTypeFlags) -> Result<OwnedFd, ExportError> {
+        let fd_fn = self.external_memory_fd().ok_or(ExportError::NoExternalMemoryFd)?;
+        let get = vk::MemoryGetFdInfoKHR::default().memory(memory).handle_type(handle);
+        // SAFETY: the memory was allocated exportable with this handle type
+        // (VUID-VkMemoryGetFdInfoKHR-handleType-00671).
+        let raw = unsafe { fd_fn.get_memory_fd(&get) }.map_err(vk_err("vkGetMemoryFdKHR"))?;
+        // SAFETY: vkGetMemoryFdKHR returns a new fd that the caller owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+    }
+}
+
+/// The tiling of an exported image.
+enum Tiling<'a, 'b> {
+    /// `DRM_FORMAT_MODIFIER_EXT` from this acceptable list (a dma-buf).
+    Modifiers(&'a mut vk::ImageDrmFormatModifierListCreateInfoEXT<'b>),
+    /// LINEAR: the DRM LINEAR layout, without the modifier extension (a dma-buf).
+    Linear,
+    /// OPTIMAL: the driver's own layout, shared only as OPAQUE_FD.
+    Optimal,
 }
 
 fn check_extent(req: &ExportRequest, (max_width, max_height): (u32, u32)) -> Result<(), ExportError> {

@@ -34,6 +34,8 @@ pub enum ImportPath {
     Explicit,
     /// The dma-buf was imported as buffers and copied into a device image.
     BufferCopy,
+    /// `OPAQUE_FD` memory of another instance of the same driver: zero copies.
+    OpaqueFd,
 }
 
 impl std::fmt::Display for ImportPath {
@@ -41,6 +43,7 @@ impl std::fmt::Display for ImportPath {
         f.write_str(match self {
             ImportPath::Explicit => "explicit (zero-copy)",
             ImportPath::BufferCopy => "buffer-copy (fallback)",
+            ImportPath::OpaqueFd => "opaque-fd (zero-copy, same driver)",
         })
     }
 }
@@ -65,6 +68,10 @@ pub enum ImportError {
     NeedsConversion(Layout),
     #[error("the device cannot import DMA_BUF memory (VK_EXT_external_memory_dma_buf is not enabled)")]
     NoDmaBufImport,
+    #[error("OPAQUE_FD memory from another device or driver (device UUID {theirs_device}, driver UUID {theirs_driver}; ours {ours_device}, {ours_driver}) cannot be imported")]
+    ForeignOpaqueFd { theirs_device: String, theirs_driver: String, ours_device: String, ours_driver: String },
+    #[error("the exporter's image needs {theirs} bytes in memory type {type_index}; the same image here needs {ours} bytes in types {ours_types:#x}")]
+    OpaqueMismatch { theirs: u64, ours: u64, type_index: u32, ours_types: u32 },
     #[error("no memory type can import this fd for the image")]
     NoMemoryType,
     #[error("cannot duplicate the fd of plane {plane}: {source}")]
@@ -105,6 +112,10 @@ pub struct ImportedImage<'e> {
     current: Mutex<vk::ImageLayout>,
 }
 
+fn uuid_hex(u: &[u8; 16]) -> String {
+    u.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 impl<'e> ImportedImage<'e> {
     pub fn path(&self) -> ImportPath {
         self.path
@@ -139,6 +150,14 @@ impl<'e> ImportedImage<'e> {
         *self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// The queue family the memory is acquired from on first use.
+    pub(crate) fn acquire_family(&self) -> u32 {
+        match self.path {
+            ImportPath::OpaqueFd => vk::QUEUE_FAMILY_EXTERNAL,
+            _ => self.engine.foreign_queue_family(),
+        }
+    }
+
     pub(crate) fn set_current_layout(&self, l: vk::ImageLayout) {
         *self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = l;
     }
@@ -147,7 +166,7 @@ impl<'e> ImportedImage<'e> {
     /// that reuses the buffer has written a new frame). The explicit path aliases the
     /// memory and needs nothing.
     pub fn refresh(&self) -> Result<(), ImportError> {
-        if self.path == ImportPath::Explicit {
+        if self.path != ImportPath::BufferCopy {
             return Ok(());
         }
         let old = self.current_layout();
@@ -294,6 +313,84 @@ impl Engine {
                 Ok(checked) => self.import_by_copy(&checked, entry, usage),
             }
         }
+    }
+
+    /// Imports another engine's `OPAQUE_FD` export. The UUIDs are checked first: opaque
+    /// memory means nothing to a different device or driver build
+    /// (VUID-VkImportMemoryFdInfoKHR-fd-00668), so it is refused before Vulkan sees it.
+    /// Takes ownership of a dup of `share.fd`; the share keeps its own fd.
+    pub fn import_opaque(&self, share: &crate::export::OpaqueFd) -> Result<ImportedImage<'_>, ImportError> {
+        let info = self.info();
+        if share.device_uuid != info.device_uuid || share.driver_uuid != info.driver_uuid {
+            return Err(ImportError::ForeignOpaqueFd {
+                theirs_device: uuid_hex(&share.device_uuid),
+                theirs_driver: uuid_hex(&share.driver_uuid),
+                ours_device: uuid_hex(&info.device_uuid),
+                ours_driver: uuid_hex(&info.driver_uuid),
+            });
+        }
+        let entry = vk_format::to_vk(share.fourcc).ok_or(ImportError::UnknownFourcc(share.fourcc))?;
+        let device = self.device();
+        let handle = vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD;
+        let mut external = vk::ExternalMemoryImageCreateInfo::default().handle_types(handle);
+        let image_info = vk::ImageCreateInfo::default()
+            .image_type(vk::ImageType::TYPE_2D)
+            .format(entry.vk_format)
+            .extent(vk::Extent3D { width: share.width, height: share.height, depth: 1 })
+            .mip_levels(1)
+            .array_layers(1)
+            .samples(vk::SampleCountFlags::TYPE_1)
+            .tiling(vk::ImageTiling::OPTIMAL)
+            .usage(share.usage)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE)
+            .initial_layout(vk::ImageLayout::UNDEFINED)
+            .push_next(&mut external);
+        // SAFETY: the same parameters the exporter, a device with our UUIDs, created its
+        // image with (VUID-VkImageCreateInfo-pNext-00990 holds there, so here too).
+        let image = unsafe { device.create_image(&image_info, None) }.map_err(vk_err("vkCreateImage"))?;
+        let mut building = Building { device, image, memories: Vec::new(), sources: Vec::new() };
+        // SAFETY: image of this device, not yet bound.
+        let reqs = unsafe { device.get_image_memory_requirements(image) };
+        if reqs.size != share.allocation_size || reqs.memory_type_bits & (1 << share.memory_type_index) == 0 {
+            return Err(ImportError::OpaqueMismatch {
+                theirs: share.allocation_size,
+                ours: reqs.size,
+                type_index: share.memory_type_index,
+                ours_types: reqs.memory_type_bits,
+            });
+        }
+        let fd = share.fd.try_clone().map_err(|source| ImportError::Dup { plane: 0, source })?;
+        let mut import = vk::ImportMemoryFdInfoKHR::default().handle_type(handle).fd(fd.as_raw_fd());
+        let mut dedicated = vk::MemoryDedicatedAllocateInfo::default().image(image);
+        let alloc = vk::MemoryAllocateInfo::default()
+            .allocation_size(share.allocation_size)
+            .memory_type_index(share.memory_type_index)
+            .push_next(&mut import)
+            .push_next(&mut dedicated);
+        // SAFETY: same device and driver (UUIDs checked), the exporter's size and memory type
+        // (VUID-VkMemoryAllocateInfo-allocationSize-01742), dedicated to an identical image.
+        let memory = unsafe { device.allocate_memory(&alloc, None) }.map_err(vk_err("vkAllocateMemory"))?;
+        // Vulkan owns the fd now (a successful import transfers ownership).
+        let _ = fd.into_raw_fd();
+        building.memories.push(memory);
+        // SAFETY: dedicated memory of exactly the image's size, offset 0.
+        unsafe { device.bind_image_memory(image, memory, 0) }.map_err(vk_err("vkBindImageMemory"))?;
+        let memories = std::mem::take(&mut building.memories);
+        building.image = vk::Image::null();
+        Ok(ImportedImage {
+            engine: self,
+            path: ImportPath::OpaqueFd,
+            fourcc: share.fourcc,
+            layout: Layout::Implicit,
+            entry,
+            width: share.width,
+            height: share.height,
+            image,
+            memories,
+            sources: Vec::new(),
+            regions: Vec::new(),
+            current: Mutex::new(vk::ImageLayout::UNDEFINED),
+        })
     }
 
     /// Limits of the copy path: a device-local optimal image of the format with `usage`

@@ -23,7 +23,7 @@ pub use dmabridge_interop as interop;
 
 pub use caps::{CapsError, CapsQuery, CapsSource, FormatCaps, ModifierCaps, Usage};
 pub use device::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
-pub use export::{ExportError, ExportRequest, ExportedImage};
+pub use export::{ExportError, ExportRequest, ExportedImage, OpaqueFd, Shared};
 pub use extensions::{DeviceExtension, EnabledExtensions};
 pub use import::{ImportError, ImportPath, ImportedImage};
 pub use import_cache::{CacheStats, ImportCache};

@@ -95,7 +95,7 @@ fn read_planes(
     fourcc: Fourcc,
     (width, height): (u32, u32),
     old: vk::ImageLayout,
-    acquire_foreign: bool,
+    acquire_from: Option<u32>,
 ) -> Result<Vec<u8>, ReadbackError> {
     let info = format_info(fourcc).ok_or(ReadbackError::UnknownFourcc(fourcc))?;
     let entry = vk_format::to_vk(fourcc).ok_or(ReadbackError::UnknownFourcc(fourcc))?;
@@ -130,13 +130,13 @@ fn read_planes(
         vk::AccessFlags::MEMORY_WRITE,
         vk::AccessFlags::TRANSFER_READ,
     );
-    if acquire_foreign {
+    if let Some(family) = acquire_from {
         // Acquire from the other device/API; the old layout is the one it left the memory
         // in, GENERAL by convention for shared images.
         barrier = barrier
             .old_layout(vk::ImageLayout::GENERAL)
             .src_access_mask(vk::AccessFlags::empty())
-            .src_queue_family_index(engine.foreign_queue_family())
+            .src_queue_family_index(family)
             .dst_queue_family_index(engine.queue_family());
     }
     engine.submit_and_wait(|device, cmd| {
@@ -189,7 +189,7 @@ impl ImportedImage<'_> {
     /// The image's pixels, each plane's visible rows tightly packed, planes concatenated.
     pub fn read_back(&self) -> Result<Vec<u8>, ReadbackError> {
         let first_use = self.current_layout() == vk::ImageLayout::UNDEFINED;
-        let acquire = self.path() == ImportPath::Explicit && first_use;
+        let acquire = (self.path() != ImportPath::BufferCopy && first_use).then(|| self.acquire_family());
         let old = self.current_layout();
         let bytes = read_planes(self.engine(), self.image(), self.fourcc(), self.extent(), old, acquire)?;
         self.set_current_layout(vk::ImageLayout::TRANSFER_SRC_OPTIMAL);
@@ -227,7 +227,7 @@ impl ExportedImage<'_> {
             vk::AccessFlags::empty(),
         )
         .src_queue_family_index(engine.queue_family())
-        .dst_queue_family_index(engine.foreign_queue_family());
+        .dst_queue_family_index(self.release_family());
         engine.submit_and_wait(|device, cmd| {
             // SAFETY: recording state; the image was created with TRANSFER_DST usage by the
             // caller's request (VUID-vkCmdClearColorImage-image-00002) and is single-plane colour.

@@ -115,7 +115,7 @@ fn export_from_one_device_import_into_another() {
             assert!(common::expect_modifiers(), "plain lavapipe exported a dma-buf?");
             assert_eq!(exported.layout(), LINEAR, "the chosen modifier is reported, and is in the list");
             exported.clear_and_release([1.0, 0.0, 0.6, 1.0]).expect("render on A");
-            let image = b.import_dmabuf(exported.dmabuf(), SAMPLE_AND_READ).expect("import on B");
+            let image = b.import_dmabuf(exported.dmabuf().expect("a dma-buf export"), SAMPLE_AND_READ).expect("import on B");
             assert_eq!(image.path(), ImportPath::Explicit);
             let back = image.read_back().expect("read back on B");
             assert_eq!(back.len(), 70 * 45 * 4);
@@ -149,3 +149,38 @@ fn export_refuses_a_modifier_list_it_cannot_meet() {
     );
     common::assert_clean(&engine);
 }
+
+#[test]
+fn opaque_fd_between_two_engines_on_the_same_driver() {
+    let a = common::engine();
+    let b = common::engine();
+    let usage = vk::ImageUsageFlags::TRANSFER_DST | vk::ImageUsageFlags::TRANSFER_SRC;
+    let exported = a.export_opaque(Fourcc::ABGR8888, 33, 17, usage).expect("OPAQUE_FD export works in both configurations");
+    assert_eq!(exported.layout(), Layout::Implicit);
+    exported.clear_and_release([0.0, 1.0, 0.2, 1.0]).expect("render on A");
+    let share = exported.opaque_fd().expect("opaque share");
+    let image = b.import_opaque(share).expect("same driver, same device");
+    assert_eq!(image.path(), ImportPath::OpaqueFd);
+    let back = image.read_back().expect("read back on B");
+    for px in back.chunks_exact(4) {
+        assert_eq!(px, [0, 255, 51, 255]);
+    }
+    drop(image);
+    // A share that claims another driver is refused before Vulkan sees the fd.
+    let forged = dmabridge::OpaqueFd {
+        fd: share.fd.try_clone().expect("dup"),
+        allocation_size: share.allocation_size,
+        memory_type_index: share.memory_type_index,
+        device_uuid: share.device_uuid,
+        driver_uuid: [0xAB; 16],
+        fourcc: share.fourcc,
+        width: share.width,
+        height: share.height,
+        usage: share.usage,
+    };
+    assert!(matches!(b.import_opaque(&forged), Err(dmabridge::ImportError::ForeignOpaqueFd { .. })));
+    drop(exported);
+    common::assert_clean(&a);
+    common::assert_clean(&b);
+}
+

@@ -1,0 +1,124 @@
+//! `dmabridge import`: validate a dma-buf layout given on the command line, import it into
+//! Vulkan (explicitly where the device can, else through the buffer-copy fallback), read
+//! it back through the GPU and write each plane's visible rows, tightly packed, planes
+//! concatenated. The fds are inherited from the parent process.
+
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::process::ExitCode;
+
+use dmabridge::ash::vk;
+use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
+use dmabridge::interop::{Fourcc, Layout, Modifier};
+use dmabridge::{Engine, EngineOptions};
+
+#[derive(clap::Args)]
+pub struct ImportArgs {
+    /// DRM fourcc, trailing spaces optional (`R8` = `R8  `).
+    #[arg(long)]
+    format: String,
+    #[arg(long)]
+    width: u32,
+    #[arg(long)]
+    height: u32,
+    /// `0x` and 16 hex digits; `0x00ffffffffffffff` (INVALID) means an implicit layout.
+    #[arg(long, default_value = "0x0000000000000000")]
+    modifier: String,
+    /// FD:OFFSET:STRIDE of one plane, in plane order; FD is inherited from the parent.
+    #[arg(long = "plane", required = true)]
+    planes: Vec<String>,
+    /// Where to write the planes' visible rows, tightly packed and concatenated.
+    #[arg(long)]
+    out: std::path::PathBuf,
+}
+
+/// One plane as given on the command line.
+#[derive(Debug, PartialEq, Eq)]
+struct PlaneArg {
+    fd: i32,
+    offset: u64,
+    stride: u64,
+}
+
+fn parse_plane(s: &str) -> Result<PlaneArg, String> {
+    let parts: Vec<&str> = s.split(':').collect();
+    let [fd, offset, stride] = parts.as_slice() else {
+        return Err(format!("plane {s:?} must be FD:OFFSET:STRIDE"));
+    };
+    let fd: i32 = fd.parse().map_err(|_| format!("plane {s:?}: {fd:?} is not an fd number"))?;
+    if fd < 0 {
+        return Err(format!("plane {s:?}: fd {fd} is negative"));
+    }
+    let offset = offset.parse().map_err(|_| format!("plane {s:?}: offset {offset:?} is not a number"))?;
+    let stride = stride.parse().map_err(|_| format!("plane {s:?}: stride {stride:?} is not a number"))?;
+    Ok(PlaneArg { fd, offset, stride })
+}
+
+/// A dup of inherited fd `n`, after checking that `n` is open in this process.
+fn dup_inherited(n: i32) -> Result<OwnedFd, String> {
+    // An fd number from argv may be anything: confirm it names an open fd before treating
+    // it as one.
+    if std::fs::symlink_metadata(format!("/proc/self/fd/{n}")).is_err() {
+        return Err(format!("fd {n} is not open in this process (was it inherited?)"));
+    }
+    // SAFETY: fd `n` is open (checked just above) and nothing in this process closes it
+    // while it is borrowed here; the dup is an independent fd we own.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(n) };
+    borrowed.try_clone_to_owned().map_err(|e| format!("cannot dup fd {n}: {e}"))
+}
+
+fn build(args: &ImportArgs) -> Result<DmaBuf, String> {
+    let fourcc: Fourcc = args.format.parse().map_err(|e| format!("--format: {e}"))?;
+    let modifier = Modifier::parse_hex(&args.modifier).map_err(|e| format!("--modifier: {e}"))?;
+    if args.planes.len() > 4 {
+        return Err(format!("{} planes given; a dma-buf has 1 to 4", args.planes.len()));
+    }
+    let mut planes = Vec::with_capacity(args.planes.len());
+    for p in &args.planes {
+        let p = parse_plane(p)?;
+        planes.push(PlaneDesc { fd: dup_inherited(p.fd)?, offset: p.offset, stride: p.stride });
+    }
+    DmaBuf::new(fourcc, Layout::from_wire(modifier), args.width, args.height, planes).map_err(|e| e.to_string())
+}
+
+pub fn run(args: &ImportArgs) -> ExitCode {
+    let fail = |msg: String| {
+        eprintln!("dmabridge import: {msg}");
+        ExitCode::from(1)
+    };
+    let buf = match build(args) {
+        Ok(b) => b,
+        Err(e) => return fail(e),
+    };
+    let engine = match Engine::new(&EngineOptions::from_env()) {
+        Ok(e) => e,
+        Err(e) => return fail(e.to_string()),
+    };
+    let image = match engine.import_dmabuf(&buf, vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC) {
+        Ok(i) => i,
+        Err(e) => return fail(e.to_string()),
+    };
+    println!("path: {}", image.path());
+    let bytes = match image.read_back() {
+        Ok(b) => b,
+        Err(e) => return fail(e.to_string()),
+    };
+    if let Err(e) = std::fs::write(&args.out, &bytes) {
+        return fail(format!("cannot write {}: {e}", args.out.display()));
+    }
+    println!("wrote {} bytes to {}", bytes.len(), args.out.display());
+    drop(image);
+    crate::exit_status(&engine)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plane_syntax() {
+        assert_eq!(parse_plane("3:0:256"), Ok(PlaneArg { fd: 3, offset: 0, stride: 256 }));
+        for bad in ["3:0", "3:0:256:1", "x:0:1", "-1:0:1", "3:-1:1", "3:0:1e3", "3:18446744073709551616:1"] {
+            assert!(parse_plane(bad).is_err(), "{bad}");
+        }
+    }
+}

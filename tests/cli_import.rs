@@ -1,0 +1,105 @@
+//! `dmabridge import` is a contract: inherited fds, exact bytes out, exit 1 with a clear
+//! message for every layout the checks reject, never a crash.
+
+mod common;
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::process::{Command, Output};
+
+fn inheritable(bytes: &[u8]) -> OwnedFd {
+    // memfd_with sets CLOEXEC; a dup does not carry it, so the child inherits the dup.
+    rustix::io::dup(common::memfd_with(bytes)).expect("dup")
+}
+
+fn import(args: &[String]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dmabridge"))
+        .arg("import")
+        .args(args)
+        .env("DMABRIDGE_VALIDATION", "1")
+        .output()
+        .expect("run dmabridge")
+}
+
+fn out_path(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("dmabridge-cli-import-{}-{name}", std::process::id()))
+}
+
+fn s(v: impl ToString) -> String {
+    v.to_string()
+}
+
+#[test]
+fn ar24_with_offset_and_padded_stride() {
+    let (w, h, offset, stride) = (20usize, 10usize, 512usize, 20 * 4 + 48);
+    let packed = common::pattern(w * h * 4, 30);
+    let mut file = vec![0x55u8; offset + stride * h];
+    common::place_rows(&mut file, &packed, w * 4, h, offset, stride);
+    let fd = inheritable(&file);
+    let out = out_path("ar24");
+    let r = import(&[
+        s("--format"), s("AR24"), s("--width"), s(w), s("--height"), s(h), s("--modifier"), s("0x0000000000000000"),
+        s("--plane"), format!("{}:{offset}:{stride}", fd.as_raw_fd()), s("--out"), s(out.display()),
+    ]);
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert!(r.status.success(), "{}\n{}", stdout, String::from_utf8_lossy(&r.stderr));
+    let expected_path = if common::expect_modifiers() { "path: explicit" } else { "path: buffer-copy" };
+    assert!(stdout.contains(expected_path), "{stdout}");
+    assert_eq!(std::fs::read(&out).expect("output"), packed);
+    let _ = std::fs::remove_file(out);
+}
+
+#[test]
+fn nv12_two_fds_and_a_short_fourcc() {
+    let (w, h) = (32usize, 16usize);
+    let y = common::pattern(w * h, 31);
+    let uv = common::pattern(w * h / 2, 32);
+    let (fy, fuv) = (inheritable(&y), inheritable(&uv));
+    let out = out_path("nv12");
+    let r = import(&[
+        s("--format"), s("NV12"), s("--width"), s(w), s("--height"), s(h),
+        s("--plane"), format!("{}:0:{w}", fy.as_raw_fd()), s("--plane"), format!("{}:0:{w}", fuv.as_raw_fd()),
+        s("--out"), s(out.display()),
+    ]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let mut expected = y.clone();
+    expected.extend_from_slice(&uv);
+    assert_eq!(std::fs::read(&out).expect("output"), expected);
+    let _ = std::fs::remove_file(out);
+
+    // R8 without its trailing spaces.
+    let r8 = inheritable(&common::pattern(64, 33));
+    let out = out_path("r8");
+    let r = import(&[s("--format"), s("R8"), s("--width"), s(8), s("--height"), s(8), s("--plane"),
+        format!("{}:0:8", r8.as_raw_fd()), s("--out"), s(out.display())]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(std::fs::read(&out).expect("output").len(), 64);
+    let _ = std::fs::remove_file(out);
+}
+
+#[test]
+fn rejected_layouts_exit_1_with_a_message() {
+    let page = inheritable(&[0u8; 4096]);
+    let fd = page.as_raw_fd();
+    let out = s(out_path("never").display());
+    let cases: Vec<(Vec<String>, &str)> = vec![
+        (vec![s("--format"), s("AR24"), s("--width"), s(64), s("--height"), s(64), s("--plane"), format!("{fd}:0:256")], "past the end"),
+        (vec![s("--format"), s("AR24"), s("--width"), s(64), s("--height"), s(4), s("--plane"), format!("{fd}:0:100")], "stride"),
+        (vec![s("--format"), s("AR24"), s("--width"), s(4), s("--height"), s(4), s("--plane"), format!("{fd}:0:18446744073709551615")], "overflow"),
+        (vec![s("--format"), s("ZZZZ"), s("--width"), s(4), s("--height"), s(4), s("--plane"), format!("{fd}:0:16")], "ZZZZ"),
+        (vec![s("--format"), s("TOOLONG"), s("--width"), s(4), s("--height"), s(4), s("--plane"), format!("{fd}:0:16")], "--format"),
+        (vec![s("--format"), s("AR24"), s("--width"), s(4), s("--height"), s(4), s("--modifier"), s("0x12"), s("--plane"), format!("{fd}:0:16")], "--modifier"),
+        (vec![s("--format"), s("AR24"), s("--width"), s(4), s("--height"), s(4), s("--modifier"), s("0x0100000000000002"), s("--plane"), format!("{fd}:0:16")], "detiling"),
+        (vec![s("--format"), s("AR24"), s("--width"), s(4), s("--height"), s(4), s("--plane"), s("999:0:16")], "not open"),
+        (vec![s("--format"), s("AR24"), s("--width"), s(4), s("--height"), s(4), s("--plane"), format!("{fd}:0")], "FD:OFFSET:STRIDE"),
+        (vec![s("--format"), s("NV12"), s("--width"), s(4), s("--height"), s(4), s("--plane"), format!("{fd}:0:4")], "plane"),
+        (vec![s("--format"), s("AR24"), s("--width"), s(0), s("--height"), s(4), s("--plane"), format!("{fd}:0:16")], "0x4"),
+    ];
+    for (mut args, needle) in cases {
+        args.extend([s("--out"), out.clone()]);
+        let r = import(&args);
+        let stderr = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(1), "{args:?}: {stderr}");
+        assert!(stderr.contains(needle), "{args:?}: expected {needle:?} in {stderr}");
+        assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
+    }
+}

@@ -36,6 +36,13 @@ pub struct EngineOptions {
     pub validation: bool,
     /// Which device; `None` takes the best one (discrete > integrated > virtual > CPU).
     pub device: Option<DeviceSelector>,
+    /// Instance extensions the caller needs besides dmabridge's own (e.g. the surface
+    /// extensions `ash_window::enumerate_required_extensions` names). Creation fails if
+    /// the loader lacks one.
+    pub instance_extensions: Vec<CString>,
+    /// Device extensions the caller needs besides dmabridge's wish list (e.g.
+    /// `VK_KHR_swapchain`). A device that lacks one is not chosen.
+    pub device_extensions: Vec<CString>,
 }
 
 impl EngineOptions {
@@ -44,6 +51,7 @@ impl EngineOptions {
         EngineOptions {
             validation: std::env::var("DMABRIDGE_VALIDATION").is_ok_and(|v| v == "1" || v == "true"),
             device: std::env::var("DMABRIDGE_DEVICE").ok().filter(|s| !s.is_empty()).map(|s| DeviceSelector::parse(&s)),
+            ..EngineOptions::default()
         }
     }
 }
@@ -63,6 +71,8 @@ pub enum EngineError {
     NoSuchDevice { selector: DeviceSelector, available: String },
     #[error("queue family {0} does not exist on the host's device")]
     BadQueueFamily(u32),
+    #[error("the Vulkan loader lacks instance extension {0}")]
+    MissingInstanceExtension(String),
 }
 
 pub(crate) fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> EngineError {
@@ -130,7 +140,7 @@ impl Engine {
         // the process depends on it not being loaded.
         let entry = unsafe { ash::Entry::load()? };
         let validation = options.validation.then(ValidationLog::default);
-        let instance = create_instance(&entry, validation.is_some())?;
+        let instance = create_instance(&entry, validation.is_some(), &options.instance_extensions)?;
         // From here on the instance must be destroyed on every error path.
         let messenger = match &validation {
             Some(log) => match Messenger::new(&entry, &instance, log.clone()) {
@@ -143,7 +153,7 @@ impl Engine {
             },
             None => None,
         };
-        let result = create_device(&instance, options.device.as_ref());
+        let result = create_device(&instance, options.device.as_ref(), &options.device_extensions);
         let (physical, device, queue_family, extensions) = match result {
             Ok(v) => v,
             Err(e) => {
@@ -341,7 +351,7 @@ impl Drop for Engine {
     }
 }
 
-fn create_instance(entry: &ash::Entry, validation: bool) -> Result<ash::Instance, EngineError> {
+fn create_instance(entry: &ash::Entry, validation: bool, extra: &[CString]) -> Result<ash::Instance, EngineError> {
     // SAFETY: plain queries of the loader.
     let loader_version = unsafe { entry.try_enumerate_instance_version() }
         .map_err(vk_err("vkEnumerateInstanceVersion"))?
@@ -358,6 +368,17 @@ fn create_instance(entry: &ash::Entry, validation: bool) -> Result<ash::Instance
         }
         layers.push(LAYER_NAME.as_ptr());
         extensions.push(ash::ext::debug_utils::NAME.as_ptr());
+    }
+    if !extra.is_empty() {
+        // SAFETY: plain query of the loader.
+        let available = unsafe { entry.enumerate_instance_extension_properties(None) }
+            .map_err(vk_err("vkEnumerateInstanceExtensionProperties"))?;
+        for name in extra {
+            if !available.iter().any(|p| p.extension_name_as_c_str().is_ok_and(|n| n == name.as_c_str())) {
+                return Err(EngineError::MissingInstanceExtension(name.to_string_lossy().into_owned()));
+            }
+            extensions.push(name.as_ptr());
+        }
     }
     let app = vk::ApplicationInfo::default()
         .application_name(c"dmabridge")
@@ -428,7 +449,11 @@ fn pick_queue_family(instance: &ash::Instance, pd: vk::PhysicalDevice) -> Option
 
 type CreatedDevice = (vk::PhysicalDevice, ash::Device, u32, EnabledExtensions);
 
-fn create_device(instance: &ash::Instance, selector: Option<&DeviceSelector>) -> Result<CreatedDevice, EngineError> {
+fn create_device(
+    instance: &ash::Instance,
+    selector: Option<&DeviceSelector>,
+    extra: &[CString],
+) -> Result<CreatedDevice, EngineError> {
     // SAFETY: plain query of a valid instance.
     let devices = unsafe { instance.enumerate_physical_devices() }.map_err(vk_err("vkEnumeratePhysicalDevices"))?;
     let candidates: Vec<(usize, vk::PhysicalDevice, u32)> = devices
@@ -437,7 +462,12 @@ fn create_device(instance: &ash::Instance, selector: Option<&DeviceSelector>) ->
         .filter_map(|(i, &pd)| {
             // SAFETY: pd comes from this instance.
             let props = unsafe { instance.get_physical_device_properties(pd) };
-            (props.api_version >= vk::API_VERSION_1_1)
+            // SAFETY: pd comes from this instance.
+            let offered = unsafe { instance.enumerate_device_extension_properties(pd) }.unwrap_or_default();
+            let has_extra = extra
+                .iter()
+                .all(|e| offered.iter().any(|p| p.extension_name_as_c_str().is_ok_and(|n| n == e.as_c_str())));
+            (props.api_version >= vk::API_VERSION_1_1 && has_extra)
                 .then(|| pick_queue_family(instance, pd).map(|q| (i, pd, q)))
                 .flatten()
         })
@@ -471,7 +501,8 @@ fn create_device(instance: &ash::Instance, selector: Option<&DeviceSelector>) ->
     let available = unsafe { instance.enumerate_device_extension_properties(physical) }
         .map_err(vk_err("vkEnumerateDeviceExtensionProperties"))?;
     let extensions = EnabledExtensions::choose(&available);
-    let names = extensions.names();
+    let mut names = extensions.names();
+    names.extend(extra.iter().filter(|e| !names.contains(e)).cloned().collect::<Vec<_>>());
     let name_ptrs: Vec<_> = names.iter().map(|n| n.as_ptr()).collect();
 
     let mut ycbcr = vk::PhysicalDeviceSamplerYcbcrConversionFeatures::default();

@@ -10,6 +10,15 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 source scripts/emulation.sh
 
+# Display servers some tests need (each script installs, starts and registers its own
+# cleanup; see scripts/services/*.sh). They are stopped however this script exits.
+SERVICES_STOP=()
+stop_services() { for f in "${SERVICES_STOP[@]}"; do "$f" || true; done; }
+trap stop_services EXIT
+for svc in scripts/services/*.sh; do
+    [ -e "$svc" ] && source "$svc"
+done
+
 # Build once, without the preload, so that cargo and rustc never run under it.
 cargo test --workspace --all-targets --no-run --quiet
 

@@ -34,7 +34,7 @@ pub fn expect_modifiers() -> bool {
 
 /// An engine of its own with the validation layer on.
 pub fn engine() -> Engine {
-    Engine::new(&EngineOptions { validation: true, device: None })
+    Engine::new(&EngineOptions { validation: true, ..EngineOptions::default() })
         .unwrap_or_else(|e| panic!("cannot create a validated engine (run scripts/setup.sh): {e}"))
 }
 

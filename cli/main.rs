@@ -4,6 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod convert;
 mod import;
 mod probe;
 
@@ -20,6 +21,8 @@ enum Command {
     Probe(probe::ProbeArgs),
     /// Validate and import a dma-buf given as inherited fds, read it back through the GPU.
     Import(import::ImportArgs),
+    /// Convert between tiled and linear layouts, and between YUV and RGB, on the GPU.
+    Convert(convert::ConvertArgs),
 }
 
 fn main() -> ExitCode {
@@ -33,6 +36,7 @@ fn main() -> ExitCode {
     match cli.command {
         Command::Probe(args) => probe::run(&args),
         Command::Import(args) => import::run(&args),
+        Command::Convert(args) => convert::run(&args),
     }
 }
 

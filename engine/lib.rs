@@ -8,6 +8,7 @@
 
 pub mod caps;
 pub mod commands;
+pub mod convert;
 pub mod device;
 pub mod export;
 pub mod extensions;
@@ -15,6 +16,7 @@ pub mod import;
 pub mod import_cache;
 pub mod probe;
 pub mod readback;
+pub mod shaders;
 pub mod validation;
 pub mod vk_format;
 
@@ -23,6 +25,7 @@ pub use dmabridge_interop as interop;
 
 pub use caps::{CapsError, CapsQuery, CapsSource, FormatCaps, ModifierCaps, Usage};
 pub use device::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
+pub use convert::{ConvertError, Converter, GpuBuffer};
 pub use export::{ExportError, ExportRequest, ExportedImage, OpaqueFd, Shared};
 pub use extensions::{DeviceExtension, EnabledExtensions};
 pub use import::{ImportError, ImportPath, ImportedImage};

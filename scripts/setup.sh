@@ -26,7 +26,7 @@ egl_ok() {
 
 pkg_ok() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
-PKGS=(libvulkan1 vulkan-validationlayers gcc libc6-dev libegl1 libgles2 glslc spirv-tools)
+PKGS=(libvulkan1 vulkan-validationlayers gcc libc6-dev libegl1 libgles2 glslc spirv-tools gstreamer1.0-tools gstreamer1.0-plugins-base)
 missing=()
 for p in "${PKGS[@]}"; do pkg_ok "$p" || missing+=("$p"); done
 

@@ -1,0 +1,516 @@
+//! Conversions on the GPU: tiled <-> linear for every [`TileLayout`], and NV12/P010 <->
+//! RGBA8, with the compute shaders of `shaders/` (interface documented in
+//! [`dmabridge_interop::tiling::gpu`]). The push constants and dispatch sizes come from the
+//! same geometry as the CPU reference in [`dmabridge_interop::tiling`], which the tests
+//! compare against byte for byte.
+//!
+//! Buffers are host-visible storage buffers ([`GpuBuffer`]): on lavapipe all memory is
+//! host memory. A discrete GPU would stage through device-local memory; the recording
+//! functions ([`Converter::record_planes`]) take any buffers, so that is the caller's choice.
+
+use ash::vk;
+use dmabridge_interop::tiling::gpu::{
+    plane_dispatches, rgba_to_nv12_dispatch, yuv_to_rgba_dispatch, ColourPushConstants, Dispatch, GpuParamError,
+    TilePushConstants,
+};
+use dmabridge_interop::tiling::{packed_planes, tiled_size, ColourMatrix, ColourRange, LinearPlane, TilingError};
+use dmabridge_interop::{Fourcc, TileLayout};
+
+use crate::commands::SubmitError;
+use crate::shaders::{spirv_words, COLOUR_SPV, TILE_SPV};
+use crate::Engine;
+
+/// Why a GPU conversion failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ConvertError {
+    #[error(transparent)]
+    Params(#[from] GpuParamError),
+    #[error(transparent)]
+    Tiling(#[from] TilingError),
+    #[error("input is {got} bytes, but a {what} needs {expected}")]
+    InputSize { what: String, expected: u64, got: u64 },
+    #[error("embedded SPIR-V is malformed: {0}")]
+    SpirV(std::io::Error),
+    #[error("no host-visible memory type for a storage buffer")]
+    NoMemoryType,
+    #[error("{call} failed: {result}")]
+    Vk { call: &'static str, result: vk::Result },
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+}
+
+fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> ConvertError {
+    move |result| ConvertError::Vk { call, result }
+}
+
+/// A persistently mapped, host-visible storage buffer.
+pub struct GpuBuffer<'e> {
+    engine: &'e Engine,
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+    len: usize,
+    ptr: *mut u8,
+}
+
+impl<'e> GpuBuffer<'e> {
+    /// A zeroed buffer of `len` bytes (the allocation is rounded up: the shaders read whole
+    /// 16-byte groups at the end of a plane).
+    pub fn new(engine: &'e Engine, len: usize) -> Result<Self, ConvertError> {
+        let device = engine.device();
+        let size = (len as u64).div_ceil(16) * 16 + 64;
+        let info = vk::BufferCreateInfo::default()
+            .size(size)
+            .usage(
+                vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
+            )
+            .sharing_mode(vk::SharingMode::EXCLUSIVE);
+        // SAFETY: valid create info.
+        let buffer = unsafe { device.create_buffer(&info, None) }.map_err(vk_err("vkCreateBuffer"))?;
+        let mut b = GpuBuffer { engine, buffer, memory: vk::DeviceMemory::null(), len, ptr: std::ptr::null_mut() };
+        // SAFETY: buffer of this device.
+        let reqs = unsafe { device.get_buffer_memory_requirements(buffer) };
+        let type_index = engine
+            .memory_type(reqs.memory_type_bits, vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT)
+            .ok_or(ConvertError::NoMemoryType)?;
+        let alloc = vk::MemoryAllocateInfo::default().allocation_size(reqs.size).memory_type_index(type_index);
+        // SAFETY: plain allocation in an allowed type.
+        b.memory = unsafe { device.allocate_memory(&alloc, None) }.map_err(vk_err("vkAllocateMemory"))?;
+        // SAFETY: unbound buffer, memory of reqs.size, offset 0.
+        unsafe { device.bind_buffer_memory(buffer, b.memory, 0) }.map_err(vk_err("vkBindBufferMemory"))?;
+        // SAFETY: host-visible memory, mapped once for the buffer's life (VUID-vkMapMemory-memory-00678).
+        let ptr = unsafe { device.map_memory(b.memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
+            .map_err(vk_err("vkMapMemory"))?;
+        b.ptr = ptr.cast();
+        // SAFETY: the mapping covers reqs.size >= size bytes, exclusively ours.
+        unsafe { std::ptr::write_bytes(b.ptr, 0, size as usize) };
+        Ok(b)
+    }
+
+    /// A buffer holding a copy of `bytes`.
+    pub fn from_bytes(engine: &'e Engine, bytes: &[u8]) -> Result<Self, ConvertError> {
+        let mut b = Self::new(engine, bytes.len())?;
+        b.bytes_mut().copy_from_slice(bytes);
+        Ok(b)
+    }
+
+    pub fn buffer(&self) -> vk::Buffer {
+        self.buffer
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The contents. Only meaningful when no GPU work writing the buffer is pending
+    /// (every dmabridge submission waits for completion).
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is at least `len` bytes, lives as long as `self`, and the
+        // memory is coherent; no GPU write is pending (see above).
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    pub fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as for `bytes`, and `&mut self` makes this the only view.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+impl Drop for GpuBuffer<'_> {
+    fn drop(&mut self) {
+        let device = self.engine.device();
+        // SAFETY: objects of this device; every submission using them was waited for.
+        unsafe {
+            if !self.ptr.is_null() {
+                device.unmap_memory(self.memory);
+            }
+            device.destroy_buffer(self.buffer, None);
+            if self.memory != vk::DeviceMemory::null() {
+                device.free_memory(self.memory, None);
+            }
+        }
+    }
+}
+
+/// A compute pipeline whose bindings are all storage buffers.
+struct Pipeline {
+    set_layout: vk::DescriptorSetLayout,
+    layout: vk::PipelineLayout,
+    pipeline: vk::Pipeline,
+    bindings: u32,
+}
+
+impl Pipeline {
+    fn new(device: &ash::Device, spv: &[u8], bindings: u32, push_size: u32) -> Result<Pipeline, ConvertError> {
+        let words = spirv_words(spv).map_err(ConvertError::SpirV)?;
+        let binding_info: Vec<_> = (0..bindings)
+            .map(|b| {
+                vk::DescriptorSetLayoutBinding::default()
+                    .binding(b)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .descriptor_count(1)
+                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
+            })
+            .collect();
+        let mut p = Pipeline {
+            set_layout: vk::DescriptorSetLayout::null(),
+            layout: vk::PipelineLayout::null(),
+            pipeline: vk::Pipeline::null(),
+            bindings,
+        };
+        // On error `p` is dropped by the caller's `destroy`; collect what exists so far.
+        let result = (|| {
+            // SAFETY: valid create infos; the SPIR-V was validated by spirv-val at build time
+            // (VUID-VkShaderModuleCreateInfo-pCode-08737).
+            unsafe {
+                p.set_layout = device
+                    .create_descriptor_set_layout(&vk::DescriptorSetLayoutCreateInfo::default().bindings(&binding_info), None)
+                    .map_err(vk_err("vkCreateDescriptorSetLayout"))?;
+                let ranges =
+                    [vk::PushConstantRange::default().stage_flags(vk::ShaderStageFlags::COMPUTE).offset(0).size(push_size)];
+                let layouts = [p.set_layout];
+                p.layout = device
+                    .create_pipeline_layout(
+                        &vk::PipelineLayoutCreateInfo::default().set_layouts(&layouts).push_constant_ranges(&ranges),
+                        None,
+                    )
+                    .map_err(vk_err("vkCreatePipelineLayout"))?;
+                let module = device
+                    .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None)
+                    .map_err(vk_err("vkCreateShaderModule"))?;
+                let stage = vk::PipelineShaderStageCreateInfo::default()
+                    .stage(vk::ShaderStageFlags::COMPUTE)
+                    .module(module)
+                    .name(c"main");
+                let info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(p.layout);
+                let created = device.create_compute_pipelines(vk::PipelineCache::null(), &[info], None);
+                device.destroy_shader_module(module, None);
+                p.pipeline = created.map_err(|(_, r)| ConvertError::Vk { call: "vkCreateComputePipelines", result: r })?[0];
+            }
+            Ok::<(), ConvertError>(())
+        })();
+        match result {
+            Ok(()) => Ok(p),
+            Err(e) => {
+                p.destroy(device);
+                Err(e)
+            }
+        }
+    }
+
+    fn destroy(&self, device: &ash::Device) {
+        // SAFETY: objects of this device, no longer used by pending work; null handles are
+        // ignored by the destroy functions.
+        unsafe {
+            device.destroy_pipeline(self.pipeline, None);
+            device.destroy_pipeline_layout(self.layout, None);
+            device.destroy_descriptor_set_layout(self.set_layout, None);
+        }
+    }
+}
+
+/// The conversion pipelines of one engine.
+pub struct Converter<'e> {
+    engine: &'e Engine,
+    tile: Pipeline,
+    colour: Pipeline,
+    pool: vk::DescriptorPool,
+}
+
+/// The largest number of descriptor sets one submission uses (tiled -> tiled: two).
+const MAX_SETS: u32 = 4;
+
+impl<'e> Converter<'e> {
+    pub fn new(engine: &'e Engine) -> Result<Self, ConvertError> {
+        let device = engine.device();
+        let tile = Pipeline::new(device, TILE_SPV, 2, std::mem::size_of::<TilePushConstants>() as u32)?;
+        let colour = match Pipeline::new(device, COLOUR_SPV, 3, std::mem::size_of::<ColourPushConstants>() as u32) {
+            Ok(c) => c,
+            Err(e) => {
+                tile.destroy(device);
+                return Err(e);
+            }
+        };
+        let sizes = [vk::DescriptorPoolSize { ty: vk::DescriptorType::STORAGE_BUFFER, descriptor_count: MAX_SETS * 3 }];
+        let info = vk::DescriptorPoolCreateInfo::default().max_sets(MAX_SETS).pool_sizes(&sizes);
+        // SAFETY: valid create info.
+        let pool = match unsafe { device.create_descriptor_pool(&info, None) } {
+            Ok(p) => p,
+            Err(result) => {
+                tile.destroy(device);
+                colour.destroy(device);
+                return Err(ConvertError::Vk { call: "vkCreateDescriptorPool", result });
+            }
+        };
+        Ok(Converter { engine, tile, colour, pool })
+    }
+
+    pub fn engine(&self) -> &'e Engine {
+        self.engine
+    }
+
+    /// A descriptor set of `pipeline` with `buffers` at bindings 0.. in order.
+    fn set(&self, pipeline: &Pipeline, buffers: &[vk::Buffer]) -> Result<vk::DescriptorSet, ConvertError> {
+        let device = self.engine.device();
+        let layouts = [pipeline.set_layout];
+        let alloc = vk::DescriptorSetAllocateInfo::default().descriptor_pool(self.pool).set_layouts(&layouts);
+        // SAFETY: the pool was sized for MAX_SETS sets, and it is reset after every submission.
+        let set = unsafe { device.allocate_descriptor_sets(&alloc) }.map_err(vk_err("vkAllocateDescriptorSets"))?[0];
+        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers
+            .iter()
+            .map(|b| [vk::DescriptorBufferInfo { buffer: *b, offset: 0, range: vk::WHOLE_SIZE }])
+            .collect();
+        let writes: Vec<_> = infos
+            .iter()
+            .enumerate()
+            .take(pipeline.bindings as usize)
+            .map(|(i, info)| {
+                vk::WriteDescriptorSet::default()
+                    .dst_set(set)
+                    .dst_binding(i as u32)
+                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
+                    .buffer_info(info)
+            })
+            .collect();
+        // SAFETY: the set is not in use; the buffers have STORAGE_BUFFER usage
+        // (VUID-VkWriteDescriptorSet-descriptorType-00331).
+        unsafe { device.update_descriptor_sets(&writes, &[]) };
+        Ok(set)
+    }
+
+    fn reset_pool(&self) {
+        // SAFETY: called only after the submission using the sets was waited for
+        // (VUID-vkResetDescriptorPool-descriptorPool-00313).
+        let _ = unsafe { self.engine.device().reset_descriptor_pool(self.pool, vk::DescriptorPoolResetFlags::empty()) };
+    }
+
+    /// Records `dispatches` of `pipeline` with `set`, each followed by a barrier so that the
+    /// next dispatch (or a later transfer/host read) sees its writes.
+    fn record<P: PushBytes>(&self, cmd: vk::CommandBuffer, pipeline: &Pipeline, set: vk::DescriptorSet, dispatches: &[Dispatch<P>]) {
+        let device = self.engine.device();
+        let barrier = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
+            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::HOST_READ | vk::AccessFlags::TRANSFER_READ);
+        // SAFETY: recording state; pipeline, layout and set belong to this device; the push
+        // constants are exactly the range declared (VUID-vkCmdPushConstants-offset-01795) and
+        // the group counts are within maxComputeWorkGroupCount (65535, checked by the
+        // dispatch builders).
+        unsafe {
+            device.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipeline.pipeline);
+            device.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::COMPUTE, pipeline.layout, 0, &[set], &[]);
+            for d in dispatches {
+                device.cmd_push_constants(cmd, pipeline.layout, vk::ShaderStageFlags::COMPUTE, 0, d.push.push_bytes());
+                let [x, y, z] = d.group_counts;
+                device.cmd_dispatch(cmd, x, y, z);
+                device.cmd_pipeline_barrier(
+                    cmd,
+                    vk::PipelineStageFlags::COMPUTE_SHADER,
+                    vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::HOST | vk::PipelineStageFlags::TRANSFER,
+                    vk::DependencyFlags::empty(),
+                    &[barrier],
+                    &[],
+                    &[],
+                );
+            }
+        }
+    }
+
+    /// Records the per-plane dispatches between a tiled buffer (`tiled`, starting at
+    /// `tiled_base`) and a linear one (`linear`, planes at `planes`), into `cmd`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn record_planes(
+        &self,
+        cmd: vk::CommandBuffer,
+        layout: TileLayout,
+        fourcc: Fourcc,
+        (width, height): (u32, u32),
+        tiled: vk::Buffer,
+        tiled_base: u64,
+        linear: vk::Buffer,
+        planes: &[LinearPlane],
+        to_tiled: bool,
+    ) -> Result<(), ConvertError> {
+        let dispatches = plane_dispatches(layout, fourcc, width, height, tiled_base, planes, to_tiled)?;
+        let set = if to_tiled { self.set(&self.tile, &[linear, tiled])? } else { self.set(&self.tile, &[tiled, linear])? };
+        self.record(cmd, &self.tile, set, &dispatches);
+        Ok(())
+    }
+
+    /// Tiled `src` (the concatenated tiled buffer from byte 0) -> linear `dst` at `planes`
+    /// (any offset and stride). Bytes of `dst` outside the visible rows are left alone.
+    pub fn detile(
+        &self,
+        layout: TileLayout,
+        fourcc: Fourcc,
+        extent: (u32, u32),
+        src: &GpuBuffer<'_>,
+        dst: &GpuBuffer<'_>,
+        planes: &[LinearPlane],
+    ) -> Result<(), ConvertError> {
+        let g = tiled_size(layout, fourcc, extent.0, extent.1)?;
+        need("tiled source", g.size, src.len())?;
+        self.run(|cmd| self.record_planes(cmd, layout, fourcc, extent, src.buffer(), 0, dst.buffer(), planes, false))
+    }
+
+    /// Linear `src` at `planes` -> tiled `dst` (from byte 0, padding zeroed).
+    pub fn tile(
+        &self,
+        layout: TileLayout,
+        fourcc: Fourcc,
+        extent: (u32, u32),
+        src: &GpuBuffer<'_>,
+        planes: &[LinearPlane],
+        dst: &GpuBuffer<'_>,
+    ) -> Result<(), ConvertError> {
+        let g = tiled_size(layout, fourcc, extent.0, extent.1)?;
+        need("tiled destination", g.size, dst.len())?;
+        self.run(|cmd| self.record_planes(cmd, layout, fourcc, extent, dst.buffer(), 0, src.buffer(), planes, true))
+    }
+
+    /// Converts a whole buffer between two layouts, bytes in, bytes out: the CLI's and the
+    /// tests' entry point. Linear means tightly packed planes; a tiled layout follows the
+    /// tiled-buffer conventions. Tiled -> tiled goes through linear on the GPU.
+    pub fn convert_layout(
+        &self,
+        from: TileLayout,
+        to: TileLayout,
+        fourcc: Fourcc,
+        (width, height): (u32, u32),
+        input: &[u8],
+    ) -> Result<Vec<u8>, ConvertError> {
+        let src_g = tiled_size(from, fourcc, width, height)?;
+        need(&format!("{from} {fourcc} {width}x{height} image"), src_g.size, input.len())?;
+        let dst_g = tiled_size(to, fourcc, width, height)?;
+        let packed = packed_planes(fourcc, width, height)?;
+        let linear_len = tiled_size(TileLayout::Linear, fourcc, width, height)?.size;
+        let src = GpuBuffer::from_bytes(self.engine, &input[..src_g.size as usize])?;
+        let dst = GpuBuffer::new(self.engine, dst_g.size as usize)?;
+        let extent = (width, height);
+        match (from == TileLayout::Linear, to == TileLayout::Linear) {
+            (true, true) => return Ok(input[..src_g.size as usize].to_vec()),
+            (false, true) => self.detile(from, fourcc, extent, &src, &dst, &packed)?,
+            (true, false) => self.tile(to, fourcc, extent, &src, &packed, &dst)?,
+            (false, false) => {
+                let mid = GpuBuffer::new(self.engine, linear_len as usize)?;
+                self.run(|cmd| {
+                    self.record_planes(cmd, from, fourcc, extent, src.buffer(), 0, mid.buffer(), &packed, false)?;
+                    self.record_planes(cmd, to, fourcc, extent, dst.buffer(), 0, mid.buffer(), &packed, true)
+                })?;
+            }
+        }
+        Ok(dst.bytes().to_vec())
+    }
+
+    /// NV12/P010 (tightly packed) -> RGBA8 (tightly packed).
+    pub fn yuv_to_rgba(
+        &self,
+        fourcc: Fourcc,
+        matrix: ColourMatrix,
+        range: ColourRange,
+        (width, height): (u32, u32),
+        input: &[u8],
+    ) -> Result<Vec<u8>, ConvertError> {
+        let g = tiled_size(TileLayout::Linear, fourcc, width, height)?;
+        need(&format!("{fourcc} {width}x{height} image"), g.size, input.len())?;
+        let planes = packed_planes(fourcc, width, height)?;
+        let rgba_len = width as u64 * height as u64 * 4;
+        let rgba = LinearPlane { offset: 0, stride: width as u64 * 4 };
+        let d = yuv_to_rgba_dispatch(fourcc, matrix, range, width, height, &planes, rgba)?;
+        let src = GpuBuffer::from_bytes(self.engine, &input[..g.size as usize])?;
+        let dst = GpuBuffer::new(self.engine, rgba_len as usize)?;
+        self.run(|cmd| {
+            let set = self.set(&self.colour, &[src.buffer(), src.buffer(), dst.buffer()])?;
+            self.record(cmd, &self.colour, set, &[d]);
+            Ok(())
+        })?;
+        Ok(dst.bytes().to_vec())
+    }
+
+    /// RGBA8 (tightly packed) -> NV12 (tightly packed).
+    pub fn rgba_to_nv12(
+        &self,
+        matrix: ColourMatrix,
+        range: ColourRange,
+        (width, height): (u32, u32),
+        input: &[u8],
+    ) -> Result<Vec<u8>, ConvertError> {
+        let rgba_len = width as u64 * height as u64 * 4;
+        need(&format!("RGBA {width}x{height} image"), rgba_len, input.len())?;
+        let packed = packed_planes(Fourcc::NV12, width, height)?;
+        let nv12_len = tiled_size(TileLayout::Linear, Fourcc::NV12, width, height)?.size;
+        // The shader writes whole 32-bit words of each NV12 row, so it needs strides and
+        // offsets that are multiples of 4; it writes into such rows and the host repacks.
+        let stride = (width as u64).div_ceil(4) * 4;
+        let rows = height as u64;
+        let aligned = [LinearPlane { offset: 0, stride }, LinearPlane { offset: stride * rows, stride }];
+        let aligned_len = stride * rows + stride * rows.div_ceil(2);
+        let rgba = LinearPlane { offset: 0, stride: width as u64 * 4 };
+        let d = rgba_to_nv12_dispatch(matrix, range, width, height, rgba, &aligned)?;
+        let src = GpuBuffer::from_bytes(self.engine, &input[..rgba_len as usize])?;
+        let dst = GpuBuffer::new(self.engine, aligned_len as usize)?;
+        self.run(|cmd| {
+            let set = self.set(&self.colour, &[dst.buffer(), dst.buffer(), src.buffer()])?;
+            self.record(cmd, &self.colour, set, &[d]);
+            Ok(())
+        })?;
+        let mut out = vec![0u8; nv12_len as usize];
+        let bytes = dst.bytes();
+        for (plane, (from, to)) in aligned.iter().zip(&packed).enumerate() {
+            let plane_rows = if plane == 0 { rows } else { rows.div_ceil(2) };
+            let row = to.stride as usize;
+            for r in 0..plane_rows {
+                let s = (from.offset + r * from.stride) as usize;
+                let d = (to.offset + r * to.stride) as usize;
+                out[d..d + row].copy_from_slice(&bytes[s..s + row]);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Records with `record`, submits, waits, and frees the descriptor sets.
+    fn run(&self, record: impl FnOnce(vk::CommandBuffer) -> Result<(), ConvertError>) -> Result<(), ConvertError> {
+        let mut inner = Ok(());
+        let submitted = self.engine.submit_and_wait(|_, cmd| inner = record(cmd));
+        self.reset_pool();
+        inner?;
+        submitted?;
+        Ok(())
+    }
+}
+
+impl Drop for Converter<'_> {
+    fn drop(&mut self) {
+        let device = self.engine.device();
+        self.tile.destroy(device);
+        self.colour.destroy(device);
+        // SAFETY: no set of the pool is in use (every submission was waited for).
+        unsafe { device.destroy_descriptor_pool(self.pool, None) };
+    }
+}
+
+fn need(what: &str, expected: u64, got: usize) -> Result<(), ConvertError> {
+    if (got as u64) < expected {
+        return Err(ConvertError::InputSize { what: what.to_owned(), expected, got: got as u64 });
+    }
+    Ok(())
+}
+
+/// The push-constant bytes of a dispatch.
+trait PushBytes {
+    fn push_bytes(&self) -> &[u8];
+}
+
+impl PushBytes for TilePushConstants {
+    fn push_bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}
+
+impl PushBytes for ColourPushConstants {
+    fn push_bytes(&self) -> &[u8] {
+        self.as_bytes()
+    }
+}

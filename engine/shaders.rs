@@ -1,0 +1,36 @@
+//! The compute shaders, compiled to SPIR-V by `build.rs` (glslc + spirv-val) and embedded.
+//!
+//! The push-constant structs and dispatch sizes live in the Vulkan-free crate, next to the
+//! CPU reference they are derived from, and are re-exported here:
+//! [`dmabridge_interop::tiling::gpu`] documents the bindings and the dispatch of each shader.
+
+pub use dmabridge_interop::tiling::gpu::{
+    detile_plane, group_counts, plane_dispatches, rgba_to_nv12_dispatch, tile_plane, yuv_to_rgba_dispatch,
+    ColourPushConstants, Dispatch, GpuParamError, TilePushConstants, LOCAL_SIZE,
+};
+
+/// SPIR-V of `shaders/tile.comp` (tiled <-> linear, one plane per dispatch), as bytes.
+pub static TILE_SPV: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/tile.spv"));
+
+/// SPIR-V of `shaders/colour.comp` (NV12/P010 -> RGBA8, RGBA8 -> NV12), as bytes.
+pub static COLOUR_SPV: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/colour.spv"));
+
+/// The words of a SPIR-V module, for `vk::ShaderModuleCreateInfo::code`. `read_spv`
+/// copies into an aligned `Vec<u32>` (an embedded `&[u8]` has no 4-byte alignment
+/// guarantee) and checks the magic number and length.
+pub fn spirv_words(spv: &[u8]) -> std::io::Result<Vec<u32>> {
+    ash::util::read_spv(&mut std::io::Cursor::new(spv))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_modules_are_spirv() {
+        for spv in [TILE_SPV, COLOUR_SPV] {
+            let words = spirv_words(spv).unwrap();
+            assert_eq!(words[0], 0x0723_0203);
+        }
+    }
+}

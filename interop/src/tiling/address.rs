@@ -1,0 +1,165 @@
+//! The byte address of `(x, y)` (x in bytes, y in rows) inside one tiled plane.
+//!
+//! Every layout reduces to a tile index (which tile holds the byte) and an offset inside the
+//! tile. These functions are the single definition of both: the CPU copy loops call them in
+//! both directions, and `shaders/tile.comp` mirrors them line for line (keep the two in step;
+//! the `AddressKind` discriminants are the shader's `layout_kind` values).
+
+use super::geometry::PlaneGeometry;
+
+/// Layout families that share an address function. The discriminant is the shader's id.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum AddressKind {
+    /// Rows one after another, `pitch` bytes apart.
+    Linear = 0,
+    /// Row-major tiles with bytes row-major inside (i915-x, vivante, allwinner, the V4L2
+    /// NV12 decoder layouts).
+    RowMajorTiles = 1,
+    /// i915 Y-tiles: 16-byte columns, column-major inside a 128x32 tile.
+    I915Y = 2,
+    /// 64x32 tiles in GStreamer's ZFLIPZ_2X2 order, bytes row-major inside.
+    SamsungZFlipZ = 3,
+    /// NVIDIA 16Bx2 block linear: blocks of 64 bytes x `tile_height` rows (2^N GOBs).
+    NvidiaBlock = 4,
+}
+
+/// Everything the address function of one plane needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlaneAddress {
+    pub kind: AddressKind,
+    /// Tile (block) width in bytes; 1 for linear.
+    pub tile_width: u32,
+    /// Tile (block) height in rows; 1 for linear.
+    pub tile_height: u32,
+    /// Tiles per row of tiles.
+    pub tiles_x: u32,
+    /// Rows of tiles.
+    pub tiles_y: u32,
+    /// Bytes per row; only [`AddressKind::Linear`] uses it.
+    pub pitch: u64,
+}
+
+/// Offset of byte `(x, y)` inside an i915 Y-tile (`x < 128`, `y < 32`).
+pub const fn i915y_in_tile(x: u32, y: u32) -> u32 {
+    (x / 16) * 512 + y * 16 + x % 16
+}
+
+/// Offset of byte `(x, y)` inside an NVIDIA GOB (64 bytes x 8 rows): 16-byte x 2-row
+/// sectors, as `DRM_FORMAT_MOD_NVIDIA_16BX2_BLOCK` defines them.
+pub const fn nvidia_gob_offset(x: u32, y: u32) -> u32 {
+    ((x % 64) / 32) * 256 + ((y % 8) / 2) * 64 + ((x % 32) / 16) * 32 + (y % 2) * 16 + x % 16
+}
+
+/// Index of tile `(tx, ty)` in memory, for GStreamer's `GST_VIDEO_TILE_MODE_ZFLIPZ_2X2`
+/// (`gst_video_tile_get_index`): pairs of tile rows are walked in a Z, flipped Z, Z... of
+/// 2x2 tiles; the last row of an odd number of tile rows is plain row-major.
+/// `tiles_x` must be even (the geometry pads the plane to 128 bytes to ensure it).
+pub const fn zflipz_tile_index(tx: u32, ty: u32, tiles_x: u32, tiles_y: u32) -> u64 {
+    let (tx, ty, tiles_x) = (tx as u64, ty as u64, tiles_x as u64);
+    let mut index = (ty & !1) * tiles_x + tx;
+    if ty & 1 == 1 {
+        index += 2 + (tx & !3);
+    } else if tiles_y & 1 == 0 || ty as u32 != tiles_y - 1 {
+        index += (tx + 2) & !3;
+    }
+    index
+}
+
+impl PlaneAddress {
+    /// The address function of `plane`.
+    pub fn of(plane: &PlaneGeometry) -> Self {
+        PlaneAddress {
+            kind: plane.kind,
+            tile_width: plane.tile_width,
+            tile_height: plane.tile_height,
+            tiles_x: plane.tiles_x,
+            tiles_y: plane.tiles_y,
+            pitch: plane.padded_width_bytes as u64,
+        }
+    }
+
+    /// Byte offset of `(x, y)` from the start of the plane. `x` and `y` must lie inside the
+    /// padded plane; then the result is below the plane size, which the geometry checked.
+    pub fn offset(&self, x: u32, y: u32) -> u64 {
+        if self.kind == AddressKind::Linear {
+            return y as u64 * self.pitch + x as u64;
+        }
+        let (tw, th) = (self.tile_width, self.tile_height);
+        let (tx, ty, ix, iy) = (x / tw, y / th, x % tw, y % th);
+        let tile_bytes = tw as u64 * th as u64;
+        let (tile_index, inner) = match self.kind {
+            AddressKind::Linear | AddressKind::RowMajorTiles => {
+                (ty as u64 * self.tiles_x as u64 + tx as u64, iy * tw + ix)
+            }
+            AddressKind::I915Y => (ty as u64 * self.tiles_x as u64 + tx as u64, i915y_in_tile(ix, iy)),
+            AddressKind::SamsungZFlipZ => (zflipz_tile_index(tx, ty, self.tiles_x, self.tiles_y), iy * tw + ix),
+            AddressKind::NvidiaBlock => {
+                (ty as u64 * self.tiles_x as u64 + tx as u64, (iy / 8) * 512 + nvidia_gob_offset(ix, iy))
+            }
+        };
+        tile_index * tile_bytes + inner as u64
+    }
+
+    /// Length of the runs of bytes that are contiguous in memory along a row, starting at
+    /// every multiple of the run length. The copy loops move whole runs at a time.
+    pub fn run_bytes(&self) -> u32 {
+        match self.kind {
+            AddressKind::Linear => u32::MAX,
+            AddressKind::RowMajorTiles | AddressKind::SamsungZFlipZ => self.tile_width,
+            AddressKind::I915Y | AddressKind::NvidiaBlock => 16,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn zflipz_matches_the_gstreamer_table() {
+        // The 8x7-tile table in GStreamer's video-tile.c comment.
+        let table: [[u64; 8]; 7] = [
+            [0, 1, 6, 7, 8, 9, 14, 15],
+            [2, 3, 4, 5, 10, 11, 12, 13],
+            [16, 17, 22, 23, 24, 25, 30, 31],
+            [18, 19, 20, 21, 26, 27, 28, 29],
+            [32, 33, 38, 39, 40, 41, 46, 47],
+            [34, 35, 36, 37, 42, 43, 44, 45],
+            [48, 49, 50, 51, 52, 53, 54, 55],
+        ];
+        for (y, row) in table.iter().enumerate() {
+            for (x, &want) in row.iter().enumerate() {
+                assert_eq!(zflipz_tile_index(x as u32, y as u32, 8, 7), want, "({x},{y})");
+            }
+        }
+    }
+
+    #[test]
+    fn every_tile_index_is_used_once() {
+        for tiles_x in [2u32, 4, 6, 8, 10] {
+            for tiles_y in 1u32..8 {
+                let mut seen = vec![false; (tiles_x * tiles_y) as usize];
+                for ty in 0..tiles_y {
+                    for tx in 0..tiles_x {
+                        let i = zflipz_tile_index(tx, ty, tiles_x, tiles_y) as usize;
+                        assert!(!seen[i], "{tiles_x}x{tiles_y}: {i} twice");
+                        seen[i] = true;
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn gob_is_a_permutation() {
+        let mut seen = [false; 512];
+        for y in 0..8 {
+            for x in 0..64 {
+                let o = nvidia_gob_offset(x, y) as usize;
+                assert!(!seen[o]);
+                seen[o] = true;
+            }
+        }
+    }
+}

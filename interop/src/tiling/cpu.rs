@@ -1,0 +1,147 @@
+//! Tiling and detiling a whole image on the CPU: the reference the GPU must match.
+//!
+//! Both directions walk the visible rows in runs of bytes that are contiguous in the tiled
+//! plane ([`PlaneAddress::run_bytes`]) and differ only in which side is copied from, so the
+//! address arithmetic lives in one place ([`super::address`]).
+
+use super::address::PlaneAddress;
+use super::geometry::{check_linear, tiled_size, TiledGeometry};
+use super::{LinearPlane, TilingError};
+use crate::{Fourcc, TileLayout};
+
+/// Which way bytes move between the linear and the tiled buffer.
+#[derive(Clone, Copy)]
+enum Direction {
+    LinearToTiled,
+    TiledToLinear,
+}
+
+/// Calls `f(linear_offset, tiled_offset, len)` for every contiguous run of visible bytes of
+/// every plane. Offsets are absolute in their buffers; the checks done by the callers keep
+/// them inside the buffers.
+fn for_each_run(geometry: &TiledGeometry, linear: &[LinearPlane], mut f: impl FnMut(usize, usize, usize)) {
+    for (g, l) in geometry.planes.iter().zip(linear) {
+        let addr = PlaneAddress::of(g);
+        let run = addr.run_bytes().min(g.width_bytes);
+        for y in 0..g.rows {
+            let row = l.offset + y as u64 * l.stride;
+            let mut x = 0u32;
+            while x < g.width_bytes {
+                let len = run.min(g.width_bytes - x);
+                let tiled = g.offset + addr.offset(x, y);
+                f((row + x as u64) as usize, tiled as usize, len as usize);
+                x += len;
+            }
+        }
+    }
+}
+
+/// Validates both sides of a conversion of `(layout, fourcc, width, height)` before
+/// anything is written.
+fn convert(
+    direction: Direction,
+    (layout, fourcc, width, height): (TileLayout, Fourcc, u32, u32),
+    linear: &[LinearPlane],
+    linear_len: usize,
+    tiled_len: usize,
+) -> Result<TiledGeometry, TilingError> {
+    let geometry = tiled_size(layout, fourcc, width, height)?;
+    let what = match direction {
+        Direction::LinearToTiled => "linear source",
+        Direction::TiledToLinear => "linear destination",
+    };
+    check_linear(&geometry, linear, linear_len, what)?;
+    if (tiled_len as u64) < geometry.size {
+        let plane = geometry.planes.len() - 1;
+        return Err(TilingError::BufferTooSmall {
+            what: match direction {
+                Direction::LinearToTiled => "tiled destination",
+                Direction::TiledToLinear => "tiled source",
+            },
+            plane,
+            needed: geometry.size,
+            got: tiled_len as u64,
+        });
+    }
+    Ok(geometry)
+}
+
+/// Linear -> tiled. Reads `fourcc`'s planes from `src` at `src_planes` (offset and stride
+/// per plane) and writes the whole tiled buffer (all planes, padding zeroed) to the start
+/// of `dst`, which must hold at least [`tiled_size`]`(..).size` bytes; bytes after that are
+/// left alone. Returns the geometry written.
+pub fn tile(
+    layout: TileLayout,
+    fourcc: Fourcc,
+    width: u32,
+    height: u32,
+    src: &[u8],
+    src_planes: &[LinearPlane],
+    dst: &mut [u8],
+) -> Result<TiledGeometry, TilingError> {
+    let g = convert(Direction::LinearToTiled, (layout, fourcc, width, height), src_planes, src.len(), dst.len())?;
+    dst[..g.size as usize].fill(0);
+    for_each_run(&g, src_planes, |l, t, n| dst[t..t + n].copy_from_slice(&src[l..l + n]));
+    Ok(g)
+}
+
+/// Tiled -> linear. Reads the tiled buffer from the start of `src` and writes the visible
+/// bytes of every plane to `dst` at `dst_planes`; bytes of `dst` outside the visible rows
+/// (row padding up to the stride, gaps between planes) are left alone.
+pub fn detile(
+    layout: TileLayout,
+    fourcc: Fourcc,
+    width: u32,
+    height: u32,
+    src: &[u8],
+    dst: &mut [u8],
+    dst_planes: &[LinearPlane],
+) -> Result<TiledGeometry, TilingError> {
+    let g = convert(Direction::TiledToLinear, (layout, fourcc, width, height), dst_planes, dst.len(), src.len())?;
+    for_each_run(&g, dst_planes, |l, t, n| dst[l..l + n].copy_from_slice(&src[t..t + n]));
+    Ok(g)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tiling::packed_planes;
+
+    #[test]
+    fn i915x_is_row_major_inside_tiles() {
+        let (w, h) = (1024u32, 8u32);
+        let src: Vec<u8> = (0..w * h).map(|i| (i % 251) as u8).collect();
+        let planes = packed_planes(Fourcc::R8, w, h).unwrap();
+        let mut dst = vec![0xaa; 8192];
+        tile(TileLayout::I915X, Fourcc::R8, w, h, &src, &planes, &mut dst).unwrap();
+        // Byte (600, 3) is in tile 1, row 3, column 88.
+        assert_eq!(dst[4096 + 3 * 512 + 88], src[3 * 1024 + 600]);
+    }
+
+    #[test]
+    fn too_small_buffers_are_refused() {
+        let planes = packed_planes(Fourcc::NV12, 16, 16).unwrap();
+        let src = vec![0u8; 16 * 16 + 16 * 8 - 1];
+        let mut dst = vec![0u8; 1 << 16];
+        assert!(matches!(
+            tile(TileLayout::Nv12_4L4, Fourcc::NV12, 16, 16, &src, &planes, &mut dst),
+            Err(TilingError::BufferTooSmall { plane: 1, .. })
+        ));
+        let src = vec![0u8; 16 * 16 + 16 * 8];
+        let mut small = vec![0u8; 100];
+        assert!(matches!(
+            tile(TileLayout::Nv12_4L4, Fourcc::NV12, 16, 16, &src, &planes, &mut small),
+            Err(TilingError::BufferTooSmall { .. })
+        ));
+        let bad = [LinearPlane { offset: 0, stride: 15 }, planes[1]];
+        assert!(matches!(
+            tile(TileLayout::Nv12_4L4, Fourcc::NV12, 16, 16, &src, &bad, &mut dst),
+            Err(TilingError::StrideTooSmall { plane: 0, .. })
+        ));
+        let huge = [LinearPlane { offset: u64::MAX - 2, stride: 16 }, planes[1]];
+        assert!(matches!(
+            tile(TileLayout::Nv12_4L4, Fourcc::NV12, 16, 16, &src, &huge, &mut dst),
+            Err(TilingError::BufferTooSmall { .. })
+        ));
+    }
+}

@@ -1,0 +1,216 @@
+//! Tile sizes per layout and plane, and the padded size of every plane of a tiled buffer.
+
+use super::address::AddressKind;
+use super::{LinearPlane, TilingError};
+use crate::{format_info, FormatInfo, Fourcc, TileLayout};
+
+/// One plane of a tiled buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PlaneGeometry {
+    /// The address function family of this plane.
+    pub kind: AddressKind,
+    /// Visible bytes per row (the tightly packed row of the linear image).
+    pub width_bytes: u32,
+    /// Visible rows.
+    pub rows: u32,
+    /// Tile width in bytes (1 for linear).
+    pub tile_width: u32,
+    /// Tile height in rows (1 for linear; the block height for NVIDIA block linear).
+    pub tile_height: u32,
+    /// Tiles per row of tiles.
+    pub tiles_x: u32,
+    /// Rows of tiles.
+    pub tiles_y: u32,
+    /// `tiles_x * tile_width`: the row padded to whole tiles.
+    pub padded_width_bytes: u32,
+    /// `tiles_y * tile_height`: the rows padded to whole tiles.
+    pub padded_rows: u32,
+    /// Where the plane starts in the concatenated tiled buffer.
+    pub offset: u64,
+    /// `padded_width_bytes * padded_rows`.
+    pub size: u64,
+}
+
+/// The whole tiled buffer: its planes, concatenated, and its size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TiledGeometry {
+    pub layout: TileLayout,
+    pub fourcc: Fourcc,
+    pub width: u32,
+    pub height: u32,
+    pub planes: Vec<PlaneGeometry>,
+    /// Bytes of all planes together.
+    pub size: u64,
+}
+
+/// The layouts that exist only as NV12 in V4L2 decoders and GStreamer. Their tiles are
+/// defined on the 8-bit NV12 planes; a 16-bit P010 sample would straddle the tile
+/// geometry those decoders use (they have separate 10-bit variants), so anything but
+/// NV12 is refused rather than guessed.
+fn nv12_only(layout: TileLayout) -> bool {
+    matches!(
+        layout,
+        TileLayout::Samsung64x32
+            | TileLayout::Allwinner32x32
+            | TileLayout::Nv12_4L4
+            | TileLayout::Nv12_16L32S
+            | TileLayout::Nv12_8L128
+    )
+}
+
+/// `(kind, tile width in bytes, tile height in rows, width alignment in bytes)` of one plane.
+fn plane_tiles(layout: TileLayout, plane: usize, cpp: u32) -> Result<(AddressKind, u32, u32, u32), TilingError> {
+    use AddressKind::*;
+    Ok(match layout {
+        TileLayout::Linear => (Linear, 1, 1, 1),
+        TileLayout::I915X => (RowMajorTiles, 512, 8, 512),
+        TileLayout::I915Y => (I915Y, 128, 32, 128),
+        // 4x4 pixels: the tile is as wide in bytes as four samples of this plane.
+        TileLayout::VivanteTiled => (RowMajorTiles, 4 * cpp, 4, 4 * cpp),
+        // GStreamer pads NV12_64Z32 rows to 128 bytes so that every row of tiles holds
+        // whole 2x2 Z groups (gst_video_info fill_planes: GST_ROUND_UP_128 (width)).
+        TileLayout::Samsung64x32 => (SamsungZFlipZ, 64, 32, 128),
+        TileLayout::Allwinner32x32 => (RowMajorTiles, 32, 32, 32),
+        TileLayout::Nv12_4L4 => (RowMajorTiles, 4, 4, 4),
+        TileLayout::Nv12_16L32S if plane == 0 => (RowMajorTiles, 16, 32, 16),
+        TileLayout::Nv12_16L32S => (RowMajorTiles, 16, 16, 16),
+        TileLayout::Nv12_8L128 => (RowMajorTiles, 8, 128, 8),
+        TileLayout::NvidiaBlockLinear(n) if n <= 5 => (NvidiaBlock, 64, 8 << n, 64),
+        TileLayout::NvidiaBlockLinear(_) => return Err(TilingError::InvalidLayout(layout)),
+    })
+}
+
+fn info_for(layout: TileLayout, fourcc: Fourcc) -> Result<&'static FormatInfo, TilingError> {
+    let info = format_info(fourcc).ok_or(TilingError::UnknownFormat(fourcc))?;
+    if nv12_only(layout) && fourcc != Fourcc::NV12 {
+        return Err(TilingError::UnsupportedFormat {
+            layout,
+            fourcc,
+            why: "this is a V4L2/GStreamer NV12 decoder layout, defined for 8-bit NV12 only",
+        });
+    }
+    Ok(info)
+}
+
+fn round_up(v: u64, to: u64) -> Option<u64> {
+    v.checked_add(to - 1).map(|s| s / to * to)
+}
+
+/// The size and plane layout of `fourcc` at `width`x`height` in `layout`, under the
+/// conventions of the module docs. For [`TileLayout::Linear`] it is the tightly packed image.
+pub fn tiled_size(layout: TileLayout, fourcc: Fourcc, width: u32, height: u32) -> Result<TiledGeometry, TilingError> {
+    if width == 0 || height == 0 {
+        return Err(TilingError::EmptyImage { width, height });
+    }
+    let info = info_for(layout, fourcc)?;
+    let overflow = TilingError::SizeOverflow { layout, fourcc, width, height };
+    let mut planes = Vec::with_capacity(info.plane_count());
+    let mut offset = 0u64;
+    for (p, pi) in info.planes.iter().enumerate() {
+        let (kind, tile_width, tile_height, align) = plane_tiles(layout, p, pi.cpp as u32)?;
+        let width_bytes = info.min_stride(p, width);
+        let rows = info.plane_height(p, height) as u64;
+        let padded_w = round_up(width_bytes, align as u64).ok_or_else(|| overflow.clone())?;
+        let padded_rows = round_up(rows, tile_height as u64).ok_or_else(|| overflow.clone())?;
+        let size = padded_w.checked_mul(padded_rows).ok_or_else(|| overflow.clone())?;
+        let to_u32 = |v: u64| u32::try_from(v).map_err(|_| overflow.clone());
+        planes.push(PlaneGeometry {
+            kind,
+            width_bytes: to_u32(width_bytes)?,
+            rows: to_u32(rows)?,
+            tile_width,
+            tile_height,
+            tiles_x: to_u32(padded_w / tile_width as u64)?,
+            tiles_y: to_u32(padded_rows / tile_height as u64)?,
+            padded_width_bytes: to_u32(padded_w)?,
+            padded_rows: to_u32(padded_rows)?,
+            offset,
+            size,
+        });
+        offset = offset.checked_add(size).ok_or_else(|| overflow.clone())?;
+    }
+    Ok(TiledGeometry { layout, fourcc, width, height, planes, size: offset })
+}
+
+/// The tightly packed linear layout (the CLI's): planes back to back, stride = row bytes.
+pub fn packed_planes(fourcc: Fourcc, width: u32, height: u32) -> Result<Vec<LinearPlane>, TilingError> {
+    let g = tiled_size(TileLayout::Linear, fourcc, width, height)?;
+    Ok(g.planes.iter().map(|p| LinearPlane { offset: p.offset, stride: p.width_bytes as u64 }).collect())
+}
+
+/// Checks that `planes` describe a linear image of `geometry` that fits in `len` bytes,
+/// with rows that do not overlap.
+pub(crate) fn check_linear(
+    geometry: &TiledGeometry,
+    planes: &[LinearPlane],
+    len: usize,
+    what: &'static str,
+) -> Result<(), TilingError> {
+    if planes.len() != geometry.planes.len() {
+        return Err(TilingError::PlaneCount {
+            fourcc: geometry.fourcc,
+            expected: geometry.planes.len(),
+            got: planes.len(),
+        });
+    }
+    for (i, (g, l)) in geometry.planes.iter().zip(planes).enumerate() {
+        let row_bytes = g.width_bytes as u64;
+        if l.stride < row_bytes {
+            return Err(TilingError::StrideTooSmall { plane: i, stride: l.stride, row_bytes });
+        }
+        let end = (g.rows as u64 - 1)
+            .checked_mul(l.stride)
+            .and_then(|v| v.checked_add(row_bytes))
+            .and_then(|v| v.checked_add(l.offset));
+        match end {
+            Some(end) if end <= len as u64 => {}
+            _ => {
+                return Err(TilingError::BufferTooSmall {
+                    what,
+                    plane: i,
+                    needed: end.unwrap_or(u64::MAX),
+                    got: len as u64,
+                })
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gstreamer_sizes() {
+        // NV12_64Z32 (video-info.c): offset[1] = RU128(w) * RU32(h); size adds RU128(w) * RU64(h)/2.
+        let g = tiled_size(TileLayout::Samsung64x32, Fourcc::NV12, 130, 66).unwrap();
+        assert_eq!(g.planes[1].offset, 256 * 96);
+        assert_eq!(g.size, 256 * 96 + 256 * 128 / 2);
+        // NV12_16L32S: chroma has as many (16x16) tiles as luma has (16x32) tiles.
+        let g = tiled_size(TileLayout::Nv12_16L32S, Fourcc::NV12, 17, 33).unwrap();
+        assert_eq!((g.planes[0].tiles_x, g.planes[0].tiles_y), (2, 2));
+        assert_eq!((g.planes[1].tiles_x, g.planes[1].tiles_y), (2, 2));
+        // NV12_8L128: uv tile rows = RU2(y tile rows) / 2.
+        let g = tiled_size(TileLayout::Nv12_8L128, Fourcc::NV12, 9, 300).unwrap();
+        assert_eq!((g.planes[0].tiles_y, g.planes[1].tiles_y), (3, 2));
+    }
+
+    #[test]
+    fn refuses_p010_for_decoder_layouts_and_bad_sizes() {
+        assert!(matches!(
+            tiled_size(TileLayout::Nv12_4L4, Fourcc::P010, 64, 64),
+            Err(TilingError::UnsupportedFormat { .. })
+        ));
+        assert!(tiled_size(TileLayout::I915Y, Fourcc::P010, 64, 64).is_ok());
+        assert!(matches!(tiled_size(TileLayout::I915X, Fourcc::NV12, 0, 4), Err(TilingError::EmptyImage { .. })));
+        assert!(matches!(
+            tiled_size(TileLayout::I915X, Fourcc::ABGR16161616F, u32::MAX, u32::MAX),
+            Err(TilingError::SizeOverflow { .. })
+        ));
+        assert!(matches!(
+            tiled_size(TileLayout::NvidiaBlockLinear(6), Fourcc::R8, 4, 4),
+            Err(TilingError::InvalidLayout(_))
+        ));
+    }
+}

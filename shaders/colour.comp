@@ -1,0 +1,144 @@
+#version 450
+// NV12/P010 -> RGBA8 and RGBA8 -> NV12. Bit-exact with the CPU reference
+// interop/src/tiling/colour.rs (same Q16 integers, received as push constants, same
+// order of operations, arithmetic right shift = round half up, clamp to 0..255).
+//
+// Bindings (all arrays of 32-bit words): 0 = Y plane buffer, 1 = UV plane buffer (may be
+// the same buffer as 0), 2 = RGBA8 buffer (bytes R, G, B, A).
+// Dispatch: local_size_x = 64; flat index = gid.x + gid.y * num_groups.x * 64.
+// mode 0 (NV12) / 1 (P010) -> RGBA8: invocation i converts the 2x2 pixels sharing chroma
+//   sample (i % ceil(w/2), i / ceil(w/2)); YUV planes may have any alignment, RGBA offset
+//   and stride are multiples of 4. Pixel (x, y) uses chroma (x/2, y/2) (replication).
+// mode 2, RGBA8 -> NV12: invocation i writes 4x2 pixels at (4 * (i % ceil(w/4)),
+//   2 * (i / ceil(w/4))): two Y words and one UV word (two chroma pairs); all offsets and
+//   strides are multiples of 4; bytes past the image's right edge are kept.
+
+layout(local_size_x = 64) in;
+
+layout(std430, set = 0, binding = 0) buffer YPlane { uint ydata[]; };
+layout(std430, set = 0, binding = 1) buffer UVPlane { uint uvdata[]; };
+layout(std430, set = 0, binding = 2) buffer Rgba { uint rgba[]; };
+
+// std430, 21 x 32-bit = 84 bytes; Rust: dmabridge_interop::tiling::gpu::ColourPushConstants.
+layout(push_constant) uniform PushConstants {
+    uint mode;        // 0 NV12 -> RGBA8, 1 P010 -> RGBA8, 2 RGBA8 -> NV12
+    uint width;
+    uint height;
+    uint y_offset;
+    uint y_stride;
+    uint uv_offset;
+    uint uv_stride;
+    uint rgba_offset;
+    uint rgba_stride;
+    uint invocations;
+    // modes 0/1: ym, rv, gu, gv, bu, yo, co (YuvToRgb::words)
+    // mode 2:    yr, yg, yb, ur, ug, ub, vr, vg, vb, yo, co (RgbToYuv::words)
+    int k[11];
+} pc;
+
+uint y_byte(uint a) { return (ydata[a >> 2] >> ((a & 3u) * 8u)) & 0xffu; }
+uint uv_byte(uint a) { return (uvdata[a >> 2] >> ((a & 3u) * 8u)) & 0xffu; }
+
+// P010: the top 10 bits of a little-endian 16-bit word, at any byte address.
+int y_sample(uint a, bool p010) {
+    if (!p010) return int(y_byte(a));
+    return int(y_byte(a) | (y_byte(a + 1u) << 8)) >> 6;
+}
+int uv_sample(uint a, bool p010) {
+    if (!p010) return int(uv_byte(a));
+    return int(uv_byte(a) | (uv_byte(a + 1u) << 8)) >> 6;
+}
+
+uint yuv_to_rgba_word(int luma, int u, int v) {
+    int yy = pc.k[0] * (luma - pc.k[5]) + 32768;
+    int r = clamp((yy + pc.k[1] * v) >> 16, 0, 255);
+    int g = clamp((yy + pc.k[2] * u + pc.k[3] * v) >> 16, 0, 255);
+    int b = clamp((yy + pc.k[4] * u) >> 16, 0, 255);
+    return uint(r) | (uint(g) << 8) | (uint(b) << 16) | (255u << 24);
+}
+
+void yuv_to_rgba(uint inv) {
+    bool p010 = pc.mode == 1u;
+    uint cs = p010 ? 2u : 1u;   // bytes per sample
+    uint cw = (pc.width + 1u) / 2u;
+    uint cy = inv / cw;
+    uint cx = inv - cy * cw;
+    uint c = pc.uv_offset + cy * pc.uv_stride + cx * 2u * cs;
+    int u = uv_sample(c, p010) - pc.k[6];
+    int v = uv_sample(c + cs, p010) - pc.k[6];
+    for (uint dy = 0u; dy < 2u; dy++) {
+        uint y = cy * 2u + dy;
+        if (y >= pc.height) break;
+        for (uint dx = 0u; dx < 2u; dx++) {
+            uint x = cx * 2u + dx;
+            if (x >= pc.width) break;
+            int luma = y_sample(pc.y_offset + y * pc.y_stride + x * cs, p010);
+            rgba[(pc.rgba_offset + y * pc.rgba_stride + x * 4u) >> 2] = yuv_to_rgba_word(luma, u, v);
+        }
+    }
+}
+
+ivec3 rgb_at(uint x, uint y) {
+    uint w = rgba[(pc.rgba_offset + y * pc.rgba_stride + x * 4u) >> 2];
+    return ivec3(int(w & 0xffu), int((w >> 8) & 0xffu), int((w >> 16) & 0xffu));
+}
+
+uint luma(ivec3 p) {
+    int v = (pc.k[0] * p.r + pc.k[1] * p.g + pc.k[2] * p.b + (pc.k[9] << 16) + 32768) >> 16;
+    return uint(clamp(v, 0, 255));
+}
+
+// Cb | Cr << 8 of the 2x2 block at chroma sample (cx, cy), edge pixels replicated.
+uint chroma(uint cx, uint cy) {
+    uint x0 = cx * 2u, y0 = cy * 2u;
+    uint x1 = min(x0 + 1u, pc.width - 1u), y1 = min(y0 + 1u, pc.height - 1u);
+    ivec3 s = rgb_at(x0, y0) + rgb_at(x1, y0) + rgb_at(x0, y1) + rgb_at(x1, y1);
+    int co = (pc.k[10] << 18) + (1 << 17);
+    int u = clamp((pc.k[3] * s.r + pc.k[4] * s.g + pc.k[5] * s.b + co) >> 18, 0, 255);
+    int v = clamp((pc.k[6] * s.r + pc.k[7] * s.g + pc.k[8] * s.b + co) >> 18, 0, 255);
+    return uint(u) | (uint(v) << 8);
+}
+
+void rgba_to_nv12(uint inv) {
+    uint gw = (pc.width + 3u) / 4u;
+    uint gy = inv / gw;
+    uint x0 = (inv - gy * gw) * 4u;
+    for (uint dy = 0u; dy < 2u; dy++) {
+        uint y = gy * 2u + dy;
+        if (y >= pc.height) break;
+        uint wi = (pc.y_offset + y * pc.y_stride + x0) >> 2;
+        uint word = 0u;
+        uint keep = 0u;   // mask of bytes past the right edge, kept from the old word
+        for (uint b = 0u; b < 4u; b++) {
+            if (x0 + b < pc.width) {
+                word |= luma(rgb_at(x0 + b, y)) << (b * 8u);
+            } else {
+                keep |= 0xffu << (b * 8u);
+            }
+        }
+        if (keep != 0u) word |= ydata[wi] & keep;
+        ydata[wi] = word;
+    }
+    uint cw = (pc.width + 1u) / 2u;
+    uint cx = x0 / 2u;
+    uint wi = (pc.uv_offset + gy * pc.uv_stride + cx * 2u) >> 2;
+    uint word = chroma(cx, gy);
+    if (cx + 1u < cw) {
+        word |= chroma(cx + 1u, gy) << 16;
+    } else {
+        word |= uvdata[wi] & 0xffff0000u;
+    }
+    uvdata[wi] = word;
+}
+
+void main() {
+    uint inv = gl_GlobalInvocationID.x + gl_GlobalInvocationID.y * gl_NumWorkGroups.x * 64u;
+    if (inv >= pc.invocations) {
+        return;
+    }
+    if (pc.mode == 2u) {
+        rgba_to_nv12(inv);
+    } else {
+        yuv_to_rgba(inv);
+    }
+}

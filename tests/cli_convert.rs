@@ -1,0 +1,103 @@
+//! `dmabridge convert` is a contract: layout names or hex modifiers, GPU by default, the
+//! CPU reference with --cpu, identical bytes either way, exit 1 on bad input.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+/// A scratch directory of this test alone (tests run in parallel threads).
+fn dir(test: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("dmabridge-cli-convert-{}-{test}", std::process::id()));
+    std::fs::create_dir_all(&d).expect("scratch dir");
+    d
+}
+
+fn convert(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dmabridge"))
+        .arg("convert")
+        .args(args)
+        .env("DMABRIDGE_VALIDATION", "1")
+        .output()
+        .expect("run dmabridge")
+}
+
+fn ok(r: &Output) -> String {
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    String::from_utf8_lossy(&r.stdout).into_owned()
+}
+
+#[test]
+fn gpu_and_cpu_agree_and_round_trip() {
+    let d = dir("round-trip");
+    let (w, h) = (130u32, 66u32);
+    let linear = common::pattern((w * h + w * h.div_ceil(2)) as usize, 5);
+    let input = d.join("in.nv12");
+    std::fs::write(&input, &linear).expect("write");
+    let (gpu, cpu, back) = (d.join("gpu.tiled"), d.join("cpu.tiled"), d.join("back.nv12"));
+    let size = [s(w), s(h)];
+    let common_args = |from: &str, to: &str, i: &PathBuf, o: &PathBuf| {
+        vec![s("--format"), s("NV12"), s("--width"), size[0].clone(), s("--height"), size[1].clone(), s("--from"), s(from), s("--to"), s(to), s("--in"), s(i.display()), s("--out"), s(o.display())]
+    };
+    let run = |args: Vec<String>| convert(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert!(ok(&run(common_args("linear", "samsung-64x32", &input, &gpu))).contains("(gpu)"));
+    let mut cpu_args = common_args("linear", "samsung-64x32", &input, &cpu);
+    cpu_args.push(s("--cpu"));
+    assert!(ok(&run(cpu_args)).contains("(cpu)"));
+    assert_eq!(std::fs::read(&gpu).expect("gpu"), std::fs::read(&cpu).expect("cpu"));
+    // A hex modifier names the same layout (DRM_FORMAT_MOD_SAMSUNG_64_32_TILE).
+    ok(&run(common_args("0x0400000000000001", "linear", &gpu, &back)));
+    assert_eq!(std::fs::read(&back).expect("back"), linear);
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn colour_conversion_gpu_equals_cpu() {
+    let d = dir("colour");
+    let (w, h) = (64u32, 32u32);
+    let nv12 = common::pattern((w * h * 3 / 2) as usize, 6);
+    let input = d.join("in2.nv12");
+    std::fs::write(&input, &nv12).expect("write");
+    let (gpu, cpu) = (d.join("gpu.rgba"), d.join("cpu.rgba"));
+    for (out, extra) in [(&gpu, None), (&cpu, Some("--cpu"))] {
+        let mut args = vec!["--format", "NV12", "--width", "64", "--height", "32", "--from", "linear", "--to", "linear",
+            "--to-format", "AB24", "--matrix", "bt601", "--range", "full"];
+        let (i, o) = (s(input.display()), s(out.display()));
+        args.extend(["--in", i.as_str(), "--out", o.as_str()]);
+        args.extend(extra);
+        ok(&convert(&args));
+    }
+    let g = std::fs::read(&gpu).expect("gpu");
+    assert_eq!(g.len(), (w * h * 4) as usize);
+    assert_eq!(g, std::fs::read(&cpu).expect("cpu"));
+    let _ = std::fs::remove_dir_all(d);
+}
+
+#[test]
+fn bad_input_exits_1() {
+    let d = dir("bad-input");
+    let input = d.join("small");
+    std::fs::write(&input, [0u8; 10]).expect("write");
+    let i = s(input.display());
+    let o = s(d.join("x").display());
+    let cases: [(&[&str], &str); 5] = [
+        (&["--format", "NV12", "--width", "64", "--height", "32", "--from", "zigzag", "--to", "linear"], "unknown layout"),
+        (&["--format", "NV12", "--width", "64", "--height", "32", "--from", "samsung-64x32", "--to", "linear"], "needs"),
+        (&["--format", "P010", "--width", "64", "--height", "32", "--from", "linear", "--to", "nv12-4l4"], "not defined for"),
+        (&["--format", "AR24", "--width", "4", "--height", "4", "--from", "linear", "--to", "linear", "--to-format", "P010"], "no colour conversion"),
+        (&["--format", "NV12", "--width", "64", "--height", "32", "--from", "linear", "--to", "linear", "--matrix", "bt2020"], "--matrix"),
+    ];
+    for (args, needle) in cases {
+        let mut a = args.to_vec();
+        a.extend(["--in", i.as_str(), "--out", o.as_str()]);
+        let r = convert(&a);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(1), "{a:?}: {err}");
+        assert!(err.contains(needle), "{a:?}: expected {needle:?} in {err}");
+    }
+    let _ = std::fs::remove_dir_all(d);
+}
+
+fn s(v: impl ToString) -> String {
+    v.to_string()
+}

@@ -6,6 +6,7 @@ use clap::{Parser, Subcommand};
 
 mod convert;
 mod import;
+mod negotiate;
 mod probe;
 
 #[derive(Parser)]
@@ -23,6 +24,8 @@ enum Command {
     Import(import::ImportArgs),
     /// Convert between tiled and linear layouts, and between YUV and RGB, on the GPU.
     Convert(convert::ConvertArgs),
+    /// Reconcile participants' formats and constraints: shared buffers, a copy plan, or why not.
+    Negotiate(negotiate::NegotiateArgs),
 }
 
 fn main() -> ExitCode {
@@ -32,11 +35,21 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let cli = Cli::parse();
+    // Bad input exits 1 (the commands' contracts), not clap's default 2; help and
+    // --version still print and succeed.
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = if e.use_stderr() { 1 } else { 0 };
+            let _ = e.print();
+            return ExitCode::from(code);
+        }
+    };
     match cli.command {
         Command::Probe(args) => probe::run(&args),
         Command::Import(args) => import::run(&args),
         Command::Convert(args) => convert::run(&args),
+        Command::Negotiate(args) => negotiate_with_device(&args),
     }
 }
 
@@ -50,4 +63,22 @@ fn exit_status(engine: &dmabridge::Engine) -> ExitCode {
         eprintln!("validation: {p}");
     }
     ExitCode::from(3)
+}
+
+/// `negotiate`, with `--vulkan NAME=USAGE` answered by the live device (created only when
+/// such a participant is given).
+fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
+    use dmabridge::interop::negotiate::{PeerKind, SpecError};
+    let engine = std::cell::OnceCell::new();
+    negotiate::run_with(args, &|spec| {
+        if spec.kind != PeerKind::Vulkan {
+            return spec.load();
+        }
+        let peer = |reason: String| SpecError::Peer { participant: spec.name.clone(), kind: spec.kind, reason };
+        let engine = engine.get_or_init(|| dmabridge::Engine::new(&dmabridge::EngineOptions::from_env()).map_err(|e| e.to_string()));
+        match engine {
+            Ok(e) => e.participant(&spec.name, &spec.value).map_err(|e| peer(e.to_string())),
+            Err(e) => Err(peer(format!("no Vulkan device: {e}"))),
+        }
+    })
 }

@@ -14,6 +14,7 @@ pub mod export;
 pub mod extensions;
 pub mod import;
 pub mod import_cache;
+pub mod negotiation;
 pub mod probe;
 pub mod readback;
 pub mod shaders;

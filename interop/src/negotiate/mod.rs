@@ -1,1 +1,50 @@
-//! (being written)
+//! Negotiation: reconcile every participant's formats and constraints onto one buffer
+//! collection, the way Fuchsia sysmem and NvSciBuf do, following the kernel's rules for
+//! implicit modifiers; failing that, plan copies; failing that, say who is in the way.
+//!
+//! - [`participant`]: who takes part and what each asks for ([`Participant`], [`Constraints`]).
+//! - [`implicit`]: the four uses of `DRM_FORMAT_MOD_INVALID`, as types.
+//! - [`reconcile()`]: one shared allocation, or [`Conflicts`].
+//! - [`groups`]: fallback groups of ordered alternatives, capped at [`MAX_COMBINATIONS`].
+//! - [`copy_plan`]: groups joined by the conversions #5 provides.
+//! - [`negotiate()`]: all of the above, giving an [`Outcome`]; [`Report`] is its JSON.
+//! - [`spec`]: participants and constraints from command-line text.
+//!
+//! Modifiers: `LINEAR` (zero) is an explicit layout like any other; INVALID never appears
+//! as a value here, it is [`crate::Layout::Implicit`] in a participant's list and
+//! [`ChainLayout::Implicit`] in a result. Modifier lists in results are sorted numerically
+//! for determinism only: as in the kernel, their order carries no meaning.
+
+pub mod conflict;
+pub mod constraints;
+pub mod copy_plan;
+pub mod groups;
+pub mod implicit;
+pub mod outcome;
+pub mod participant;
+mod peer_loaders;
+pub mod reconcile;
+pub mod report;
+pub mod spec;
+
+pub use conflict::{Conflict, ConstraintKind};
+pub use constraints::Merged;
+pub use copy_plan::{
+    Conversion, ConversionKind, CopyGroup, CopyPlan, CopyPlanError, MAX_COPY_PARTICIPANTS,
+};
+pub use groups::{combinations, FallbackGroup, Member, MAX_COMBINATIONS};
+pub use implicit::{
+    upgrade_or_validate, AllocatedAs, AllocationRequest, AllocationResult, ImplicitRuleError,
+    ModifierSupport,
+};
+pub use outcome::{negotiate, negotiate_with, NegotiateOptions, Negotiation, Outcome};
+pub use participant::{
+    Candidates, ConstraintParseError, Constraints, CpuAccess, Domain, ExtentRange, Participant,
+    Usage,
+};
+pub use reconcile::{reconcile, Allocation, ChainLayout, Conflicts};
+pub use report::{human, OutcomeName, Report, ReportConversion, ReportGroup};
+pub use spec::{
+    build_participants, build_participants_with, ConstraintKey, ConstraintSpec, ParticipantSpec,
+    PeerKind, SpecError,
+};

@@ -1,0 +1,48 @@
+//! Detile throughput per layout at 3840x2160 NV12 on the GPU, beside memcpy of the same
+//! bytes measured in the same run (the baseline every figure is reported against).
+//!
+//! `cargo bench --bench convert`. The GPU figure covers recording, submission and the
+//! compute work, with the buffers already on the device (uploads excluded), as a consumer
+//! that imports a tiled dma-buf as a buffer would see it.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use dmabridge::interop::tiling::{packed_planes, tiled_size};
+use dmabridge::interop::{Fourcc, TileLayout};
+use dmabridge::{Converter, Engine, EngineOptions, GpuBuffer};
+
+const W: u32 = 3840;
+const H: u32 = 2160;
+
+fn bench(c: &mut Criterion) {
+    let linear_len = tiled_size(TileLayout::Linear, Fourcc::NV12, W, H).map(|g| g.size as usize).unwrap_or(0);
+    let mut group = c.benchmark_group("detile_nv12_4k");
+    group.sample_size(10);
+    group.throughput(Throughput::Bytes(linear_len as u64));
+
+    let src = vec![7u8; linear_len];
+    let mut dst = vec![0u8; linear_len];
+    group.bench_function("memcpy", |b| b.iter(|| dst.copy_from_slice(std::hint::black_box(&src))));
+
+    let Ok(engine) = Engine::new(&EngineOptions::default()) else {
+        eprintln!("no Vulkan device: only the memcpy baseline was measured");
+        return;
+    };
+    let Ok(conv) = Converter::new(&engine) else { return };
+    let planes = match packed_planes(Fourcc::NV12, W, H) {
+        Ok(p) => p,
+        Err(_) => return,
+    };
+    for layout in TileLayout::ALL.into_iter().filter(|l| !matches!(l, TileLayout::NvidiaBlockLinear(n) if *n != 4)) {
+        let Ok(g) = tiled_size(layout, Fourcc::NV12, W, H) else { continue };
+        let (Ok(tiled), Ok(out)) = (GpuBuffer::new(&engine, g.size as usize), GpuBuffer::new(&engine, linear_len)) else {
+            continue;
+        };
+        group.bench_with_input(BenchmarkId::new("gpu", layout.name()), &layout, |b, &layout| {
+            b.iter(|| conv.detile(layout, Fourcc::NV12, (W, H), &tiled, &out, &planes))
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

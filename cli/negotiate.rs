@@ -1,0 +1,227 @@
+//! `dmabridge negotiate [--json] PARTICIPANT... [--constraint NAME:KEY=VALUE]...`
+//!
+//! Participants are read in command-line order, which is preference order: the first
+//! participant's preference picks the format. clap keeps values per flag, so the order
+//! across different flags is recovered from `ArgMatches::indices_of`; that is why
+//! [`NegotiateArgs`] implements `clap::Args` by hand instead of deriving it (it plugs into a
+//! derived `Subcommand` all the same).
+//!
+//! Exit status: 0 shared or copy, 2 impossible or conflicting constraints, 1 bad input
+//! (one line on stderr naming the participant). The JSON document is
+//! [`dmabridge_interop::negotiate::Report`].
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
+use dmabridge_interop::negotiate::{
+    build_participants_with, human, negotiate, ConstraintSpec, Member, Participant,
+    ParticipantSpec, PeerKind, Report, SpecError,
+};
+
+/// The arguments of `dmabridge negotiate`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct NegotiateArgs {
+    /// Print the JSON document instead of a summary.
+    pub json: bool,
+    /// Participants as given, in command-line order: (kind, `NAME=VALUE`).
+    pub participants: Vec<(PeerKind, String)>,
+    /// `NAME:KEY=VALUE`, in command-line order.
+    pub constraints: Vec<String>,
+}
+
+/// clap id, value name and help of each participant flag.
+const PEER_ARGS: [(PeerKind, &str, &str, &str); 6] = [
+    (
+        PeerKind::GstCaps,
+        "gst-caps",
+        "NAME=CAPS",
+        "a GStreamer caps string (no drm-format: any format)",
+    ),
+    (
+        PeerKind::KmsInFormats,
+        "kms-in-formats",
+        "NAME=FILE",
+        "a raw KMS IN_FORMATS blob",
+    ),
+    (
+        PeerKind::WaylandTable,
+        "wayland-table",
+        "NAME=FILE",
+        "a raw linux-dmabuf v4 format table",
+    ),
+    (
+        PeerKind::DrmFormats,
+        "drm-formats",
+        "NAME=LIST",
+        "drm-format list, e.g. NV12:0x0100000000000002,AR24",
+    ),
+    (
+        PeerKind::V4l2,
+        "v4l2",
+        "NAME=PIXFMT[,PIXFMT]",
+        "V4L2 pixel formats, e.g. NV12MT,NV12",
+    ),
+    (
+        PeerKind::Vulkan,
+        "vulkan",
+        "NAME=USAGE[+USAGE]",
+        "the live Vulkan device for these usages",
+    ),
+];
+
+impl Args for NegotiateArgs {
+    fn augment_args(cmd: Command) -> Command {
+        let mut cmd = cmd
+            .about("Reconcile participants' formats and constraints onto one buffer, or plan copies")
+            .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("print the JSON document"))
+            .arg(
+                Arg::new("constraint")
+                    .long("constraint")
+                    .value_name("NAME:KEY=VALUE")
+                    .action(ArgAction::Append)
+                    .help("KEY: min-buffers, align, stride-align, width, height (N or A-B), cpu-access, domain, read-only"),
+            );
+        for (_, id, value_name, help) in PEER_ARGS {
+            cmd = cmd.arg(
+                Arg::new(id)
+                    .long(id)
+                    .value_name(value_name)
+                    .action(ArgAction::Append)
+                    .help(help)
+                    .help_heading("Participants (in preference order)"),
+            );
+        }
+        cmd
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        Self::augment_args(cmd)
+    }
+}
+
+impl FromArgMatches for NegotiateArgs {
+    fn from_arg_matches(m: &ArgMatches) -> Result<Self, clap::Error> {
+        let mut indexed: Vec<(usize, PeerKind, String)> = Vec::new();
+        for (kind, id, _, _) in PEER_ARGS {
+            if let (Some(values), Some(indices)) = (m.get_many::<String>(id), m.indices_of(id)) {
+                indexed.extend(indices.zip(values).map(|(i, v)| (i, kind, v.clone())));
+            }
+        }
+        indexed.sort_by_key(|(i, _, _)| *i);
+        Ok(NegotiateArgs {
+            json: m.get_flag("json"),
+            participants: indexed.into_iter().map(|(_, k, v)| (k, v)).collect(),
+            constraints: m
+                .get_many::<String>("constraint")
+                .map_or_else(Vec::new, |v| v.cloned().collect()),
+        })
+    }
+
+    fn update_from_arg_matches(&mut self, m: &ArgMatches) -> Result<(), clap::Error> {
+        *self = Self::from_arg_matches(m)?;
+        Ok(())
+    }
+}
+
+/// Runs `dmabridge negotiate` with the library's peer parsers (`--vulkan` is refused as
+/// not available). See [`run_with`] to supply the live Vulkan device.
+#[cfg_attr(not(test), allow(dead_code))]
+pub fn run(args: &NegotiateArgs) -> ExitCode {
+    run_with(args, &ParticipantSpec::load)
+}
+
+/// Runs `dmabridge negotiate`, loading each participant through `load` (which can answer
+/// `--vulkan` from the engine and defer everything else to [`ParticipantSpec::load`]).
+pub fn run_with(
+    args: &NegotiateArgs,
+    load: &dyn Fn(&ParticipantSpec) -> Result<Participant, SpecError>,
+) -> ExitCode {
+    let parts =
+        match parse(args).and_then(|(specs, cons)| build_participants_with(&specs, &cons, load)) {
+            Ok(p) => p,
+            Err(e) => {
+                // Ignore a closed stderr: there is no one left to tell.
+                let _ = writeln!(std::io::stderr().lock(), "dmabridge negotiate: {e}");
+                return ExitCode::from(1);
+            }
+        };
+    let members: Vec<Member> = parts.into_iter().map(Member::from).collect();
+    let negotiation = negotiate(&members);
+    let report = Report::new(&negotiation);
+    let text = if args.json {
+        report.to_json() + "\n"
+    } else {
+        human(&negotiation)
+    };
+    // A closed stdout (`| head`) must not panic, as println! would.
+    let _ = std::io::stdout().lock().write_all(text.as_bytes());
+    ExitCode::from(report.exit_code())
+}
+
+fn parse(args: &NegotiateArgs) -> Result<(Vec<ParticipantSpec>, Vec<ConstraintSpec>), SpecError> {
+    let specs = args
+        .participants
+        .iter()
+        .map(|(kind, arg)| ParticipantSpec::parse(*kind, arg))
+        .collect::<Result<Vec<_>, _>>()?;
+    let cons = args
+        .constraints
+        .iter()
+        .map(|c| ConstraintSpec::parse(c))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((specs, cons))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_args(argv: &[&str]) -> NegotiateArgs {
+        let cmd = NegotiateArgs::augment_args(Command::new("negotiate"));
+        let m = cmd.try_get_matches_from(argv).unwrap();
+        NegotiateArgs::from_arg_matches(&m).unwrap()
+    }
+
+    #[test]
+    fn participant_order_survives_across_flags() {
+        let a = parse_args(&[
+            "negotiate",
+            "--drm-formats",
+            "b=NV12",
+            "--constraint",
+            "b:align=64",
+            "--gst-caps=a=video/x-raw",
+            "--drm-formats",
+            "c=AR24",
+            "--vulkan",
+            "gpu=sample",
+            "--json",
+        ]);
+        assert!(a.json);
+        let names: Vec<(PeerKind, &str)> = a
+            .participants
+            .iter()
+            .map(|(k, v)| (*k, v.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            vec![
+                (PeerKind::DrmFormats, "b=NV12"),
+                (PeerKind::GstCaps, "a=video/x-raw"),
+                (PeerKind::DrmFormats, "c=AR24"),
+                (PeerKind::Vulkan, "gpu=sample"),
+            ]
+        );
+        assert_eq!(a.constraints, vec!["b:align=64"]);
+    }
+
+    #[test]
+    fn bad_input_is_exit_1_and_vulkan_is_not_wired_yet() {
+        let a = parse_args(&["negotiate", "--vulkan", "gpu=sample"]);
+        assert_eq!(run(&a), ExitCode::from(1));
+        let a = parse_args(&["negotiate", "--drm-formats", "noname"]);
+        assert_eq!(run(&a), ExitCode::from(1));
+        assert_eq!(run(&NegotiateArgs::default()), ExitCode::from(1));
+    }
+}

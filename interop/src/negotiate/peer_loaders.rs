@@ -1,0 +1,71 @@
+//! One participant's format list, through the parser of its kind ([`crate::peers`]).
+
+use super::participant::{Candidates, ExtentRange, Participant};
+use super::spec::{ParticipantSpec, PeerKind, SpecError};
+use crate::peers::{gst, kms, v4l2, wayland};
+use crate::FormatSet;
+
+pub(crate) fn load(spec: &ParticipantSpec) -> Result<Participant, SpecError> {
+    let err = |e: &dyn std::fmt::Display| spec.peer_error(e);
+    match spec.kind {
+        PeerKind::GstCaps => {
+            let caps = gst::Caps::parse(&spec.value).map_err(|e| err(&e))?;
+            let mut p = match caps.drm_formats() {
+                // No drm-format (or ANY caps): the seed's "superset of all formats".
+                None => Participant::any_format(&spec.name),
+                Some(set) => Participant::new(&spec.name, set),
+            };
+            // The caps' extents are the participant's own constraints; --constraint may
+            // override them.
+            if let Some(w) = caps.width() {
+                p.constraints.width = extent(w);
+            }
+            if let Some(h) = caps.height() {
+                p.constraints.height = extent(h);
+            }
+            Ok(p)
+        }
+        PeerKind::KmsInFormats => {
+            let bytes = spec.read_file()?;
+            let set = kms::parse_in_formats(&bytes).map_err(|e| err(&e))?;
+            Ok(Participant::new(&spec.name, set))
+        }
+        PeerKind::WaylandTable => {
+            let bytes = spec.read_file()?;
+            let table = wayland::parse_format_table(&bytes).map_err(|e| err(&e))?;
+            Ok(Participant::new(
+                &spec.name,
+                table.into_iter().collect::<FormatSet>(),
+            ))
+        }
+        PeerKind::DrmFormats => {
+            let set = gst::parse_drm_format_list(&spec.value).map_err(|e| err(&e))?;
+            Ok(Participant::new(&spec.name, set))
+        }
+        PeerKind::V4l2 => {
+            // Layouts without a DRM modifier (NV12_4L4, MM21, NV12_8L128) cannot be named in a
+            // format+modifier pair, so they take no part here.
+            let formats = v4l2::formats_of_list(&spec.value).map_err(|e| err(&e))?;
+            Ok(Participant {
+                formats: Candidates::Only(formats.drm),
+                ..Participant::any_format(&spec.name)
+            })
+        }
+        PeerKind::Vulkan => {
+            // The live device lives in the engine, which supplies its own loader
+            // (`build_participants_with`); this crate has no Vulkan.
+            spec.vulkan_usage()?;
+            Err(SpecError::NotAvailable {
+                participant: spec.name.clone(),
+                kind: spec.kind,
+                what: "the live Vulkan device",
+            })
+        }
+    }
+}
+
+/// A caps integer range as pixels: clamped into 1..=u32::MAX, an empty range kept empty.
+fn extent(r: gst::IntRange) -> ExtentRange {
+    let clamp = |v: i64| u32::try_from(v.max(1)).unwrap_or(u32::MAX);
+    ExtentRange::new(clamp(r.min), clamp(r.max))
+}

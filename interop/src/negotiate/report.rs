@@ -1,0 +1,240 @@
+//! The JSON model of `dmabridge negotiate --json`, a contract other tools depend on, and
+//! its human-readable form.
+//!
+//! Field values per outcome:
+//! - `shared`: `format`, `modifiers` (sorted numerically; the order means nothing, as in
+//!   the kernel's lists), `implicit`, `buffers`, `alignment` describe the one collection;
+//!   `groups` holds that one collection with every participant; `conversions` and
+//!   `conflicts` are empty. An implicit chain has `"modifiers": []` and `"implicit": true`.
+//! - `copy`: the top-level fields describe group 0, the producer's collection; `groups`
+//!   lists every collection (each pinned to one modifier), `conversions` joins group 0 to
+//!   each other group, and `conflicts` says why one collection was not enough.
+//! - `impossible`: `format`, `buffers` and `alignment` are `null`, `modifiers`, `groups`
+//!   and `conversions` are empty, `implicit` is false, and `conflicts` is not empty.
+
+use std::fmt::Write as _;
+
+use super::conflict::Conflict;
+use super::outcome::{Negotiation, Outcome};
+use super::reconcile::Allocation;
+use crate::Modifier;
+
+/// The three outcomes, as the JSON names them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutcomeName {
+    Shared,
+    Copy,
+    Impossible,
+}
+
+/// `dmabridge negotiate --json`'s document. Field order is the contract's.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Report {
+    pub outcome: OutcomeName,
+    /// The fourcc without padding (`"NV12"`, `"R8"`).
+    pub format: Option<String>,
+    /// `0x` + 16 hex digits each.
+    pub modifiers: Vec<Modifier>,
+    pub implicit: bool,
+    pub buffers: Option<u32>,
+    pub alignment: Option<u64>,
+    pub groups: Vec<ReportGroup>,
+    pub conversions: Vec<ReportConversion>,
+    pub conflicts: Vec<Conflict>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReportGroup {
+    pub participants: Vec<String>,
+    pub format: String,
+    pub modifiers: Vec<Modifier>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReportConversion {
+    pub from_group: usize,
+    pub to_group: usize,
+    pub kind: String,
+}
+
+fn group_of(a: &Allocation) -> ReportGroup {
+    ReportGroup {
+        participants: a.participants.clone(),
+        format: a.fourcc.trimmed(),
+        modifiers: a.layout.modifiers().to_vec(),
+    }
+}
+
+impl Report {
+    pub fn new(n: &Negotiation) -> Self {
+        let empty = Report {
+            outcome: OutcomeName::Impossible,
+            format: None,
+            modifiers: vec![],
+            implicit: false,
+            buffers: None,
+            alignment: None,
+            groups: vec![],
+            conversions: vec![],
+            conflicts: vec![],
+        };
+        let top = |a: &Allocation| Report {
+            format: Some(a.fourcc.trimmed()),
+            modifiers: a.layout.modifiers().to_vec(),
+            implicit: a.layout.is_implicit(),
+            buffers: Some(a.buffers),
+            alignment: Some(a.align),
+            ..empty.clone()
+        };
+        match &n.outcome {
+            Outcome::Shared(a) => Report {
+                outcome: OutcomeName::Shared,
+                groups: vec![group_of(a)],
+                ..top(a)
+            },
+            Outcome::Copy { plan, conflicts } => {
+                let base = plan
+                    .groups
+                    .first()
+                    .map_or_else(|| empty.clone(), |g| top(&g.allocation));
+                Report {
+                    outcome: OutcomeName::Copy,
+                    groups: plan
+                        .groups
+                        .iter()
+                        .map(|g| group_of(&g.allocation))
+                        .collect(),
+                    conversions: plan
+                        .conversions
+                        .iter()
+                        .map(|c| ReportConversion {
+                            from_group: c.from_group,
+                            to_group: c.to_group,
+                            kind: c.kind.to_string(),
+                        })
+                        .collect(),
+                    conflicts: conflicts.clone(),
+                    ..base
+                }
+            }
+            Outcome::Impossible(c) => Report {
+                conflicts: c.clone(),
+                ..empty
+            },
+        }
+    }
+
+    /// The CLI's exit status: 0 when there is a way (shared or copy), 2 when there is none.
+    pub fn exit_code(&self) -> u8 {
+        match self.outcome {
+            OutcomeName::Shared | OutcomeName::Copy => 0,
+            OutcomeName::Impossible => 2,
+        }
+    }
+
+    pub fn to_json(&self) -> String {
+        // Serializing these plain structs cannot fail; fall back to a valid document anyway.
+        serde_json::to_string(self).unwrap_or_else(|e| {
+            format!(
+                "{{\"outcome\":\"impossible\",\"error\":{:?}}}",
+                e.to_string()
+            )
+        })
+    }
+}
+
+fn mods(m: &[Modifier]) -> String {
+    if m.is_empty() {
+        return "implicit modifier".to_owned();
+    }
+    m.iter()
+        .map(|m| format!("{} ({})", m.to_hex(), m.display_name()))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// A short summary for people.
+pub fn human(n: &Negotiation) -> String {
+    let mut s = String::new();
+    let conflicts = |s: &mut String, title: &str, c: &[Conflict]| {
+        if !c.is_empty() {
+            let _ = writeln!(s, "{title}");
+            for c in c {
+                let _ = writeln!(
+                    s,
+                    "  {} [{}]: {}",
+                    c.constraint,
+                    c.participants.join(", "),
+                    c.detail
+                );
+                let _ = writeln!(s, "    fix: {}", c.fix);
+            }
+        }
+    };
+    match &n.outcome {
+        Outcome::Shared(a) => {
+            let _ = writeln!(
+                s,
+                "shared: {} with {}",
+                a.fourcc.trimmed(),
+                mods(a.layout.modifiers())
+            );
+            let _ = writeln!(
+                s,
+                "  buffers {}, alignment {}, stride alignment {}, width {}, height {}, cpu-access {}, domain {}",
+                a.buffers,
+                a.align,
+                a.stride_align,
+                a.width,
+                a.height,
+                a.cpu_access.name(),
+                a.domain.name()
+            );
+            let _ = writeln!(
+                s,
+                "  participants: {}; writers: {}",
+                a.participants.join(", "),
+                a.writers.join(", ")
+            );
+        }
+        Outcome::Copy { plan, conflicts: c } => {
+            let (w, h) = plan.cost_extent;
+            let _ = writeln!(
+                s,
+                "copy: {} groups, {} bytes converted per {w}x{h} frame",
+                plan.groups.len(),
+                plan.bytes_per_frame
+            );
+            for (i, g) in plan.groups.iter().enumerate() {
+                let a = &g.allocation;
+                let _ = writeln!(
+                    s,
+                    "  group {i} [{}]: {} with {}, buffers {}, alignment {}",
+                    a.participants.join(", "),
+                    a.fourcc.trimmed(),
+                    mods(a.layout.modifiers()),
+                    a.buffers,
+                    a.align
+                );
+            }
+            for cv in &plan.conversions {
+                let _ = writeln!(
+                    s,
+                    "  group {} -> group {}: {}",
+                    cv.from_group, cv.to_group, cv.kind
+                );
+            }
+            conflicts(&mut s, "no single buffer, because:", c);
+        }
+        Outcome::Impossible(c) => conflicts(&mut s, "impossible:", c),
+    }
+    if n.cap_hit {
+        let _ = writeln!(
+            s,
+            "(stopped after {} fallback combinations: the cap)",
+            n.combinations_tried
+        );
+    }
+    s
+}

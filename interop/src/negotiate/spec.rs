@@ -1,0 +1,488 @@
+//! Participants and constraints as the command line spells them (`dmabridge negotiate`):
+//! `--drm-formats NAME=LIST` and friends, and `--constraint NAME:KEY=VALUE`. Kept here,
+//! away from clap, so that every rule is unit-tested in this crate.
+//!
+//! Every error is one line that names the participant and what is wrong with it.
+
+use std::fmt;
+
+use super::participant::{
+    ConstraintParseError, Constraints, CpuAccess, Domain, ExtentRange, Participant, Usage,
+};
+
+/// Largest peer file read (`--kms-in-formats`, `--wayland-table`): real ones are kilobytes.
+pub const MAX_PEER_FILE: u64 = 16 << 20;
+
+/// Where a participant's format list comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum PeerKind {
+    GstCaps,
+    KmsInFormats,
+    WaylandTable,
+    DrmFormats,
+    V4l2,
+    Vulkan,
+}
+
+impl PeerKind {
+    pub const ALL: [PeerKind; 6] = [
+        PeerKind::GstCaps,
+        PeerKind::KmsInFormats,
+        PeerKind::WaylandTable,
+        PeerKind::DrmFormats,
+        PeerKind::V4l2,
+        PeerKind::Vulkan,
+    ];
+
+    /// The command-line flag.
+    pub const fn flag(self) -> &'static str {
+        match self {
+            PeerKind::GstCaps => "--gst-caps",
+            PeerKind::KmsInFormats => "--kms-in-formats",
+            PeerKind::WaylandTable => "--wayland-table",
+            PeerKind::DrmFormats => "--drm-formats",
+            PeerKind::V4l2 => "--v4l2",
+            PeerKind::Vulkan => "--vulkan",
+        }
+    }
+
+    /// What follows `NAME=`, for error messages and help.
+    pub const fn value_name(self) -> &'static str {
+        match self {
+            PeerKind::GstCaps => "CAPS",
+            PeerKind::KmsInFormats | PeerKind::WaylandTable => "FILE",
+            PeerKind::DrmFormats => "LIST",
+            PeerKind::V4l2 => "PIXFMT[,PIXFMT]",
+            PeerKind::Vulkan => "USAGE[+USAGE]",
+        }
+    }
+}
+
+impl fmt::Display for PeerKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.flag())
+    }
+}
+
+/// Bad command-line input. Each message is one line naming the participant.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error("{kind} {arg:?}: expected NAME={}", kind.value_name())]
+    ParticipantSyntax { kind: PeerKind, arg: String },
+    #[error("participant {0:?} is given more than once")]
+    DuplicateName(String),
+    #[error("--constraint {0:?}: expected NAME:KEY=VALUE")]
+    ConstraintSyntax(String),
+    #[error("--constraint for {0:?}: there is no participant of that name")]
+    UnknownParticipant(String),
+    #[error("participant {participant:?}: unknown constraint {key:?} (expected min-buffers, align, stride-align, width, height, cpu-access, domain or read-only)")]
+    UnknownKey { participant: String, key: String },
+    #[error("participant {participant:?}: {key}={value:?}: {reason}")]
+    BadValue {
+        participant: String,
+        key: &'static str,
+        value: String,
+        reason: String,
+    },
+    #[error("participant {participant:?} ({kind}): {reason}")]
+    Peer {
+        participant: String,
+        kind: PeerKind,
+        reason: String,
+    },
+    #[error("participant {participant:?} ({kind}): cannot read {path:?}: {reason}")]
+    Io {
+        participant: String,
+        kind: PeerKind,
+        path: String,
+        reason: String,
+    },
+    #[error("participant {participant:?} ({kind}): {what} is not available in this build yet")]
+    NotAvailable {
+        participant: String,
+        kind: PeerKind,
+        what: &'static str,
+    },
+    #[error("no participants: give at least one of --gst-caps, --kms-in-formats, --wayland-table, --drm-formats, --v4l2, --vulkan")]
+    NoParticipants,
+}
+
+/// Makes user text safe for a one-line message: no control characters, bounded length.
+pub(crate) fn one_line(s: &str) -> String {
+    const MAX: usize = 160;
+    let mut out: String = s
+        .chars()
+        .take(MAX)
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    if s.chars().count() > MAX {
+        out.push_str("...");
+    }
+    out
+}
+
+/// `--KIND NAME=VALUE`, not yet loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParticipantSpec {
+    pub kind: PeerKind,
+    pub name: String,
+    pub value: String,
+}
+
+impl ParticipantSpec {
+    /// Splits `NAME=VALUE` at the first `=`. The name must not be empty.
+    pub fn parse(kind: PeerKind, arg: &str) -> Result<Self, SpecError> {
+        match arg.split_once('=') {
+            Some((name, value)) if !name.is_empty() => Ok(ParticipantSpec {
+                kind,
+                name: name.to_owned(),
+                value: value.to_owned(),
+            }),
+            _ => Err(SpecError::ParticipantSyntax {
+                kind,
+                arg: one_line(arg),
+            }),
+        }
+    }
+
+    /// Reads the participant's format list through the parser of its kind.
+    pub fn load(&self) -> Result<Participant, SpecError> {
+        super::peer_loaders::load(self)
+    }
+
+    pub(crate) fn peer_error(&self, reason: impl fmt::Display) -> SpecError {
+        SpecError::Peer {
+            participant: one_line(&self.name),
+            kind: self.kind,
+            reason: one_line(&reason.to_string()),
+        }
+    }
+
+    /// Reads the file a `--kms-in-formats` or `--wayland-table` value names, bounded.
+    pub(crate) fn read_file(&self) -> Result<Vec<u8>, SpecError> {
+        use std::io::Read;
+        let io = |e: std::io::Error| SpecError::Io {
+            participant: one_line(&self.name),
+            kind: self.kind,
+            path: one_line(&self.value),
+            reason: one_line(&e.to_string()),
+        };
+        let file = std::fs::File::open(&self.value).map_err(io)?;
+        let mut bytes = Vec::new();
+        file.take(MAX_PEER_FILE + 1)
+            .read_to_end(&mut bytes)
+            .map_err(io)?;
+        if bytes.len() as u64 > MAX_PEER_FILE {
+            return Err(self.peer_error(format_args!(
+                "{} is larger than {MAX_PEER_FILE} bytes",
+                one_line(&self.value)
+            )));
+        }
+        Ok(bytes)
+    }
+
+    /// The usage list of a `--vulkan NAME=USAGE[+USAGE]` value.
+    pub fn vulkan_usage(&self) -> Result<Usage, SpecError> {
+        self.value.parse::<Usage>().map_err(|e| self.peer_error(e))
+    }
+}
+
+/// The keys of `--constraint NAME:KEY=VALUE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConstraintKey {
+    MinBuffers,
+    Align,
+    StrideAlign,
+    Width,
+    Height,
+    CpuAccess,
+    Domain,
+    ReadOnly,
+}
+
+impl ConstraintKey {
+    const ALL: [(&'static str, ConstraintKey); 8] = [
+        ("min-buffers", ConstraintKey::MinBuffers),
+        ("align", ConstraintKey::Align),
+        ("stride-align", ConstraintKey::StrideAlign),
+        ("width", ConstraintKey::Width),
+        ("height", ConstraintKey::Height),
+        ("cpu-access", ConstraintKey::CpuAccess),
+        ("domain", ConstraintKey::Domain),
+        ("read-only", ConstraintKey::ReadOnly),
+    ];
+
+    pub fn name(self) -> &'static str {
+        ConstraintKey::ALL
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map_or("?", |(n, _)| n)
+    }
+}
+
+/// `--constraint NAME:KEY=VALUE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConstraintSpec {
+    pub participant: String,
+    pub key: ConstraintKey,
+    pub value: String,
+}
+
+impl ConstraintSpec {
+    /// Splits at the first `=`, then the part before it at its last `:` (so a participant
+    /// name may contain `:`, and a value may contain either).
+    pub fn parse(arg: &str) -> Result<Self, SpecError> {
+        let syntax = || SpecError::ConstraintSyntax(one_line(arg));
+        let (lhs, value) = arg.split_once('=').ok_or_else(syntax)?;
+        let (participant, key) = lhs.rsplit_once(':').ok_or_else(syntax)?;
+        if participant.is_empty() {
+            return Err(syntax());
+        }
+        let key = ConstraintKey::ALL
+            .iter()
+            .find(|(n, _)| *n == key)
+            .map(|(_, k)| *k)
+            .ok_or_else(|| SpecError::UnknownKey {
+                participant: one_line(participant),
+                key: one_line(key),
+            })?;
+        Ok(ConstraintSpec {
+            participant: participant.to_owned(),
+            key,
+            value: value.to_owned(),
+        })
+    }
+
+    /// Sets the constraint. Values that are well-formed but unsatisfiable (an alignment
+    /// that is not a power of two, a range with min > max) are accepted here: they are the
+    /// participant's conflict, which the negotiator reports (exit status 2, not 1).
+    pub fn apply(&self, c: &mut Constraints) -> Result<(), SpecError> {
+        let bad = |reason: String| SpecError::BadValue {
+            participant: one_line(&self.participant),
+            key: self.key.name(),
+            value: one_line(&self.value),
+            reason,
+        };
+        let parsed = |e: ConstraintParseError| bad(e.to_string());
+        let v = self.value.as_str();
+        match self.key {
+            ConstraintKey::MinBuffers => {
+                c.min_buffers = v
+                    .parse()
+                    .map_err(|_| bad("expected a count from 0 to 4294967295".into()))?
+            }
+            ConstraintKey::Align => {
+                c.align = parse_u64(v).ok_or_else(|| bad("expected a number of bytes".into()))?
+            }
+            ConstraintKey::StrideAlign => {
+                c.stride_align =
+                    parse_u64(v).ok_or_else(|| bad("expected a number of bytes".into()))?
+            }
+            ConstraintKey::Width => c.width = v.parse::<ExtentRange>().map_err(parsed)?,
+            ConstraintKey::Height => c.height = v.parse::<ExtentRange>().map_err(parsed)?,
+            ConstraintKey::CpuAccess => c.cpu_access = v.parse::<CpuAccess>().map_err(parsed)?,
+            ConstraintKey::Domain => c.domain = v.parse::<Domain>().map_err(parsed)?,
+            ConstraintKey::ReadOnly => {
+                c.read_only = match v {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(bad("expected true or false".into())),
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Decimal, or hex with `0x`.
+fn parse_u64(s: &str) -> Option<u64> {
+    match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(hex) => u64::from_str_radix(hex, 16).ok(),
+        None => s.parse().ok(),
+    }
+}
+
+/// Loads every participant, in order (order = preference), and applies the constraints.
+pub fn build_participants(
+    specs: &[ParticipantSpec],
+    constraints: &[ConstraintSpec],
+) -> Result<Vec<Participant>, SpecError> {
+    build_participants_with(specs, constraints, &ParticipantSpec::load)
+}
+
+/// [`build_participants`] with a custom loader, so that the engine can answer `--vulkan`
+/// (and pass every other kind on to [`ParticipantSpec::load`]).
+pub fn build_participants_with(
+    specs: &[ParticipantSpec],
+    constraints: &[ConstraintSpec],
+    load: &dyn Fn(&ParticipantSpec) -> Result<Participant, SpecError>,
+) -> Result<Vec<Participant>, SpecError> {
+    if specs.is_empty() {
+        return Err(SpecError::NoParticipants);
+    }
+    for (i, s) in specs.iter().enumerate() {
+        if specs[..i].iter().any(|t| t.name == s.name) {
+            return Err(SpecError::DuplicateName(one_line(&s.name)));
+        }
+    }
+    // Constraints first: a typo there is cheaper to report than a file error.
+    for c in constraints {
+        if !specs.iter().any(|s| s.name == c.participant) {
+            return Err(SpecError::UnknownParticipant(one_line(&c.participant)));
+        }
+    }
+    let mut parts = specs.iter().map(load).collect::<Result<Vec<_>, _>>()?;
+    for c in constraints {
+        if let Some(p) = parts.iter_mut().find(|p| p.name == c.participant) {
+            c.apply(&mut p.constraints)?;
+        }
+    }
+    Ok(parts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(kind: PeerKind, arg: &str) -> ParticipantSpec {
+        ParticipantSpec::parse(kind, arg).unwrap()
+    }
+
+    #[test]
+    fn participant_args_are_name_equals_value() {
+        let s = spec(
+            PeerKind::GstCaps,
+            "cam=video/x-raw(memory:DMABuf), drm-format=(string)NV12",
+        );
+        assert_eq!(s.name, "cam");
+        assert_eq!(
+            s.value,
+            "video/x-raw(memory:DMABuf), drm-format=(string)NV12"
+        );
+        for bad in ["cam", "=NV12", ""] {
+            let e = ParticipantSpec::parse(PeerKind::DrmFormats, bad).unwrap_err();
+            assert!(matches!(e, SpecError::ParticipantSyntax { .. }), "{bad}");
+            assert!(e.to_string().contains("--drm-formats") && e.to_string().contains("NAME=LIST"));
+        }
+    }
+
+    #[test]
+    fn constraint_args_are_name_colon_key_equals_value() {
+        let c = ConstraintSpec::parse("enc:align=4096").unwrap();
+        assert_eq!(
+            (c.participant.as_str(), c.key, c.value.as_str()),
+            ("enc", ConstraintKey::Align, "4096")
+        );
+        let c = ConstraintSpec::parse("a:b:width=16-64").unwrap();
+        assert_eq!(
+            (c.participant.as_str(), c.key),
+            ("a:b", ConstraintKey::Width)
+        );
+        assert!(matches!(
+            ConstraintSpec::parse("enc=1"),
+            Err(SpecError::ConstraintSyntax(_))
+        ));
+        assert!(matches!(
+            ConstraintSpec::parse(":align=1"),
+            Err(SpecError::ConstraintSyntax(_))
+        ));
+        let e = ConstraintSpec::parse("enc:colour=red").unwrap_err();
+        assert_eq!(
+            e,
+            SpecError::UnknownKey {
+                participant: "enc".into(),
+                key: "colour".into()
+            }
+        );
+        assert!(e.to_string().contains("\"enc\""));
+    }
+
+    #[test]
+    fn every_key_applies() {
+        let mut c = Constraints::default();
+        for (arg, check) in [
+            (
+                "p:min-buffers=3",
+                &(|c: &Constraints| c.min_buffers == 3) as &dyn Fn(&Constraints) -> bool,
+            ),
+            ("p:align=0x1000", &|c| c.align == 4096),
+            ("p:stride-align=100", &|c| c.stride_align == 100),
+            ("p:width=1920", &|c| c.width == ExtentRange::exactly(1920)),
+            ("p:height=16-1088", &|c| {
+                c.height == ExtentRange::new(16, 1088)
+            }),
+            ("p:cpu-access=read-write", &|c| {
+                c.cpu_access == CpuAccess::ReadWrite
+            }),
+            ("p:domain=device-local", &|c| {
+                c.domain == Domain::DeviceLocal
+            }),
+            ("p:read-only=true", &|c| c.read_only),
+        ] {
+            ConstraintSpec::parse(arg).unwrap().apply(&mut c).unwrap();
+            assert!(check(&c), "{arg}");
+        }
+        for bad in [
+            "p:min-buffers=-1",
+            "p:align=big",
+            "p:width=0",
+            "p:read-only=yes",
+            "p:domain=vram",
+        ] {
+            let e = ConstraintSpec::parse(bad)
+                .unwrap()
+                .apply(&mut c)
+                .unwrap_err();
+            assert!(matches!(e, SpecError::BadValue { .. }), "{bad}");
+            assert!(e.to_string().starts_with("participant \"p\""), "{e}");
+        }
+    }
+
+    #[test]
+    fn building_checks_names_before_loading() {
+        let specs = [
+            spec(PeerKind::Vulkan, "gpu=sample"),
+            spec(PeerKind::Vulkan, "gpu=render"),
+        ];
+        assert_eq!(
+            build_participants(&specs, &[]),
+            Err(SpecError::DuplicateName("gpu".into()))
+        );
+        let c = ConstraintSpec::parse("nobody:align=4").unwrap();
+        assert_eq!(
+            build_participants(&specs[..1], &[c]),
+            Err(SpecError::UnknownParticipant("nobody".into()))
+        );
+        assert_eq!(build_participants(&[], &[]), Err(SpecError::NoParticipants));
+    }
+
+    #[test]
+    fn vulkan_is_not_wired_yet_but_checks_its_usage() {
+        let e = spec(PeerKind::Vulkan, "gpu=sample+render")
+            .load()
+            .unwrap_err();
+        assert!(matches!(e, SpecError::NotAvailable { .. }));
+        assert!(e.to_string().contains("\"gpu\"") && e.to_string().contains("not available"));
+        let e = spec(PeerKind::Vulkan, "gpu=sample+teleport")
+            .load()
+            .unwrap_err();
+        assert!(matches!(e, SpecError::Peer { .. }), "{e}");
+    }
+
+    #[test]
+    fn missing_files_are_named_errors() {
+        let e = spec(PeerKind::KmsInFormats, "plane=/nonexistent/blob")
+            .load()
+            .unwrap_err();
+        assert!(matches!(e, SpecError::Io { .. }), "{e}");
+        assert!(e.to_string().contains("\"plane\""));
+    }
+
+    #[test]
+    fn messages_stay_on_one_line() {
+        let e = ParticipantSpec::parse(PeerKind::GstCaps, "a\nb").unwrap_err();
+        assert!(!e.to_string().contains('\n'));
+        let long = "x".repeat(500);
+        assert!(ConstraintSpec::parse(&long).unwrap_err().to_string().len() < 250);
+    }
+}

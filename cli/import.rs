@@ -1,6 +1,6 @@
 //! `dmabridge import`: validate a dma-buf layout given on the command line, import it into
-//! Vulkan (explicitly where the device can, else through the buffer-copy fallback), read
-//! it back through the GPU and write each plane's visible rows, tightly packed, planes
+//! Vulkan (explicitly where the device can, else through the buffer-copy fallback, or for a
+//! tiled layout no driver samples, by detiling it on the GPU), read it back through the GPU and write each plane's visible rows, tightly packed, planes
 //! concatenated. The fds are inherited from the parent process.
 
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
-use dmabridge::{Engine, EngineOptions};
+use dmabridge::{Converter, Engine, EngineOptions, ImportError};
 
 #[derive(clap::Args)]
 pub struct ImportArgs {
@@ -93,20 +93,35 @@ pub fn run(args: &ImportArgs) -> ExitCode {
         Ok(e) => e,
         Err(e) => return fail(e.to_string()),
     };
-    let image = match engine.import_dmabuf(&buf, vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC) {
-        Ok(i) => i,
-        Err(e) => return fail(e.to_string()),
-    };
-    println!("path: {}", image.path());
-    let bytes = match image.read_back() {
-        Ok(b) => b,
+    let bytes = match engine.import_dmabuf(&buf, vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC) {
+        Ok(image) => {
+            println!("path: {}", image.path());
+            match image.read_back() {
+                Ok(b) => b,
+                Err(e) => return fail(e.to_string()),
+            }
+        }
+        // A tiled layout no Vulkan driver samples (a V4L2 decoder's, a foreign GPU's):
+        // the copy fallback detiles it on the GPU.
+        Err(ImportError::NeedsConversion(_)) => {
+            let detiled = Converter::new(&engine).map_err(|e| e.to_string()).and_then(|c| {
+                let (out, layout) = c.detile_dmabuf(&buf).map_err(|e| e.to_string())?;
+                Ok((out.bytes().to_vec(), layout))
+            });
+            match detiled {
+                Ok((bytes, layout)) => {
+                    println!("path: detile {layout} on the GPU (copy fallback)");
+                    bytes
+                }
+                Err(e) => return fail(e),
+            }
+        }
         Err(e) => return fail(e.to_string()),
     };
     if let Err(e) = std::fs::write(&args.out, &bytes) {
         return fail(format!("cannot write {}: {e}", args.out.display()));
     }
     println!("wrote {} bytes to {}", bytes.len(), args.out.display());
-    drop(image);
     crate::exit_status(&engine)
 }
 

@@ -14,9 +14,12 @@ use dmabridge_interop::tiling::gpu::{
     TilePushConstants,
 };
 use dmabridge_interop::tiling::{packed_planes, tiled_size, ColourMatrix, ColourRange, LinearPlane, TilingError};
-use dmabridge_interop::{Fourcc, TileLayout};
+use dmabridge_interop::dmabuf::{check_import, DmaBuf, ImportCheckError, ImportFacts};
+use dmabridge_interop::negotiate::ConversionKind;
+use dmabridge_interop::{format_info, Format, Fourcc, Layout, TileLayout};
 
 use crate::commands::SubmitError;
+use crate::import::{FileBuffer, ImportError};
 use crate::shaders::{spirv_words, COLOUR_SPV, TILE_SPV};
 use crate::Engine;
 
@@ -37,6 +40,16 @@ pub enum ConvertError {
     Vk { call: &'static str, result: vk::Result },
     #[error(transparent)]
     Submit(#[from] SubmitError),
+    #[error("layout {0} is not a tiled layout dmabridge converts")]
+    NotTiled(Layout),
+    #[error(transparent)]
+    Check(#[from] ImportCheckError),
+    #[error("plane {plane}: a {layout} plane's stride is its padded row of {expected} bytes, not {stride}")]
+    TiledStride { plane: usize, layout: TileLayout, stride: u64, expected: u64 },
+    #[error("plane {plane}: the padded tiles reach byte {end}, past the {fd_size}-byte fd")]
+    TilesPastEndOfFd { plane: usize, end: u64, fd_size: u64 },
+    #[error(transparent)]
+    Import(#[from] Box<ImportError>),
 }
 
 fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> ConvertError {
@@ -468,6 +481,107 @@ impl<'e> Converter<'e> {
             }
         }
         Ok(out)
+    }
+
+    /// Runs one conversion of a negotiation's copy plan on a whole frame, bytes in, bytes
+    /// out (tiled buffers by the tiled-buffer conventions, linear ones tightly packed).
+    /// Colour conversions use BT.709, limited range: what a video pipeline assumes when
+    /// nothing says otherwise.
+    pub fn run_step(&self, kind: &ConversionKind, fourcc: Fourcc, extent: (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
+        let (matrix, range) = (ColourMatrix::Bt709, ColourRange::Limited);
+        match *kind {
+            ConversionKind::Detile(l) => self.convert_layout(l, TileLayout::Linear, fourcc, extent, input),
+            ConversionKind::Tile(l) => self.convert_layout(TileLayout::Linear, l, fourcc, extent, input),
+            ConversionKind::CopyLinear => self.convert_layout(TileLayout::Linear, TileLayout::Linear, fourcc, extent, input),
+            ConversionKind::YuvToRgb { from, .. } => self.yuv_to_rgba(from, matrix, range, extent, input),
+            ConversionKind::RgbToYuv { .. } => self.rgba_to_nv12(matrix, range, extent, input),
+        }
+    }
+
+    /// Detiles a dma-buf whose modifier names a layout dmabridge converts (samsung-64x32,
+    /// NVIDIA block linear, ...) into a linear buffer, planes tightly packed and concatenated.
+    /// This is the copy fallback for a producer whose tiling no consumer samples.
+    ///
+    /// The descriptor's fds are borrowed (dups go to Vulkan). Nothing reaches the driver
+    /// before the layout checks, plus two that tiling adds: each stride must be the plane's
+    /// padded row of whole tiles, and the padded tiles must lie inside the fd.
+    pub fn detile_dmabuf(&self, buf: &DmaBuf) -> Result<(GpuBuffer<'e>, TileLayout), ConvertError> {
+        let layout = buf.layout();
+        let tile = layout
+            .modifier()
+            .and_then(TileLayout::from_modifier)
+            .filter(|t| *t != TileLayout::Linear)
+            .ok_or(ConvertError::NotTiled(layout))?;
+        let (fourcc, w, h) = (buf.fourcc(), buf.width(), buf.height());
+        let g = tiled_size(tile, fourcc, w, h)?;
+        let planes = format_info(fourcc).map_or(0, |i| i.plane_count());
+        let checked = check_import(buf, &|f: Format| {
+            (f == buf.format()).then_some(ImportFacts {
+                memory_plane_count: planes,
+                max_width: 16384,
+                max_height: 16384,
+                disjoint: true,
+            })
+        })?;
+        for (i, (c, p)) in checked.planes().iter().zip(&g.planes).enumerate() {
+            if c.stride != p.padded_width_bytes as u64 {
+                return Err(ConvertError::TiledStride { plane: i, layout: tile, stride: c.stride, expected: p.padded_width_bytes as u64 });
+            }
+            let end = c.offset.checked_add(p.size).unwrap_or(u64::MAX);
+            if end > c.file_size {
+                return Err(ConvertError::TilesPastEndOfFd { plane: i, end, fd_size: c.file_size });
+            }
+        }
+        // One storage buffer per distinct file, covering every plane in it.
+        let mut files: Vec<FileBuffer> = Vec::new();
+        let mut plane_file = Vec::with_capacity(planes);
+        let result = (|| {
+            for (i, (c, p)) in checked.planes().iter().zip(&g.planes).enumerate() {
+                let index = match files.iter().position(|f| f.file == c.file) {
+                    Some(index) => index,
+                    None => {
+                        let size = checked
+                            .planes()
+                            .iter()
+                            .zip(&g.planes)
+                            .filter(|(o, _)| o.file == c.file)
+                            .map(|(o, q)| o.offset + q.size)
+                            .max()
+                            .unwrap_or(c.offset + p.size);
+                        let fb = self
+                            .engine
+                            .import_file_buffer(buf, i, c.file, size, c.file_size, vk::BufferUsageFlags::STORAGE_BUFFER)
+                            .map_err(Box::new)?;
+                        files.push(fb);
+                        files.len() - 1
+                    }
+                };
+                plane_file.push(index);
+            }
+            let linear = packed_planes(fourcc, w, h)?;
+            let out = GpuBuffer::new(self.engine, tiled_size(TileLayout::Linear, fourcc, w, h)?.size as usize)?;
+            self.run(|cmd| {
+                for (i, (c, p)) in checked.planes().iter().zip(&g.planes).enumerate() {
+                    // The plane's tiles start at the descriptor's offset, wherever the
+                    // concatenated convention would have put them.
+                    let at_zero = dmabridge_interop::tiling::PlaneGeometry { offset: 0, ..*p };
+                    let d = dmabridge_interop::tiling::gpu::detile_plane(&at_zero, c.offset, linear[i])?;
+                    let set = self.set(&self.tile, &[files[plane_file[i]].buffer, out.buffer()])?;
+                    self.record(cmd, &self.tile, set, &[d]);
+                }
+                Ok(())
+            })?;
+            Ok((out, tile))
+        })();
+        let device = self.engine.device();
+        for f in files {
+            // SAFETY: imported by this engine; the submission that read them was waited for.
+            unsafe {
+                device.destroy_buffer(f.buffer, None);
+                device.free_memory(f.memory, None);
+            }
+        }
+        result
     }
 
     /// Records with `record`, submits, waits, and frees the descriptor sets.

@@ -86,11 +86,12 @@ fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> ImportError {
     move |result| ImportError::Vk { call, result }
 }
 
-/// A buffer over one imported file, for the copy path.
-struct FileBuffer {
-    file: FileId,
-    buffer: vk::Buffer,
-    memory: vk::DeviceMemory,
+/// A buffer over one imported file, for the copy path and the detiling conversions.
+/// Whoever holds one destroys `buffer` and frees `memory` (both of the importing engine).
+pub(crate) struct FileBuffer {
+    pub(crate) file: FileId,
+    pub(crate) buffer: vk::Buffer,
+    pub(crate) memory: vk::DeviceMemory,
 }
 
 /// A dma-buf as a Vulkan image. It owns the image and memory it made; the descriptor's fds
@@ -624,7 +625,8 @@ impl Engine {
                         .map(|q| q.end)
                         .max()
                         .unwrap_or(p.end);
-                    let fb = self.import_file_buffer(buf, i, p.file, size, p.file_size)?;
+                    let fb =
+                        self.import_file_buffer(buf, i, p.file, size, p.file_size, vk::BufferUsageFlags::TRANSFER_SRC)?;
                     building.sources.push(fb);
                     building.sources.len() - 1
                 }
@@ -677,21 +679,23 @@ impl Engine {
         Ok(imported)
     }
 
-    /// Imports the file behind plane `plane` as a TRANSFER_SRC buffer of `size` bytes.
-    fn import_file_buffer(
+    /// Imports the file behind plane `plane` as a buffer of `size` bytes with `usage`.
+    /// The caller has checked that `size <= file_size`, the size of the fd.
+    pub(crate) fn import_file_buffer(
         &self,
         buf: &DmaBuf,
         plane: usize,
         file: FileId,
         size: u64,
         file_size: u64,
+        usage: vk::BufferUsageFlags,
     ) -> Result<FileBuffer, ImportError> {
         let device = self.device();
         let mut external =
             vk::ExternalMemoryBufferCreateInfo::default().handle_types(vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT);
         let info = vk::BufferCreateInfo::default()
             .size(size.max(1))
-            .usage(vk::BufferUsageFlags::TRANSFER_SRC)
+            .usage(usage)
             .sharing_mode(vk::SharingMode::EXCLUSIVE)
             .push_next(&mut external);
         // SAFETY: a valid create info with a DMA_BUF external handle type the device enabled.

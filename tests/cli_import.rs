@@ -88,7 +88,7 @@ fn rejected_layouts_exit_1_with_a_message() {
         (vec![s("--format"), s("ZZZZ"), s("--width"), s(4), s("--height"), s(4), s("--plane"), format!("{fd}:0:16")], "ZZZZ"),
         (vec![s("--format"), s("TOOLONG"), s("--width"), s(4), s("--height"), s(4), s("--plane"), format!("{fd}:0:16")], "--format"),
         (vec![s("--format"), s("AR24"), s("--width"), s(4), s("--height"), s(4), s("--modifier"), s("0x12"), s("--plane"), format!("{fd}:0:16")], "--modifier"),
-        (vec![s("--format"), s("AR24"), s("--width"), s(4), s("--height"), s(4), s("--modifier"), s("0x0100000000000002"), s("--plane"), format!("{fd}:0:16")], "detiling"),
+        (vec![s("--format"), s("AR24"), s("--width"), s(4), s("--height"), s(4), s("--modifier"), s("0x0100000000000003"), s("--plane"), format!("{fd}:0:16")], "not a tiled layout"),
         (vec![s("--format"), s("AR24"), s("--width"), s(4), s("--height"), s(4), s("--plane"), s("999:0:16")], "not open"),
         (vec![s("--format"), s("AR24"), s("--width"), s(4), s("--height"), s(4), s("--plane"), format!("{fd}:0")], "FD:OFFSET:STRIDE"),
         (vec![s("--format"), s("NV12"), s("--width"), s(4), s("--height"), s(4), s("--plane"), format!("{fd}:0:4")], "plane"),
@@ -102,4 +102,31 @@ fn rejected_layouts_exit_1_with_a_message() {
         assert!(stderr.contains(needle), "{args:?}: expected {needle:?} in {stderr}");
         assert_eq!(stderr.lines().count(), 1, "one line: {stderr}");
     }
+}
+
+#[test]
+fn a_tiled_modifier_is_detiled_on_the_gpu() {
+    use dmabridge::interop::tiling::{self, packed_planes, tiled_size};
+    use dmabridge::interop::{Fourcc, TileLayout};
+    let (w, h) = (130u32, 66u32);
+    let len = tiled_size(TileLayout::Linear, Fourcc::NV12, w, h).expect("g").size as usize;
+    let linear = common::pattern(len, 50);
+    let g = tiled_size(TileLayout::Samsung64x32, Fourcc::NV12, w, h).expect("g");
+    let mut tiled = vec![0u8; g.size as usize];
+    tiling::tile(TileLayout::Samsung64x32, Fourcc::NV12, w, h, &linear, &packed_planes(Fourcc::NV12, w, h).expect("p"), &mut tiled)
+        .expect("tile");
+    let fd = inheritable(&tiled);
+    let out = out_path("samsung");
+    let (p0, p1) = (&g.planes[0], &g.planes[1]);
+    let r = import(&[
+        s("--format"), s("NV12"), s("--width"), s(w), s("--height"), s(h), s("--modifier"), s("0x0400000000000001"),
+        s("--plane"), format!("{}:{}:{}", fd.as_raw_fd(), p0.offset, p0.padded_width_bytes),
+        s("--plane"), format!("{}:{}:{}", fd.as_raw_fd(), p1.offset, p1.padded_width_bytes),
+        s("--out"), s(out.display()),
+    ]);
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert!(r.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&r.stderr));
+    assert!(stdout.contains("path: detile samsung-64x32 on the GPU"), "{stdout}");
+    assert_eq!(std::fs::read(&out).expect("output"), linear);
+    let _ = std::fs::remove_file(out);
 }

@@ -231,6 +231,58 @@ pub struct Converter<'e> {
     tile: Pipeline,
     colour: Pipeline,
     pool: vk::DescriptorPool,
+    /// Intermediate images of the copy-command path, kept between submissions (allocating
+    /// one per call costs more than the copy): one per plane of a submission.
+    scratch: std::cell::RefCell<Vec<Scratch>>,
+    /// How many of `scratch` the submission being recorded has taken.
+    scratch_used: std::cell::Cell<usize>,
+}
+
+struct Scratch {
+    image: vk::Image,
+    memory: vk::DeviceMemory,
+    width: u32,
+    height: u32,
+}
+
+/// A tile stored row after row (`pitch` bytes apart) at `offset` in its plane, that belongs
+/// at (`x`, `y`) of the linear plane: what one copy region moves.
+#[derive(Debug, Clone, Copy)]
+struct Block {
+    offset: u64,
+    x: u32,
+    y: u32,
+    width: u32,
+    height: u32,
+}
+
+/// Most regions one plane may be split into before the compute shader is the better tool.
+const MAX_COPY_REGIONS: usize = 1 << 17;
+
+/// The tiles of `p` as copy blocks, when copy commands beat the compute shader on them:
+/// layouts whose bytes are row-major inside each tile, with tiles at least 32 bytes wide
+/// (narrower ones cost more per region than they save), on a plane no wider or taller than
+/// an image may be. On lavapipe a copy region is a memcpy per row, while the compute shader
+/// pays per 4-byte access; on 64-byte tiles that is about ten times faster.
+fn copy_blocks(p: &dmabridge_interop::tiling::PlaneGeometry, max_dim: u32) -> Option<Vec<Block>> {
+    use dmabridge_interop::tiling::{AddressKind, PlaneAddress};
+    let eligible = matches!(p.kind, AddressKind::RowMajorTiles | AddressKind::SamsungZFlipZ)
+        && p.tile_width >= 32
+        && p.padded_width_bytes <= max_dim
+        && p.padded_rows <= max_dim
+        && (p.tiles_x as usize) * (p.tiles_y as usize) <= MAX_COPY_REGIONS;
+    if !eligible {
+        return None;
+    }
+    let address = PlaneAddress::of(p);
+    let mut blocks = Vec::with_capacity((p.tiles_x * p.tiles_y) as usize);
+    for ty in 0..p.tiles_y {
+        for tx in 0..p.tiles_x {
+            let (x, y) = (tx * p.tile_width, ty * p.tile_height);
+            blocks.push(Block { offset: address.offset(x, y), x, y, width: p.tile_width, height: p.tile_height });
+        }
+    }
+    Some(blocks)
 }
 
 /// The largest number of descriptor sets one submission uses (tiled -> tiled: two).
@@ -258,7 +310,14 @@ impl<'e> Converter<'e> {
                 return Err(ConvertError::Vk { call: "vkCreateDescriptorPool", result });
             }
         };
-        Ok(Converter { engine, tile, colour, pool })
+        Ok(Converter {
+            engine,
+            tile,
+            colour,
+            pool,
+            scratch: std::cell::RefCell::new(Vec::new()),
+            scratch_used: std::cell::Cell::new(0),
+        })
     }
 
     pub fn engine(&self) -> &'e Engine {
@@ -331,8 +390,10 @@ impl<'e> Converter<'e> {
         }
     }
 
-    /// Records the per-plane dispatches between a tiled buffer (`tiled`, starting at
-    /// `tiled_base`) and a linear one (`linear`, planes at `planes`), into `cmd`.
+    /// Records the conversion of every plane between a tiled buffer (`tiled`, starting at
+    /// `tiled_base`) and a linear one (`linear`, planes at `planes`), into `cmd`: copy
+    /// commands where the layout's tiles are wide row-major blocks (see `copy_blocks`), the
+    /// compute shader otherwise. See [`Converter::free_scratch`] for what the caller owes.
     #[allow(clippy::too_many_arguments)]
     pub fn record_planes(
         &self,
@@ -347,9 +408,233 @@ impl<'e> Converter<'e> {
         to_tiled: bool,
     ) -> Result<(), ConvertError> {
         let dispatches = plane_dispatches(layout, fourcc, width, height, tiled_base, planes, to_tiled)?;
-        let set = if to_tiled { self.set(&self.tile, &[linear, tiled])? } else { self.set(&self.tile, &[tiled, linear])? };
-        self.record(cmd, &self.tile, set, &dispatches);
+        let geometry = tiled_size(layout, fourcc, width, height)?;
+        let max_dim = self.max_image_dimension();
+        let mut compute = Vec::with_capacity(dispatches.len());
+        for ((d, p), linear_plane) in dispatches.into_iter().zip(&geometry.planes).zip(planes) {
+            match copy_blocks(p, max_dim) {
+                Some(blocks) => {
+                    let at = tiled_base + p.offset;
+                    self.record_copy_plane(cmd, p, &blocks, tiled, at, linear, *linear_plane, to_tiled)?
+                }
+                None => compute.push(d),
+            }
+        }
+        if !compute.is_empty() {
+            let set =
+                if to_tiled { self.set(&self.tile, &[linear, tiled])? } else { self.set(&self.tile, &[tiled, linear])? };
+            self.record(cmd, &self.tile, set, &compute);
+        }
         Ok(())
+    }
+
+    fn max_image_dimension(&self) -> u32 {
+        // SAFETY: plain query of this engine's physical device.
+        unsafe { self.engine.instance().get_physical_device_properties(self.engine.physical_device()) }
+            .limits
+            .max_image_dimension2_d
+    }
+
+    /// One plane through copy commands: the tiled bytes go into an R8 image tile by tile
+    /// (one region per tile), and the image to the linear rows in one region; or the reverse,
+    /// with the image cleared first so that tile padding comes out zero.
+    #[allow(clippy::too_many_arguments)]
+    fn record_copy_plane(
+        &self,
+        cmd: vk::CommandBuffer,
+        p: &dmabridge_interop::tiling::PlaneGeometry,
+        blocks: &[Block],
+        tiled: vk::Buffer,
+        tiled_at: u64,
+        linear: vk::Buffer,
+        l: LinearPlane,
+        to_tiled: bool,
+    ) -> Result<(), ConvertError> {
+        let device = self.engine.device();
+        let image = self.scratch_image(p.padded_width_bytes, p.padded_rows)?;
+        let layers = vk::ImageSubresourceLayers {
+            aspect_mask: vk::ImageAspectFlags::COLOR,
+            mip_level: 0,
+            base_array_layer: 0,
+            layer_count: 1,
+        };
+        let tile_regions: Vec<vk::BufferImageCopy> = blocks
+            .iter()
+            .map(|b| vk::BufferImageCopy {
+                buffer_offset: tiled_at + b.offset,
+                buffer_row_length: b.width,
+                buffer_image_height: b.height,
+                image_subresource: layers,
+                image_offset: vk::Offset3D { x: b.x as i32, y: b.y as i32, z: 0 },
+                image_extent: vk::Extent3D { width: b.width, height: b.height, depth: 1 },
+            })
+            .collect();
+        let stride = u32::try_from(l.stride).map_err(|_| GpuParamError::TooLarge { what: "linear stride", end: l.stride })?;
+        let rows_region = vk::BufferImageCopy {
+            buffer_offset: l.offset,
+            buffer_row_length: stride,
+            buffer_image_height: 0,
+            image_subresource: layers,
+            image_offset: vk::Offset3D::default(),
+            image_extent: vk::Extent3D { width: p.width_bytes, height: p.rows, depth: 1 },
+        };
+        let range = vk::ImageSubresourceRange {
+            aspect_mask: vk::ImageAspectFlags::COLOR,
+            base_mip_level: 0,
+            level_count: 1,
+            base_array_layer: 0,
+            layer_count: 1,
+        };
+        let image_barrier = |old, new, src_access, dst_access| {
+            vk::ImageMemoryBarrier::default()
+                .image(image)
+                .old_layout(old)
+                .new_layout(new)
+                .src_access_mask(src_access)
+                .dst_access_mask(dst_access)
+                .src_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+                .dst_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
+                .subresource_range(range)
+        };
+        let to_dst = image_barrier(
+            vk::ImageLayout::UNDEFINED,
+            vk::ImageLayout::TRANSFER_DST_OPTIMAL,
+            vk::AccessFlags::empty(),
+            vk::AccessFlags::TRANSFER_WRITE,
+        );
+        let dst_to_src = image_barrier(
+            vk::ImageLayout::TRANSFER_DST_OPTIMAL,
+            vk::ImageLayout::TRANSFER_SRC_OPTIMAL,
+            vk::AccessFlags::TRANSFER_WRITE,
+            vk::AccessFlags::TRANSFER_READ,
+        );
+        // Earlier work in the same command buffer (another plane's dispatch or copy) may
+        // have written the buffers this plane reads or writes.
+        let before = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::SHADER_WRITE)
+            .dst_access_mask(vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE);
+        let clear_done = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(vk::AccessFlags::TRANSFER_WRITE);
+        let after = vk::MemoryBarrier::default()
+            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
+            .dst_access_mask(
+                vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::HOST_READ | vk::AccessFlags::TRANSFER_READ,
+            );
+        let transfer = vk::PipelineStageFlags::TRANSFER;
+        let none = vk::DependencyFlags::empty();
+        // SAFETY: recording state; the scratch image has TRANSFER_SRC|DST usage and R8_UINT
+        // texels, so every region's offsets and row lengths are in bytes; the tile regions lie
+        // inside the tiled plane (the geometry's padded size, checked by the callers against
+        // the buffer) and inside the image (padded size); the rows region lies inside the
+        // linear plane (VUID-vkCmdCopyBufferToImage-pRegions-06218,
+        // VUID-vkCmdCopyImageToBuffer-pRegions-00183); each barrier's access masks belong to
+        // its stages (VUID-vkCmdPipelineBarrier-srcAccessMask-02815).
+        unsafe {
+            device.cmd_pipeline_barrier(
+                cmd,
+                transfer | vk::PipelineStageFlags::COMPUTE_SHADER,
+                transfer,
+                none,
+                &[before],
+                &[],
+                &[to_dst],
+            );
+            if to_tiled {
+                device.cmd_clear_color_image(cmd, image, vk::ImageLayout::TRANSFER_DST_OPTIMAL, &vk::ClearColorValue { uint32: [0; 4] }, &[range]);
+                device.cmd_pipeline_barrier(cmd, transfer, transfer, none, &[clear_done], &[], &[]);
+                device.cmd_copy_buffer_to_image(cmd, linear, image, vk::ImageLayout::TRANSFER_DST_OPTIMAL, &[rows_region]);
+                device.cmd_pipeline_barrier(cmd, transfer, transfer, none, &[], &[], &[dst_to_src]);
+                device.cmd_copy_image_to_buffer(cmd, image, vk::ImageLayout::TRANSFER_SRC_OPTIMAL, tiled, &tile_regions);
+            } else {
+                device.cmd_copy_buffer_to_image(cmd, tiled, image, vk::ImageLayout::TRANSFER_DST_OPTIMAL, &tile_regions);
+                device.cmd_pipeline_barrier(cmd, transfer, transfer, none, &[], &[], &[dst_to_src]);
+                device.cmd_copy_image_to_buffer(cmd, image, vk::ImageLayout::TRANSFER_SRC_OPTIMAL, linear, &[rows_region]);
+            }
+            device.cmd_pipeline_barrier(
+                cmd,
+                transfer,
+                transfer | vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::HOST,
+                none,
+                &[after],
+                &[],
+                &[],
+            );
+        }
+        Ok(())
+    }
+
+    /// An R8_UINT image of at least `width` x `height` for the copy path: the next scratch
+    /// image of this submission, grown (re-created) when too small.
+    fn scratch_image(&self, width: u32, height: u32) -> Result<vk::Image, ConvertError> {
+        let index = self.scratch_used.get();
+        {
+            let cache = self.scratch.borrow();
+            if let Some(s) = cache.get(index).filter(|s| s.width >= width && s.height >= height) {
+                self.scratch_used.set(index + 1);
+                return Ok(s.image);
+            }
+        }
+        let (width, height) = {
+            let cache = self.scratch.borrow();
+            cache.get(index).map_or((width, height), |s| (s.width.max(width), s.height.max(height)))
+        };
+        let device = self.engine.device();
+        let info = vk::ImageCreateInfo::default()
+            .image_type(vk::ImageType::TYPE_2D)
+            .format(vk::Format::R8_UINT)
+            .extent(vk::Extent3D { width, height, depth: 1 })
+            .mip_levels(1)
+            .array_layers(1)
+            .samples(vk::SampleCountFlags::TYPE_1)
+            .tiling(vk::ImageTiling::OPTIMAL)
+            .usage(vk::ImageUsageFlags::TRANSFER_SRC | vk::ImageUsageFlags::TRANSFER_DST)
+            .sharing_mode(vk::SharingMode::EXCLUSIVE)
+            .initial_layout(vk::ImageLayout::UNDEFINED);
+        // SAFETY: R8_UINT with transfer usage is a required format; 1 level, 1 layer, and an
+        // extent within maxImageDimension2D (checked by copy_blocks).
+        let image = unsafe { device.create_image(&info, None) }.map_err(vk_err("vkCreateImage"))?;
+        // SAFETY: image of this device.
+        let reqs = unsafe { device.get_image_memory_requirements(image) };
+        let Some(type_index) = self.engine.memory_type(reqs.memory_type_bits, vk::MemoryPropertyFlags::empty()) else {
+            // SAFETY: unbound image of this device.
+            unsafe { device.destroy_image(image, None) };
+            return Err(ConvertError::NoMemoryType);
+        };
+        let alloc = vk::MemoryAllocateInfo::default().allocation_size(reqs.size).memory_type_index(type_index);
+        // SAFETY: plain allocation in an allowed type.
+        let memory = match unsafe { device.allocate_memory(&alloc, None) } {
+            Ok(m) => m,
+            Err(result) => {
+                // SAFETY: as above.
+                unsafe { device.destroy_image(image, None) };
+                return Err(ConvertError::Vk { call: "vkAllocateMemory", result });
+            }
+        };
+        let fresh = Scratch { image, memory, width, height };
+        {
+            let mut cache = self.scratch.borrow_mut();
+            if index < cache.len() {
+                // The old, smaller one is not used by this submission (index is past every
+                // image it took) nor by any earlier one (they were waited for).
+                let old = std::mem::replace(&mut cache[index], fresh);
+                destroy_scratch(device, &old);
+            } else {
+                cache.push(fresh);
+            }
+        }
+        self.scratch_used.set(index + 1);
+        // SAFETY: unbound image, memory of its size, offset 0.
+        unsafe { device.bind_image_memory(image, memory, 0) }.map_err(vk_err("vkBindImageMemory"))?;
+        Ok(image)
+    }
+
+    /// Marks the copy path's intermediate images free for the next submission. The
+    /// converter's own operations call it after their submission; a caller that records
+    /// [`Converter::record_planes`] into its own command buffer calls it once that
+    /// submission has completed. The images themselves are destroyed with the converter.
+    pub fn free_scratch(&self) {
+        self.scratch_used.set(0);
     }
 
     /// Tiled `src` (the concatenated tiled buffer from byte 0) -> linear `dst` at `planes`
@@ -589,6 +874,7 @@ impl<'e> Converter<'e> {
         let mut inner = Ok(());
         let submitted = self.engine.submit_and_wait(|_, cmd| inner = record(cmd));
         self.reset_pool();
+        self.free_scratch();
         inner?;
         submitted?;
         Ok(())
@@ -598,10 +884,22 @@ impl<'e> Converter<'e> {
 impl Drop for Converter<'_> {
     fn drop(&mut self) {
         let device = self.engine.device();
+        for s in self.scratch.borrow_mut().drain(..) {
+            destroy_scratch(device, &s);
+        }
         self.tile.destroy(device);
         self.colour.destroy(device);
         // SAFETY: no set of the pool is in use (every submission was waited for).
         unsafe { device.destroy_descriptor_pool(self.pool, None) };
+    }
+}
+
+fn destroy_scratch(device: &ash::Device, s: &Scratch) {
+    // SAFETY: the image and memory belong to this device, and every submission that used
+    // them was waited for.
+    unsafe {
+        device.destroy_image(s.image, None);
+        device.free_memory(s.memory, None);
     }
 }
 

@@ -8,6 +8,9 @@ mod convert;
 mod import;
 mod negotiate;
 mod probe;
+mod view;
+#[cfg(feature = "wayland")]
+mod wayland_demo;
 
 #[derive(Parser)]
 #[command(name = "dmabridge", version, about = "Share images between GPUs, codecs, displays and compositors without copying")]
@@ -26,6 +29,11 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Reconcile participants' formats and constraints: shared buffers, a copy plan, or why not.
     Negotiate(negotiate::NegotiateArgs),
+    /// Show a raw frame (tightly packed planes) in a window, imported as a dma-buf.
+    View(view::ViewArgs),
+    /// Show animated frames on the compositor in WAYLAND_DISPLAY through linux-dmabuf.
+    #[cfg(feature = "wayland")]
+    WaylandDemo(wayland_demo::WaylandDemoArgs),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +58,9 @@ fn main() -> ExitCode {
         Command::Import(args) => import::run(&args),
         Command::Convert(args) => convert::run(&args),
         Command::Negotiate(args) => negotiate_with_device(&args),
+        Command::View(args) => view::run(&args),
+        #[cfg(feature = "wayland")]
+        Command::WaylandDemo(args) => wayland_demo::run(&args),
     }
 }
 

@@ -111,6 +111,8 @@ pub struct ImportedImage<'e> {
     regions: Vec<(usize, vk::BufferImageCopy)>,
     /// The image's current layout, for the next barrier.
     current: Mutex<vk::ImageLayout>,
+    /// The usage the image was created with (the presenter checks for SAMPLED).
+    usage: vk::ImageUsageFlags,
 }
 
 fn uuid_hex(u: &[u8; 16]) -> String {
@@ -157,6 +159,11 @@ impl<'e> ImportedImage<'e> {
             ImportPath::OpaqueFd => vk::QUEUE_FAMILY_EXTERNAL,
             _ => self.engine.foreign_queue_family(),
         }
+    }
+
+    /// The usage flags the image was created with.
+    pub(crate) fn usage(&self) -> vk::ImageUsageFlags {
+        self.usage
     }
 
     pub(crate) fn set_current_layout(&self, l: vk::ImageLayout) {
@@ -391,6 +398,7 @@ impl Engine {
             sources: Vec::new(),
             regions: Vec::new(),
             current: Mutex::new(vk::ImageLayout::UNDEFINED),
+            usage: share.usage,
         })
     }
 
@@ -519,6 +527,7 @@ impl Engine {
             sources: Vec::new(),
             regions: Vec::new(),
             current: Mutex::new(vk::ImageLayout::UNDEFINED),
+            usage,
         })
     }
 
@@ -673,6 +682,7 @@ impl Engine {
             sources,
             regions,
             current: Mutex::new(vk::ImageLayout::UNDEFINED),
+            usage: usage | vk::ImageUsageFlags::TRANSFER_DST,
         };
         imported.refresh()?;
         tracing::debug!(fourcc = %buf.fourcc(), "imported through the buffer-copy path");

@@ -15,11 +15,14 @@ pub mod extensions;
 pub mod import;
 pub mod import_cache;
 pub mod negotiation;
+pub mod present;
 pub mod probe;
 pub mod readback;
 pub mod shaders;
 pub mod validation;
 pub mod vk_format;
+#[cfg(feature = "wayland")]
+pub mod wayland;
 
 pub use ash;
 pub use dmabridge_interop as interop;

@@ -1,0 +1,892 @@
+//! Put imported frames on screen: a window's surface, a swapchain, and a pipeline that
+//! samples the frame (RGB directly, YCbCr through `VkSamplerYcbcrConversion`) into an
+//! aspect-correct, letterboxed rectangle.
+//!
+//! # Ownership
+//! The [`Presenter`] owns only what it creates: the `VkSurfaceKHR`, the swapchain, its
+//! render pass, pipelines, command pool and sync objects. The window belongs to the host
+//! (it is given as `raw-window-handle` handles and must outlive the presenter), and so may
+//! the device: the presenter works on any [`Engine`], owned or embedded
+//! ([`Engine::from_host`]), uses the engine's queue only through its lock, and never waits
+//! for the whole device (it waits for its own fence, or for the queue it shares when it
+//! replaces a swapchain).
+//!
+//! # Frames faster or slower than the display
+//! - [`PresentModePolicy::LowLatency`] (the default) takes `MAILBOX` where the surface offers
+//!   it: a producer faster than the display never waits for vertical blank, the newest
+//!   frame replaces the one queued, and frames in between are dropped by the presentation
+//!   engine. Without MAILBOX it falls back to `FIFO` (always available).
+//! - [`PresentModePolicy::Vsync`] takes `FIFO`: every frame is shown, one per refresh, and a
+//!   faster producer is paced by the display.
+//! - Either way no call blocks forever on the display: acquiring an image waits at most
+//!   [`PresenterOptions::acquire_timeout`], after which the frame is skipped
+//!   ([`PresentOutcome::Skipped`] with [`SkipReason::AcquireTimeout`]) and the caller goes on.
+//!   [`Presenter::present`] then waits for the GPU to finish *drawing* (never for the
+//!   display), so the caller may reuse or drop the frame as soon as it returns.
+//! - A producer slower than the display needs nothing: the last presented image stays on
+//!   screen. Call [`Presenter::present`] again after [`Presenter::resize`] or an expose.
+//!
+//! # Resizing and out-of-date swapchains
+//! The host calls [`Presenter::resize`] with the window's new size. The swapchain is replaced
+//! (with `oldSwapchain`) on the next present, and also whenever acquire or present says
+//! `VK_ERROR_OUT_OF_DATE_KHR` or `VK_SUBOPTIMAL_KHR`. A zero-sized (minimised) window skips
+//! frames until it has a size again.
+//!
+//! # Colour and precision
+//! - RGB frames are sampled as their Vulkan format and written to a UNORM swapchain format
+//!   (`B8G8R8A8_UNORM` or `R8G8B8A8_UNORM` where offered). At 1:1 scale every texel is
+//!   sampled at its centre, so 8-bit RGB reaches the screen **exactly**; scaled frames are
+//!   filtered LINEAR where the format allows it. If the surface only offers an `_SRGB`
+//!   format, the shader decodes before the hardware encodes, which costs at most ±1.
+//! - YCbCr frames (NV12, NV21, P010, P016, YUV420, ...) go through the conversion's model
+//!   ([`YcbcrMatrix`]: BT.709 by default, BT.601 or BT.2020) and range ([`YcbcrRange`]:
+//!   limited by default). The conversion is the spec's, in 32-bit float; the only rounding
+//!   is the final float-to-UNORM8 write. **Promise: each channel is within ±2 of the exact
+//!   (real-number) conversion of the frame's Y'CbCr values, rounded to 8 bits, in areas of
+//!   flat chroma**. On lavapipe the test's BT.709 limited-range NV12 bars measure exact
+//!   (error 0 in every channel of the X server's screenshot; `tests/present.rs`). At edges
+//!   where chroma changes, 4:2:0 chroma reconstruction (LINEAR, cosited-even horizontally and
+//!   midpoint vertically, where the format allows; else NEAREST) blends the two sides.
+//!   Out-of-gamut results are clamped to 0..255. 10-bit formats lose their low bits in the
+//!   8-bit swapchain (same ±2 promise against the exact result rounded to 8 bits).
+
+mod pipeline;
+mod shaders;
+mod swapchain;
+
+use std::ffi::{c_char, CStr, CString};
+use std::time::Duration;
+
+use ash::vk;
+use dmabridge_interop::{format_info, Fourcc, Layout};
+use raw_window_handle::{RawDisplayHandle, RawWindowHandle};
+
+use crate::caps::CapsQuery;
+use crate::commands::image_barrier;
+use crate::import::{full_aspect, ImportPath, ImportedImage};
+use crate::vk_format::{self, Mapping};
+use crate::Engine;
+
+use pipeline::{Key, Pipelines, YcbcrKey};
+use swapchain::{Chain, ChainParams};
+
+/// The Y'CbCr -> R'G'B' matrix of a frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum YcbcrMatrix {
+    /// ITU-R BT.709 (HD video): Kr = 0.2126, Kb = 0.0722.
+    #[default]
+    Bt709,
+    /// ITU-R BT.601 (SD video, JPEG): Kr = 0.299, Kb = 0.114.
+    Bt601,
+    /// ITU-R BT.2020 (UHD), non-constant luminance: Kr = 0.2627, Kb = 0.0593.
+    Bt2020,
+}
+
+/// The quantisation range of a YCbCr frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum YcbcrRange {
+    /// "Limited"/"TV"/"studio" range: Y' in 16..235, Cb/Cr in 16..240 (8-bit).
+    #[default]
+    Limited,
+    /// Full range: 0..255.
+    Full,
+}
+
+/// How to interpret one frame. RGB frames ignore both fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct FrameOptions {
+    pub matrix: YcbcrMatrix,
+    pub range: YcbcrRange,
+}
+
+/// How to choose the swapchain's present mode; see the module docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PresentModePolicy {
+    /// MAILBOX where offered, else FIFO.
+    #[default]
+    LowLatency,
+    /// FIFO: every frame shown, paced by the display.
+    Vsync,
+}
+
+/// What a presenter is set up with.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct PresenterOptions {
+    pub present_mode: PresentModePolicy,
+    /// The longest [`Presenter::present`] waits for the display to free an image.
+    pub acquire_timeout: Duration,
+    /// The letterbox colour (R, G, B in 0..1) around the fitted frame.
+    pub letterbox: [f32; 3],
+}
+
+impl Default for PresenterOptions {
+    fn default() -> Self {
+        PresenterOptions {
+            present_mode: PresentModePolicy::default(),
+            acquire_timeout: Duration::from_millis(100),
+            letterbox: [0.0, 0.0, 0.0],
+        }
+    }
+}
+
+/// Why a frame was not shown (not an error: call again later).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SkipReason {
+    /// The window has no area (minimised, or resized to zero).
+    ZeroSizedWindow,
+    /// The display held every image for longer than the acquire timeout.
+    AcquireTimeout,
+    /// The swapchain went out of date twice in a row (a resize in progress); it will be
+    /// replaced on the next call.
+    OutOfDate,
+}
+
+/// What [`Presenter::present`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PresentOutcome {
+    /// The frame was drawn and queued for presentation. `suboptimal`: the swapchain no
+    /// longer matches the surface exactly and is replaced on the next call.
+    Presented { suboptimal: bool },
+    Skipped(SkipReason),
+}
+
+/// Counters since the presenter was made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct PresenterStats {
+    pub presented: u64,
+    pub skipped: u64,
+    /// Swapchains created (the first one included).
+    pub swapchains: u64,
+}
+
+/// A rectangle in swapchain pixels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rect {
+    pub x: u32,
+    pub y: u32,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// The largest rectangle with `frame`'s aspect ratio that fits in `target`, centred (the
+/// rest is letterbox). Sizes round to the nearest pixel and are at least 1; a frame of the
+/// target's size maps 1:1.
+pub fn fit_rect(frame: (u32, u32), target: (u32, u32)) -> Rect {
+    let (fw, fh) = (u64::from(frame.0.max(1)), u64::from(frame.1.max(1)));
+    let (tw, th) = (u64::from(target.0), u64::from(target.1));
+    // Compare tw/fw with th/fh without floats: width-bound when tw*fh <= th*fw.
+    let (w, h) = if tw * fh <= th * fw {
+        (tw, ((tw * fh * 2 + fw) / (fw * 2)).min(th))
+    } else {
+        (((th * fw * 2 + fh) / (fh * 2)).min(tw), th)
+    };
+    let (w, h) = (w.max(1).min(tw.max(1)), h.max(1).min(th.max(1)));
+    Rect {
+        x: (tw.saturating_sub(w) / 2) as u32,
+        y: (th.saturating_sub(h) / 2) as u32,
+        width: w as u32,
+        height: h as u32,
+    }
+}
+
+/// Why presenting failed.
+#[derive(Debug, thiserror::Error)]
+pub enum PresentError {
+    #[error("this window system is not supported by ash-window/Vulkan: {0}")]
+    UnsupportedWindowSystem(vk::Result),
+    #[error("the device was created without VK_KHR_swapchain (add Presenter::required_device_extensions())")]
+    NoSwapchainExtension,
+    #[error("queue family {0} of the engine cannot present to this window's surface")]
+    NoPresentSupport(u32),
+    #[error("the surface offers no formats")]
+    NoSurfaceFormat,
+    #[error("the surface was lost (the window was destroyed?)")]
+    SurfaceLost,
+    #[error("{0} has no Vulkan format in dmabridge's table")]
+    UnknownFourcc(Fourcc),
+    #[error("{fourcc} ({format:?}) cannot be sampled on this device with its tiling")]
+    NotSampleable { fourcc: Fourcc, format: vk::Format },
+    #[error("the frame was imported without VK_IMAGE_USAGE_SAMPLED_BIT; import it with SAMPLED to present it")]
+    FrameNotSampled,
+    #[error("{0} needs VkSamplerYcbcrConversion, which the device does not support")]
+    NoYcbcrConversion(Fourcc),
+    #[error("the frame belongs to a different engine than the presenter")]
+    ForeignFrame,
+    #[error("cannot load the presenter's SPIR-V: {0}")]
+    Shader(std::io::Error),
+    #[error(transparent)]
+    Caps(#[from] crate::caps::CapsError),
+    #[error("{call} failed: {result}")]
+    Vk { call: &'static str, result: vk::Result },
+    #[error("internal error: {0}")]
+    Internal(&'static str),
+}
+
+fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> PresentError {
+    move |result| PresentError::Vk { call, result }
+}
+
+/// The instance extensions a presenter for a window on `display` needs (the surface
+/// extensions); pass them in [`crate::EngineOptions::instance_extensions`].
+pub fn required_instance_extensions(display: RawDisplayHandle) -> Result<Vec<CString>, PresentError> {
+    let names: &[*const c_char] =
+        ash_window::enumerate_required_extensions(display).map_err(PresentError::UnsupportedWindowSystem)?;
+    Ok(names
+        .iter()
+        .map(|&p| {
+            // SAFETY: ash-window returns pointers to its static, NUL-terminated extension-name
+            // constants (ash's `NAME` statics), valid for the program's life.
+            unsafe { CStr::from_ptr(p) }.to_owned()
+        })
+        .collect())
+}
+
+/// The device extensions a presenter needs; pass them in
+/// [`crate::EngineOptions::device_extensions`] (a host device must have enabled them).
+pub fn required_device_extensions() -> Vec<CString> {
+    vec![ash::khr::swapchain::NAME.to_owned()]
+}
+
+/// The frame's image view, destroyed on drop (after the draw that used it finished).
+struct FrameView<'a> {
+    device: &'a ash::Device,
+    view: vk::ImageView,
+}
+
+impl Drop for FrameView<'_> {
+    fn drop(&mut self) {
+        // SAFETY: the presenter drops the view only after waiting for the fence of the
+        // submission that used it, or when nothing was submitted (VUID-vkDestroyImageView-imageView-01026).
+        unsafe { self.device.destroy_image_view(self.view, None) };
+    }
+}
+
+/// Draws imported frames into a host-owned window. See the module docs.
+pub struct Presenter<'e> {
+    engine: &'e Engine,
+    surface_fn: ash::khr::surface::Instance,
+    swapchain_fn: ash::khr::swapchain::Device,
+    surface: vk::SurfaceKHR,
+    format: vk::SurfaceFormatKHR,
+    present_mode: vk::PresentModeKHR,
+    options: PresenterOptions,
+    render_pass: vk::RenderPass,
+    pipelines: Option<Pipelines>,
+    pool: vk::CommandPool,
+    cmd: vk::CommandBuffer,
+    fence: vk::Fence,
+    acquired: vk::Semaphore,
+    chain: Option<Chain>,
+    window_size: (u32, u32),
+    needs_recreate: bool,
+    stats: PresenterStats,
+}
+
+impl<'e> Presenter<'e> {
+    /// Creates a surface for the host's window and everything needed to draw into it. The
+    /// swapchain is made on the first [`Presenter::present`].
+    ///
+    /// `size` is the window's inner size in pixels, as the host knows it.
+    ///
+    /// # Safety
+    /// - `display` and `window` are valid handles of a live window, which outlives the
+    ///   presenter (VUID-VkXlibSurfaceCreateInfoKHR-window-01405 and the like for other
+    ///   window systems);
+    /// - the engine's instance was created with [`required_instance_extensions`] for
+    ///   this display.
+    pub unsafe fn new(
+        engine: &'e Engine,
+        display: RawDisplayHandle,
+        window: RawWindowHandle,
+        size: (u32, u32),
+        options: PresenterOptions,
+    ) -> Result<Self, PresentError> {
+        // A host device without VK_KHR_swapchain: vkGetDeviceProcAddr returns NULL for the
+        // commands of an extension that is not enabled, so this check is reliable.
+        // SAFETY: valid device and NUL-terminated name.
+        let create_swapchain = unsafe {
+            engine.instance().get_device_proc_addr(engine.device().handle(), c"vkCreateSwapchainKHR".as_ptr())
+        };
+        if create_swapchain.is_none() {
+            return Err(PresentError::NoSwapchainExtension);
+        }
+        let surface_fn = ash::khr::surface::Instance::new(engine.entry(), engine.instance());
+        let swapchain_fn = ash::khr::swapchain::Device::new(engine.instance(), engine.device());
+        // SAFETY: the caller guarantees live handles of a window that outlives the
+        // presenter, and an instance with the surface extensions for this display.
+        let surface = unsafe { ash_window::create_surface(engine.entry(), engine.instance(), display, window, None) }
+            .map_err(|result| match result {
+                vk::Result::ERROR_EXTENSION_NOT_PRESENT => PresentError::UnsupportedWindowSystem(result),
+                result => PresentError::Vk { call: "vkCreate*SurfaceKHR", result },
+            })?;
+        let mut p = Presenter {
+            engine,
+            surface_fn,
+            swapchain_fn,
+            surface,
+            format: vk::SurfaceFormatKHR::default(),
+            present_mode: vk::PresentModeKHR::FIFO,
+            options,
+            render_pass: vk::RenderPass::null(),
+            pipelines: None,
+            pool: vk::CommandPool::null(),
+            cmd: vk::CommandBuffer::null(),
+            fence: vk::Fence::null(),
+            acquired: vk::Semaphore::null(),
+            chain: None,
+            window_size: size,
+            needs_recreate: true,
+            stats: PresenterStats::default(),
+        };
+        // On error, dropping `p` destroys whatever was made so far.
+        p.init()?;
+        tracing::info!(
+            format = ?p.format.format,
+            present_mode = ?p.present_mode,
+            embedded = engine.is_embedded(),
+            "presenter ready"
+        );
+        Ok(p)
+    }
+
+    fn init(&mut self) -> Result<(), PresentError> {
+        let engine = self.engine;
+        let device = engine.device();
+        let pd = engine.physical_device();
+        // SAFETY: the surface and physical device belong to this instance
+        // (VUID-vkGetPhysicalDeviceSurfaceSupportKHR-queueFamilyIndex-01269: the family exists).
+        let supported = unsafe { self.surface_fn.get_physical_device_surface_support(pd, engine.queue_family(), self.surface) }
+            .map_err(vk_err("vkGetPhysicalDeviceSurfaceSupportKHR"))?;
+        if !supported {
+            return Err(PresentError::NoPresentSupport(engine.queue_family()));
+        }
+        // SAFETY: as above.
+        let formats = unsafe { self.surface_fn.get_physical_device_surface_formats(pd, self.surface) }
+            .map_err(vk_err("vkGetPhysicalDeviceSurfaceFormatsKHR"))?;
+        self.format = choose_surface_format(&formats).ok_or(PresentError::NoSurfaceFormat)?;
+        // SAFETY: as above.
+        let modes = unsafe { self.surface_fn.get_physical_device_surface_present_modes(pd, self.surface) }
+            .map_err(vk_err("vkGetPhysicalDeviceSurfacePresentModesKHR"))?;
+        self.present_mode = choose_present_mode(self.options.present_mode, &modes);
+        self.render_pass = pipeline::create_render_pass(device, self.format.format)?;
+        self.pipelines = Some(Pipelines::new(device)?);
+        let pool_info = vk::CommandPoolCreateInfo::default().queue_family_index(engine.queue_family());
+        // SAFETY: the engine's queue family exists on its device.
+        self.pool = unsafe { device.create_command_pool(&pool_info, None) }.map_err(vk_err("vkCreateCommandPool"))?;
+        let alloc = vk::CommandBufferAllocateInfo::default()
+            .command_pool(self.pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(1);
+        // SAFETY: the pool belongs to this device.
+        self.cmd = unsafe { device.allocate_command_buffers(&alloc) }.map_err(vk_err("vkAllocateCommandBuffers"))?[0];
+        // SAFETY: plain object creation on a valid device.
+        self.fence = unsafe { device.create_fence(&vk::FenceCreateInfo::default(), None) }.map_err(vk_err("vkCreateFence"))?;
+        // SAFETY: as above.
+        self.acquired = unsafe { device.create_semaphore(&vk::SemaphoreCreateInfo::default(), None) }
+            .map_err(vk_err("vkCreateSemaphore"))?;
+        Ok(())
+    }
+
+    /// The host's window changed size: the swapchain is replaced on the next present.
+    pub fn resize(&mut self, width: u32, height: u32) {
+        if (width, height) != self.window_size {
+            self.window_size = (width, height);
+            self.needs_recreate = true;
+        }
+    }
+
+    pub fn present_mode(&self) -> vk::PresentModeKHR {
+        self.present_mode
+    }
+
+    pub fn surface_format(&self) -> vk::SurfaceFormatKHR {
+        self.format
+    }
+
+    /// The current swapchain's size, if there is one.
+    pub fn extent(&self) -> Option<(u32, u32)> {
+        self.chain.as_ref().map(|c| (c.extent.width, c.extent.height))
+    }
+
+    pub fn stats(&self) -> PresenterStats {
+        self.stats
+    }
+
+    /// Draws `frame` fitted into the window and queues it for presentation. Returns once
+    /// the GPU has finished reading the frame (never waiting on the display for longer
+    /// than the acquire timeout). The frame must come from this presenter's engine and
+    /// have been imported with `VK_IMAGE_USAGE_SAMPLED_BIT`.
+    pub fn present(&mut self, frame: &ImportedImage<'_>, opts: &FrameOptions) -> Result<PresentOutcome, PresentError> {
+        if !std::ptr::eq(frame.engine(), self.engine) {
+            return Err(PresentError::ForeignFrame);
+        }
+        if !frame.usage().contains(vk::ImageUsageFlags::SAMPLED) {
+            return Err(PresentError::FrameNotSampled);
+        }
+        if self.window_size.0 == 0 || self.window_size.1 == 0 {
+            return Ok(self.skip(SkipReason::ZeroSizedWindow));
+        }
+        let engine = self.engine;
+        let device = engine.device();
+        let entry = vk_format::to_vk(frame.fourcc()).ok_or(PresentError::UnknownFourcc(frame.fourcc()))?;
+        let key = self.frame_key(frame, opts)?;
+        let pipelines = self.pipelines.as_mut().ok_or(PresentError::Internal("presenter without pipelines"))?;
+        let p = pipelines.get(device, self.render_pass, key)?;
+        let (pipeline, layout, set, conversion) = (p.pipeline, p.layout, p.set, p.conversion);
+
+        // Everything that can fail is done before an image is acquired, so that an acquired
+        // image (and its signalled semaphore) is always consumed by a submission.
+        let view = self.frame_view(frame, conversion)?;
+        let image_info = [vk::DescriptorImageInfo {
+            sampler: vk::Sampler::null(),
+            image_view: view.view,
+            image_layout: vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL,
+        }];
+        let write = vk::WriteDescriptorSet::default()
+            .dst_set(set)
+            .dst_binding(0)
+            .descriptor_type(vk::DescriptorType::COMBINED_IMAGE_SAMPLER)
+            .image_info(&image_info);
+        // SAFETY: the set is not in use (the previous draw's fence was waited for); the view
+        // carries the same YCbCr conversion as the immutable sampler
+        // (VUID-VkWriteDescriptorSet-descriptorType-01948) and the binding's sampler is
+        // immutable, so `sampler` is ignored (VUID-VkWriteDescriptorSet-descriptorType-02752).
+        unsafe { device.update_descriptor_sets(&[write], &[]) };
+
+        let mut retried = false;
+        let (index, acquire_suboptimal) = loop {
+            if !self.ensure_chain()? {
+                return Ok(self.skip(SkipReason::ZeroSizedWindow));
+            }
+            let chain = self.chain.as_ref().ok_or(PresentError::Internal("no swapchain after ensure_chain"))?;
+            let timeout = u64::try_from(self.options.acquire_timeout.as_nanos()).unwrap_or(u64::MAX - 1);
+            // SAFETY: the swapchain is current (not retired), the semaphore is unsignalled with
+            // no pending operation (each acquire's signal was waited for by the submission
+            // that followed it, and that submission's fence was waited for)
+            // (VUID-vkAcquireNextImageKHR-semaphore-01286, -swapchain-01675); the timeout is
+            // finite, so this never blocks forever.
+            match unsafe { self.swapchain_fn.acquire_next_image(chain.swapchain, timeout, self.acquired, vk::Fence::null()) } {
+                Ok(r) => break r,
+                Err(vk::Result::ERROR_OUT_OF_DATE_KHR) => {
+                    self.needs_recreate = true;
+                    if retried {
+                        return Ok(self.skip(SkipReason::OutOfDate));
+                    }
+                    retried = true;
+                }
+                Err(vk::Result::TIMEOUT | vk::Result::NOT_READY) => return Ok(self.skip(SkipReason::AcquireTimeout)),
+                Err(vk::Result::ERROR_SURFACE_LOST_KHR) => return Err(PresentError::SurfaceLost),
+                Err(result) => return Err(PresentError::Vk { call: "vkAcquireNextImageKHR", result }),
+            }
+        };
+        let chain = self.chain.as_ref().ok_or(PresentError::Internal("no swapchain after acquire"))?;
+        let i = index as usize;
+        let (Some(&framebuffer), Some(&render_finished)) = (chain.framebuffers.get(i), chain.render_finished.get(i)) else {
+            return Err(PresentError::Internal("acquired image index out of range"));
+        };
+        let extent = chain.extent;
+        let swapchain = chain.swapchain;
+        let (fw, fh) = frame.extent();
+        let rect = fit_rect((fw, fh), (extent.width, extent.height));
+
+        // The frame's barrier: first use of shared memory acquires it from the foreign
+        // queue family (as readback does); later uses only change layout.
+        let first_shared_use = frame.path() != ImportPath::BufferCopy && frame.current_layout() == vk::ImageLayout::UNDEFINED;
+        let mut barrier = image_barrier(
+            frame.image(),
+            full_aspect(entry.vk_planes),
+            frame.current_layout(),
+            vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL,
+            vk::AccessFlags::MEMORY_WRITE,
+            vk::AccessFlags::SHADER_READ,
+        );
+        if first_shared_use {
+            barrier = barrier
+                .old_layout(vk::ImageLayout::GENERAL)
+                .src_access_mask(vk::AccessFlags::empty())
+                .src_queue_family_index(frame.acquire_family())
+                .dst_queue_family_index(engine.queue_family());
+        }
+        let srgb_flag: u32 = u32::from(is_srgb(self.format.format));
+        let [r, g, b] = self.options.letterbox;
+        let clear = [vk::ClearValue { color: vk::ClearColorValue { float32: [r, g, b, 1.0] } }];
+        let cmd = self.cmd;
+        // SAFETY: the pool's only command buffer is not pending (the last submission's
+        // fence was waited for) (VUID-vkResetCommandPool-commandPool-00040).
+        unsafe { device.reset_command_pool(self.pool, vk::CommandPoolResetFlags::empty()) }
+            .map_err(vk_err("vkResetCommandPool"))?;
+        let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
+        // SAFETY: a reset command buffer of this device (VUID-vkBeginCommandBuffer-commandBuffer-00049).
+        unsafe { device.begin_command_buffer(cmd, &begin) }.map_err(vk_err("vkBeginCommandBuffer"))?;
+        let pass = vk::RenderPassBeginInfo::default()
+            .render_pass(self.render_pass)
+            .framebuffer(framebuffer)
+            .render_area(vk::Rect2D { offset: vk::Offset2D { x: 0, y: 0 }, extent })
+            .clear_values(&clear);
+        let viewport = vk::Viewport {
+            x: rect.x as f32,
+            y: rect.y as f32,
+            width: rect.width as f32,
+            height: rect.height as f32,
+            min_depth: 0.0,
+            max_depth: 1.0,
+        };
+        let scissor = vk::Rect2D {
+            offset: vk::Offset2D { x: rect.x as i32, y: rect.y as i32 },
+            extent: vk::Extent2D { width: rect.width, height: rect.height },
+        };
+        // SAFETY: recording state; the barrier covers the frame's planes and moves it to the
+        // layout the descriptor names (VUID-vkCmdDraw-None-09600); the framebuffer belongs
+        // to the acquired image and the render pass; viewport and scissor lie inside the
+        // framebuffer (fit_rect stays within the extent); the pipeline's layout matches the
+        // bound set and the 4-byte push range (VUID-vkCmdPushConstants-offset-01795).
+        unsafe {
+            device.cmd_pipeline_barrier(
+                cmd,
+                vk::PipelineStageFlags::ALL_COMMANDS,
+                vk::PipelineStageFlags::FRAGMENT_SHADER,
+                vk::DependencyFlags::empty(),
+                &[],
+                &[],
+                &[barrier],
+            );
+            device.cmd_begin_render_pass(cmd, &pass, vk::SubpassContents::INLINE);
+            device.cmd_set_viewport(cmd, 0, &[viewport]);
+            device.cmd_set_scissor(cmd, 0, &[scissor]);
+            device.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::GRAPHICS, pipeline);
+            device.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::GRAPHICS, layout, 0, &[set], &[]);
+            device.cmd_push_constants(cmd, layout, vk::ShaderStageFlags::FRAGMENT, 0, &srgb_flag.to_ne_bytes());
+            device.cmd_draw(cmd, 3, 1, 0, 0);
+            device.cmd_end_render_pass(cmd);
+        }
+        // SAFETY: recording (VUID-vkEndCommandBuffer-commandBuffer-00059).
+        unsafe { device.end_command_buffer(cmd) }.map_err(vk_err("vkEndCommandBuffer"))?;
+
+        let waits = [self.acquired];
+        let stages = [vk::PipelineStageFlags::COLOR_ATTACHMENT_OUTPUT];
+        let cmds = [cmd];
+        let signals = [render_finished];
+        let submit = vk::SubmitInfo::default()
+            .wait_semaphores(&waits)
+            .wait_dst_stage_mask(&stages)
+            .command_buffers(&cmds)
+            .signal_semaphores(&signals);
+        let swapchains = [swapchain];
+        let indices = [index];
+        let present_info = vk::PresentInfoKHR::default()
+            .wait_semaphores(&signals)
+            .swapchains(&swapchains)
+            .image_indices(&indices);
+        let present_result = {
+            let queue = engine.queue();
+            // SAFETY: the queue is externally synchronised by the engine's lock
+            // (VUID-vkQueueSubmit-queue-parameter); the fence is unsignalled and not in use
+            // (VUID-vkQueueSubmit-fence-00063); the acquire semaphore has a pending signal and
+            // the render-finished semaphore of this image has no pending wait
+            // (VUID-vkQueueSubmit-pSignalSemaphores-00067: its last wait was by the
+            // presentation of this image, which completed before the image was acquired again).
+            unsafe { device.queue_submit(*queue, &[submit], self.fence) }.map_err(vk_err("vkQueueSubmit"))?;
+            frame.set_current_layout(vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL);
+            // SAFETY: the image was acquired from this swapchain and not yet presented
+            // (VUID-VkPresentInfoKHR-pImageIndices-01430), its layout is PRESENT_SRC_KHR at the
+            // end of the render pass, and the queue supports presentation to the surface
+            // (checked at creation) (VUID-vkQueuePresentKHR-pSwapchains-01292).
+            unsafe { self.swapchain_fn.queue_present(*queue, &present_info) }
+        };
+        // Wait for the draw whatever presentation said: the view and the frame are in use
+        // until then. This waits for the GPU's work, not for the display.
+        // SAFETY: the fence belongs to this device and was just submitted.
+        let waited = unsafe { device.wait_for_fences(&[self.fence], true, u64::MAX) }.map_err(vk_err("vkWaitForFences"));
+        // SAFETY: the fence is signalled and no longer in use (VUID-vkResetFences-pFences-01123).
+        let reset = unsafe { device.reset_fences(&[self.fence]) }.map_err(vk_err("vkResetFences"));
+        drop(view);
+        waited?;
+        reset?;
+        let outcome = match present_result {
+            Ok(present_suboptimal) => {
+                let suboptimal = present_suboptimal || acquire_suboptimal;
+                if suboptimal {
+                    self.needs_recreate = true;
+                }
+                self.stats.presented += 1;
+                PresentOutcome::Presented { suboptimal }
+            }
+            Err(vk::Result::ERROR_OUT_OF_DATE_KHR) => {
+                self.needs_recreate = true;
+                self.skip(SkipReason::OutOfDate)
+            }
+            Err(vk::Result::ERROR_SURFACE_LOST_KHR) => return Err(PresentError::SurfaceLost),
+            Err(result) => return Err(PresentError::Vk { call: "vkQueuePresentKHR", result }),
+        };
+        tracing::trace!(?outcome, image = index, ?rect, "present");
+        Ok(outcome)
+    }
+
+    fn skip(&mut self, reason: SkipReason) -> PresentOutcome {
+        self.stats.skipped += 1;
+        tracing::debug!(?reason, "frame skipped");
+        PresentOutcome::Skipped(reason)
+    }
+
+    /// The pipeline identity for `frame`: its format, YCbCr conversion and filter, from the
+    /// format features of the frame's tiling.
+    fn frame_key(&self, frame: &ImportedImage<'_>, opts: &FrameOptions) -> Result<Key, PresentError> {
+        let engine = self.engine;
+        let fourcc = frame.fourcc();
+        let entry = vk_format::to_vk(fourcc).ok_or(PresentError::UnknownFourcc(fourcc))?;
+        let is_yuv = format_info(fourcc).ok_or(PresentError::UnknownFourcc(fourcc))?.is_yuv;
+        let features = match (frame.path(), frame.layout()) {
+            (ImportPath::Explicit, Layout::Explicit(m)) => engine
+                .query_caps(&CapsQuery::new(fourcc, vk::ImageUsageFlags::SAMPLED))?
+                .get(m)
+                .map(|c| c.tiling_features)
+                .unwrap_or_default(),
+            _ => {
+                // SAFETY: plain query of the engine's physical device.
+                let props = unsafe {
+                    engine.instance().get_physical_device_format_properties(engine.physical_device(), entry.vk_format)
+                };
+                props.optimal_tiling_features
+            }
+        };
+        if !features.contains(vk::FormatFeatureFlags::SAMPLED_IMAGE) {
+            return Err(PresentError::NotSampleable { fourcc, format: entry.vk_format });
+        }
+        let mut filter_linear = features.contains(vk::FormatFeatureFlags::SAMPLED_IMAGE_FILTER_LINEAR);
+        if frame.path() == ImportPath::Explicit && engine.drm_modifier_list2_is_empty() {
+            // The driver's List2 of modifier features is empty (lavapipe 25.0), so anything
+            // that reads it (the validation layer, VUID-vkCmdDraw-magFilter-04553) sees no
+            // LINEAR filtering for DRM-tiled images. Sample those NEAREST: exact at 1:1,
+            // blockier when scaled.
+            filter_linear = false;
+        }
+        if !is_yuv {
+            return Ok(Key { format: entry.vk_format, ycbcr: None, linear: filter_linear });
+        }
+        if !self.ycbcr_supported() {
+            return Err(PresentError::NoYcbcrConversion(fourcc));
+        }
+        let cosited = features.contains(vk::FormatFeatureFlags::COSITED_CHROMA_SAMPLES);
+        let midpoint = features.contains(vk::FormatFeatureFlags::MIDPOINT_CHROMA_SAMPLES);
+        if !cosited && !midpoint {
+            return Err(PresentError::NotSampleable { fourcc, format: entry.vk_format });
+        }
+        // MPEG-2/H.264/HEVC 4:2:0: left-cosited horizontally, midway vertically.
+        let x_offset = if cosited { vk::ChromaLocation::COSITED_EVEN } else { vk::ChromaLocation::MIDPOINT };
+        let y_offset = if midpoint { vk::ChromaLocation::MIDPOINT } else { vk::ChromaLocation::COSITED_EVEN };
+        let linear =
+            filter_linear && features.contains(vk::FormatFeatureFlags::SAMPLED_IMAGE_YCBCR_CONVERSION_LINEAR_FILTER);
+        Ok(Key {
+            format: entry.vk_format,
+            ycbcr: Some(YcbcrKey {
+                matrix: opts.matrix,
+                range: opts.range,
+                swap_chroma: entry.mapping == Mapping::ChromaSwapped && entry.vk_planes < 3,
+                x_offset,
+                y_offset,
+            }),
+            linear,
+        })
+    }
+
+    fn ycbcr_supported(&self) -> bool {
+        let mut ycbcr = vk::PhysicalDeviceSamplerYcbcrConversionFeatures::default();
+        let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut ycbcr);
+        // SAFETY: Vulkan 1.1 query with an allowed chain (VUID-VkPhysicalDeviceFeatures2-pNext-pNext).
+        unsafe { self.engine.instance().get_physical_device_features2(self.engine.physical_device(), &mut features2) };
+        ycbcr.sampler_ycbcr_conversion == vk::TRUE
+    }
+
+    fn frame_view(&self, frame: &ImportedImage<'_>, conversion: vk::SamplerYcbcrConversion) -> Result<FrameView<'e>, PresentError> {
+        let device = self.engine.device();
+        let mut conversion_info = vk::SamplerYcbcrConversionInfo::default().conversion(conversion);
+        let mut info = vk::ImageViewCreateInfo::default()
+            .image(frame.image())
+            .view_type(vk::ImageViewType::TYPE_2D)
+            .format(frame.vk_format())
+            .subresource_range(vk::ImageSubresourceRange {
+                aspect_mask: vk::ImageAspectFlags::COLOR,
+                base_mip_level: 0,
+                level_count: 1,
+                base_array_layer: 0,
+                layer_count: 1,
+            });
+        if conversion != vk::SamplerYcbcrConversion::null() {
+            info = info.push_next(&mut conversion_info);
+        }
+        // SAFETY: the image was created with SAMPLED usage (checked in present) and this
+        // format; a multi-planar format is viewed whole through its conversion with identity
+        // swizzles (VUID-VkImageViewCreateInfo-format-06415, -pNext-01970).
+        let view = unsafe { device.create_image_view(&info, None) }.map_err(vk_err("vkCreateImageView"))?;
+        Ok(FrameView { device, view })
+    }
+
+    /// Makes sure a swapchain matching the window exists. False: the window has no area.
+    fn ensure_chain(&mut self) -> Result<bool, PresentError> {
+        if self.chain.is_some() && !self.needs_recreate {
+            return Ok(true);
+        }
+        let engine = self.engine;
+        let device = engine.device();
+        // Nothing of ours may be in flight when the old swapchain, its semaphores and
+        // framebuffers go: wait for the queue we share (not the whole device).
+        self.wait_queue_idle()?;
+        // SAFETY: surface and physical device of this instance.
+        let caps = match unsafe { self.surface_fn.get_physical_device_surface_capabilities(engine.physical_device(), self.surface) } {
+            Ok(c) => c,
+            Err(vk::Result::ERROR_SURFACE_LOST_KHR) => return Err(PresentError::SurfaceLost),
+            Err(result) => return Err(PresentError::Vk { call: "vkGetPhysicalDeviceSurfaceCapabilitiesKHR", result }),
+        };
+        let extent = swapchain::choose_extent(&caps, self.window_size);
+        let mut old = self.chain.take();
+        let params = ChainParams {
+            device,
+            swapchain_fn: &self.swapchain_fn,
+            surface: self.surface,
+            format: self.format,
+            present_mode: self.present_mode,
+            render_pass: self.render_pass,
+        };
+        let result = if extent.width == 0 || extent.height == 0 {
+            Ok(None)
+        } else {
+            let old_handle = old.as_ref().map_or(vk::SwapchainKHR::null(), |c| c.swapchain);
+            Chain::create(&params, &caps, extent, old_handle).map(Some)
+        };
+        if let Some(old) = old.as_mut() {
+            // SAFETY: the queue is idle, so no submission or presentation uses the old chain;
+            // it is retired by the creation above even if that failed.
+            unsafe { old.destroy(device, &self.swapchain_fn) };
+        }
+        let chain = result?;
+        let made = chain.is_some();
+        if made {
+            self.stats.swapchains += 1;
+            tracing::debug!(width = extent.width, height = extent.height, "swapchain created");
+        }
+        self.chain = chain;
+        self.needs_recreate = false;
+        Ok(made)
+    }
+
+    fn wait_queue_idle(&self) -> Result<(), PresentError> {
+        let queue = self.engine.queue();
+        // SAFETY: the queue is externally synchronised by the engine's lock
+        // (VUID-vkQueueWaitIdle-queue-parameter).
+        unsafe { self.engine.device().queue_wait_idle(*queue) }.map_err(vk_err("vkQueueWaitIdle"))
+    }
+}
+
+impl Drop for Presenter<'_> {
+    fn drop(&mut self) {
+        let device = self.engine.device();
+        if let Err(e) = self.wait_queue_idle() {
+            tracing::warn!("presenter teardown: {e}");
+        }
+        // SAFETY: the queue is idle and every fence waited, so nothing the presenter made is
+        // in use (VUID-vkDestroyCommandPool-commandPool-00041, VUID-vkDestroyFence-fence-01120,
+        // VUID-vkDestroySemaphore-semaphore-05149, VUID-vkDestroyRenderPass-renderPass-00873);
+        // the swapchain is destroyed before its surface (VUID-vkDestroySurfaceKHR-surface-01266).
+        // Null handles (a half-made presenter) are ignored by the destroy calls.
+        unsafe {
+            if let Some(mut chain) = self.chain.take() {
+                chain.destroy(device, &self.swapchain_fn);
+            }
+            if let Some(mut p) = self.pipelines.take() {
+                p.destroy(device);
+            }
+            device.destroy_command_pool(self.pool, None);
+            device.destroy_fence(self.fence, None);
+            device.destroy_semaphore(self.acquired, None);
+            device.destroy_render_pass(self.render_pass, None);
+            self.surface_fn.destroy_surface(self.surface, None);
+        }
+    }
+}
+
+fn is_srgb(f: vk::Format) -> bool {
+    matches!(f, vk::Format::B8G8R8A8_SRGB | vk::Format::R8G8B8A8_SRGB | vk::Format::A8B8G8R8_SRGB_PACK32)
+}
+
+/// UNORM 8-bit BGRA/RGBA in the sRGB colour space first (values reach the screen as
+/// written), then any other non-sRGB-encoding format, then whatever is first.
+fn choose_surface_format(formats: &[vk::SurfaceFormatKHR]) -> Option<vk::SurfaceFormatKHR> {
+    let preferred = [vk::Format::B8G8R8A8_UNORM, vk::Format::R8G8B8A8_UNORM, vk::Format::A2B10G10R10_UNORM_PACK32];
+    preferred
+        .iter()
+        .find_map(|p| {
+            formats.iter().find(|f| f.format == *p && f.color_space == vk::ColorSpaceKHR::SRGB_NONLINEAR).copied()
+        })
+        .or_else(|| formats.iter().find(|f| !is_srgb(f.format) && f.format != vk::Format::UNDEFINED).copied())
+        .or_else(|| formats.first().copied())
+}
+
+fn choose_present_mode(policy: PresentModePolicy, modes: &[vk::PresentModeKHR]) -> vk::PresentModeKHR {
+    match policy {
+        PresentModePolicy::LowLatency if modes.contains(&vk::PresentModeKHR::MAILBOX) => vk::PresentModeKHR::MAILBOX,
+        // FIFO is always supported (VUID-VkSwapchainCreateInfoKHR-presentMode-01281 cannot fail for it).
+        _ => vk::PresentModeKHR::FIFO,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_is_one_to_one_for_the_same_size() {
+        assert_eq!(fit_rect((320, 180), (320, 180)), Rect { x: 0, y: 0, width: 320, height: 180 });
+    }
+
+    #[test]
+    fn fit_pillarboxes_a_wide_window() {
+        // 16:9 frame in a 600x180 window: height-bound, centred horizontally.
+        assert_eq!(fit_rect((320, 180), (600, 180)), Rect { x: 140, y: 0, width: 320, height: 180 });
+    }
+
+    #[test]
+    fn fit_letterboxes_a_tall_window() {
+        assert_eq!(fit_rect((320, 180), (320, 400)), Rect { x: 0, y: 110, width: 320, height: 180 });
+        assert_eq!(fit_rect((320, 180), (160, 400)), Rect { x: 0, y: 155, width: 160, height: 90 });
+    }
+
+    #[test]
+    fn fit_keeps_aspect_within_a_pixel_and_stays_inside() {
+        for (fw, fh) in [(1, 1), (320, 180), (1920, 1080), (7, 3), (3, 7), (4096, 1)] {
+            for (tw, th) in [(1, 1), (100, 100), (641, 479), (3, 1000), (1000, 3), (1280, 800)] {
+                let r = fit_rect((fw, fh), (tw, th));
+                assert!(r.x + r.width <= tw && r.y + r.height <= th, "{fw}x{fh} in {tw}x{th}: {r:?}");
+                assert!(r.width >= 1 && r.height >= 1);
+                // One side fills the target.
+                assert!(r.width == tw || r.height == th, "{fw}x{fh} in {tw}x{th}: {r:?}");
+                // Aspect within rounding: |w*fh - h*fw| <= max(fw, fh) (half a pixel each way).
+                let err = (i64::from(r.width) * i64::from(fh) - i64::from(r.height) * i64::from(fw)).abs();
+                assert!(err <= i64::from(fw.max(fh)), "{fw}x{fh} in {tw}x{th}: {r:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn fit_of_a_zero_target_is_a_pixel() {
+        let r = fit_rect((320, 180), (0, 0));
+        assert_eq!((r.width, r.height), (1, 1));
+    }
+
+    #[test]
+    fn present_mode_policy() {
+        use vk::PresentModeKHR as M;
+        assert_eq!(choose_present_mode(PresentModePolicy::LowLatency, &[M::FIFO, M::MAILBOX]), M::MAILBOX);
+        assert_eq!(choose_present_mode(PresentModePolicy::LowLatency, &[M::FIFO]), M::FIFO);
+        assert_eq!(choose_present_mode(PresentModePolicy::Vsync, &[M::FIFO, M::MAILBOX]), M::FIFO);
+    }
+
+    #[test]
+    fn surface_format_prefers_unorm() {
+        let f = |format| vk::SurfaceFormatKHR { format, color_space: vk::ColorSpaceKHR::SRGB_NONLINEAR };
+        let got = choose_surface_format(&[f(vk::Format::B8G8R8A8_SRGB), f(vk::Format::B8G8R8A8_UNORM)]);
+        assert_eq!(got.map(|g| g.format), Some(vk::Format::B8G8R8A8_UNORM));
+        let only_srgb = choose_surface_format(&[f(vk::Format::B8G8R8A8_SRGB)]);
+        assert_eq!(only_srgb.map(|g| g.format), Some(vk::Format::B8G8R8A8_SRGB));
+        assert_eq!(choose_surface_format(&[]), None);
+    }
+}

@@ -4,7 +4,9 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod bench;
 mod convert;
+mod demo;
 mod import;
 mod negotiate;
 mod probe;
@@ -29,6 +31,13 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Reconcile participants' formats and constraints: shared buffers, a copy plan, or why not.
     Negotiate(negotiate::NegotiateArgs),
+    /// Two processes, a producer and a consumer, pass animated frames zero-copy and by GPU copy; summary, table and contact sheet.
+    Demo(demo::DemoArgs),
+    /// The demo's consumer process (started by `demo` with inherited sockets).
+    #[command(hide = true)]
+    DemoConsumer(demo::ConsumerArgs),
+    /// Per-frame cost of the zero-copy, GPU-copy and CPU-copy paths per size, against memcpy.
+    Bench(bench::BenchArgs),
     /// Show a raw frame (tightly packed planes) in a window, imported as a dma-buf.
     View(view::ViewArgs),
     /// Show animated frames on the compositor in WAYLAND_DISPLAY through linux-dmabuf.
@@ -57,6 +66,9 @@ fn main() -> ExitCode {
         Command::Probe(args) => probe::run(&args),
         Command::Import(args) => import::run(&args),
         Command::Convert(args) => convert::run(&args),
+        Command::Demo(args) => demo::run(&args),
+        Command::DemoConsumer(args) => demo::run_consumer(&args),
+        Command::Bench(args) => bench::run(&args),
         Command::Negotiate(args) => negotiate_with_device(&args),
         Command::View(args) => view::run(&args),
         #[cfg(feature = "wayland")]

@@ -9,6 +9,7 @@
 pub mod caps;
 pub mod commands;
 pub mod convert;
+pub mod demo;
 pub mod device;
 pub mod export;
 pub mod extensions;

@@ -1,0 +1,108 @@
+//! The per-frame paths of `dmabridge bench` under criterion: zero-copy vs GPU copy vs CPU
+//! copy (one frame = handoff + cached import + barrier + first sample, plus the copy), the
+//! import cache's hit against a miss, the demo's negotiation, and one descriptor handoff.
+//!
+//! `cargo bench --bench paths` (with the udmabuf emulation for the zero-copy entries:
+//! `source scripts/emulation.sh && with_udmabuf cargo bench --bench paths`).
+
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
+use dmabridge::ash::vk;
+use dmabridge::demo::bench::{self, BenchOptions, Source};
+use dmabridge::interop::dmabuf::{recv, send_buffer, socketpair, Received};
+use dmabridge::interop::Fourcc;
+use dmabridge::{Engine, EngineOptions, ImportCache};
+
+fn paths(c: &mut Criterion, engine: &Engine) {
+    let mut group = c.benchmark_group("frame_path");
+    group.sample_size(10);
+    let opts = BenchOptions { quick: true };
+    for &(w, h) in &bench::SIZES[..3] {
+        for path in bench::PATHS {
+            // Each sample runs the bench's own loop (warm-up, then repetitions) and reports
+            // its median per frame, so criterion compares like with like.
+            let probe = bench::measure(engine, path, Fourcc::ARGB8888, w, h, &opts);
+            if !matches!(probe, Ok(Some(_))) {
+                eprintln!("{path} AR24 {w}x{h}: not available here ({probe:?})");
+                continue;
+            }
+            group.bench_with_input(BenchmarkId::new(path, format!("AR24 {w}x{h}")), &(w, h), |b, &(w, h)| {
+                b.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    for _ in 0..iters {
+                        let us = bench::measure(engine, path, Fourcc::ARGB8888, w, h, &opts)
+                            .ok()
+                            .flatten()
+                            .map_or(0.0, |r| r.us_per_frame);
+                        total += Duration::from_secs_f64(us / 1e6);
+                    }
+                    total
+                })
+            });
+        }
+    }
+    group.finish();
+}
+
+fn cache(c: &mut Criterion, engine: &Engine) {
+    let Ok(source) = Source::new(engine, Fourcc::ARGB8888, 1920, 1080, true) else { return };
+    let mut group = c.benchmark_group("import_cache_1080p");
+    let usage = vk::ImageUsageFlags::SAMPLED;
+    let mut warm = ImportCache::new(engine, 4);
+    if let Ok(dup) = source.buf.try_clone() {
+        let _ = warm.import(dup, usage);
+    }
+    group.bench_function("hit", |b| {
+        b.iter(|| {
+            if let Ok(dup) = source.buf.try_clone() {
+                let _ = warm.import(dup, usage).map(|i| i.path());
+            }
+        })
+    });
+    group.bench_function("miss", |b| {
+        b.iter(|| {
+            let mut cold = ImportCache::new(engine, 4);
+            if let Ok(dup) = source.buf.try_clone() {
+                let _ = cold.import(dup, usage).map(|i| i.path());
+            }
+        })
+    });
+    group.finish();
+}
+
+fn negotiation_and_handoff(c: &mut Criterion, engine: &Engine) {
+    c.bench_function("demo negotiation (producer + consumer)", |b| {
+        b.iter_custom(|iters| {
+            let us = bench::negotiate_us(engine, iters as usize).unwrap_or(0.0);
+            Duration::from_secs_f64(us * iters as f64 / 1e6)
+        })
+    });
+    let Ok(source) = Source::new(engine, Fourcc::ARGB8888, 1280, 720, false) else { return };
+    let Ok((a, b)) = socketpair() else { return };
+    c.bench_function("descriptor handoff (send + recv + validate)", |bch| {
+        bch.iter(|| {
+            if send_buffer(&a, 0, &source.buf).is_ok() {
+                if let Ok(Received::Buffer { buf, .. }) = recv(&b) {
+                    drop(buf);
+                }
+            }
+        })
+    });
+}
+
+fn benches(c: &mut Criterion) {
+    let engine = match Engine::new(&EngineOptions::default()) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("no Vulkan device ({e}): nothing to measure");
+            return;
+        }
+    };
+    paths(c, &engine);
+    cache(c, &engine);
+    negotiation_and_handoff(c, &engine);
+}
+
+criterion_group!(group, benches);
+criterion_main!(group);

@@ -1,0 +1,134 @@
+//! `dmabridge bench [--json] [--quick]`: see `dmabridge::demo::bench` for what each path's
+//! time covers. `--json` prints the contract JSON on stdout; otherwise a table, the ratios
+//! and a PNG plot (`--plot`, default bench-out/bench.png). A progress bar runs on stderr.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use dmabridge::demo::bench::{self, BenchOptions, BenchReport};
+use dmabridge::demo::report::{write_plot, PlotPoint, PLOT_LEGEND};
+use dmabridge::{Engine, EngineOptions};
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Print the JSON report (a contract other tools read) instead of the table.
+    #[arg(long)]
+    json: bool,
+    /// Drop 8K and use fewer repetitions.
+    #[arg(long)]
+    quick: bool,
+    /// Where the plot goes (human output only).
+    #[arg(long, default_value = "bench-out/bench.png")]
+    plot: PathBuf,
+}
+
+fn find<'a>(r: &'a BenchReport, path: &str, format: &str, w: u32) -> Option<&'a bench::PathResult> {
+    r.results.iter().find(|x| x.path == path && x.format == format && x.width == w)
+}
+
+pub fn run(args: &BenchArgs) -> ExitCode {
+    let engine = match Engine::new(&EngineOptions::from_env()) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("dmabridge bench: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let opts = BenchOptions { quick: args.quick };
+    let bar = indicatif::ProgressBar::new(opts.steps());
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let mut first = true;
+    let mut progress = |label: &str| {
+        if !first {
+            bar.inc(1);
+        }
+        first = false;
+        bar.set_message(label.to_owned());
+    };
+    let report = match bench::run(&engine, &opts, &mut progress) {
+        Ok(r) => r,
+        Err(e) => {
+            bar.abandon();
+            eprintln!("dmabridge bench: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    bar.finish_and_clear();
+    for n in &report.notes {
+        eprintln!("note: {n}");
+    }
+    if args.json {
+        match serde_json::to_string(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => {
+                eprintln!("dmabridge bench: {e}");
+                return ExitCode::from(1);
+            }
+        }
+        return crate::exit_status(&engine);
+    }
+
+    println!("dmabridge bench on {}", report.device);
+    println!("memcpy baseline: {:.2} GB/s (measured in this run)", report.memcpy_gbps);
+    println!();
+    println!("{:<10} {:<6} {:>10} {:>14} {:>10}", "path", "format", "size", "µs/frame", "GB/s");
+    for r in &report.results {
+        println!("{:<10} {:<6} {:>10} {:>14.1} {:>10.2}", r.path, r.format, format!("{}x{}", r.width, r.height), r.us_per_frame, r.gbps);
+    }
+    if !report.convert.is_empty() {
+        println!();
+        println!("{:<16} {:<6} {:>10} {:>10} {:>12}", "detile", "format", "size", "GB/s", "x memcpy");
+        for c in &report.convert {
+            println!(
+                "{:<16} {:<6} {:>10} {:>10.2} {:>12.2}",
+                c.layout,
+                c.format,
+                format!("{}x{}", c.width, c.height),
+                c.gbps,
+                c.gbps / report.memcpy_gbps.max(1e-9)
+            );
+        }
+    }
+    println!();
+    println!("negotiation: {:.1} µs; descriptor handoff: {:.1} µs", report.negotiate_us, report.handoff_us);
+    println!();
+    println!("ratios (goal in brackets):");
+    match (find(&report, "zero-copy", "AR24", 3840), find(&report, "copy-gpu", "AR24", 3840)) {
+        (Some(z), Some(c)) => println!("  zero-copy / copy-gpu µs at 4K AR24: {:.4} (<= 0.01)", z.us_per_frame / c.us_per_frame),
+        _ => println!("  zero-copy / copy-gpu at 4K: not measured here (no zero-copy import)"),
+    }
+    let big = if args.quick { 3840 } else { 7680 };
+    match (find(&report, "zero-copy", "AR24", big), find(&report, "zero-copy", "AR24", 1280)) {
+        (Some(b), Some(s)) => println!("  zero-copy {}p / 720p: {:.2} (<= 1.2)", if args.quick { "2160" } else { "4320" }, b.us_per_frame / s.us_per_frame),
+        _ => println!("  zero-copy flatness: not measured here (no zero-copy import)"),
+    }
+    if let Some(best) = report.convert.iter().map(|c| c.gbps).reduce(f64::max) {
+        println!("  best detile GB/s / memcpy GB/s: {:.2} (>= 0.5)", best / report.memcpy_gbps.max(1e-9));
+    }
+
+    let points: Vec<PlotPoint> = report
+        .results
+        .iter()
+        .map(|r| PlotPoint {
+            path: bench::PATHS.iter().position(|p| *p == r.path).unwrap_or(0),
+            nv12: r.format == "NV12",
+            megapixels: r.width as f64 * r.height as f64 / 1e6,
+            us: r.us_per_frame,
+        })
+        .collect();
+    let detile: Vec<f64> = report.convert.iter().map(|c| c.gbps).collect();
+    if let Some(dir) = args.plot.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    match write_plot(&args.plot, &points, report.memcpy_gbps, &detile) {
+        Ok(()) => {
+            println!();
+            println!("plot: {} ({PLOT_LEGEND})", args.plot.display());
+        }
+        Err(e) => eprintln!("dmabridge bench: {e}"),
+    }
+    crate::exit_status(&engine)
+}

@@ -1,0 +1,227 @@
+//! `dmabridge demo [--frames N] [--out DIR] [--mode zero-copy|copy|both]`: the producer
+//! process; it starts the consumer as `dmabridge demo-consumer` with two inherited sockets.
+//!
+//! Exit status: 0 when every frame verified and no fd leaked; 4 when a frame failed its
+//! checksum; 5 when fds leaked; 1 for any other failure (message on stderr).
+
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+use dmabridge::demo::{consumer, producer, DemoConfig, Mode};
+use dmabridge::interop::Fourcc;
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeArg {
+    ZeroCopy,
+    Copy,
+    Both,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum FormatArg {
+    #[value(name = "AR24", alias = "ar24")]
+    Ar24,
+    #[value(name = "NV12", alias = "nv12")]
+    Nv12,
+}
+
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Frames per mode.
+    #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    frames: u32,
+    /// Where summary.json and contact_sheet.png are written (created if missing).
+    #[arg(long, default_value = "demo-out")]
+    out: PathBuf,
+    /// Which modes run: zero-copy, copy (a forced GPU copy), or both.
+    #[arg(long, value_enum, default_value = "both")]
+    mode: ModeArg,
+    /// Frame format: AR24, or NV12 (sampled through a YCbCr conversion; width a multiple of
+    /// 4, height of 2).
+    #[arg(long, value_enum, default_value = "AR24")]
+    format: FormatArg,
+    #[arg(long, default_value_t = 1280, value_parser = clap::value_parser!(u32).range(16..=8192))]
+    width: u32,
+    #[arg(long, default_value_t = 720, value_parser = clap::value_parser!(u32).range(16..=8192))]
+    height: u32,
+    /// Damage frame K after its checksum is taken, to show that verification catches it.
+    #[arg(long, hide = true)]
+    corrupt_frame: Option<u32>,
+    /// Run both processes with the Vulkan validation layer (also DMABRIDGE_VALIDATION=1);
+    /// any message fails the demo.
+    #[arg(long)]
+    validation: bool,
+}
+
+#[derive(clap::Args)]
+pub struct ConsumerArgs {
+    #[arg(long)]
+    buffers_fd: RawFd,
+    #[arg(long)]
+    control_fd: RawFd,
+    #[arg(long)]
+    validation: bool,
+}
+
+fn validation_wanted(flag: bool) -> bool {
+    flag || std::env::var("DMABRIDGE_VALIDATION").is_ok_and(|v| v == "1" || v == "true")
+}
+
+pub fn run(args: &DemoArgs) -> ExitCode {
+    let modes = match args.mode {
+        ModeArg::ZeroCopy => vec![Mode::ZeroCopy],
+        ModeArg::Copy => vec![Mode::Copy],
+        ModeArg::Both => vec![Mode::ZeroCopy, Mode::Copy],
+    };
+    if let Err(e) = std::fs::create_dir_all(&args.out) {
+        eprintln!("dmabridge demo: cannot create {}: {e}", args.out.display());
+        return ExitCode::from(1);
+    }
+    let out = std::fs::canonicalize(&args.out).unwrap_or_else(|_| args.out.clone());
+    let validation = validation_wanted(args.validation);
+    let fourcc = match args.format {
+        FormatArg::Ar24 => Fourcc::ARGB8888,
+        FormatArg::Nv12 => Fourcc::NV12,
+    };
+    if fourcc == Fourcc::NV12 && (args.width % 4 != 0 || args.height % 2 != 0) {
+        eprintln!("dmabridge demo: an NV12 frame needs a width that is a multiple of 4 and an even height");
+        return ExitCode::from(1);
+    }
+    let config = DemoConfig {
+        fourcc,
+        frames: args.frames,
+        width: args.width,
+        height: args.height,
+        modes,
+        out_dir: out.clone(),
+        corrupt_frame: args.corrupt_frame,
+        validation,
+    };
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("dmabridge demo: cannot find this program to start the consumer: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let mut spawn = |buffers: BorrowedFd<'_>, control: BorrowedFd<'_>| -> std::io::Result<std::process::Child> {
+        // dup() gives fds without FD_CLOEXEC: the consumer inherits exactly these two.
+        let b = rustix::io::dup(buffers)?;
+        let c = rustix::io::dup(control)?;
+        let mut cmd = Command::new(&exe);
+        cmd.arg("demo-consumer")
+            .arg("--buffers-fd")
+            .arg(b.as_raw_fd().to_string())
+            .arg("--control-fd")
+            .arg(c.as_raw_fd().to_string());
+        if validation {
+            cmd.arg("--validation");
+        }
+        let child = cmd.spawn();
+        drop((b, c));
+        child
+    };
+    let outcome = match producer::run(&config, &mut spawn) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("dmabridge demo: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let summary_path = out.join("summary.json");
+    let text = serde_json::to_string_pretty(&outcome.summary).unwrap_or_else(|_| "{}".into());
+    if let Err(e) = std::fs::write(&summary_path, text + "\n") {
+        eprintln!("dmabridge demo: cannot write {}: {e}", summary_path.display());
+        return ExitCode::from(1);
+    }
+
+    println!("dmabridge demo on {} ({} frames per mode)", outcome.device, args.frames);
+    println!();
+    println!(
+        "{:<10} {:<6} {:>10} {:>7} {:>14} {:>12} {:>9} {:<24} verified",
+        "mode", "format", "size", "frames", "µs/frame med", "µs/frame p99", "GB/s", "import"
+    );
+    for r in &outcome.results {
+        let j = &r.json;
+        let verified = j["verified_frames"].as_u64().unwrap_or(0);
+        println!(
+            "{:<10} {:<6} {:>10} {:>7} {:>14.0} {:>12.0} {:>9.2} {:<24} {}/{}",
+            r.mode.name(),
+            j["format"].as_str().unwrap_or("?"),
+            format!("{}x{}", args.width, args.height),
+            args.frames,
+            r.frame.median,
+            r.frame.p99,
+            r.gbps,
+            j["import_path"].as_str().unwrap_or("?"),
+            verified,
+            args.frames,
+        );
+    }
+    for (mode, reason) in &outcome.unavailable {
+        println!("{:<10} unavailable on this machine: {reason}", mode.name());
+    }
+    println!();
+    println!("µs/frame: producer (render, conversion, send) + consumer (receive, cached import, composite, verify, release);");
+    println!("GB/s: frame bytes over that time, rendering included (`dmabridge bench` times the paths alone).");
+    println!("leaked fds (both processes): {}", outcome.leaked_fds);
+    println!("summary: {}", summary_path.display());
+    if let Some(sheet) = outcome.summary["contact_sheet"].as_str() {
+        println!("contact sheet: {sheet} (rows: green zero-copy, orange copy)");
+    }
+    if outcome.mismatches > 0 {
+        for r in &outcome.results {
+            if let Some(list) = r.json["mismatches"].as_array() {
+                for m in list {
+                    eprintln!(
+                        "dmabridge demo: {} frame {} FAILED verification: checksum {:#010x}, expected {:#010x}",
+                        r.mode.name(),
+                        m["frame"],
+                        m["got"].as_u64().unwrap_or(0),
+                        m["expected"].as_u64().unwrap_or(0)
+                    );
+                }
+            }
+        }
+        return ExitCode::from(4);
+    }
+    if outcome.leaked_fds != 0 {
+        eprintln!("dmabridge demo: {} fds leaked", outcome.leaked_fds);
+        return ExitCode::from(5);
+    }
+    ExitCode::SUCCESS
+}
+
+/// Takes ownership of an fd number the parent passed on the command line, after checking
+/// that it is open, and marks it close-on-exec.
+fn inherited(fd: RawFd, what: &str) -> Result<OwnedFd, String> {
+    if fd < 3 {
+        return Err(format!("--{what}-fd {fd} is not an inherited socket"));
+    }
+    // SAFETY: only used for the F_GETFD probe below, which fails cleanly on a closed fd.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    rustix::io::fcntl_getfd(borrowed).map_err(|e| format!("--{what}-fd {fd}: {e}"))?;
+    // SAFETY: the fd is open (checked) and the parent handed it to this process to own: the
+    // demo dup()s it for the child and nothing else in this process refers to it.
+    let owned = unsafe { OwnedFd::from_raw_fd(fd) };
+    let _ = rustix::io::fcntl_setfd(&owned, rustix::io::FdFlags::CLOEXEC);
+    Ok(owned)
+}
+
+pub fn run_consumer(args: &ConsumerArgs) -> ExitCode {
+    let (buffers, control) = match (inherited(args.buffers_fd, "buffers"), inherited(args.control_fd, "control")) {
+        (Ok(b), Ok(c)) => (b, c),
+        (Err(e), _) | (_, Err(e)) => {
+            eprintln!("dmabridge demo-consumer: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match consumer::run(buffers, control, args.validation) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dmabridge demo-consumer: {e}");
+            ExitCode::from(1)
+        }
+    }
+}

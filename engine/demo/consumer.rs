@@ -1,0 +1,315 @@
+//! The demo's consumer: imports each frame through the import cache, composites it with a
+//! compute shader that samples it, verifies the checksum and hands the buffer back.
+
+use std::collections::HashMap;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::time::Instant;
+
+use ash::vk;
+use dmabridge_interop::dmabuf::{fd_count, recv, send_release, Received};
+use dmabridge_interop::{Format, FormatSet, Fourcc, Modifier};
+
+use super::control::{recv_msg, send_msg, ConsumerReport, Mismatch, ToConsumer, ToProducer, WireParticipant};
+use super::gpu::{buffer_barrier, Binding, BufferKind, Compute, GpuBuffer, Sampler, COMPOSITE_SPV};
+use super::producer::wire_formats;
+use super::report::{write_contact_sheet, Thumb};
+use super::{DemoError, Mode, Percentiles, DEMO_FORMATS};
+use crate::caps::CapsQuery;
+use crate::commands::image_barrier;
+use crate::import::{ImportPath, ImportedImage};
+use crate::{Engine, EngineOptions, ImportCache};
+
+/// Buffers the consumer may hold at once (the one it composites, one queued).
+const CONSUMER_MIN_BUFFERS: u32 = 2;
+const THUMBS_PER_MODE: usize = 6;
+
+/// The consumer's participant: the AR24 and NV12 layouts its device imports for sampling.
+/// LINEAR is always listed: the engine's buffer-copy import takes it on any device.
+pub fn consumer_formats(engine: &Engine) -> Result<FormatSet, DemoError> {
+    let mut set = FormatSet::new();
+    for fourcc in DEMO_FORMATS {
+        let caps = engine.query_caps(&CapsQuery::new(fourcc, vk::ImageUsageFlags::SAMPLED))?;
+        if engine.has_modifiers() {
+            for m in caps.importable() {
+                set.insert(Format::explicit(fourcc, m));
+            }
+        }
+        set.insert(Format::explicit(fourcc, Modifier::LINEAR));
+    }
+    Ok(set)
+}
+
+/// Runs the consumer process over the inherited sockets. Failures are reported to the
+/// producer on the control socket before they are returned.
+pub fn run(buffers: OwnedFd, control: OwnedFd, validation: bool) -> Result<(), DemoError> {
+    let result = serve(buffers.as_fd(), control.as_fd(), validation);
+    if let Err(e) = &result {
+        let _ = send_msg(control.as_fd(), &ToProducer::Failed { error: e.to_string() });
+    }
+    result
+}
+
+fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool) -> Result<(), DemoError> {
+    let engine = Engine::new(&EngineOptions { validation, ..EngineOptions::from_env() })?;
+    let fds_before = fd_count()?;
+    let formats = consumer_formats(&engine)?;
+    send_msg(
+        control,
+        &ToProducer::Caps {
+            participant: WireParticipant {
+                name: "consumer".into(),
+                formats: wire_formats(&formats),
+                min_buffers: CONSUMER_MIN_BUFFERS,
+                read_only: true,
+                device: engine.info().name.clone(),
+                modifiers_extension: engine.has_modifiers(),
+            },
+        },
+    )?;
+    let mut thumbs: Vec<(Mode, Vec<Thumb>)> = Vec::new();
+    let out_dir = {
+        let mut sum = GpuBuffer::new(&engine, 8, vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_DST, BufferKind::HostMapped)?;
+        loop {
+            match recv_msg::<ToConsumer>(control)? {
+                ToConsumer::Start { mode, fourcc, width, height, frames, pool, sample_every } => {
+                    let Some(fourcc) = DEMO_FORMATS.into_iter().find(|f| f.trimmed() == fourcc) else {
+                        return Err(DemoError::Protocol(format!("the producer sends {fourcc}; this consumer composites AR24 or NV12")));
+                    };
+                    let nv12 = fourcc == Fourcc::NV12;
+                    let format = crate::vk_format::to_vk(fourcc).map(|e| e.vk_format).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no Vulkan format")))?;
+                    // NV12: the conversion reconstructs the planes only (exact values for the
+                    // checksum); the shader applies the BT.709 matrix for the picture.
+                    let sampler = Sampler::new(&engine, format, nv12, true)?;
+                    let composite = Compute::new(
+                        &engine,
+                        COMPOSITE_SPV,
+                        &[Binding::Sampler(sampler.sampler), Binding::StorageBuffer, Binding::StorageBuffer],
+                        28,
+                        64,
+                    )?;
+                    let ctx = ModeCtx { engine: &engine, sampler: &sampler, composite: &composite, buffers, control, yuv: nv12 };
+                    let (report, mode_thumbs) = ctx.run(&mut sum, mode, (width, height), frames, pool, sample_every)?;
+                    drop(composite);
+                    drop(sampler);
+                    let timing = Percentiles::of(&report.frame_us);
+                    thumbs.push((mode, mode_thumbs));
+                    send_msg(control, &ToProducer::ModeDone { report, timing })?;
+                }
+                ToConsumer::Bye { out_dir } => break out_dir,
+                other => return Err(DemoError::Protocol(format!("unexpected {other:?}"))),
+            }
+        }
+    };
+    let sheet = if thumbs.iter().any(|(_, t)| !t.is_empty()) {
+        let path = PathBuf::from(&out_dir).join("contact_sheet.png");
+        write_contact_sheet(&path, &thumbs)?;
+        Some(path.to_string_lossy().into_owned())
+    } else {
+        None
+    };
+    let fds_after = fd_count()?;
+    if let Some(log) = engine.validation() {
+        let problems = log.problems();
+        if !problems.is_empty() {
+            return Err(DemoError::Protocol(format!(
+                "consumer validation layer: {}",
+                problems.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("; ")
+            )));
+        }
+    }
+    send_msg(
+        control,
+        &ToProducer::Final { leaked_fds: fds_after as i64 - fds_before as i64, fds_before, fds_after, contact_sheet: sheet },
+    )?;
+    Ok(())
+}
+
+struct ModeCtx<'a, 'e> {
+    engine: &'e Engine,
+    sampler: &'a Sampler<'e>,
+    composite: &'a Compute<'e>,
+    buffers: BorrowedFd<'a>,
+    control: BorrowedFd<'a>,
+    yuv: bool,
+}
+
+impl<'e> ModeCtx<'_, 'e> {
+    fn run(
+        &self,
+        sum: &mut GpuBuffer<'e>,
+        mode: Mode,
+        (w, h): (u32, u32),
+        frames: u32,
+        pool: u32,
+        sample_every: u32,
+    ) -> Result<(ConsumerReport, Vec<Thumb>), DemoError> {
+        let engine = self.engine;
+        let mut out = GpuBuffer::new(engine, w as u64 * h as u64 * 4, vk::BufferUsageFlags::STORAGE_BUFFER, BufferKind::HostMapped)?;
+        // Sized to the producer's pool, so a recycled buffer is always a hit.
+        let mut cache = ImportCache::new(engine, pool as usize);
+        let mut views: HashMap<vk::Image, (vk::ImageView, vk::DescriptorSet)> = HashMap::new();
+        let mut report = ConsumerReport::default();
+        let mut thumbs = Vec::new();
+        let result = (|| -> Result<(), DemoError> {
+            for expected_index in 0..frames {
+                let (id, buf) = match recv(self.buffers)? {
+                    Received::Buffer { id, buf } => (id, buf),
+                    Received::Release { id } => return Err(DemoError::Protocol(format!("the producer released buffer {id}"))),
+                };
+                let t0 = Instant::now();
+                let (index, checksum) = match recv_msg::<ToConsumer>(self.control)? {
+                    ToConsumer::Frame { index, id: fid, checksum } if fid == id => (index, checksum),
+                    other => return Err(DemoError::Protocol(format!("expected frame info for buffer {id}, got {other:?}"))),
+                };
+                if index != expected_index {
+                    return Err(DemoError::Protocol(format!("frame {index} arrived where {expected_index} was due")));
+                }
+                report.max_held = report.max_held.max(1);
+                let image = cache.import(buf, vk::ImageUsageFlags::SAMPLED)?;
+                let set = match views.get(&image.image()) {
+                    Some((_, set)) => *set,
+                    None => {
+                        let view = self.sampler.view(image.image(), image.vk_format())?;
+                        let set = self.composite.allocate_set()?;
+                        self.composite.write_image(set, 0, view);
+                        self.composite.write_buffer(set, 1, out.buffer);
+                        self.composite.write_buffer(set, 2, sum.buffer);
+                        views.insert(image.image(), (view, set));
+                        set
+                    }
+                };
+                report.import_path = image.path().to_string();
+                let sample = index % sample_every == 0 && thumbs.len() < THUMBS_PER_MODE;
+                self.composite_frame(image, set, sum, &out, (w, h), index, sample)?;
+                let got = sum.read_u32(0);
+                if got == checksum {
+                    report.verified += 1;
+                } else {
+                    tracing::error!(frame = index, expected = checksum, got, "checksum mismatch");
+                    report.mismatches.push(Mismatch { frame: index, expected: checksum, got });
+                }
+                if sample {
+                    thumbs.push(Thumb::from_rgba(index, out.bytes_mut(), w, h));
+                }
+                send_release(self.buffers, id)?;
+                if cache.stats().evictions != 0 {
+                    // Views are keyed by image handle; an evicted import's handle may be reused.
+                    return Err(DemoError::Protocol(format!("the producer uses more buffers than its pool of {pool}")));
+                }
+                report.frame_us.push(t0.elapsed().as_secs_f64() * 1e6);
+            }
+            match recv_msg::<ToConsumer>(self.control)? {
+                ToConsumer::End => Ok(()),
+                other => Err(DemoError::Protocol(format!("expected the end of {}, got {other:?}", mode.name()))),
+            }
+        })();
+        for (_, (view, set)) in views.drain() {
+            self.sampler.destroy_view(view);
+            self.composite.free_set(set);
+        }
+        let stats = cache.stats();
+        report.cache_hits = stats.hits;
+        report.cache_misses = stats.misses;
+        report.cache_evictions = stats.evictions;
+        drop(cache);
+        drop(out);
+        result?;
+        Ok((report, thumbs))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn composite_frame(
+        &self,
+        image: &ImportedImage<'_>,
+        set: vk::DescriptorSet,
+        sum: &GpuBuffer<'_>,
+        out: &GpuBuffer<'_>,
+        (w, h): (u32, u32),
+        index: u32,
+        write_output: bool,
+    ) -> Result<(), DemoError> {
+        let engine = self.engine;
+        let explicit = image.path() != ImportPath::BufferCopy;
+        let (ours, foreign) = (engine.queue_family(), engine.foreign_queue_family());
+        let aspect = vk::ImageAspectFlags::COLOR;
+        let acquire = if explicit {
+            // The producer released the memory in GENERAL; acquire it from the foreign family.
+            image_barrier(
+                image.image(),
+                aspect,
+                vk::ImageLayout::GENERAL,
+                vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL,
+                vk::AccessFlags::empty(),
+                vk::AccessFlags::SHADER_READ,
+            )
+            .src_queue_family_index(foreign)
+            .dst_queue_family_index(ours)
+        } else {
+            image_barrier(
+                image.image(),
+                aspect,
+                image.current_layout(),
+                vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL,
+                vk::AccessFlags::TRANSFER_WRITE,
+                vk::AccessFlags::SHADER_READ,
+            )
+        };
+        let ignored = vk::QUEUE_FAMILY_IGNORED;
+        let sum_ready = buffer_barrier(sum.buffer, vk::AccessFlags::TRANSFER_WRITE, vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE, ignored, ignored);
+        let stride = if write_output { w } else { 0 };
+        engine.submit_and_wait(|device, cmd| {
+            // SAFETY: recording state; the image was imported with SAMPLED usage, the acquire
+            // pairs with the producer's release (VUID-VkImageMemoryBarrier-srcQueueFamilyIndex-04065:
+            // external memory), the sum buffer has TRANSFER_DST usage.
+            unsafe {
+                device.cmd_fill_buffer(cmd, sum.buffer, 0, 8, 0);
+                device.cmd_pipeline_barrier(
+                    cmd,
+                    vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::TOP_OF_PIPE,
+                    vk::PipelineStageFlags::COMPUTE_SHADER,
+                    vk::DependencyFlags::empty(),
+                    &[],
+                    &[sum_ready],
+                    &[acquire],
+                );
+            }
+            self.composite.record(cmd, set, &[w, h, stride, index, w, h, u32::from(self.yuv)], w, h);
+            let host = [
+                buffer_barrier(sum.buffer, vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, ignored, ignored),
+                buffer_barrier(out.buffer, vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, ignored, ignored),
+            ];
+            let release: Vec<vk::ImageMemoryBarrier> = if explicit {
+                vec![image_barrier(
+                    image.image(),
+                    aspect,
+                    vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL,
+                    vk::ImageLayout::GENERAL,
+                    vk::AccessFlags::SHADER_READ,
+                    vk::AccessFlags::empty(),
+                )
+                .src_queue_family_index(ours)
+                .dst_queue_family_index(foreign)]
+            } else {
+                vec![]
+            };
+            // SAFETY: recording state; the release hands the memory back to the producer's side.
+            unsafe {
+                device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[], &host, &[]);
+                if !release.is_empty() {
+                    device.cmd_pipeline_barrier(
+                        cmd,
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                        vk::PipelineStageFlags::BOTTOM_OF_PIPE,
+                        vk::DependencyFlags::empty(),
+                        &[],
+                        &[],
+                        &release,
+                    );
+                }
+            }
+        })?;
+        image.set_current_layout(if explicit { vk::ImageLayout::GENERAL } else { vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL });
+        Ok(())
+    }
+}

@@ -1,0 +1,165 @@
+//! The end-to-end demo (`dmabridge demo`) and the path benchmark (`dmabridge bench`).
+//!
+//! ## The demo: two processes, one pipeline
+//! A **producer** (the `demo` command) and a **consumer** (the same binary re-executed as
+//! the hidden `demo-consumer` subcommand, over two inherited `SOCK_SEQPACKET` sockets) each
+//! open their own Vulkan device and state what they can do:
+//! - the consumer sends its participant: the AR24 and NV12 layouts its device imports for
+//!   sampling (LINEAR always: the engine's buffer-copy import takes it anywhere);
+//! - the producer adds its own: the layouts its device exports (zero-copy), or, in copy mode,
+//!   its device-local render target.
+//!
+//! The producer runs [`negotiate`](dmabridge_interop::negotiate::negotiate_with) on both.
+//! A shared outcome gives the pool size (the sum of both sides' `min-buffers`) and the
+//! acceptable modifiers of the exported images; a copy plan gives the conversion the producer
+//! runs on the GPU into a pool of linear frames in system memory.
+//!
+//! Then, per frame, the producer takes a buffer that the consumer does not hold (it waits for
+//! a "release buffer N" message otherwise: the sysmem/V4L2 rule), renders an animated
+//! pattern into it with a compute shader (`shaders/demo_pattern.comp` for AR24,
+//! `demo_pattern_nv12.comp` for NV12; each also sums the frame's checksum), and sends the
+//! descriptor and fds (buffer socket) and the frame index and expected checksum (control
+//! socket). The consumer imports the frame through the [`ImportCache`](crate::ImportCache),
+//! composites it under its own overlay with a compute shader that samples it
+//! (`shaders/demo_composite.comp`; NV12 through a sampler YCbCr conversion), sums the same
+//! checksum over what it sampled, compares, and hands the buffer back. `--corrupt-frame K`
+//! damages frame K after its checksum was taken, as a transport fault would.
+//!
+//! ## Modes
+//! - **zero-copy**: the pool is exported images (DMA_BUF, negotiated modifier); the pattern
+//!   is written straight into their memory and the consumer imports them explicitly.
+//! - **copy** (forced): the producer renders into its own device-local buffer and the copy
+//!   plan's conversion ([`producer::convert_step`], a GPU copy; the place where the engine's
+//!   detile/tile/colour pipelines slot in for tiled or YUV plans) moves each frame into a
+//!   pool of memfds it allocated itself.
+//!
+//! Without udmabuf (plain lavapipe) the device cannot export DMA_BUF and has no modifier
+//! extension: zero-copy is reported unavailable (with the negotiation's reason) and copy
+//! mode runs: the producer allocates memfds itself and writes them by GPU copy, and the
+//! consumer imports them through the engine's buffer-copy path. The same holds for NV12
+//! on lavapipe with udmabuf, whose modifier support covers single-plane formats only.
+//!
+//! ## fd accounting
+//! Both processes count `/proc/self/fd` before the first frame and after the last buffer
+//! is handed back and every pool, cache and import is dropped; `leaked_fds` is the sum of
+//! both differences.
+
+pub mod bench;
+pub mod consumer;
+pub mod control;
+pub mod gpu;
+pub mod producer;
+pub mod report;
+
+use ash::vk;
+use serde::{Deserialize, Serialize};
+
+use crate::import::ImportError;
+use crate::readback::ReadbackError;
+use crate::{EngineError, ExportError};
+
+/// Why the demo or the benchmark failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DemoError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Export(#[from] ExportError),
+    #[error(transparent)]
+    Import(#[from] ImportError),
+    #[error(transparent)]
+    Readback(#[from] ReadbackError),
+    #[error(transparent)]
+    Submit(#[from] crate::commands::SubmitError),
+    #[error(transparent)]
+    Caps(#[from] crate::CapsError),
+    #[error(transparent)]
+    Handoff(#[from] dmabridge_interop::dmabuf::HandoffError),
+    #[error(transparent)]
+    Descriptor(#[from] dmabridge_interop::dmabuf::DescriptorError),
+    #[error("{call} failed: {result}")]
+    Vk { call: &'static str, result: vk::Result },
+    #[error("no memory type fits")]
+    NoMemoryType,
+    #[error("the device cannot import fds (VK_KHR_external_memory_fd is not enabled)")]
+    NoFdImport,
+    #[error("the file holds {have} bytes but {needed} are needed")]
+    FileTooSmall { needed: u64, have: u64 },
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("control message: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("protocol error: {0}")]
+    Protocol(String),
+    #[error("the consumer process failed: {0}")]
+    Consumer(String),
+    #[error("cannot write {path}: {detail}")]
+    Output { path: String, detail: String },
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// How frames travel from producer to consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    ZeroCopy,
+    Copy,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::ZeroCopy => "zero-copy",
+            Mode::Copy => "copy",
+        }
+    }
+
+    /// The key of this mode in `summary.json`.
+    pub fn key(self) -> &'static str {
+        match self {
+            Mode::ZeroCopy => "zero_copy",
+            Mode::Copy => "copy",
+        }
+    }
+}
+
+/// What `dmabridge demo` runs.
+#[derive(Debug, Clone)]
+pub struct DemoConfig {
+    /// AR24 or NV12 ([`DEMO_FORMATS`]).
+    pub fourcc: dmabridge_interop::Fourcc,
+    pub frames: u32,
+    pub width: u32,
+    pub height: u32,
+    pub modes: Vec<Mode>,
+    /// Where summary.json and contact_sheet.png go.
+    pub out_dir: std::path::PathBuf,
+    /// Damage this frame after its checksum was taken (a test of the verification).
+    pub corrupt_frame: Option<u32>,
+    pub validation: bool,
+}
+
+/// Median and 99th percentile of per-frame times, in microseconds.
+#[derive(Debug, Clone, Copy, Default, Serialize, Deserialize, PartialEq)]
+pub struct Percentiles {
+    pub median: f64,
+    pub p99: f64,
+}
+
+impl Percentiles {
+    pub fn of(samples: &[f64]) -> Percentiles {
+        if samples.is_empty() {
+            return Percentiles::default();
+        }
+        let mut s = samples.to_vec();
+        s.sort_by(|a, b| a.total_cmp(b));
+        let at = |q: f64| s[((s.len() - 1) as f64 * q).round() as usize];
+        Percentiles { median: at(0.5), p99: at(0.99) }
+    }
+}
+
+/// The demo's default frame format.
+pub const DEMO_FOURCC: dmabridge_interop::Fourcc = dmabridge_interop::Fourcc::ARGB8888;
+/// The frame formats the demo renders and verifies.
+pub const DEMO_FORMATS: [dmabridge_interop::Fourcc; 2] = [dmabridge_interop::Fourcc::ARGB8888, dmabridge_interop::Fourcc::NV12];

@@ -1,0 +1,671 @@
+//! The demo's producer: negotiation, a pool of frames it never reuses while the consumer
+//! holds them, a compute shader that renders each frame, and the handoff.
+
+use std::collections::BTreeSet;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::process::Child;
+use std::time::Instant;
+
+use ash::vk;
+use dmabridge_interop::dmabuf::{fd_count, recv, send_buffer, socketpair, DmaBuf, PlaneDesc, Received};
+use dmabridge_interop::negotiate::{
+    negotiate_with, ConversionKind, Domain, Member, NegotiateOptions, Outcome, Participant, Report, Usage,
+};
+use dmabridge_interop::{format_info, Format, FormatSet, Fourcc, Layout, Modifier};
+use serde_json::{json, Value};
+
+use super::control::{recv_msg, send_msg, ConsumerReport, ToConsumer, ToProducer, WireFormat, WireParticipant};
+use super::gpu::{buffer_barrier, Binding, BufferKind, Compute, GpuBuffer, PATTERN_NV12_SPV, PATTERN_SPV};
+use super::{DemoConfig, DemoError, Mode, Percentiles, DEMO_FORMATS};
+use crate::caps::CapsQuery;
+use crate::{Engine, EngineOptions, ExportRequest, ExportedImage};
+
+/// How the producer's exported images are used (it writes them through a buffer alias; a
+/// consumer on the same device could also copy from or sample them).
+const EXPORT_USAGE: vk::ImageUsageFlags = vk::ImageUsageFlags::from_raw(
+    vk::ImageUsageFlags::SAMPLED.as_raw() | vk::ImageUsageFlags::TRANSFER_SRC.as_raw() | vk::ImageUsageFlags::TRANSFER_DST.as_raw(),
+);
+
+/// Buffers the producer may hold at once (one being rendered, one queued).
+const PRODUCER_MIN_BUFFERS: u32 = 2;
+
+/// The copy plan's conversion, on the GPU: the one call that changes when the plan names a
+/// detile, tile or colour conversion (the engine's compute pipelines take the same
+/// buffer-to-buffer shape). Today's plans between linear AR24 groups are `copy linear`:
+/// one `vkCmdCopyBuffer` per frame (rows repacked when the strides differ).
+pub fn convert_step(
+    device: &ash::Device,
+    cmd: vk::CommandBuffer,
+    kind: ConversionKind,
+    src: vk::Buffer,
+    dst: vk::Buffer,
+    planes: &[PlaneCopy],
+) -> Result<(), DemoError> {
+    match kind {
+        ConversionKind::CopyLinear => {
+            let mut regions = Vec::new();
+            for p in planes {
+                if p.src_stride == p.dst_stride {
+                    regions.push(vk::BufferCopy { src_offset: p.src_offset, dst_offset: p.dst_offset, size: p.src_stride * p.rows });
+                } else {
+                    regions.extend((0..p.rows).map(|r| vk::BufferCopy {
+                        src_offset: p.src_offset + r * p.src_stride,
+                        dst_offset: p.dst_offset + r * p.dst_stride,
+                        size: p.row_bytes,
+                    }));
+                }
+            }
+            // SAFETY: recording state; both buffers have TRANSFER usage and the regions lie
+            // inside them (sized from the same geometry) (VUID-vkCmdCopyBuffer-srcOffset-00113,
+            // VUID-vkCmdCopyBuffer-dstOffset-00114).
+            unsafe { device.cmd_copy_buffer(cmd, src, dst, &regions) };
+            Ok(())
+        }
+        // TODO(engine/convert.rs): detile/tile/colour plans run the engine's compute
+        // pipelines here once they exist; the demo's AR24 plans never name them.
+        other => Err(DemoError::Unavailable(format!("the demo cannot run conversion '{other}' yet"))),
+    }
+}
+
+/// One plane of a linear-to-linear copy.
+#[derive(Debug, Clone, Copy)]
+pub struct PlaneCopy {
+    pub src_offset: u64,
+    pub src_stride: u64,
+    pub dst_offset: u64,
+    pub dst_stride: u64,
+    pub row_bytes: u64,
+    pub rows: u64,
+}
+
+/// The demo's packed linear layout of a `fourcc` frame: (offset, stride, row bytes, rows) per plane.
+pub fn packed_layout(fourcc: Fourcc, w: u32, h: u32) -> Result<Vec<(u64, u64, u64, u64)>, DemoError> {
+    let info = format_info(fourcc).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no plane table")))?;
+    let mut offset = 0;
+    let mut out = Vec::new();
+    for i in 0..info.plane_count() {
+        let stride = info.min_stride(i, w);
+        let rows = info.plane_height(i, h) as u64;
+        out.push((offset, stride, stride, rows));
+        offset += stride * rows;
+    }
+    Ok(out)
+}
+
+/// What the consumer says, as a negotiation participant.
+pub(crate) fn participant_from_wire(w: &WireParticipant) -> Result<Participant, DemoError> {
+    let mut set = FormatSet::new();
+    for f in &w.formats {
+        let fourcc: Fourcc = f.fourcc.parse().map_err(|e| DemoError::Protocol(format!("consumer format {}: {e}", f.fourcc)))?;
+        let layout = match &f.modifier {
+            None => Layout::Implicit,
+            Some(m) => Layout::Explicit(Modifier::parse_hex(m).map_err(|e| DemoError::Protocol(format!("consumer modifier {m}: {e}")))?),
+        };
+        set.insert(Format { fourcc, layout });
+    }
+    Ok(Participant::new(w.name.clone(), set).with_usage(Usage::SAMPLE).constrain(|c| {
+        c.min_buffers = w.min_buffers;
+        c.read_only = w.read_only;
+    }))
+}
+
+pub(crate) fn wire_formats(set: &FormatSet) -> Vec<WireFormat> {
+    set.iter()
+        .map(|f| WireFormat {
+            fourcc: f.fourcc.trimmed(),
+            modifier: f.layout.modifier().map(|m| format!("0x{:016x}", m.raw())),
+        })
+        .collect()
+}
+
+/// The producer's own participant for `mode`.
+pub fn producer_participant(engine: &Engine, mode: Mode, fourcc: Fourcc) -> Result<Participant, DemoError> {
+    let set: FormatSet = match mode {
+        Mode::ZeroCopy => {
+            let caps = engine.query_caps(&CapsQuery::new(fourcc, EXPORT_USAGE))?;
+            caps.exportable().map(|m| Format::explicit(fourcc, m)).collect()
+        }
+        // The render target is the producer's own device-local buffer, linear.
+        Mode::Copy => [Format::linear(fourcc)].into_iter().collect(),
+    };
+    Ok(Participant::new("producer", set).with_usage(Usage::RENDER).constrain(|c| {
+        c.min_buffers = PRODUCER_MIN_BUFFERS;
+        if mode == Mode::Copy {
+            c.domain = Domain::DeviceLocal;
+        }
+    }))
+}
+
+/// What negotiation decided for one mode.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    pub mode: Mode,
+    pub fourcc: Fourcc,
+    pub pool: u32,
+    pub acceptable: Vec<Layout>,
+    pub conversion: Option<ConversionKind>,
+    pub report: Value,
+}
+
+/// Negotiates `mode` between the producer and the consumer. Zero-copy needs a shared
+/// outcome (copies are not allowed); copy mode forces a copy plan: the producer keeps its
+/// render target device-local and the consumer takes frames in system memory.
+pub fn plan_mode(producer: &Participant, consumer: &Participant, mode: Mode, fourcc: Fourcc) -> Result<Plan, String> {
+    let mut consumer = consumer.clone();
+    if mode == Mode::Copy {
+        consumer.constraints.domain = Domain::System;
+    }
+    let members = [Member::from(producer.clone()), Member::from(consumer)];
+    let opts = NegotiateOptions { allow_copy: mode == Mode::Copy, ..NegotiateOptions::default() };
+    let n = negotiate_with(&members, opts);
+    let report: Value = serde_json::from_str(&Report::new(&n).to_json()).unwrap_or(Value::Null);
+    let conflicts = |c: &[dmabridge_interop::negotiate::Conflict]| c.iter().map(|c| c.to_string()).collect::<Vec<_>>().join("; ");
+    match (mode, n.outcome) {
+        (Mode::ZeroCopy, Outcome::Shared(a)) => {
+            let acceptable = a.layout.modifiers().iter().map(|m| Layout::Explicit(*m)).collect();
+            if a.fourcc != fourcc {
+                return Err(format!("negotiation chose {}, the producer renders {}", a.fourcc.trimmed(), fourcc.trimmed()));
+            }
+            Ok(Plan { mode, fourcc, pool: a.buffers.max(1), acceptable, conversion: None, report })
+        }
+        (Mode::Copy, Outcome::Copy { plan, .. }) => {
+            let conv = plan.conversions.first().map(|c| c.kind);
+            let group = plan.conversions.first().and_then(|c| plan.groups.get(c.to_group));
+            let (Some(conv), Some(group)) = (conv, group) else {
+                return Err("the copy plan has no conversion".into());
+            };
+            if group.format.fourcc != fourcc || group.format.layout != Layout::Explicit(Modifier::LINEAR) {
+                return Err(format!("the copy plan's consumer group wants {}, the demo writes linear {}", group.format, fourcc.trimmed()));
+            }
+            // The consumer's group, plus the frame the conversion is writing.
+            Ok(Plan { mode, fourcc, pool: group.allocation.buffers.max(1) + 1, acceptable: vec![], conversion: Some(conv), report })
+        }
+        (_, Outcome::Impossible(c)) => Err(format!("negotiation: {}", conflicts(&c))),
+        (_, Outcome::Shared(_)) => Err("negotiation shared a buffer where a copy was forced".into()),
+        (_, Outcome::Copy { conflicts: c, .. }) => Err(format!("no shared buffer: {}", conflicts(&c))),
+    }
+}
+
+/// One frame of the pool: the shared memory (an exported image, or a memfd) and a buffer
+/// over it that the producer writes.
+struct Slot<'e> {
+    _exported: Option<ExportedImage<'e>>,
+    dmabuf: DmaBuf,
+    alias: GpuBuffer<'e>,
+    set: vk::DescriptorSet,
+    /// (offset, stride) of each plane in the file.
+    planes: Vec<(u64, u64)>,
+    used: bool,
+}
+
+/// A memfd of `size` bytes, sealed against resizing: the producer's own "dma-buf" where the
+/// device cannot export one.
+fn memfd(size: u64) -> Result<OwnedFd, DemoError> {
+    use rustix::fs::{fcntl_add_seals, ftruncate, memfd_create, MemfdFlags, SealFlags};
+    let fd = memfd_create("dmabridge-demo-frame", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).map_err(|e| DemoError::Io(e.into()))?;
+    ftruncate(&fd, size).map_err(|e| DemoError::Io(e.into()))?;
+    fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).map_err(|e| DemoError::Io(e.into()))?;
+    Ok(fd)
+}
+
+/// The per-mode producer state.
+struct Pool<'e> {
+    slots: Vec<Slot<'e>>,
+    free: Vec<usize>,
+    held: BTreeSet<usize>,
+    max_held: usize,
+}
+
+impl<'e> Pool<'e> {
+    fn new(engine: &'e Engine, pipeline: &Compute<'e>, sum: &GpuBuffer<'e>, plan: &Plan, w: u32, h: u32) -> Result<Self, DemoError> {
+        let mut slots = Vec::new();
+        for _ in 0..plan.pool {
+            let (exported, dmabuf) = match plan.mode {
+                Mode::ZeroCopy => {
+                    let req = ExportRequest { fourcc: plan.fourcc, width: w, height: h, usage: EXPORT_USAGE, acceptable: plan.acceptable.clone() };
+                    let img = engine.export_image(&req)?;
+                    let buf = img.dmabuf().ok_or_else(|| DemoError::Unavailable("the export is not a dma-buf".into()))?.try_clone()?;
+                    (Some(img), buf)
+                }
+                Mode::Copy => {
+                    let layout = packed_layout(plan.fourcc, w, h)?;
+                    let total = layout.iter().map(|p| p.1 * p.3).sum();
+                    let fd = memfd(total)?;
+                    let mut planes = Vec::new();
+                    for &(offset, stride, _, _) in &layout {
+                        planes.push(PlaneDesc { fd: fd.try_clone()?, offset, stride });
+                    }
+                    drop(fd);
+                    (None, DmaBuf::new(plan.fourcc, Layout::Explicit(Modifier::LINEAR), w, h, planes)?)
+                }
+            };
+            if dmabuf.disjoint() {
+                return Err(DemoError::Unavailable("the demo writes frames whose planes share one file".into()));
+            }
+            let info = format_info(plan.fourcc).ok_or_else(|| DemoError::Unavailable(format!("{} has no plane table", plan.fourcc)))?;
+            let planes: Vec<(u64, u64)> = dmabuf.planes().map(|p| (p.offset, p.stride)).collect();
+            if planes.iter().any(|(o, s)| o % 4 != 0 || s % 4 != 0) {
+                return Err(DemoError::Unavailable(format!("plane offsets/strides {planes:?} are not word-aligned")));
+            }
+            let size = planes.iter().enumerate().map(|(i, (o, s))| o + s * info.plane_height(i, h) as u64).max().unwrap_or(0);
+            let usage = vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_DST;
+            let alias = GpuBuffer::import_fd(engine, dmabuf.dup_fd(0)?, size, usage)?;
+            let set = pipeline.allocate_set()?;
+            pipeline.write_buffer(set, 0, alias.buffer);
+            pipeline.write_buffer(set, 1, sum.buffer);
+            slots.push(Slot { _exported: exported, dmabuf, alias, set, planes, used: false });
+        }
+        let free = (0..slots.len()).rev().collect();
+        Ok(Pool { slots, free, held: BTreeSet::new(), max_held: 0 })
+    }
+
+    /// A slot the consumer does not hold, waiting for releases when there is none.
+    fn take(&mut self, buffers: BorrowedFd<'_>) -> Result<usize, DemoError> {
+        while self.free.is_empty() {
+            self.wait_release(buffers)?;
+        }
+        self.free.pop().ok_or_else(|| DemoError::Protocol("no free buffer".into()))
+    }
+
+    fn wait_release(&mut self, buffers: BorrowedFd<'_>) -> Result<(), DemoError> {
+        match recv(buffers)? {
+            Received::Release { id } => {
+                let i = usize::try_from(id).map_err(|_| DemoError::Protocol(format!("release of unknown buffer {id}")))?;
+                if !self.held.remove(&i) {
+                    return Err(DemoError::Protocol(format!("the consumer released buffer {id}, which it does not hold")));
+                }
+                self.free.push(i);
+                Ok(())
+            }
+            Received::Buffer { id, .. } => Err(DemoError::Protocol(format!("the consumer sent buffer {id}"))),
+        }
+    }
+
+    fn free_sets(&self, pipeline: &Compute<'_>) {
+        for s in &self.slots {
+            pipeline.free_set(s.set);
+        }
+    }
+}
+
+/// The result of one mode, for summary.json and the table.
+#[derive(Debug, Clone)]
+pub struct ModeResult {
+    pub mode: Mode,
+    pub json: Value,
+    pub frame: Percentiles,
+    pub gbps: f64,
+    pub mismatches: usize,
+}
+
+/// What the whole demo produced.
+#[derive(Debug, Clone)]
+pub struct DemoOutcome {
+    pub summary: Value,
+    pub results: Vec<ModeResult>,
+    pub unavailable: Vec<(Mode, String)>,
+    pub mismatches: usize,
+    pub leaked_fds: i64,
+    pub device: String,
+}
+
+/// Runs the producer side. `spawn` starts the consumer process with the two sockets
+/// (buffers, control) inherited; it gets borrowed fds and must not close them.
+pub fn run(
+    config: &DemoConfig,
+    spawn: &mut dyn FnMut(BorrowedFd<'_>, BorrowedFd<'_>) -> std::io::Result<Child>,
+) -> Result<DemoOutcome, DemoError> {
+    let engine = Engine::new(&EngineOptions { validation: config.validation, ..EngineOptions::from_env() })?;
+    let fds_before = fd_count()?;
+    let (outcome, child) = {
+        let (buf_ours, buf_theirs) = socketpair()?;
+        let (ctl_ours, ctl_theirs) = socketpair()?;
+        let mut child = spawn(buf_theirs.as_fd(), ctl_theirs.as_fd())?;
+        drop((buf_theirs, ctl_theirs));
+        let result = drive(&engine, config, buf_ours.as_fd(), ctl_ours.as_fd()).map_err(|e| consumer_reason(ctl_ours.as_fd()).unwrap_or(e));
+        drop((buf_ours, ctl_ours));
+        let status = child.wait()?;
+        (result, status)
+    };
+    let (mut outcome, consumer_leaked) = outcome?;
+    if !child.success() {
+        return Err(DemoError::Consumer(format!("exited with {child}")));
+    }
+    let fds_after = fd_count()?;
+    let producer_leaked = fds_after as i64 - fds_before as i64;
+    outcome.leaked_fds = producer_leaked + consumer_leaked;
+    if let Some(obj) = outcome.summary.as_object_mut() {
+        obj.insert("leaked_fds".into(), json!(outcome.leaked_fds));
+        obj.insert("producer_fds".into(), json!({"before": fds_before, "after": fds_after, "leaked": producer_leaked}));
+    }
+    if let Some(log) = engine.validation() {
+        let problems = log.problems();
+        if !problems.is_empty() {
+            return Err(DemoError::Protocol(format!(
+                "validation layer: {}",
+                problems.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("; ")
+            )));
+        }
+    }
+    Ok(outcome)
+}
+
+/// After a failure: the consumer's own account of it, if it sent one before it exited.
+fn consumer_reason(control: BorrowedFd<'_>) -> Option<DemoError> {
+    rustix::io::ioctl_fionbio(control, true).ok()?;
+    loop {
+        match recv_msg::<ToProducer>(control) {
+            Ok(ToProducer::Failed { error }) => return Some(DemoError::Consumer(error)),
+            Ok(_) => continue,
+            Err(_) => return None,
+        }
+    }
+}
+
+fn drive(engine: &Engine, config: &DemoConfig, buffers: BorrowedFd<'_>, control: BorrowedFd<'_>) -> Result<(DemoOutcome, i64), DemoError> {
+    let consumer_wire = match recv_msg::<ToProducer>(control)? {
+        ToProducer::Caps { participant } => participant,
+        ToProducer::Failed { error } => return Err(DemoError::Consumer(error)),
+        other => return Err(DemoError::Protocol(format!("expected the consumer's capabilities, got {other:?}"))),
+    };
+    let consumer = participant_from_wire(&consumer_wire)?;
+    let fourcc = config.fourcc;
+    if !DEMO_FORMATS.contains(&fourcc) {
+        return Err(DemoError::Unavailable(format!("the demo renders AR24 or NV12, not {}", fourcc.trimmed())));
+    }
+    let spv = if fourcc == Fourcc::NV12 { PATTERN_NV12_SPV } else { PATTERN_SPV };
+    let pipeline = Compute::new(engine, spv, &[Binding::StorageBuffer, Binding::StorageBuffer], 28, 16)?;
+    let mut sum = GpuBuffer::new(engine, 8, vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_DST, BufferKind::HostMapped)?;
+    let (w, h) = (config.width, config.height);
+    let frame_bytes = format_info(fourcc).map_or(0, |i| i.packed_size(w, h));
+    let mut results = Vec::new();
+    let mut unavailable = Vec::new();
+    let mut summary = serde_json::Map::new();
+    summary.insert("frames".into(), json!(config.frames));
+    summary.insert("format".into(), json!(fourcc.trimmed()));
+    summary.insert("width".into(), json!(w));
+    summary.insert("height".into(), json!(h));
+    summary.insert("producer_device".into(), json!(engine.info().name));
+    summary.insert("consumer_device".into(), json!(consumer_wire.device));
+    summary.insert("modifier_extension".into(), json!(engine.has_modifiers()));
+    for mode in [Mode::ZeroCopy, Mode::Copy] {
+        if !config.modes.contains(&mode) {
+            summary.insert(mode.key().into(), json!({"available": null, "skipped": "not requested (--mode)"}));
+            continue;
+        }
+        let producer = producer_participant(engine, mode, fourcc)?;
+        let plan = match plan_mode(&producer, &consumer, mode, fourcc) {
+            Ok(p) => p,
+            Err(reason) => {
+                let exports_nothing = producer.formats.as_set().is_some_and(|s| s.is_empty());
+                let reason = if exports_nothing {
+                    format!(
+                        "this device exports no {} dma-buf (lavapipe exports only with udmabuf, see scripts/emulation.sh, and with modifiers only single-plane formats); {reason}",
+                        fourcc.trimmed()
+                    )
+                } else {
+                    reason
+                };
+                tracing::info!(mode = mode.name(), %reason, "mode unavailable");
+                summary.insert(mode.key().into(), json!({"available": false, "reason": reason}));
+                unavailable.push((mode, reason));
+                continue;
+            }
+        };
+        let r = run_mode(engine, config, &plan, &pipeline, &mut sum, buffers, control, frame_bytes)?;
+        summary.insert(mode.key().into(), r.json.clone());
+        results.push(r);
+    }
+    pipeline_drop(pipeline, sum);
+    send_msg(control, &ToConsumer::Bye { out_dir: config.out_dir.to_string_lossy().into_owned() })?;
+    let (consumer_leaked, sheet, c_before, c_after) = match recv_msg::<ToProducer>(control)? {
+        ToProducer::Final { leaked_fds, contact_sheet, fds_before, fds_after } => (leaked_fds, contact_sheet, fds_before, fds_after),
+        ToProducer::Failed { error } => return Err(DemoError::Consumer(error)),
+        other => return Err(DemoError::Protocol(format!("expected the consumer's final report, got {other:?}"))),
+    };
+    summary.insert("consumer_fds".into(), json!({"before": c_before, "after": c_after, "leaked": consumer_leaked}));
+    summary.insert("contact_sheet".into(), json!(sheet));
+    let mismatches = results.iter().map(|r| r.mismatches).sum();
+    summary.insert("verified".into(), json!(mismatches == 0));
+    Ok((
+        DemoOutcome {
+            summary: Value::Object(summary),
+            results,
+            unavailable,
+            mismatches,
+            leaked_fds: 0,
+            device: engine.info().name.clone(),
+        },
+        consumer_leaked,
+    ))
+}
+
+fn pipeline_drop(pipeline: Compute<'_>, sum: GpuBuffer<'_>) {
+    drop(pipeline);
+    drop(sum);
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_mode<'e>(
+    engine: &'e Engine,
+    config: &DemoConfig,
+    plan: &Plan,
+    pipeline: &Compute<'e>,
+    sum: &mut GpuBuffer<'e>,
+    buffers: BorrowedFd<'_>,
+    control: BorrowedFd<'_>,
+    frame_bytes: u64,
+) -> Result<ModeResult, DemoError> {
+    let (w, h) = (config.width, config.height);
+    let mut pool = Pool::new(engine, pipeline, sum, plan, w, h)?;
+    // Copy mode: the producer's own device-local render target and its descriptor set.
+    let render = match plan.mode {
+        Mode::Copy => {
+            let usage = vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_SRC;
+            let b = GpuBuffer::new(engine, frame_bytes, usage, BufferKind::DeviceLocal)?;
+            let set = pipeline.allocate_set()?;
+            pipeline.write_buffer(set, 0, b.buffer);
+            pipeline.write_buffer(set, 1, sum.buffer);
+            Some((b, set))
+        }
+        Mode::ZeroCopy => None,
+    };
+    let sample_every = (config.frames / 6).max(1);
+    send_msg(
+        control,
+        &ToConsumer::Start {
+            mode: plan.mode,
+            fourcc: plan.fourcc.trimmed(),
+            width: w,
+            height: h,
+            frames: config.frames,
+            pool: plan.pool,
+            sample_every,
+        },
+    )?;
+    let foreign = engine.foreign_queue_family();
+    let ours = engine.queue_family();
+    let mut producer_us = Vec::with_capacity(config.frames as usize);
+    let result = (|| -> Result<(), DemoError> {
+        for index in 0..config.frames {
+            let slot_index = pool.take(buffers)?;
+            let t0 = Instant::now();
+            let slot = &mut pool.slots[slot_index];
+            let corrupt = config.corrupt_frame == Some(index);
+            let mut record_err = None;
+            engine.submit_and_wait(|device, cmd| {
+                if let Err(e) = record_frame(device, cmd, pipeline, sum, slot, render.as_ref(), plan, index, corrupt, (w, h), (ours, foreign)) {
+                    record_err = Some(e);
+                }
+            })?;
+            if let Some(e) = record_err {
+                return Err(e);
+            }
+            slot.used = true;
+            let checksum = sum.read_u32(0);
+            send_buffer(buffers, slot_index as u64, &slot.dmabuf)?;
+            pool.held.insert(slot_index);
+            pool.max_held = pool.max_held.max(pool.held.len());
+            send_msg(control, &ToConsumer::Frame { index, id: slot_index as u64, checksum })?;
+            producer_us.push(t0.elapsed().as_secs_f64() * 1e6);
+        }
+        // Every buffer comes back before the pool goes.
+        while !pool.held.is_empty() {
+            pool.wait_release(buffers)?;
+        }
+        Ok(())
+    })();
+    if let Some((_, set)) = &render {
+        pipeline.free_set(*set);
+    }
+    let max_outstanding = pool.max_held;
+    pool.free_sets(pipeline);
+    drop(pool);
+    drop(render);
+    result?;
+    send_msg(control, &ToConsumer::End)?;
+    let (report, consumer_timing): (ConsumerReport, Percentiles) = match recv_msg::<ToProducer>(control)? {
+        ToProducer::ModeDone { report, timing } => (report, timing),
+        ToProducer::Failed { error } => return Err(DemoError::Consumer(error)),
+        other => return Err(DemoError::Protocol(format!("expected a mode report, got {other:?}"))),
+    };
+    let frame_us: Vec<f64> = producer_us.iter().zip(report.frame_us.iter().chain(std::iter::repeat(&0.0))).map(|(p, c)| p + c).collect();
+    let frame = Percentiles::of(&frame_us);
+    let gbps = if frame.median > 0.0 { frame_bytes as f64 / frame.median / 1e3 } else { 0.0 };
+    let json = json!({
+        "available": true,
+        "format": plan.fourcc.trimmed(),
+        "width": w,
+        "height": h,
+        "frames": config.frames,
+        "pool_buffers": plan.pool,
+        "conversion": plan.conversion.map(|c| c.to_string()),
+        "conversion_runs_on": plan.conversion.map(|_| "gpu (producer)"),
+        "negotiation": plan.report,
+        "import_path": report.import_path,
+        "frame_us": frame,
+        "producer_us": Percentiles::of(&producer_us),
+        "consumer_us": consumer_timing,
+        "gbps": gbps,
+        "bytes_per_frame": frame_bytes,
+        "verified_frames": report.verified,
+        "mismatches": report.mismatches,
+        "import_cache": {"hits": report.cache_hits, "misses": report.cache_misses, "evictions": report.cache_evictions},
+        "max_held_by_consumer": report.max_held,
+        "max_outstanding": max_outstanding,
+    });
+    Ok(ModeResult { mode: plan.mode, json, frame, gbps, mismatches: report.mismatches.len() })
+}
+
+/// The pattern shader's push constants and dispatch extent for a frame whose planes lie at
+/// `planes` (offset, stride) in the bound buffer.
+fn pattern_push(fourcc: Fourcc, (w, h): (u32, u32), planes: &[(u64, u64)], index: u32) -> Result<(Vec<u32>, (u32, u32)), DemoError> {
+    let words = |v: u64| u32::try_from(v / 4).map_err(|_| DemoError::Unavailable(format!("a plane offset or stride of {v} bytes is too large")));
+    let (o0, s0) = planes.first().copied().ok_or_else(|| DemoError::Protocol("a frame without planes".into()))?;
+    if fourcc == Fourcc::NV12 {
+        let (o1, s1) = planes.get(1).copied().ok_or_else(|| DemoError::Protocol("an NV12 frame without its chroma plane".into()))?;
+        Ok((vec![w, h, words(o0)?, words(s0)?, index, words(o1)?, words(s1)?], (w / 4, h / 2)))
+    } else {
+        Ok((vec![w, h, words(o0)?, words(s0)?, index, 0, 0], (w, h)))
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn record_frame(
+    device: &ash::Device,
+    cmd: vk::CommandBuffer,
+    pipeline: &Compute<'_>,
+    sum: &GpuBuffer<'_>,
+    slot: &Slot<'_>,
+    render: Option<&(GpuBuffer<'_>, vk::DescriptorSet)>,
+    plan: &Plan,
+    index: u32,
+    corrupt: bool,
+    (w, h): (u32, u32),
+    (ours, foreign): (u32, u32),
+) -> Result<(), DemoError> {
+    let ignored = vk::QUEUE_FAMILY_IGNORED;
+    let mut pre = vec![buffer_barrier(sum.buffer, vk::AccessFlags::TRANSFER_WRITE, vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE, ignored, ignored)];
+    let first_write = if render.is_some() { vk::AccessFlags::TRANSFER_WRITE } else { vk::AccessFlags::SHADER_WRITE };
+    if slot.used {
+        // Acquire the frame back from the consumer's side (it released it to us by message).
+        pre.push(buffer_barrier(slot.alias.buffer, vk::AccessFlags::empty(), first_write, foreign, ours));
+    }
+    // SAFETY: recording state; every buffer belongs to this device and has the usage its
+    // command needs (fill: TRANSFER_DST, VUID-vkCmdFillBuffer-dstBuffer-00029); the acquire
+    // pairs with the consumer's release (VUID-VkBufferMemoryBarrier-srcQueueFamilyIndex-04088:
+    // external memory may be transferred from the foreign family).
+    unsafe {
+        device.cmd_fill_buffer(cmd, sum.buffer, 0, 8, 0);
+        device.cmd_pipeline_barrier(
+            cmd,
+            vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::TOP_OF_PIPE,
+            vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::TRANSFER,
+            vk::DependencyFlags::empty(),
+            &[],
+            &pre,
+            &[],
+        );
+    }
+    let mut last_write = vk::AccessFlags::SHADER_WRITE;
+    let mut last_stage = vk::PipelineStageFlags::COMPUTE_SHADER;
+    match (render, plan.conversion) {
+        (Some((target, set)), Some(kind)) => {
+            let packed = packed_layout(plan.fourcc, w, h)?;
+            let src_planes: Vec<(u64, u64)> = packed.iter().map(|p| (p.0, p.1)).collect();
+            let (push, dims) = pattern_push(plan.fourcc, (w, h), &src_planes, index)?;
+            pipeline.record(cmd, *set, &push, dims.0, dims.1);
+            let mid = buffer_barrier(target.buffer, vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::TRANSFER_READ, ignored, ignored);
+            // SAFETY: recording state; the render target belongs to this device.
+            unsafe {
+                device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::TRANSFER, vk::DependencyFlags::empty(), &[], &[mid], &[]);
+            }
+            let copies: Vec<PlaneCopy> = packed
+                .iter()
+                .zip(&slot.planes)
+                .map(|(&(src_offset, src_stride, row_bytes, rows), &(dst_offset, dst_stride))| PlaneCopy {
+                    src_offset,
+                    src_stride,
+                    dst_offset,
+                    dst_stride,
+                    row_bytes,
+                    rows,
+                })
+                .collect();
+            convert_step(device, cmd, kind, target.buffer, slot.alias.buffer, &copies)?;
+            last_write = vk::AccessFlags::TRANSFER_WRITE;
+            last_stage = vk::PipelineStageFlags::TRANSFER;
+        }
+        _ => {
+            let (push, dims) = pattern_push(plan.fourcc, (w, h), &slot.planes, index)?;
+            pipeline.record(cmd, slot.set, &push, dims.0, dims.1);
+        }
+    }
+    if corrupt {
+        // A transport fault, after the checksum was taken: 16 pixels in the middle of the frame.
+        let (offset, stride) = slot.planes.first().copied().unwrap_or((0, 0));
+        let bpp = format_info(plan.fourcc).and_then(|i| i.planes.first()).map_or(1, |p| p.cpp as u64);
+        let at = offset + (h as u64 / 2) * stride + (w as u64 / 2) * bpp;
+        let at = at - at % 4;
+        let size = 64u64.min(offset + stride * h as u64 - at) & !3;
+        let barrier = buffer_barrier(slot.alias.buffer, last_write, vk::AccessFlags::TRANSFER_WRITE, ignored, ignored);
+        tracing::warn!(frame = index, "corrupting the frame on purpose (--corrupt-frame)");
+        // SAFETY: recording state; the range lies inside the alias buffer (offset + stride x
+        // height bytes) and is 4-byte aligned (VUID-vkCmdFillBuffer-dstOffset-00025, -size-00028).
+        unsafe {
+            device.cmd_pipeline_barrier(cmd, last_stage, vk::PipelineStageFlags::TRANSFER, vk::DependencyFlags::empty(), &[], &[barrier], &[]);
+            device.cmd_fill_buffer(cmd, slot.alias.buffer, at, size, 0x00ff_00ff);
+        }
+        last_write = vk::AccessFlags::TRANSFER_WRITE;
+        last_stage = vk::PipelineStageFlags::TRANSFER;
+    }
+    let host = buffer_barrier(sum.buffer, vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, ignored, ignored);
+    let release = buffer_barrier(slot.alias.buffer, last_write, vk::AccessFlags::empty(), ours, foreign);
+    // SAFETY: recording state; the release hands the frame's memory to the consumer's
+    // device (VUID-VkBufferMemoryBarrier-srcQueueFamilyIndex-04088: external memory).
+    unsafe {
+        device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[], &[host], &[]);
+        device.cmd_pipeline_barrier(cmd, last_stage, vk::PipelineStageFlags::BOTTOM_OF_PIPE, vk::DependencyFlags::empty(), &[], &[release], &[]);
+    }
+    Ok(())
+}

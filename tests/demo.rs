@@ -1,0 +1,225 @@
+//! `dmabridge demo`, as a user runs it: two real processes (the binary and the
+//! `demo-consumer` it starts), real sockets, real fds, the validation layer on in both.
+//!
+//! - A short run writes summary.json (frames, both modes, leaked_fds 0, every frame
+//!   verified) and a PNG contact sheet, in both test configurations: with udmabuf both
+//!   modes run; without it zero-copy is reported unavailable, with the reason, and copy runs.
+//! - A frame damaged on purpose after its checksum was taken (`--corrupt-frame K`) is caught
+//!   by the consumer's verification: that frame, and only that one, fails, and the exit
+//!   status says so.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+fn out_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("dmabridge-demo-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+fn demo(out: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dmabridge"))
+        .args(["demo", "--validation", "--width", "320", "--height", "180", "--out"])
+        .arg(out)
+        .args(extra)
+        .output()
+        .expect("run dmabridge demo")
+}
+
+fn summary(out: &Path) -> Value {
+    let text = std::fs::read_to_string(out.join("summary.json")).expect("summary.json");
+    serde_json::from_str(&text).expect("summary.json is JSON")
+}
+
+/// The modes that ran in this configuration.
+fn modes_run() -> Vec<&'static str> {
+    if common::expect_modifiers() {
+        vec!["zero_copy", "copy"]
+    } else {
+        vec!["copy"]
+    }
+}
+
+#[test]
+fn a_short_run_writes_the_summary_and_the_contact_sheet_without_leaking_fds() {
+    let out = out_dir("short");
+    let o = demo(&out, &["--frames", "8"]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "demo failed ({}):\n{stdout}\n{stderr}", o.status);
+    let s = summary(&out);
+    assert_eq!(s["frames"], 8);
+    assert_eq!(s["leaked_fds"], 0, "{s:#}");
+    assert_eq!(s["verified"], true);
+    assert!(s.get("zero_copy").is_some() && s.get("copy").is_some(), "{s:#}");
+    for mode in modes_run() {
+        let m = &s[mode];
+        assert_eq!(m["available"], true, "{mode}: {m:#}");
+        assert_eq!(m["verified_frames"], 8, "{mode}: {m:#}");
+        assert_eq!(m["mismatches"].as_array().map(Vec::len), Some(0));
+        // The pool is recycled: each buffer is imported once, then found in the cache.
+        let pool = m["pool_buffers"].as_u64().expect("pool size");
+        // The producer never has more buffers out than the pool: it waits for releases.
+        assert!(m["max_outstanding"].as_u64().is_some_and(|n| n >= 1 && n <= pool), "{mode}: {m:#}");
+        assert_eq!(m["import_cache"]["misses"].as_u64(), Some(pool.min(8)), "{mode}: {m:#}");
+        assert_eq!(m["import_cache"]["hits"].as_u64(), Some(8 - pool.min(8)), "{mode}: {m:#}");
+        assert!(m["frame_us"]["median"].as_f64().is_some_and(|v| v > 0.0));
+        assert!(m["frame_us"]["p99"].as_f64() >= m["frame_us"]["median"].as_f64());
+    }
+    if common::expect_modifiers() {
+        assert_eq!(s["zero_copy"]["import_path"], "explicit (zero-copy)", "{s:#}");
+        assert_eq!(s["zero_copy"]["negotiation"]["outcome"], "shared");
+        assert_eq!(s["copy"]["negotiation"]["outcome"], "copy");
+        assert_eq!(s["copy"]["conversion"], "copy linear");
+    } else {
+        assert_eq!(s["zero_copy"]["available"], false, "{s:#}");
+        assert!(s["zero_copy"]["reason"].as_str().is_some_and(|r| r.contains("exports no AR24 dma-buf")), "{s:#}");
+        assert!(stdout.contains("zero-copy  unavailable"), "{stdout}");
+        assert_eq!(s["copy"]["import_path"], "buffer-copy (fallback)");
+    }
+    assert!(stdout.contains("copy "), "the table names the copy mode:\n{stdout}");
+    // The contact sheet decodes as a PNG with one row per mode that ran.
+    let sheet = out.join("contact_sheet.png");
+    assert_eq!(s["contact_sheet"].as_str().map(PathBuf::from), Some(sheet.clone()));
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&sheet).expect("contact sheet")));
+    let reader = decoder.read_info().expect("a PNG");
+    let info = reader.info();
+    assert!(info.width > 256 && info.height > 100, "{}x{}", info.width, info.height);
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn verification_catches_a_frame_corrupted_on_purpose() {
+    let out = out_dir("corrupt");
+    let o = demo(&out, &["--frames", "6", "--corrupt-frame", "3"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "a corrupted frame must fail the demo:\n{stderr}");
+    let s = summary(&out);
+    assert_eq!(s["verified"], false);
+    assert_eq!(s["leaked_fds"], 0, "{s:#}");
+    for mode in modes_run() {
+        let m = &s[mode];
+        let bad: Vec<u64> = m["mismatches"].as_array().expect("mismatches").iter().filter_map(|x| x["frame"].as_u64()).collect();
+        assert_eq!(bad, vec![3], "{mode}: exactly frame 3 fails: {m:#}");
+        assert_eq!(m["verified_frames"], 5, "{mode}: the other frames verify: {m:#}");
+        let name = if mode == "zero_copy" { "zero-copy" } else { "copy" };
+        assert!(stderr.contains(&format!("{name} frame 3 FAILED verification")), "{stderr}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn the_consumer_refuses_fds_it_was_not_given() {
+    let o = Command::new(env!("CARGO_BIN_EXE_dmabridge"))
+        .args(["demo-consumer", "--buffers-fd", "987", "--control-fd", "988"])
+        .output()
+        .expect("run demo-consumer");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("--buffers-fd 987"));
+}
+
+fn bench(extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dmabridge"))
+        .args(["bench", "--quick"])
+        .args(extra)
+        .env("DMABRIDGE_VALIDATION", "1")
+        .output()
+        .expect("run dmabridge bench")
+}
+
+#[test]
+fn bench_json_follows_the_contract() {
+    let o = bench(&["--json"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "bench failed ({}): {stderr}", o.status);
+    let v: Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
+    let mut keys: Vec<&str> = v.as_object().expect("an object").keys().map(String::as_str).collect();
+    keys.sort_unstable();
+    assert_eq!(keys, ["convert", "device", "handoff_us", "memcpy_gbps", "negotiate_us", "results"]);
+    assert!(v["device"].as_str().is_some_and(|d| !d.is_empty()));
+    for k in ["memcpy_gbps", "negotiate_us", "handoff_us"] {
+        assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {}", v[k]);
+    }
+    let results = v["results"].as_array().expect("results");
+    let has = |path: &str, format: &str, w: u64| {
+        results.iter().any(|r| r["path"] == path && r["format"] == format && r["width"].as_u64() == Some(w))
+    };
+    for r in results {
+        let mut k: Vec<&str> = r.as_object().expect("entry").keys().map(String::as_str).collect();
+        k.sort_unstable();
+        assert_eq!(k, ["format", "gbps", "height", "path", "us_per_frame", "width"]);
+        assert!(["zero-copy", "copy-gpu", "copy-cpu"].contains(&r["path"].as_str().unwrap_or("")), "{r}");
+        assert!(["AR24", "NV12"].contains(&r["format"].as_str().unwrap_or("")), "{r}");
+        assert!(r["us_per_frame"].as_f64().is_some_and(|x| x > 0.0), "{r}");
+        assert_ne!(r["width"], 7680, "--quick drops 8K");
+    }
+    for (w, _) in [(1280u64, 720u64), (1920, 1080), (3840, 2160)] {
+        for f in ["AR24", "NV12"] {
+            assert!(has("copy-gpu", f, w) && has("copy-cpu", f, w), "{f} {w}: {v:#}");
+        }
+        assert_eq!(has("zero-copy", "AR24", w), common::expect_modifiers(), "zero-copy exists only with an explicit import");
+    }
+    let convert = v["convert"].as_array().expect("convert");
+    assert!(
+        convert.iter().any(|c| c["layout"] == "samsung-64x32" && c["format"] == "NV12" && c["width"] == 3840 && c["height"] == 2160),
+        "{v:#}"
+    );
+}
+
+#[test]
+fn bench_human_output_has_the_table_ratios_and_the_plot() {
+    let dir = out_dir("bench");
+    let plot = dir.join("plot.png");
+    let o = bench(&["--plot", plot.to_str().expect("utf-8 temp path")]);
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
+    assert!(stdout.contains("memcpy baseline") && stdout.contains("copy-gpu") && stdout.contains("ratios"), "{stdout}");
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&plot).expect("the plot")));
+    assert!(decoder.read_info().is_ok());
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn nv12_frames_are_sampled_through_a_ycbcr_conversion_and_verified() {
+    // NV12 verifies exactly (the consumer samples through an RGB_IDENTITY sampler YCbCr
+    // conversion and the producer's checksum follows the same reconstruction), so one
+    // corrupted frame is the only one that fails.
+    let out = out_dir("nv12");
+    let o = demo(&out, &["--format", "NV12", "--frames", "6", "--corrupt-frame", "2"]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(4), "{stderr}");
+    let s = summary(&out);
+    assert_eq!(s["format"], "NV12");
+    assert_eq!(s["leaked_fds"], 0, "{s:#}");
+    let copy = &s["copy"];
+    assert_eq!(copy["format"], "NV12", "{copy:#}");
+    assert_eq!(copy["verified_frames"], 5, "{copy:#}");
+    let bad: Vec<u64> = copy["mismatches"].as_array().expect("mismatches").iter().filter_map(|x| x["frame"].as_u64()).collect();
+    assert_eq!(bad, vec![2]);
+    // lavapipe exports and imports NV12 with modifiers nowhere (its modifier support is
+    // single-plane), so zero-copy NV12 must be reported unavailable, with the reason.
+    let z = &s["zero_copy"];
+    if z["available"] == false {
+        assert!(z["reason"].as_str().is_some_and(|r| r.contains("exports no NV12 dma-buf")), "{z:#}");
+    } else {
+        assert_eq!(z["verified_frames"], 5, "{z:#}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn nv12_needs_even_dimensions() {
+    let out = out_dir("nv12-odd");
+    let o = Command::new(env!("CARGO_BIN_EXE_dmabridge"))
+        .args(["demo", "--format", "NV12", "--frames", "1", "--width", "322", "--height", "180", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run dmabridge demo");
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("multiple of 4"));
+    let _ = std::fs::remove_dir_all(&out);
+}

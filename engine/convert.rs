@@ -18,7 +18,8 @@ use dmabridge_interop::dmabuf::{check_import, DmaBuf, ImportCheckError, ImportFa
 use dmabridge_interop::negotiate::ConversionKind;
 use dmabridge_interop::{format_info, Format, Fourcc, Layout, TileLayout};
 
-use crate::commands::SubmitError;
+use crate::buffer::{BufferError, GpuBuffer};
+use crate::commands::{image_barrier, SubmitError};
 use crate::import::{FileBuffer, ImportError};
 use crate::shaders::{spirv_words, COLOUR_SPV, TILE_SPV};
 use crate::Engine;
@@ -34,7 +35,9 @@ pub enum ConvertError {
     InputSize { what: String, expected: u64, got: u64 },
     #[error("embedded SPIR-V is malformed: {0}")]
     SpirV(std::io::Error),
-    #[error("no host-visible memory type for a storage buffer")]
+    #[error(transparent)]
+    Buffer(#[from] BufferError),
+    #[error("no memory type for the copy path's scratch image")]
     NoMemoryType,
     #[error("{call} failed: {result}")]
     Vk { call: &'static str, result: vk::Result },
@@ -54,98 +57,6 @@ pub enum ConvertError {
 
 fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> ConvertError {
     move |result| ConvertError::Vk { call, result }
-}
-
-/// A persistently mapped, host-visible storage buffer.
-pub struct GpuBuffer<'e> {
-    engine: &'e Engine,
-    buffer: vk::Buffer,
-    memory: vk::DeviceMemory,
-    len: usize,
-    ptr: *mut u8,
-}
-
-impl<'e> GpuBuffer<'e> {
-    /// A zeroed buffer of `len` bytes (the allocation is rounded up: the shaders read whole
-    /// 16-byte groups at the end of a plane).
-    pub fn new(engine: &'e Engine, len: usize) -> Result<Self, ConvertError> {
-        let device = engine.device();
-        let size = (len as u64).div_ceil(16) * 16 + 64;
-        let info = vk::BufferCreateInfo::default()
-            .size(size)
-            .usage(
-                vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
-            )
-            .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        // SAFETY: valid create info.
-        let buffer = unsafe { device.create_buffer(&info, None) }.map_err(vk_err("vkCreateBuffer"))?;
-        let mut b = GpuBuffer { engine, buffer, memory: vk::DeviceMemory::null(), len, ptr: std::ptr::null_mut() };
-        // SAFETY: buffer of this device.
-        let reqs = unsafe { device.get_buffer_memory_requirements(buffer) };
-        let type_index = engine
-            .memory_type(reqs.memory_type_bits, vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT)
-            .ok_or(ConvertError::NoMemoryType)?;
-        let alloc = vk::MemoryAllocateInfo::default().allocation_size(reqs.size).memory_type_index(type_index);
-        // SAFETY: plain allocation in an allowed type.
-        b.memory = unsafe { device.allocate_memory(&alloc, None) }.map_err(vk_err("vkAllocateMemory"))?;
-        // SAFETY: unbound buffer, memory of reqs.size, offset 0.
-        unsafe { device.bind_buffer_memory(buffer, b.memory, 0) }.map_err(vk_err("vkBindBufferMemory"))?;
-        // SAFETY: host-visible memory, mapped once for the buffer's life (VUID-vkMapMemory-memory-00678).
-        let ptr = unsafe { device.map_memory(b.memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
-            .map_err(vk_err("vkMapMemory"))?;
-        b.ptr = ptr.cast();
-        // SAFETY: the mapping covers reqs.size >= size bytes, exclusively ours.
-        unsafe { std::ptr::write_bytes(b.ptr, 0, size as usize) };
-        Ok(b)
-    }
-
-    /// A buffer holding a copy of `bytes`.
-    pub fn from_bytes(engine: &'e Engine, bytes: &[u8]) -> Result<Self, ConvertError> {
-        let mut b = Self::new(engine, bytes.len())?;
-        b.bytes_mut().copy_from_slice(bytes);
-        Ok(b)
-    }
-
-    pub fn buffer(&self) -> vk::Buffer {
-        self.buffer
-    }
-
-    pub fn len(&self) -> usize {
-        self.len
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len == 0
-    }
-
-    /// The contents. Only meaningful when no GPU work writing the buffer is pending
-    /// (every dmabridge submission waits for completion).
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: the mapping is at least `len` bytes, lives as long as `self`, and the
-        // memory is coherent; no GPU write is pending (see above).
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
-    }
-
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as for `bytes`, and `&mut self` makes this the only view.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
-    }
-}
-
-impl Drop for GpuBuffer<'_> {
-    fn drop(&mut self) {
-        let device = self.engine.device();
-        // SAFETY: objects of this device; every submission using them was waited for.
-        unsafe {
-            if !self.ptr.is_null() {
-                device.unmap_memory(self.memory);
-            }
-            device.destroy_buffer(self.buffer, None);
-            if self.memory != vk::DeviceMemory::null() {
-                device.free_memory(self.memory, None);
-            }
-        }
-    }
 }
 
 /// A compute pipeline whose bindings are all storage buffers.
@@ -485,24 +396,17 @@ impl<'e> Converter<'e> {
             base_array_layer: 0,
             layer_count: 1,
         };
-        let image_barrier = |old, new, src_access, dst_access| {
-            vk::ImageMemoryBarrier::default()
-                .image(image)
-                .old_layout(old)
-                .new_layout(new)
-                .src_access_mask(src_access)
-                .dst_access_mask(dst_access)
-                .src_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
-                .dst_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
-                .subresource_range(range)
-        };
         let to_dst = image_barrier(
+            image,
+            vk::ImageAspectFlags::COLOR,
             vk::ImageLayout::UNDEFINED,
             vk::ImageLayout::TRANSFER_DST_OPTIMAL,
             vk::AccessFlags::empty(),
             vk::AccessFlags::TRANSFER_WRITE,
         );
         let dst_to_src = image_barrier(
+            image,
+            vk::ImageAspectFlags::COLOR,
             vk::ImageLayout::TRANSFER_DST_OPTIMAL,
             vk::ImageLayout::TRANSFER_SRC_OPTIMAL,
             vk::AccessFlags::TRANSFER_WRITE,

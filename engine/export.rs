@@ -121,6 +121,14 @@ impl<'e> ExportedImage<'e> {
         }
     }
 
+    /// The image's fourcc, width and height.
+    pub fn frame(&self) -> (Fourcc, u32, u32) {
+        match &self.shared {
+            Shared::DmaBuf(d) => (d.fourcc(), d.width(), d.height()),
+            Shared::OpaqueFd(o) => (o.fourcc, o.width, o.height),
+        }
+    }
+
     /// The `OPAQUE_FD` share; `None` for a dma-buf export.
     pub fn opaque_fd(&self) -> Option<&OpaqueFd> {
         match &self.shared {

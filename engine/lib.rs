@@ -6,6 +6,7 @@
 //! probe report. The Vulkan-free half (formats, modifiers, negotiation, descriptors, fd
 //! passing) is the `dmabridge-interop` crate, re-exported as [`interop`].
 
+pub mod buffer;
 pub mod caps;
 pub mod commands;
 pub mod convert;
@@ -30,7 +31,8 @@ pub use dmabridge_interop as interop;
 
 pub use caps::{CapsError, CapsQuery, CapsSource, FormatCaps, ModifierCaps, Usage};
 pub use device::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
-pub use convert::{ConvertError, Converter, GpuBuffer};
+pub use buffer::{BufferError, GpuBuffer};
+pub use convert::{ConvertError, Converter};
 pub use export::{ExportError, ExportRequest, ExportedImage, OpaqueFd, Shared};
 pub use extensions::{DeviceExtension, EnabledExtensions};
 pub use import::{ImportError, ImportPath, ImportedImage};

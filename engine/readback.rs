@@ -11,7 +11,7 @@ use dmabridge_interop::tiling::LinearPlane;
 use dmabridge_interop::{format_info, Fourcc};
 
 use crate::commands::{image_barrier, plane_aspect, SubmitError};
-use crate::convert::GpuBuffer;
+use crate::buffer::{BufferError, GpuBuffer};
 use crate::export::ExportedImage;
 use crate::import::{full_aspect, ImportPath, ImportedImage};
 use crate::vk_format;
@@ -22,8 +22,8 @@ use crate::Engine;
 pub enum ReadbackError {
     #[error("{0} has no plane layout or Vulkan format in dmabridge's tables")]
     UnknownFourcc(Fourcc),
-    #[error("no host-visible memory type for the readback buffer")]
-    NoMemoryType,
+    #[error(transparent)]
+    Buffer(#[from] BufferError),
     #[error("a {0}-byte readback does not fit in this process's address space")]
     TooLarge(u64),
     #[error("{fourcc} has {expected} planes, but {got} plane layouts were given")]
@@ -32,14 +32,8 @@ pub enum ReadbackError {
     PlaneLayout { plane: usize, offset: u64, stride: u64, texel: u64, row: u64 },
     #[error("plane {plane} ends at byte {end}, past the {len}-byte buffer")]
     PastEndOfBuffer { plane: usize, end: u64, len: u64 },
-    #[error("{call} failed: {result}")]
-    Vk { call: &'static str, result: vk::Result },
     #[error(transparent)]
     Submit(#[from] SubmitError),
-}
-
-fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> ReadbackError {
-    move |result| ReadbackError::Vk { call, result }
 }
 
 impl Engine {
@@ -51,47 +45,6 @@ impl Engine {
             vk::QUEUE_FAMILY_EXTERNAL
         }
     }
-}
-
-/// A host-visible buffer and its memory, destroyed on drop.
-struct HostBuffer<'a> {
-    device: &'a ash::Device,
-    buffer: vk::Buffer,
-    memory: vk::DeviceMemory,
-}
-
-impl Drop for HostBuffer<'_> {
-    fn drop(&mut self) {
-        // SAFETY: created by this device; the copy into it was waited for.
-        unsafe {
-            self.device.destroy_buffer(self.buffer, None);
-            if self.memory != vk::DeviceMemory::null() {
-                self.device.free_memory(self.memory, None);
-            }
-        }
-    }
-}
-
-fn host_buffer(engine: &Engine, size: u64) -> Result<HostBuffer<'_>, ReadbackError> {
-    let device = engine.device();
-    let info = vk::BufferCreateInfo::default()
-        .size(size.max(1))
-        .usage(vk::BufferUsageFlags::TRANSFER_DST)
-        .sharing_mode(vk::SharingMode::EXCLUSIVE);
-    // SAFETY: valid create info.
-    let buffer = unsafe { device.create_buffer(&info, None) }.map_err(vk_err("vkCreateBuffer"))?;
-    let mut hb = HostBuffer { device, buffer, memory: vk::DeviceMemory::null() };
-    // SAFETY: buffer of this device.
-    let reqs = unsafe { device.get_buffer_memory_requirements(buffer) };
-    let type_index = engine
-        .memory_type(reqs.memory_type_bits, vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT)
-        .ok_or(ReadbackError::NoMemoryType)?;
-    let alloc = vk::MemoryAllocateInfo::default().allocation_size(reqs.size).memory_type_index(type_index);
-    // SAFETY: plain allocation in an allowed type.
-    hb.memory = unsafe { device.allocate_memory(&alloc, None) }.map_err(vk_err("vkAllocateMemory"))?;
-    // SAFETY: unbound buffer, large enough memory, offset 0.
-    unsafe { device.bind_buffer_memory(buffer, hb.memory, 0) }.map_err(vk_err("vkBindBufferMemory"))?;
-    Ok(hb)
 }
 
 /// One copy region per plane of `fourcc`, between an image and a buffer whose planes lie at
@@ -158,7 +111,7 @@ fn read_planes(
     let info = format_info(fourcc).ok_or(ReadbackError::UnknownFourcc(fourcc))?;
     let total = info.packed_size(width, height);
     let len = usize::try_from(total).map_err(|_| ReadbackError::TooLarge(total))?;
-    let hb = host_buffer(engine, total)?;
+    let hb = GpuBuffer::new(engine, len)?;
     let mut packed = Vec::with_capacity(info.plane_count());
     let mut offset = 0u64;
     for i in 0..info.plane_count() {
@@ -197,9 +150,9 @@ fn read_planes(
                 &[],
                 &[barrier],
             );
-            device.cmd_copy_image_to_buffer(cmd, image, vk::ImageLayout::TRANSFER_SRC_OPTIMAL, hb.buffer, &regions);
+            device.cmd_copy_image_to_buffer(cmd, image, vk::ImageLayout::TRANSFER_SRC_OPTIMAL, hb.buffer(), &regions);
             let host = vk::BufferMemoryBarrier::default()
-                .buffer(hb.buffer)
+                .buffer(hb.buffer())
                 .offset(0)
                 .size(vk::WHOLE_SIZE)
                 .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
@@ -217,16 +170,8 @@ fn read_planes(
             );
         }
     })?;
-    // SAFETY: host-visible coherent memory of this device, not mapped elsewhere, and the GPU
-    // finished writing it (the submission was waited for).
-    let ptr = unsafe { engine.device().map_memory(hb.memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
-        .map_err(vk_err("vkMapMemory"))?;
-    let mut out = vec![0u8; len];
-    // SAFETY: the mapping is at least `len` bytes (the buffer's size) and does not overlap `out`.
-    unsafe {
-        std::ptr::copy_nonoverlapping(ptr.cast::<u8>(), out.as_mut_ptr(), len);
-        engine.device().unmap_memory(hb.memory);
-    }
+    // The GPU finished writing the buffer: the submission was waited for.
+    let out = hb.bytes()[..len].to_vec();
     Ok(out)
 }
 
@@ -310,21 +255,16 @@ impl ImportedImage<'_> {
 }
 
 impl ExportedImage<'_> {
-    /// Clears the whole image to `rgba` (as float colour) and releases it to the foreign
-    /// queue family in GENERAL layout, ready for another device or API to acquire.
-    pub fn clear_and_release(&self, rgba: [f32; 4]) -> Result<(), ReadbackError> {
+    /// Records `write` (which fills the image in TRANSFER_DST_OPTIMAL; old contents are
+    /// discarded) and releases the image to the foreign queue family in GENERAL layout,
+    /// ready for another device or API to acquire.
+    fn write_and_release(&self, write: impl FnOnce(&ash::Device, vk::CommandBuffer)) -> Result<(), ReadbackError> {
         let engine = self.engine();
         let image = self.image();
-        let range = vk::ImageSubresourceRange {
-            aspect_mask: vk::ImageAspectFlags::COLOR,
-            base_mip_level: 0,
-            level_count: 1,
-            base_array_layer: 0,
-            layer_count: 1,
-        };
+        let aspect = full_aspect(vk_format::from_vk(self.vk_format()).map_or(1, |e| e.vk_planes));
         let to_dst = image_barrier(
             image,
-            vk::ImageAspectFlags::COLOR,
+            aspect,
             vk::ImageLayout::UNDEFINED,
             vk::ImageLayout::TRANSFER_DST_OPTIMAL,
             vk::AccessFlags::empty(),
@@ -332,7 +272,7 @@ impl ExportedImage<'_> {
         );
         let release = image_barrier(
             image,
-            vk::ImageAspectFlags::COLOR,
+            aspect,
             vk::ImageLayout::TRANSFER_DST_OPTIMAL,
             vk::ImageLayout::GENERAL,
             vk::AccessFlags::TRANSFER_WRITE,
@@ -341,36 +281,53 @@ impl ExportedImage<'_> {
         .src_queue_family_index(engine.queue_family())
         .dst_queue_family_index(self.release_family());
         engine.submit_and_wait(|device, cmd| {
-            // SAFETY: recording state; the image was created with TRANSFER_DST usage by the
-            // caller's request (VUID-vkCmdClearColorImage-image-00002) and is single-plane colour.
+            // SAFETY: recording state; the barriers cover the image's planes, and the release
+            // names this queue family and the one the consumer acquires from
+            // (VUID-VkImageMemoryBarrier-image-04071).
             unsafe {
-                device.cmd_pipeline_barrier(
-                    cmd,
-                    vk::PipelineStageFlags::TOP_OF_PIPE,
-                    vk::PipelineStageFlags::TRANSFER,
-                    vk::DependencyFlags::empty(),
-                    &[],
-                    &[],
-                    &[to_dst],
-                );
-                device.cmd_clear_color_image(
-                    cmd,
-                    image,
-                    vk::ImageLayout::TRANSFER_DST_OPTIMAL,
-                    &vk::ClearColorValue { float32: rgba },
-                    &[range],
-                );
-                device.cmd_pipeline_barrier(
-                    cmd,
-                    vk::PipelineStageFlags::TRANSFER,
-                    vk::PipelineStageFlags::BOTTOM_OF_PIPE,
-                    vk::DependencyFlags::empty(),
-                    &[],
-                    &[],
-                    &[release],
-                );
+                device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, vk::PipelineStageFlags::TRANSFER, vk::DependencyFlags::empty(), &[], &[], &[to_dst]);
+            }
+            write(device, cmd);
+            // SAFETY: as above.
+            unsafe {
+                device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::BOTTOM_OF_PIPE, vk::DependencyFlags::empty(), &[], &[], &[release]);
             }
         })?;
         Ok(())
+    }
+
+    /// Clears the whole (single-plane colour) image to `rgba` and releases it to the
+    /// foreign queue family.
+    pub fn clear_and_release(&self, rgba: [f32; 4]) -> Result<(), ReadbackError> {
+        let image = self.image();
+        let range = vk::ImageSubresourceRange {
+            aspect_mask: vk::ImageAspectFlags::COLOR,
+            base_mip_level: 0,
+            level_count: 1,
+            base_array_layer: 0,
+            layer_count: 1,
+        };
+        self.write_and_release(|device, cmd| {
+            // SAFETY: recording state; the image was created with TRANSFER_DST usage by the
+            // caller's request (VUID-vkCmdClearColorImage-image-00002) and is single-plane colour.
+            unsafe {
+                device.cmd_clear_color_image(cmd, image, vk::ImageLayout::TRANSFER_DST_OPTIMAL, &vk::ClearColorValue { float32: rgba }, &[range]);
+            }
+        })
+    }
+
+    /// Fills every plane of the image from `src` (planes at `planes`) and releases it to the
+    /// foreign queue family: a producer's frame, handed to its consumer.
+    pub fn upload_and_release(&self, src: &GpuBuffer<'_>, planes: &[LinearPlane]) -> Result<(), ReadbackError> {
+        let (fourcc, width, height) = self.frame();
+        let regions = plane_regions(fourcc, (width, height), planes, src.len() as u64)?;
+        let (image, buffer) = (self.image(), src.buffer());
+        self.write_and_release(|device, cmd| {
+            // SAFETY: recording state; the regions were checked against the image's planes and
+            // the buffer's length (VUID-vkCmdCopyBufferToImage-pRegions-06218).
+            unsafe {
+                device.cmd_copy_buffer_to_image(cmd, buffer, image, vk::ImageLayout::TRANSFER_DST_OPTIMAL, &regions);
+            }
+        })
     }
 }

@@ -3,13 +3,12 @@
 
 use std::os::fd::OwnedFd;
 
-use ash::vk;
 use dmabridge_interop::dmabuf::DmaBuf;
+use dmabridge_interop::tiling::LinearPlane;
 use dmabridge_interop::{format_info, Fourcc};
 
-use crate::commands::{image_barrier, plane_aspect};
+use crate::buffer::GpuBuffer;
 use crate::export::ExportedImage;
-use crate::vk_format;
 use crate::Engine;
 
 /// Why a frame could not be written.
@@ -19,20 +18,14 @@ pub enum UploadError {
     UnknownFourcc(Fourcc),
     #[error("the frame has {got} bytes; a packed {fourcc} {width}x{height} has {want}")]
     FrameSize { fourcc: Fourcc, width: u32, height: u32, got: usize, want: u64 },
-    #[error("no host-visible memory type for the staging buffer")]
-    NoMemoryType,
-    #[error("{call} failed: {result}")]
-    Vk { call: &'static str, result: vk::Result },
     #[error(transparent)]
-    Submit(#[from] crate::commands::SubmitError),
+    Buffer(#[from] crate::buffer::BufferError),
+    #[error(transparent)]
+    Transfer(#[from] crate::readback::ReadbackError),
     #[error("writing plane {plane} of the buffer failed: {source}")]
     Write { plane: usize, source: std::io::Error },
     #[error("the buffer's layout does not fit u64 arithmetic")]
     Overflow,
-}
-
-fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> UploadError {
-    move |result| UploadError::Vk { call, result }
 }
 
 fn check_size(
@@ -49,49 +42,20 @@ fn check_size(
     Ok(info)
 }
 
-/// A persistently mapped host-visible buffer the producer copies frames from.
+/// The buffer the producer copies frames from into its exported images.
 pub(crate) struct Staging<'e> {
-    engine: &'e Engine,
-    buffer: vk::Buffer,
-    memory: vk::DeviceMemory,
-    ptr: *mut u8,
-    size: usize,
+    buffer: GpuBuffer<'e>,
 }
 
 impl<'e> Staging<'e> {
     pub fn new(engine: &'e Engine, size: u64) -> Result<Staging<'e>, UploadError> {
-        let device = engine.device();
         let len = usize::try_from(size).map_err(|_| UploadError::Overflow)?;
-        let info = vk::BufferCreateInfo::default()
-            .size(size.max(1))
-            .usage(vk::BufferUsageFlags::TRANSFER_SRC)
-            .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        // SAFETY: a valid create info with a non-zero size (VUID-VkBufferCreateInfo-size-00912).
-        let buffer = unsafe { device.create_buffer(&info, None) }.map_err(vk_err("vkCreateBuffer"))?;
-        let mut s = Staging { engine, buffer, memory: vk::DeviceMemory::null(), ptr: std::ptr::null_mut(), size: len };
-        // SAFETY: a buffer of this device.
-        let reqs = unsafe { device.get_buffer_memory_requirements(buffer) };
-        let type_index = engine
-            .memory_type(
-                reqs.memory_type_bits,
-                vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT,
-            )
-            .ok_or(UploadError::NoMemoryType)?;
-        let alloc = vk::MemoryAllocateInfo::default().allocation_size(reqs.size).memory_type_index(type_index);
-        // SAFETY: a plain allocation in a type the buffer allows (VUID-vkBindBufferMemory-memory-01035).
-        s.memory = unsafe { device.allocate_memory(&alloc, None) }.map_err(vk_err("vkAllocateMemory"))?;
-        // SAFETY: unbound buffer, memory at least its size, offset 0 (VUID-vkBindBufferMemory-size-01037).
-        unsafe { device.bind_buffer_memory(buffer, s.memory, 0) }.map_err(vk_err("vkBindBufferMemory"))?;
-        // SAFETY: HOST_VISIBLE memory, not mapped yet (VUID-vkMapMemory-memory-00678, -00682).
-        let ptr = unsafe { device.map_memory(s.memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
-            .map_err(vk_err("vkMapMemory"))?;
-        s.ptr = ptr.cast();
-        Ok(s)
+        Ok(Staging { buffer: GpuBuffer::new(engine, len)? })
     }
 
     /// Copies `frame` (packed planes) into `image` on the GPU and releases the image to the
     /// foreign queue family in GENERAL layout, for the compositor to sample. Every pixel is
-    /// overwritten, so the previous contents are discarded (old layout UNDEFINED).
+    /// overwritten, so the previous contents are discarded.
     pub fn upload(
         &mut self,
         image: &ExportedImage<'_>,
@@ -101,110 +65,18 @@ impl<'e> Staging<'e> {
         frame: &[u8],
     ) -> Result<(), UploadError> {
         let info = check_size(fourcc, width, height, frame)?;
-        let entry = vk_format::to_vk(fourcc).ok_or(UploadError::UnknownFourcc(fourcc))?;
-        if frame.len() > self.size {
-            return Err(UploadError::FrameSize { fourcc, width, height, got: frame.len(), want: self.size as u64 });
-        }
-        // SAFETY: the mapping is `self.size` >= frame.len() bytes, host-coherent, and no GPU
-        // work uses the buffer now (every submission is waited for).
-        unsafe { std::ptr::copy_nonoverlapping(frame.as_ptr(), self.ptr, frame.len()) };
-        let mut regions = Vec::with_capacity(info.plane_count());
+        let Some(staged) = self.buffer.bytes_mut().get_mut(..frame.len()) else {
+            return Err(UploadError::FrameSize { fourcc, width, height, got: frame.len(), want: self.buffer.len() as u64 });
+        };
+        staged.copy_from_slice(frame);
+        let mut planes = Vec::with_capacity(info.plane_count());
         let mut offset = 0u64;
         for i in 0..info.plane_count() {
-            regions.push(vk::BufferImageCopy {
-                buffer_offset: offset,
-                buffer_row_length: 0,
-                buffer_image_height: 0,
-                image_subresource: vk::ImageSubresourceLayers {
-                    aspect_mask: plane_aspect(entry.vk_planes, i),
-                    mip_level: 0,
-                    base_array_layer: 0,
-                    layer_count: 1,
-                },
-                image_offset: vk::Offset3D::default(),
-                image_extent: vk::Extent3D {
-                    width: info.plane_width(i, width),
-                    height: info.plane_height(i, height),
-                    depth: 1,
-                },
-            });
+            planes.push(LinearPlane { offset, stride: info.min_stride(i, width) });
             offset += info.packed_plane_size(i, width, height);
         }
-        let aspect = if entry.vk_planes > 1 {
-            (0..entry.vk_planes as usize)
-                .fold(vk::ImageAspectFlags::empty(), |a, i| a | plane_aspect(entry.vk_planes, i))
-        } else {
-            vk::ImageAspectFlags::COLOR
-        };
-        let engine = self.engine;
-        let to_dst = image_barrier(
-            image.image(),
-            aspect,
-            vk::ImageLayout::UNDEFINED,
-            vk::ImageLayout::TRANSFER_DST_OPTIMAL,
-            vk::AccessFlags::empty(),
-            vk::AccessFlags::TRANSFER_WRITE,
-        );
-        let release = image_barrier(
-            image.image(),
-            aspect,
-            vk::ImageLayout::TRANSFER_DST_OPTIMAL,
-            vk::ImageLayout::GENERAL,
-            vk::AccessFlags::TRANSFER_WRITE,
-            vk::AccessFlags::empty(),
-        )
-        .src_queue_family_index(engine.queue_family())
-        .dst_queue_family_index(engine.foreign_queue_family());
-        let buffer = self.buffer;
-        engine.submit_and_wait(|device, cmd| {
-            // SAFETY: recording state; the image was exported with TRANSFER_DST usage
-            // (VUID-vkCmdCopyBufferToImage-dstImage-00177) and the regions cover its planes
-            // exactly, read from a buffer sized from the same plane table
-            // (VUID-vkCmdCopyBufferToImage-pRegions-00171).
-            unsafe {
-                device.cmd_pipeline_barrier(
-                    cmd,
-                    vk::PipelineStageFlags::TOP_OF_PIPE,
-                    vk::PipelineStageFlags::TRANSFER,
-                    vk::DependencyFlags::empty(),
-                    &[],
-                    &[],
-                    &[to_dst],
-                );
-                device.cmd_copy_buffer_to_image(
-                    cmd,
-                    buffer,
-                    image.image(),
-                    vk::ImageLayout::TRANSFER_DST_OPTIMAL,
-                    &regions,
-                );
-                device.cmd_pipeline_barrier(
-                    cmd,
-                    vk::PipelineStageFlags::TRANSFER,
-                    vk::PipelineStageFlags::BOTTOM_OF_PIPE,
-                    vk::DependencyFlags::empty(),
-                    &[],
-                    &[],
-                    &[release],
-                );
-            }
-        })?;
+        image.upload_and_release(&self.buffer, &planes)?;
         Ok(())
-    }
-}
-
-impl Drop for Staging<'_> {
-    fn drop(&mut self) {
-        let device = self.engine.device();
-        // SAFETY: objects of this device; every submission that read the buffer was waited
-        // for (VUID-vkDestroyBuffer-buffer-00922, VUID-vkFreeMemory-memory-00677); freeing
-        // mapped memory unmaps it.
-        unsafe {
-            device.destroy_buffer(self.buffer, None);
-            if self.memory != vk::DeviceMemory::null() {
-                device.free_memory(self.memory, None);
-            }
-        }
     }
 }
 

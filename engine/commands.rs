@@ -84,6 +84,27 @@ impl Engine {
     }
 }
 
+/// A single-level, single-layer, single-sample 2-D image of `format` for one queue family,
+/// starting UNDEFINED: every image dmabridge makes. Callers chain what differs (pNext, flags).
+pub(crate) fn image_2d(
+    format: vk::Format,
+    (width, height): (u32, u32),
+    tiling: vk::ImageTiling,
+    usage: vk::ImageUsageFlags,
+) -> vk::ImageCreateInfo<'static> {
+    vk::ImageCreateInfo::default()
+        .image_type(vk::ImageType::TYPE_2D)
+        .format(format)
+        .extent(vk::Extent3D { width, height, depth: 1 })
+        .mip_levels(1)
+        .array_layers(1)
+        .samples(vk::SampleCountFlags::TYPE_1)
+        .tiling(tiling)
+        .usage(usage)
+        .sharing_mode(vk::SharingMode::EXCLUSIVE)
+        .initial_layout(vk::ImageLayout::UNDEFINED)
+}
+
 /// A barrier over all planes and the whole image.
 pub(crate) fn image_barrier(
     image: vk::Image,

@@ -19,7 +19,7 @@ use dmabridge_interop::negotiate::ConversionKind;
 use dmabridge_interop::{format_info, Format, Fourcc, Layout, TileLayout};
 
 use crate::buffer::{BufferError, GpuBuffer};
-use crate::commands::{image_barrier, SubmitError};
+use crate::commands::{image_2d, image_barrier, SubmitError};
 use crate::import::{FileBuffer, ImportError};
 use crate::shaders::{spirv_words, COLOUR_SPV, TILE_SPV};
 use crate::Engine;
@@ -484,17 +484,12 @@ impl<'e> Converter<'e> {
             cache.get(index).map_or((width, height), |s| (s.width.max(width), s.height.max(height)))
         };
         let device = self.engine.device();
-        let info = vk::ImageCreateInfo::default()
-            .image_type(vk::ImageType::TYPE_2D)
-            .format(vk::Format::R8_UINT)
-            .extent(vk::Extent3D { width, height, depth: 1 })
-            .mip_levels(1)
-            .array_layers(1)
-            .samples(vk::SampleCountFlags::TYPE_1)
-            .tiling(vk::ImageTiling::OPTIMAL)
-            .usage(vk::ImageUsageFlags::TRANSFER_SRC | vk::ImageUsageFlags::TRANSFER_DST)
-            .sharing_mode(vk::SharingMode::EXCLUSIVE)
-            .initial_layout(vk::ImageLayout::UNDEFINED);
+        let info = image_2d(
+            vk::Format::R8_UINT,
+            (width, height),
+            vk::ImageTiling::OPTIMAL,
+            vk::ImageUsageFlags::TRANSFER_SRC | vk::ImageUsageFlags::TRANSFER_DST,
+        );
         // SAFETY: R8_UINT with transfer usage is a required format; 1 level, 1 layer, and an
         // extent within maxImageDimension2D (checked by copy_blocks).
         let image = unsafe { device.create_image(&info, None) }.map_err(vk_err("vkCreateImage"))?;

@@ -15,7 +15,7 @@ use dmabridge_interop::dmabuf::{DescriptorError, DmaBuf};
 use dmabridge_interop::{Fourcc, Layout, Modifier};
 
 use crate::caps::{CapsError, CapsQuery};
-use crate::commands::memory_plane_aspect;
+use crate::commands::{image_2d, memory_plane_aspect};
 use crate::vk_format;
 use crate::Engine;
 
@@ -370,17 +370,7 @@ impl Engine {
             Tiling::Linear => (vk::ImageTiling::LINEAR, None),
             Tiling::Optimal => (vk::ImageTiling::OPTIMAL, None),
         };
-        let mut info = vk::ImageCreateInfo::default()
-            .image_type(vk::ImageType::TYPE_2D)
-            .format(format)
-            .extent(vk::Extent3D { width: req.width, height: req.height, depth: 1 })
-            .mip_levels(1)
-            .array_layers(1)
-            .samples(vk::SampleCountFlags::TYPE_1)
-            .tiling(vk_tiling)
-            .usage(req.usage)
-            .sharing_mode(vk::SharingMode::EXCLUSIVE)
-            .initial_layout(vk::ImageLayout::UNDEFINED)
+        let mut info = image_2d(format, (req.width, req.height), vk_tiling, req.usage)
             .push_next(&mut external);
         if let Some(list) = modifiers {
             // VUID-VkImageCreateInfo-tiling-02261: DRM tiling needs a modifier list or explicit layout.

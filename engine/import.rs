@@ -22,7 +22,7 @@ use dmabridge_interop::dmabuf::{check_import, CheckedImport, DmaBuf, FileId, Imp
 use dmabridge_interop::{format_info, Format, Fourcc, Layout, Modifier};
 
 use crate::caps::{CapsError, CapsQuery};
-use crate::commands::{image_barrier, plane_aspect, SubmitError};
+use crate::commands::{image_2d, image_barrier, plane_aspect, SubmitError};
 use crate::vk_format::{self, Mapping, VkFormatEntry};
 use crate::Engine;
 
@@ -341,17 +341,7 @@ impl Engine {
         let device = self.device();
         let handle = vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD;
         let mut external = vk::ExternalMemoryImageCreateInfo::default().handle_types(handle);
-        let image_info = vk::ImageCreateInfo::default()
-            .image_type(vk::ImageType::TYPE_2D)
-            .format(entry.vk_format)
-            .extent(vk::Extent3D { width: share.width, height: share.height, depth: 1 })
-            .mip_levels(1)
-            .array_layers(1)
-            .samples(vk::SampleCountFlags::TYPE_1)
-            .tiling(vk::ImageTiling::OPTIMAL)
-            .usage(share.usage)
-            .sharing_mode(vk::SharingMode::EXCLUSIVE)
-            .initial_layout(vk::ImageLayout::UNDEFINED)
+        let image_info = image_2d(entry.vk_format, (share.width, share.height), vk::ImageTiling::OPTIMAL, share.usage)
             .push_next(&mut external);
         // SAFETY: the same parameters the exporter, a device with our UUIDs, created its
         // image with (VUID-VkImageCreateInfo-pNext-00990 holds there, so here too).
@@ -455,18 +445,8 @@ impl Engine {
         let mut external =
             vk::ExternalMemoryImageCreateInfo::default().handle_types(vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT);
         let flags = if checked.disjoint() { vk::ImageCreateFlags::DISJOINT } else { vk::ImageCreateFlags::empty() };
-        let info = vk::ImageCreateInfo::default()
+        let info = image_2d(entry.vk_format, (buf.width(), buf.height()), vk::ImageTiling::DRM_FORMAT_MODIFIER_EXT, usage)
             .flags(flags)
-            .image_type(vk::ImageType::TYPE_2D)
-            .format(entry.vk_format)
-            .extent(vk::Extent3D { width: buf.width(), height: buf.height(), depth: 1 })
-            .mip_levels(1)
-            .array_layers(1)
-            .samples(vk::SampleCountFlags::TYPE_1)
-            .tiling(vk::ImageTiling::DRM_FORMAT_MODIFIER_EXT)
-            .usage(usage)
-            .sharing_mode(vk::SharingMode::EXCLUSIVE)
-            .initial_layout(vk::ImageLayout::UNDEFINED)
             .push_next(&mut explicit)
             .push_next(&mut external);
         // SAFETY: the capability query accepted this format, modifier, usage and handle type;
@@ -584,17 +564,7 @@ impl Engine {
         let buf = checked.dmabuf();
         let info = format_info(buf.fourcc()).ok_or(ImportError::UnknownFourcc(buf.fourcc()))?;
         let device = self.device();
-        let image_info = vk::ImageCreateInfo::default()
-            .image_type(vk::ImageType::TYPE_2D)
-            .format(entry.vk_format)
-            .extent(vk::Extent3D { width: buf.width(), height: buf.height(), depth: 1 })
-            .mip_levels(1)
-            .array_layers(1)
-            .samples(vk::SampleCountFlags::TYPE_1)
-            .tiling(vk::ImageTiling::OPTIMAL)
-            .usage(usage | vk::ImageUsageFlags::TRANSFER_DST)
-            .sharing_mode(vk::SharingMode::EXCLUSIVE)
-            .initial_layout(vk::ImageLayout::UNDEFINED);
+        let image_info = image_2d(entry.vk_format, (buf.width(), buf.height()), vk::ImageTiling::OPTIMAL, usage | vk::ImageUsageFlags::TRANSFER_DST);
         // SAFETY: format, usage and extent were accepted by the image-format query in copy_path_facts.
         let image = unsafe { device.create_image(&image_info, None) }.map_err(vk_err("vkCreateImage"))?;
         let mut building = Building { device, image, memories: Vec::new(), sources: Vec::new() };

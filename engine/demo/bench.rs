@@ -27,7 +27,7 @@ use serde::Serialize;
 
 use super::gpu::{buffer_barrier, vk_err, Binding, BufferKind, Compute, GpuBuffer, Sampler, Submitter, COMPOSITE_SPV};
 use super::{DemoError, Mode};
-use crate::commands::{image_barrier, plane_aspect};
+use crate::commands::{image_2d, image_barrier, plane_aspect};
 use crate::import::ImportPath;
 use crate::vk_format;
 use crate::{Engine, ExportRequest, ExportedImage, ImportCache};
@@ -190,17 +190,7 @@ struct DeviceImage<'e> {
 impl<'e> DeviceImage<'e> {
     fn new(engine: &'e Engine, format: vk::Format, w: u32, h: u32) -> Result<Self, DemoError> {
         let device = engine.device();
-        let info = vk::ImageCreateInfo::default()
-            .image_type(vk::ImageType::TYPE_2D)
-            .format(format)
-            .extent(vk::Extent3D { width: w, height: h, depth: 1 })
-            .mip_levels(1)
-            .array_layers(1)
-            .samples(vk::SampleCountFlags::TYPE_1)
-            .tiling(vk::ImageTiling::OPTIMAL)
-            .usage(vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_DST)
-            .sharing_mode(vk::SharingMode::EXCLUSIVE)
-            .initial_layout(vk::ImageLayout::UNDEFINED);
+        let info = image_2d(format, (w, h), vk::ImageTiling::OPTIMAL, vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_DST);
         // SAFETY: a 2D optimal image of a format the device samples (AR24 and NV12 are
         // required or checked formats on every conformant device with YCbCr support), extent
         // within maxImageDimension2D (8K <= 16384 on lavapipe) (VUID-VkImageCreateInfo-extent-02252).

@@ -14,13 +14,8 @@ use dmabridge::{Converter, Engine, EngineOptions};
 
 #[derive(clap::Args)]
 pub struct ConvertArgs {
-    /// DRM fourcc of the input (NV12, P010, AR24, AB24, R8, ...).
-    #[arg(long)]
-    format: String,
-    #[arg(long)]
-    width: u32,
-    #[arg(long)]
-    height: u32,
+    #[command(flatten)]
+    frame: crate::frame::FrameArgs,
     /// Input layout: a name (linear, i915-x, samsung-64x32, nvidia-block-linear-v4, ...)
     /// or the hex modifier of one.
     #[arg(long)]
@@ -133,7 +128,7 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
         ExitCode::from(1)
     };
     let parsed = (|| -> Result<_, String> {
-        let fourcc: Fourcc = args.format.parse().map_err(|e| format!("--format: {e}"))?;
+        let fourcc: Fourcc = args.frame.fourcc()?;
         let to_fourcc: Fourcc = match &args.to_format {
             Some(f) => f.parse().map_err(|e| format!("--to-format: {e}"))?,
             None => fourcc,
@@ -148,7 +143,7 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
     };
     // Refuse a layout that is not defined for the format before touching any data.
     for (layout, f) in [(from, fourcc), (to, to_fourcc)] {
-        if let Err(e) = tiled_size(layout, f, args.width, args.height) {
+        if let Err(e) = tiled_size(layout, f, args.frame.width, args.frame.height) {
             return fail(e.to_string());
         }
     }
@@ -174,7 +169,7 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
         },
         None => Backend::Cpu,
     };
-    let extent = (args.width, args.height);
+    let extent = (args.frame.width, args.frame.height);
     let result = (|| -> Result<Vec<u8>, String> {
         let mut data = layout_step(&backend, from, TileLayout::Linear, fourcc, extent, &input)?;
         if to_fourcc != fourcc {

@@ -13,13 +13,8 @@ use dmabridge::{Converter, Engine, EngineOptions, ImportError};
 
 #[derive(clap::Args)]
 pub struct ImportArgs {
-    /// DRM fourcc, trailing spaces optional (`R8` = `R8  `).
-    #[arg(long)]
-    format: String,
-    #[arg(long)]
-    width: u32,
-    #[arg(long)]
-    height: u32,
+    #[command(flatten)]
+    frame: crate::frame::FrameArgs,
     /// `0x` and 16 hex digits; `0x00ffffffffffffff` (INVALID) means an implicit layout.
     #[arg(long, default_value = "0x0000000000000000")]
     modifier: String,
@@ -67,7 +62,7 @@ fn dup_inherited(n: i32) -> Result<OwnedFd, String> {
 }
 
 fn build(args: &ImportArgs) -> Result<DmaBuf, String> {
-    let fourcc: Fourcc = args.format.parse().map_err(|e| format!("--format: {e}"))?;
+    let fourcc: Fourcc = args.frame.fourcc()?;
     let modifier = Modifier::parse_hex(&args.modifier).map_err(|e| format!("--modifier: {e}"))?;
     if args.planes.len() > 4 {
         return Err(format!("{} planes given; a dma-buf has 1 to 4", args.planes.len()));
@@ -77,7 +72,7 @@ fn build(args: &ImportArgs) -> Result<DmaBuf, String> {
         let p = parse_plane(p)?;
         planes.push(PlaneDesc { fd: dup_inherited(p.fd)?, offset: p.offset, stride: p.stride });
     }
-    DmaBuf::new(fourcc, Layout::from_wire(modifier), args.width, args.height, planes).map_err(|e| e.to_string())
+    DmaBuf::new(fourcc, Layout::from_wire(modifier), args.frame.width, args.frame.height, planes).map_err(|e| e.to_string())
 }
 
 pub fn run(args: &ImportArgs) -> ExitCode {

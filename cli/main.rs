@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod convert;
 mod demo;
+mod frame;
 mod import;
 mod negotiate;
 mod probe;

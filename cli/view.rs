@@ -49,13 +49,8 @@ pub struct ViewArgs {
     /// The frame: every plane's rows tightly packed, planes concatenated.
     #[arg(long = "in")]
     input: PathBuf,
-    /// DRM fourcc, trailing spaces optional (`R8` = `R8  `).
-    #[arg(long)]
-    format: String,
-    #[arg(long)]
-    width: u32,
-    #[arg(long)]
-    height: u32,
+    #[command(flatten)]
+    frame: crate::frame::FrameArgs,
     /// `0x` and 16 hex digits. The planes are laid out linearly, so LINEAR (the default) is
     /// the one that describes FILE truthfully; others go to the import checks as given.
     #[arg(long, default_value = "0x0000000000000000")]
@@ -76,31 +71,31 @@ pub struct ViewArgs {
 
 /// The memfd descriptor for FILE's packed planes.
 fn build(args: &ViewArgs) -> Result<DmaBuf, String> {
-    let fourcc: Fourcc = args.format.parse().map_err(|e| format!("--format: {e}"))?;
+    let fourcc: Fourcc = args.frame.fourcc()?;
     let modifier = Modifier::parse_hex(&args.modifier).map_err(|e| format!("--modifier: {e}"))?;
     let info = format_info(fourcc).ok_or_else(|| format!("--format: {fourcc} has no plane layout in dmabridge's table"))?;
-    if args.width == 0 || args.height == 0 {
-        return Err(format!("--width/--height: {}x{} has no pixels", args.width, args.height));
+    if args.frame.width == 0 || args.frame.height == 0 {
+        return Err(format!("--width/--height: {}x{} has no pixels", args.frame.width, args.frame.height));
     }
     let bytes = std::fs::read(&args.input).map_err(|e| format!("cannot read {}: {e}", args.input.display()))?;
-    let expected = info.packed_size(args.width, args.height);
+    let expected = info.packed_size(args.frame.width, args.frame.height);
     if bytes.len() as u64 != expected {
         return Err(format!(
             "{} is {} bytes; a tightly packed {}x{} {fourcc} frame is {expected}",
             args.input.display(),
             bytes.len(),
-            args.width,
-            args.height
+            args.frame.width,
+            args.frame.height
         ));
     }
     let mut planes = Vec::with_capacity(info.plane_count());
     let mut offset = 0u64;
     for i in 0..info.plane_count() {
-        planes.push((offset, info.min_stride(i, args.width)));
-        offset += info.packed_plane_size(i, args.width, args.height);
+        planes.push((offset, info.min_stride(i, args.frame.width)));
+        offset += info.packed_plane_size(i, args.frame.width, args.frame.height);
     }
     let fd = memfd_with(&bytes).map_err(|e| format!("cannot make a memfd for the frame: {e}"))?;
-    DmaBuf::in_one_file(fourcc, Layout::from_wire(modifier), args.width, args.height, fd, &planes).map_err(|e| e.to_string())
+    DmaBuf::in_one_file(fourcc, Layout::from_wire(modifier), args.frame.width, args.frame.height, fd, &planes).map_err(|e| e.to_string())
 }
 
 /// A memfd holding `bytes`, sealed against resizing: its size cannot change after the
@@ -176,7 +171,7 @@ fn view(args: &ViewArgs) -> Result<ExitCode, String> {
     let mut event_loop = EventLoop::new().map_err(|e| format!("cannot connect to the display: {e}"))?;
     let mut app = App {
         title: format!("dmabridge view: {}", args.input.display()),
-        size: PhysicalSize::new(args.width, args.height),
+        size: PhysicalSize::new(args.frame.width, args.frame.height),
         window: None,
         error: None,
         resized: None,

@@ -147,6 +147,8 @@ pub struct Converter<'e> {
     scratch: std::cell::RefCell<Vec<Scratch>>,
     /// How many of `scratch` the submission being recorded has taken.
     scratch_used: std::cell::Cell<usize>,
+    /// `maxImageDimension2D`: the largest scratch image the copy path may make.
+    max_image_dimension: u32,
 }
 
 struct Scratch {
@@ -228,6 +230,12 @@ impl<'e> Converter<'e> {
             pool,
             scratch: std::cell::RefCell::new(Vec::new()),
             scratch_used: std::cell::Cell::new(0),
+            // SAFETY: plain query of this engine's physical device.
+            max_image_dimension: unsafe {
+                engine.instance().get_physical_device_properties(engine.physical_device())
+            }
+            .limits
+            .max_image_dimension2_d,
         })
     }
 
@@ -320,7 +328,7 @@ impl<'e> Converter<'e> {
     ) -> Result<(), ConvertError> {
         let dispatches = plane_dispatches(layout, fourcc, width, height, tiled_base, planes, to_tiled)?;
         let geometry = tiled_size(layout, fourcc, width, height)?;
-        let max_dim = self.max_image_dimension();
+        let max_dim = self.max_image_dimension;
         let mut compute = Vec::with_capacity(dispatches.len());
         for ((d, p), linear_plane) in dispatches.into_iter().zip(&geometry.planes).zip(planes) {
             match copy_blocks(p, max_dim) {
@@ -337,13 +345,6 @@ impl<'e> Converter<'e> {
             self.record(cmd, &self.tile, set, &compute);
         }
         Ok(())
-    }
-
-    fn max_image_dimension(&self) -> u32 {
-        // SAFETY: plain query of this engine's physical device.
-        unsafe { self.engine.instance().get_physical_device_properties(self.engine.physical_device()) }
-            .limits
-            .max_image_dimension2_d
     }
 
     /// One plane through copy commands: the tiled bytes go into an R8 image tile by tile
@@ -580,23 +581,25 @@ impl<'e> Converter<'e> {
     ) -> Result<Vec<u8>, ConvertError> {
         let src_g = tiled_size(from, fourcc, width, height)?;
         need(&format!("{from} {fourcc} {width}x{height} image"), src_g.size, input.len())?;
+        if from == TileLayout::Linear && to == TileLayout::Linear {
+            return Ok(input[..src_g.size as usize].to_vec());
+        }
         let dst_g = tiled_size(to, fourcc, width, height)?;
         let packed = packed_planes(fourcc, width, height)?;
         let linear_len = tiled_size(TileLayout::Linear, fourcc, width, height)?.size;
         let src = GpuBuffer::from_bytes(self.engine, &input[..src_g.size as usize])?;
         let dst = GpuBuffer::new(self.engine, dst_g.size as usize)?;
         let extent = (width, height);
-        match (from == TileLayout::Linear, to == TileLayout::Linear) {
-            (true, true) => return Ok(input[..src_g.size as usize].to_vec()),
-            (false, true) => self.detile(from, fourcc, extent, &src, &dst, &packed)?,
-            (true, false) => self.tile(to, fourcc, extent, &src, &packed, &dst)?,
-            (false, false) => {
-                let mid = GpuBuffer::new(self.engine, linear_len as usize)?;
-                self.run(|cmd| {
-                    self.record_planes(cmd, from, fourcc, extent, src.buffer(), 0, mid.buffer(), &packed, false)?;
-                    self.record_planes(cmd, to, fourcc, extent, dst.buffer(), 0, mid.buffer(), &packed, true)
-                })?;
-            }
+        if to == TileLayout::Linear {
+            self.detile(from, fourcc, extent, &src, &dst, &packed)?;
+        } else if from == TileLayout::Linear {
+            self.tile(to, fourcc, extent, &src, &packed, &dst)?;
+        } else {
+            let mid = GpuBuffer::new(self.engine, linear_len as usize)?;
+            self.run(|cmd| {
+                self.record_planes(cmd, from, fourcc, extent, src.buffer(), 0, mid.buffer(), &packed, false)?;
+                self.record_planes(cmd, to, fourcc, extent, dst.buffer(), 0, mid.buffer(), &packed, true)
+            })?;
         }
         Ok(dst.bytes().to_vec())
     }

@@ -1,6 +1,8 @@
-//! Compiles every shader in `shaders/` (GLSL 450: `.comp`, `.vert`, `.frag`) to SPIR-V with Debian's `glslc` and validates the
-//! result with `spirv-val`, both installed by `scripts/setup.sh`. The SPIR-V lands in
-//! `OUT_DIR` and `engine/shaders.rs` embeds it. Nothing is downloaded at build time.
+//! Compiles every shader in `shaders/` (GLSL 450: `.comp`, `.vert`, `.frag`) to SPIR-V with
+//! Debian's `glslc` and validates the result with `spirv-val`, both installed by
+//! `scripts/setup.sh`. The SPIR-V lands in `OUT_DIR`, where `engine/shaders.rs` and
+//! `engine/present/shaders.rs` embed it. Nothing is downloaded at build time. The CLI's build
+//! script includes this file to compile the demo's shaders (`cli/shaders/`) the same way.
 //!
 //! glslc rather than naga: it is the reference GLSL front end (shaderc/glslang), so the
 //! integer semantics the shaders rely on (arithmetic `>>` on `int`, `uint` wrap-around) are
@@ -9,13 +11,13 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// Every `shaders/NAME.{comp,vert,frag}` is compiled (so a shader is added by adding its
+/// Every `DIR/NAME.{comp,vert,frag}` is compiled (so a shader is added by adding its
 /// file; the stage comes from the extension): compute shaders to `OUT_DIR/NAME.spv`,
 /// graphics stages to `OUT_DIR/NAME.vert.spv` / `NAME.frag.spv`, since a vertex and a
 /// fragment shader of one pipeline share a name.
-fn shaders() -> Vec<(String, &'static str)> {
-    let mut found: Vec<(String, &'static str)> = std::fs::read_dir("shaders")
-        .expect("the shaders/ directory")
+fn shaders(dir: &str) -> Vec<(String, &'static str)> {
+    let mut found: Vec<(String, &'static str)> = std::fs::read_dir(dir)
+        .unwrap_or_else(|e| panic!("the {dir}/ directory: {e}"))
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let path = e.path();
@@ -59,13 +61,13 @@ fn run(cmd: &mut Command, what: &str) {
     }
 }
 
-fn main() {
+/// Compiles every shader in `dir` (relative to the package) into `OUT_DIR`.
+pub fn compile_dir(dir: &str) {
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let (glslc, spirv_val) = (tool("glslc"), tool("spirv-val"));
-    println!("cargo:rerun-if-changed=build.rs");
-    println!("cargo:rerun-if-changed=shaders");
-    for (file, stage) in shaders() {
-        let src = format!("shaders/{file}");
+    println!("cargo:rerun-if-changed={dir}");
+    for (file, stage) in shaders(dir) {
+        let src = format!("{dir}/{file}");
         println!("cargo:rerun-if-changed={src}");
         let stem = if stage == "compute" { file.trim_end_matches(".comp") } else { file.as_str() };
         let spv = out_dir.join(format!("{stem}.spv"));
@@ -78,4 +80,9 @@ fn main() {
         );
         run(Command::new(&spirv_val).args(["--target-env", "vulkan1.1"]).arg(&spv), &format!("validating {stem}.spv"));
     }
+}
+
+fn main() {
+    println!("cargo:rerun-if-changed=build.rs");
+    compile_dir("shaders");
 }

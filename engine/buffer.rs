@@ -1,74 +1,124 @@
-//! A persistently mapped, host-visible buffer: the staging, readback and storage buffer of
-//! every transfer and conversion in the engine.
-//!
-//! On lavapipe all memory is host memory. A discrete GPU would stage through device-local
-//! memory for speed; the operations that take a `GpuBuffer` take its `vk::Buffer`, so that is
-//! a caller's choice.
+//! Buffers: dmabridge's own (staging, readback, storage for the converters), and buffers over
+//! a dma-buf's memory (the copy paths and conversions read and write the fd in place).
+
+use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 
 use ash::vk;
+use gpu_allocator::vulkan::Allocation;
+use gpu_allocator::MemoryLocation;
 
+use crate::error::{VkError, VkResultExt};
+use crate::memory::MemoryError;
+use crate::requirements::Capability;
+use crate::submit::{Completion, Garbage, Uses};
 use crate::Engine;
 
-/// Why a buffer could not be made.
+/// Why a buffer could not be made or read.
 #[derive(Debug, thiserror::Error)]
 pub enum BufferError {
-    #[error("no host-visible, coherent memory type for a buffer")]
+    /// A Vulkan call failed.
+    #[error(transparent)]
+    Vk(#[from] VkError),
+    /// No memory for it.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// The CPU asked for the bytes of a buffer the GPU may still be using.
+    #[error("the buffer is still in use by submitted GPU work; wait for its Submission first")]
+    Busy,
+    /// The buffer lives in memory the CPU cannot map.
+    #[error("the buffer is not host-visible")]
+    NotMapped,
+    /// The size does not fit this process or the device.
+    #[error("a buffer of {0} bytes is too large")]
+    TooLarge(u64),
+    /// Importing needs the dma-buf import capability.
+    #[error("this device lacks the {0} capability")]
+    Unsupported(Capability),
+    /// The file behind the fd is smaller than the buffer over it would be.
+    #[error("the fd holds {fd_size} bytes, but the buffer over it needs {needed}")]
+    FdTooSmall { needed: u64, fd_size: u64 },
+    /// The fd could not be duplicated or inspected.
+    #[error("cannot use the fd: {0}")]
+    Fd(std::io::Error),
+    /// No memory type can import the fd for a buffer.
+    #[error("no memory type can import this fd as a buffer")]
     NoMemoryType,
-    #[error("{call} failed: {result}")]
-    Vk { call: &'static str, result: vk::Result },
 }
 
-fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> BufferError {
-    move |result| BufferError::Vk { call, result }
+/// Where a [`GpuBuffer`] lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufferLocation {
+    /// Host-visible and mapped, written by the CPU and read by the GPU (staging uploads).
+    Upload,
+    /// Host-visible and mapped, written by the GPU and read by the CPU (readback).
+    Readback,
+    /// Device-local; not mapped (on a CPU device every memory is both).
+    DeviceLocal,
 }
 
-/// A persistently mapped, host-visible storage buffer.
-pub struct GpuBuffer<'e> {
-    engine: &'e Engine,
+impl BufferLocation {
+    fn memory(self) -> MemoryLocation {
+        match self {
+            BufferLocation::Upload => MemoryLocation::CpuToGpu,
+            BufferLocation::Readback => MemoryLocation::GpuToCpu,
+            BufferLocation::DeviceLocal => MemoryLocation::GpuOnly,
+        }
+    }
+}
+
+/// A buffer of dmabridge's own, usable as a storage buffer and for transfers both ways.
+///
+/// `Send` and `Sync`: the mapping is only exposed through `&self`/`&mut self` borrows
+/// checked against pending GPU work, and the use list is behind a lock. Dropped while the
+/// GPU still uses it, its destruction waits for that work ([`crate::submit`]).
+pub struct GpuBuffer {
+    engine: Engine,
     buffer: vk::Buffer,
-    memory: vk::DeviceMemory,
-    len: usize,
-    ptr: *mut u8,
+    allocation: Option<Allocation>,
+    len: u64,
+    uses: Uses,
 }
 
-impl<'e> GpuBuffer<'e> {
-    /// A zeroed buffer of `len` bytes (the allocation is rounded up: the shaders read whole
-    /// 16-byte groups at the end of a plane).
-    pub fn new(engine: &'e Engine, len: usize) -> Result<Self, BufferError> {
+impl std::fmt::Debug for GpuBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuBuffer").field("buffer", &self.buffer).field("len", &self.len).finish()
+    }
+}
+
+impl GpuBuffer {
+    /// A buffer of `len` bytes. Mapped memory starts zeroed. The allocation is rounded up:
+    /// the shaders read whole 16-byte groups at the end of a plane.
+    pub fn new(engine: &Engine, len: u64, location: BufferLocation) -> Result<GpuBuffer, BufferError> {
+        let size = len.checked_add(15 + 64).map(|v| v / 16 * 16).ok_or(BufferError::TooLarge(len))?;
+        if usize::try_from(size).is_err() {
+            return Err(BufferError::TooLarge(len));
+        }
         let device = engine.device();
-        let size = (len as u64).div_ceil(16) * 16 + 64;
         let info = vk::BufferCreateInfo::default()
             .size(size)
-            .usage(
-                vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST,
-            )
+            .usage(vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_SRC | vk::BufferUsageFlags::TRANSFER_DST)
             .sharing_mode(vk::SharingMode::EXCLUSIVE);
-        // SAFETY: valid create info.
-        let buffer = unsafe { device.create_buffer(&info, None) }.map_err(vk_err("vkCreateBuffer"))?;
-        let mut b = GpuBuffer { engine, buffer, memory: vk::DeviceMemory::null(), len, ptr: std::ptr::null_mut() };
-        // SAFETY: buffer of this device.
+        // SAFETY: a valid create info with a non-zero size (VUID-VkBufferCreateInfo-size-00912).
+        let buffer = unsafe { device.create_buffer(&info, None) }.vk("vkCreateBuffer")?;
+        let mut out = GpuBuffer { engine: engine.clone(), buffer, allocation: None, len, uses: Uses::default() };
+        // SAFETY: a buffer of this device.
         let reqs = unsafe { device.get_buffer_memory_requirements(buffer) };
-        let type_index = engine
-            .memory_type(reqs.memory_type_bits, vk::MemoryPropertyFlags::HOST_VISIBLE | vk::MemoryPropertyFlags::HOST_COHERENT)
-            .ok_or(BufferError::NoMemoryType)?;
-        let alloc = vk::MemoryAllocateInfo::default().allocation_size(reqs.size).memory_type_index(type_index);
-        // SAFETY: plain allocation in an allowed type.
-        b.memory = unsafe { device.allocate_memory(&alloc, None) }.map_err(vk_err("vkAllocateMemory"))?;
-        // SAFETY: unbound buffer, memory of reqs.size, offset 0.
-        unsafe { device.bind_buffer_memory(buffer, b.memory, 0) }.map_err(vk_err("vkBindBufferMemory"))?;
-        // SAFETY: host-visible memory, mapped once for the buffer's life (VUID-vkMapMemory-memory-00678).
-        let ptr = unsafe { device.map_memory(b.memory, 0, vk::WHOLE_SIZE, vk::MemoryMapFlags::empty()) }
-            .map_err(vk_err("vkMapMemory"))?;
-        b.ptr = ptr.cast();
-        // SAFETY: the mapping covers reqs.size >= size bytes, exclusively ours.
-        unsafe { std::ptr::write_bytes(b.ptr, 0, size as usize) };
-        Ok(b)
+        let mut allocation = engine.shared().memory.allocate("dmabridge buffer", reqs, location.memory(), true)?;
+        // SAFETY: an unbound buffer, memory of at least reqs.size at an offset aligned as
+        // reqs asked (gpu-allocator honours the alignment) (VUID-vkBindBufferMemory-memoryOffset-01036).
+        let bound = unsafe { device.bind_buffer_memory(buffer, allocation.memory(), allocation.offset()) }.vk("vkBindBufferMemory");
+        if let Some(bytes) = allocation.mapped_slice_mut() {
+            bytes.fill(0);
+        }
+        out.allocation = Some(allocation);
+        bound?;
+        Ok(out)
     }
 
-    /// A buffer holding a copy of `bytes`.
-    pub fn from_bytes(engine: &'e Engine, bytes: &[u8]) -> Result<Self, BufferError> {
-        let mut b = Self::new(engine, bytes.len())?;
-        b.bytes_mut().copy_from_slice(bytes);
+    /// An upload buffer holding a copy of `bytes`.
+    pub fn from_bytes(engine: &Engine, bytes: &[u8]) -> Result<GpuBuffer, BufferError> {
+        let mut b = GpuBuffer::new(engine, bytes.len() as u64, BufferLocation::Upload)?;
+        b.bytes_mut()?.copy_from_slice(bytes);
         Ok(b)
     }
 
@@ -76,7 +126,8 @@ impl<'e> GpuBuffer<'e> {
         self.buffer
     }
 
-    pub fn len(&self) -> usize {
+    /// The usable length (the allocation may be larger).
+    pub fn len(&self) -> u64 {
         self.len
     }
 
@@ -84,33 +135,175 @@ impl<'e> GpuBuffer<'e> {
         self.len == 0
     }
 
-    /// The contents. Only meaningful when no GPU work writing the buffer is pending
-    /// (every dmabridge submission waits for completion).
-    pub fn bytes(&self) -> &[u8] {
-        // SAFETY: the mapping is at least `len` bytes, lives as long as `self`, and the
-        // memory is coherent; no GPU write is pending (see above).
-        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    pub fn engine(&self) -> &Engine {
+        &self.engine
     }
 
-    pub fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as for `bytes`, and `&mut self` makes this the only view.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    /// Records that GPU work completing at `until` uses the buffer: its destruction (and
+    /// CPU access through [`GpuBuffer::bytes`]) waits for that point. Every command that
+    /// uses [`GpuBuffer::buffer`] must be tracked so; dmabridge's own operations do it.
+    pub fn track(&self, until: Completion) {
+        self.uses.add(until);
     }
-}
 
-impl Drop for GpuBuffer<'_> {
-    fn drop(&mut self) {
-        let device = self.engine.device();
-        // SAFETY: objects of this device; every submission using them was waited for.
-        unsafe {
-            if !self.ptr.is_null() {
-                device.unmap_memory(self.memory);
-            }
-            device.destroy_buffer(self.buffer, None);
-            if self.memory != vk::DeviceMemory::null() {
-                device.free_memory(self.memory, None);
-            }
+    /// Whether no submitted GPU work uses the buffer any more.
+    pub fn is_idle(&self) -> bool {
+        self.uses.snapshot().iter().all(|c| self.engine.is_reached(c))
+    }
+
+    /// The contents, once the GPU work that uses the buffer is done.
+    pub fn bytes(&self) -> Result<&[u8], BufferError> {
+        if !self.is_idle() {
+            return Err(BufferError::Busy);
         }
+        let len = self.len as usize;
+        self.allocation.as_ref().and_then(|a| a.mapped_slice()).map(|s| &s[..len]).ok_or(BufferError::NotMapped)
+    }
+
+    /// The contents for writing, once the GPU work that uses the buffer is done.
+    pub fn bytes_mut(&mut self) -> Result<&mut [u8], BufferError> {
+        if !self.is_idle() {
+            return Err(BufferError::Busy);
+        }
+        let len = self.len as usize;
+        self.allocation.as_mut().and_then(|a| a.mapped_slice_mut()).map(|s| &mut s[..len]).ok_or(BufferError::NotMapped)
     }
 }
 
+impl Drop for GpuBuffer {
+    fn drop(&mut self) {
+        let mut garbage = vec![Garbage::Buffer(self.buffer)];
+        if let Some(a) = self.allocation.take() {
+            garbage.push(Garbage::Allocation(a));
+        }
+        self.engine.shared().retire(self.uses.snapshot(), garbage);
+    }
+}
+
+/// A buffer over the memory of one file of a dma-buf (or a memfd standing in for one),
+/// imported as `DMA_BUF` memory: GPU copies and shaders read and write the fd in place.
+///
+/// It owns the buffer and the imported memory (which owns a dup of the fd); the caller's fd
+/// stays the caller's. `Send` and `Sync` as [`GpuBuffer`].
+pub struct ImportedBuffer {
+    engine: Engine,
+    buffer: vk::Buffer,
+    memory: vk::DeviceMemory,
+    len: u64,
+    uses: Uses,
+}
+
+impl std::fmt::Debug for ImportedBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImportedBuffer").field("buffer", &self.buffer).field("len", &self.len).finish()
+    }
+}
+
+impl ImportedBuffer {
+    /// Imports the first `len` bytes of the file behind `fd` for `usage`. The fd is
+    /// borrowed: a dup goes to Vulkan. The fd's size is checked first; the caller is
+    /// responsible for it not shrinking (a sealed memfd or a dma-buf: see the import checks).
+    pub fn import(engine: &Engine, fd: BorrowedFd<'_>, len: u64, usage: vk::BufferUsageFlags) -> Result<ImportedBuffer, BufferError> {
+        if !engine.has_capability(Capability::DmaBufImport) {
+            return Err(BufferError::Unsupported(Capability::DmaBufImport));
+        }
+        let fd_size = fd_size(fd)?;
+        if len > fd_size {
+            return Err(BufferError::FdTooSmall { needed: len, fd_size });
+        }
+        let device = engine.device();
+        let mut external = vk::ExternalMemoryBufferCreateInfo::default().handle_types(vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT);
+        let info = vk::BufferCreateInfo::default().size(len.max(4)).usage(usage).sharing_mode(vk::SharingMode::EXCLUSIVE).push_next(&mut external);
+        // SAFETY: a valid create info with the DMA_BUF handle type, whose extension is enabled
+        // (VUID-VkExternalMemoryBufferCreateInfo-handleTypes-parameter).
+        let buffer = unsafe { device.create_buffer(&info, None) }.vk("vkCreateBuffer")?;
+        let mut out = ImportedBuffer { engine: engine.clone(), buffer, memory: vk::DeviceMemory::null(), len, uses: Uses::default() };
+        // SAFETY: a buffer of this device.
+        let reqs = unsafe { device.get_buffer_memory_requirements(buffer) };
+        let dup = fd.try_clone_to_owned().map_err(BufferError::Fd)?;
+        out.memory = import_memory(engine, dup, reqs, fd_size, None)?;
+        // SAFETY: an unbound buffer, memory of at least reqs.size (checked against the fd in
+        // import_memory), offset 0 (VUID-vkBindBufferMemory-size-01037).
+        unsafe { device.bind_buffer_memory(buffer, out.memory, 0) }.vk("vkBindBufferMemory")?;
+        Ok(out)
+    }
+
+    pub fn buffer(&self) -> vk::Buffer {
+        self.buffer
+    }
+
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// As [`GpuBuffer::track`].
+    pub fn track(&self, until: Completion) {
+        self.uses.add(until);
+    }
+}
+
+impl Drop for ImportedBuffer {
+    fn drop(&mut self) {
+        let mut garbage = vec![Garbage::Buffer(self.buffer)];
+        if self.memory != vk::DeviceMemory::null() {
+            garbage.push(Garbage::Memory(self.memory));
+        }
+        self.engine.shared().retire(self.uses.snapshot(), garbage);
+    }
+}
+
+/// The size of the file behind `fd` (`lseek(SEEK_END)` works for dma-bufs, whose `st_size`
+/// may be 0, and for memfds).
+pub(crate) fn fd_size(fd: BorrowedFd<'_>) -> Result<u64, BufferError> {
+    let stat = rustix::fs::fstat(fd).map_err(|e| BufferError::Fd(e.into()))?;
+    if stat.st_size > 0 {
+        return Ok(stat.st_size as u64);
+    }
+    // SEEK_END moves the file position, which the dup shares; put it back.
+    let end = rustix::fs::seek(fd, rustix::fs::SeekFrom::End(0)).map_err(|e| BufferError::Fd(e.into()))?;
+    let _ = rustix::fs::seek(fd, rustix::fs::SeekFrom::Start(0));
+    Ok(end)
+}
+
+/// Imports `fd` as DMA_BUF memory for an object with `reqs`, dedicated to `image` when
+/// given. Takes ownership of `fd`: Vulkan keeps it on success, it is closed on failure.
+/// `fd_size` is the file's size, checked against the requirement first.
+pub(crate) fn import_memory(
+    engine: &Engine,
+    fd: OwnedFd,
+    reqs: vk::MemoryRequirements,
+    fd_size: u64,
+    image: Option<vk::Image>,
+) -> Result<vk::DeviceMemory, BufferError> {
+    if reqs.size > fd_size {
+        return Err(BufferError::FdTooSmall { needed: reqs.size, fd_size });
+    }
+    let fd_fn = engine.external_memory_fd().ok_or(BufferError::Unsupported(Capability::DmaBufImport))?;
+    let handle = vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT;
+    let mut fd_props = vk::MemoryFdPropertiesKHR::default();
+    // SAFETY: a valid fd of a DMA_BUF-importable file (VUID-vkGetMemoryFdPropertiesKHR-fd-00673).
+    unsafe { fd_fn.get_memory_fd_properties(handle, fd.as_raw_fd(), &mut fd_props) }.vk("vkGetMemoryFdPropertiesKHR")?;
+    let type_index = engine
+        .memory_type(reqs.memory_type_bits & fd_props.memory_type_bits, vk::MemoryPropertyFlags::empty())
+        .ok_or(BufferError::NoMemoryType)?;
+    let mut import = vk::ImportMemoryFdInfoKHR::default().handle_type(handle).fd(fd.as_raw_fd());
+    let mut dedicated = vk::MemoryDedicatedAllocateInfo::default();
+    if let Some(image) = image {
+        dedicated = dedicated.image(image);
+    }
+    let mut alloc = vk::MemoryAllocateInfo::default().allocation_size(reqs.size).memory_type_index(type_index).push_next(&mut import);
+    if image.is_some() {
+        alloc = alloc.push_next(&mut dedicated);
+    }
+    // SAFETY: the fd holds at least reqs.size bytes (checked above), the memory type is one
+    // the fd allows (VUID-VkImportMemoryFdInfoKHR-handleType-00667), and a dedicated
+    // allocation has exactly the image's size (VUID-VkMemoryDedicatedAllocateInfo-image-01433).
+    let memory = unsafe { engine.device().allocate_memory(&alloc, None) }.vk("vkAllocateMemory")?;
+    // Vulkan owns the fd now (VkImportMemoryFdInfoKHR: a successful import transfers ownership).
+    let _ = fd.into_raw_fd();
+    Ok(memory)
+}

@@ -16,47 +16,10 @@ use std::sync::{Arc, Mutex};
 use ash::vk;
 use dmabridge_interop::{format_info, Fourcc, Modifier};
 
-use crate::extensions::DeviceExtension;
+use crate::error::VkError;
+use crate::requirements::DeviceExtension;
 use crate::vk_format;
 use crate::Engine;
-
-/// The intended uses `probe` reports, each a Vulkan image usage.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Usage {
-    Sampled,
-    Storage,
-    ColorAttachment,
-    TransferSrc,
-    TransferDst,
-}
-
-impl Usage {
-    pub const ALL: [Usage; 5] = [Usage::Sampled, Usage::Storage, Usage::ColorAttachment, Usage::TransferSrc, Usage::TransferDst];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            Usage::Sampled => "sampled",
-            Usage::Storage => "storage",
-            Usage::ColorAttachment => "color-attachment",
-            Usage::TransferSrc => "transfer-src",
-            Usage::TransferDst => "transfer-dst",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Usage> {
-        Usage::ALL.into_iter().find(|u| u.name() == s)
-    }
-
-    pub fn flags(self) -> vk::ImageUsageFlags {
-        match self {
-            Usage::Sampled => vk::ImageUsageFlags::SAMPLED,
-            Usage::Storage => vk::ImageUsageFlags::STORAGE,
-            Usage::ColorAttachment => vk::ImageUsageFlags::COLOR_ATTACHMENT,
-            Usage::TransferSrc => vk::ImageUsageFlags::TRANSFER_SRC,
-            Usage::TransferDst => vk::ImageUsageFlags::TRANSFER_DST,
-        }
-    }
-}
 
 /// The format features a usage needs from the tiling (a usage the features lack is not
 /// supported even where the image-format query is lenient).
@@ -188,8 +151,8 @@ impl FormatCaps {
 pub enum CapsError {
     #[error("{0} has no Vulkan format in dmabridge's table")]
     UnknownFourcc(Fourcc),
-    #[error("{call} failed: {result}")]
-    Vk { call: &'static str, result: vk::Result },
+    #[error(transparent)]
+    Vk(#[from] VkError),
 }
 
 /// Answers already computed, per engine (so per device).
@@ -199,11 +162,11 @@ pub(crate) struct CapsCache(Mutex<HashMap<CapsQuery, Arc<FormatCaps>>>);
 impl Engine {
     /// Answers `q`, from the cache when it was asked before.
     pub fn query_caps(&self, q: &CapsQuery) -> Result<Arc<FormatCaps>, CapsError> {
-        if let Some(hit) = self.caps_cache.0.lock().ok().and_then(|c| c.get(q).cloned()) {
+        if let Some(hit) = self.shared().caps_cache.0.lock().ok().and_then(|c| c.get(q).cloned()) {
             return Ok(hit);
         }
         let answer = Arc::new(self.compute_caps(q)?);
-        if let Ok(mut cache) = self.caps_cache.0.lock() {
+        if let Ok(mut cache) = self.shared().caps_cache.0.lock() {
             cache.insert(*q, answer.clone());
         }
         Ok(answer)
@@ -335,7 +298,7 @@ impl Engine {
                 Ok(Some((limits, features)))
             }
             Err(vk::Result::ERROR_FORMAT_NOT_SUPPORTED) => Ok(None),
-            Err(result) => Err(CapsError::Vk { call: "vkGetPhysicalDeviceImageFormatProperties2", result }),
+            Err(result) => Err(VkError { call: "vkGetPhysicalDeviceImageFormatProperties2", result }.into()),
         }
     }
 }

@@ -4,162 +4,150 @@
 //! same geometry as the CPU reference in [`dmabridge_interop::tiling`], which the tests
 //! compare against byte for byte.
 //!
-//! Buffers are host-visible storage buffers ([`GpuBuffer`]): on lavapipe all memory is
-//! host memory. A discrete GPU would stage through device-local memory; the recording
-//! functions ([`Converter::record_planes`]) take any buffers, so that is the caller's choice.
+//! Every conversion has a recorded form (`record_*`, into a command buffer the host owns
+//! and submits) and a submitted form that returns a [`Submission`] at once; the bytes-in,
+//! bytes-out conveniences ([`Converter::convert_layout`] and friends) wait, and are for
+//! tools and tests. Descriptor sets and the copy path's scratch images come from recording
+//! contexts that are reused once the GPU is done with them, so nothing is created per frame
+//! once the pipeline runs.
+
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
 
 use ash::vk;
-use dmabridge_interop::tiling::gpu::{
-    plane_dispatches, rgba_to_nv12_dispatch, yuv_to_rgba_dispatch, ColourPushConstants, Dispatch, GpuParamError,
-    TilePushConstants,
-};
-use dmabridge_interop::tiling::{packed_planes, tiled_size, ColourMatrix, ColourRange, LinearPlane, TilingError};
-use dmabridge_interop::dmabuf::{check_import, DmaBuf, ImportCheckError, ImportFacts};
+use dmabridge_interop::dmabuf::{check_import, DmaBuf, FileId, ImportCheckError, ImportFacts};
 use dmabridge_interop::negotiate::ConversionKind;
+use dmabridge_interop::tiling::gpu::{
+    plane_dispatches, rgba_to_nv12_dispatch, yuv_to_rgba_dispatch, ColourPushConstants, Dispatch, GpuParamError, TilePushConstants,
+};
+use dmabridge_interop::tiling::{packed_planes, tiled_size, ColourMatrix, ColourRange, LinearPlane, PlaneGeometry, TilingError};
 use dmabridge_interop::{format_info, Format, Fourcc, Layout, TileLayout};
+use gpu_allocator::vulkan::Allocation;
+use gpu_allocator::MemoryLocation;
 
-use crate::buffer::{BufferError, GpuBuffer};
-use crate::commands::{image_2d, image_barrier, SubmitError};
-use crate::import::{FileBuffer, ImportError};
-use crate::shaders::{spirv_words, COLOUR_SPV, TILE_SPV};
+use crate::buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer};
+use crate::compute::{Binding, ComputeError, ComputePipeline};
+use crate::error::{VkError, VkResultExt};
+use crate::image::{image_2d, image_barrier, record_barrier};
+use crate::memory::MemoryError;
+use crate::shaders::{COLOUR_SPV, TILE_SPV};
+use crate::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
+use crate::transfer::READBACK_TIMEOUT;
 use crate::Engine;
 
 /// Why a GPU conversion failed.
 #[derive(Debug, thiserror::Error)]
 pub enum ConvertError {
+    /// The shaders cannot address the conversion (sizes, alignment).
     #[error(transparent)]
     Params(#[from] GpuParamError),
+    /// The layout or extent has no geometry.
     #[error(transparent)]
     Tiling(#[from] TilingError),
+    /// The input is smaller than the frame.
     #[error("input is {got} bytes, but a {what} needs {expected}")]
     InputSize { what: String, expected: u64, got: u64 },
-    #[error("embedded SPIR-V is malformed: {0}")]
-    SpirV(std::io::Error),
+    /// A pipeline could not be made or used.
+    #[error(transparent)]
+    Compute(#[from] ComputeError),
+    /// A buffer could not be made or read.
     #[error(transparent)]
     Buffer(#[from] BufferError),
-    #[error("no memory type for the copy path's scratch image")]
-    NoMemoryType,
-    #[error("{call} failed: {result}")]
-    Vk { call: &'static str, result: vk::Result },
+    /// Scratch memory could not be allocated.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+    /// A Vulkan call failed.
+    #[error(transparent)]
+    Vk(#[from] VkError),
+    /// Submitting or waiting failed.
     #[error(transparent)]
     Submit(#[from] SubmitError),
+    /// The dma-buf's modifier names no layout dmabridge converts.
     #[error("layout {0} is not a tiled layout dmabridge converts")]
     NotTiled(Layout),
+    /// A layout check failed (before any driver call).
     #[error(transparent)]
     Check(#[from] ImportCheckError),
+    /// A tiled plane's stride must be its padded row.
     #[error("plane {plane}: a {layout} plane's stride is its padded row of {expected} bytes, not {stride}")]
     TiledStride { plane: usize, layout: TileLayout, stride: u64, expected: u64 },
+    /// The padded tiles run past the fd.
     #[error("plane {plane}: the padded tiles reach byte {end}, past the {fd_size}-byte fd")]
     TilesPastEndOfFd { plane: usize, end: u64, fd_size: u64 },
-    #[error(transparent)]
-    Import(#[from] Box<ImportError>),
 }
 
-fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> ConvertError {
-    move |result| ConvertError::Vk { call, result }
+/// A buffer a conversion reads or writes: dmabridge's own or one over a dma-buf's memory.
+pub trait ConversionBuffer {
+    fn vk_buffer(&self) -> vk::Buffer;
+    fn byte_len(&self) -> u64;
+    /// Records a use that completes at `until`.
+    fn track_use(&self, until: Completion);
 }
 
-/// A compute pipeline whose bindings are all storage buffers.
-struct Pipeline {
-    set_layout: vk::DescriptorSetLayout,
-    layout: vk::PipelineLayout,
-    pipeline: vk::Pipeline,
-    bindings: u32,
-}
-
-impl Pipeline {
-    fn new(device: &ash::Device, spv: &[u8], bindings: u32, push_size: u32) -> Result<Pipeline, ConvertError> {
-        let words = spirv_words(spv).map_err(ConvertError::SpirV)?;
-        let binding_info: Vec<_> = (0..bindings)
-            .map(|b| {
-                vk::DescriptorSetLayoutBinding::default()
-                    .binding(b)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .descriptor_count(1)
-                    .stage_flags(vk::ShaderStageFlags::COMPUTE)
-            })
-            .collect();
-        let mut p = Pipeline {
-            set_layout: vk::DescriptorSetLayout::null(),
-            layout: vk::PipelineLayout::null(),
-            pipeline: vk::Pipeline::null(),
-            bindings,
-        };
-        // On error `p` is dropped by the caller's `destroy`; collect what exists so far.
-        let result = (|| {
-            // SAFETY: valid create infos; the SPIR-V was validated by spirv-val at build time
-            // (VUID-VkShaderModuleCreateInfo-pCode-08737).
-            unsafe {
-                p.set_layout = device
-                    .create_descriptor_set_layout(&vk::DescriptorSetLayoutCreateInfo::default().bindings(&binding_info), None)
-                    .map_err(vk_err("vkCreateDescriptorSetLayout"))?;
-                let ranges =
-                    [vk::PushConstantRange::default().stage_flags(vk::ShaderStageFlags::COMPUTE).offset(0).size(push_size)];
-                let layouts = [p.set_layout];
-                p.layout = device
-                    .create_pipeline_layout(
-                        &vk::PipelineLayoutCreateInfo::default().set_layouts(&layouts).push_constant_ranges(&ranges),
-                        None,
-                    )
-                    .map_err(vk_err("vkCreatePipelineLayout"))?;
-                let module = device
-                    .create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&words), None)
-                    .map_err(vk_err("vkCreateShaderModule"))?;
-                let stage = vk::PipelineShaderStageCreateInfo::default()
-                    .stage(vk::ShaderStageFlags::COMPUTE)
-                    .module(module)
-                    .name(c"main");
-                let info = vk::ComputePipelineCreateInfo::default().stage(stage).layout(p.layout);
-                let created = device.create_compute_pipelines(vk::PipelineCache::null(), &[info], None);
-                device.destroy_shader_module(module, None);
-                p.pipeline = created.map_err(|(_, r)| ConvertError::Vk { call: "vkCreateComputePipelines", result: r })?[0];
-            }
-            Ok::<(), ConvertError>(())
-        })();
-        match result {
-            Ok(()) => Ok(p),
-            Err(e) => {
-                p.destroy(device);
-                Err(e)
-            }
-        }
+impl ConversionBuffer for GpuBuffer {
+    fn vk_buffer(&self) -> vk::Buffer {
+        self.buffer()
     }
-
-    fn destroy(&self, device: &ash::Device) {
-        // SAFETY: objects of this device, no longer used by pending work; null handles are
-        // ignored by the destroy functions.
-        unsafe {
-            device.destroy_pipeline(self.pipeline, None);
-            device.destroy_pipeline_layout(self.layout, None);
-            device.destroy_descriptor_set_layout(self.set_layout, None);
-        }
+    fn byte_len(&self) -> u64 {
+        self.len()
+    }
+    fn track_use(&self, until: Completion) {
+        self.track(until)
     }
 }
 
-/// The conversion pipelines of one engine.
-pub struct Converter<'e> {
-    engine: &'e Engine,
-    tile: Pipeline,
-    colour: Pipeline,
-    pool: vk::DescriptorPool,
-    /// Intermediate images of the copy-command path, kept between submissions (allocating
-    /// one per call costs more than the copy): one per plane of a submission.
-    scratch: std::cell::RefCell<Vec<Scratch>>,
-    /// How many of `scratch` the submission being recorded has taken.
-    scratch_used: std::cell::Cell<usize>,
-    /// `maxImageDimension2D`: the largest scratch image the copy path may make.
-    max_image_dimension: u32,
+impl ConversionBuffer for ImportedBuffer {
+    fn vk_buffer(&self) -> vk::Buffer {
+        self.buffer()
+    }
+    fn byte_len(&self) -> u64 {
+        self.len()
+    }
+    fn track_use(&self, until: Completion) {
+        self.track(until)
+    }
 }
 
+/// What a tiled frame is: its layout, format and extent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TiledFrame {
+    pub layout: TileLayout,
+    pub fourcc: Fourcc,
+    pub extent: (u32, u32),
+}
+
+/// An intermediate R8 image of the copy-command path.
 struct Scratch {
     image: vk::Image,
-    memory: vk::DeviceMemory,
+    allocation: Option<Allocation>,
     width: u32,
     height: u32,
 }
 
-/// A tile stored row after row (`pitch` bytes apart) at `offset` in its plane, that belongs
-/// at (`x`, `y`) of the linear plane: what one copy region moves.
+/// What one recorded conversion uses besides the pipelines: a descriptor pool and the copy
+/// path's scratch images. Reused once its last use is complete.
+struct Context {
+    pool: vk::DescriptorPool,
+    scratch: Vec<Scratch>,
+    scratch_taken: usize,
+    last_use: Option<Completion>,
+}
+
+impl Context {
+    fn into_garbage(self) -> (Option<Completion>, Vec<Garbage>) {
+        let mut g = vec![Garbage::DescriptorPool(self.pool)];
+        for s in self.scratch {
+            g.push(Garbage::Image(s.image));
+            if let Some(a) = s.allocation {
+                g.push(Garbage::Allocation(a));
+            }
+        }
+        (self.last_use, g)
+    }
+}
+
+/// A tile stored row after row at `offset` in its plane, that belongs at (`x`, `y`) of the
+/// linear plane: what one copy region moves.
 #[derive(Debug, Clone, Copy)]
 struct Block {
     offset: u64,
@@ -172,12 +160,15 @@ struct Block {
 /// Most regions one plane may be split into before the compute shader is the better tool.
 const MAX_COPY_REGIONS: usize = 1 << 17;
 
+/// Descriptor sets one recording may use (a detile of a 4-plane dma-buf; tiled -> tiled: two).
+const MAX_SETS: u32 = 4;
+
 /// The tiles of `p` as copy blocks, when copy commands beat the compute shader on them:
 /// layouts whose bytes are row-major inside each tile, with tiles at least 32 bytes wide
 /// (narrower ones cost more per region than they save), on a plane no wider or taller than
 /// an image may be. On lavapipe a copy region is a memcpy per row, while the compute shader
 /// pays per 4-byte access; on 64-byte tiles that is about ten times faster.
-fn copy_blocks(p: &dmabridge_interop::tiling::PlaneGeometry, max_dim: u32) -> Option<Vec<Block>> {
+fn copy_blocks(p: &PlaneGeometry, max_dim: u32) -> Option<Vec<Block>> {
     use dmabridge_interop::tiling::{AddressKind, PlaneAddress};
     let eligible = matches!(p.kind, AddressKind::RowMajorTiles | AddressKind::SamsungZFlipZ)
         && p.tile_width >= 32
@@ -198,123 +189,141 @@ fn copy_blocks(p: &dmabridge_interop::tiling::PlaneGeometry, max_dim: u32) -> Op
     Some(blocks)
 }
 
-/// The largest number of descriptor sets one submission uses (tiled -> tiled: two).
-const MAX_SETS: u32 = 4;
+/// The conversion pipelines of one engine.
+///
+/// `Send` and `Sync`: the recording contexts are behind a lock; the pipelines are immutable.
+/// Dropped while the GPU still runs its work, its objects wait for that work.
+pub struct Converter {
+    engine: Engine,
+    tile: ComputePipeline,
+    colour: ComputePipeline,
+    contexts: Mutex<Vec<Context>>,
+}
 
-impl<'e> Converter<'e> {
-    pub fn new(engine: &'e Engine) -> Result<Self, ConvertError> {
-        let device = engine.device();
-        let tile = Pipeline::new(device, TILE_SPV, 2, std::mem::size_of::<TilePushConstants>() as u32)?;
-        let colour = match Pipeline::new(device, COLOUR_SPV, 3, std::mem::size_of::<ColourPushConstants>() as u32) {
-            Ok(c) => c,
-            Err(e) => {
-                tile.destroy(device);
-                return Err(e);
-            }
+impl std::fmt::Debug for Converter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Converter").finish_non_exhaustive()
+    }
+}
+
+impl Converter {
+    pub fn new(engine: &Engine) -> Result<Converter, ConvertError> {
+        let tile = ComputePipeline::new(
+            engine,
+            TILE_SPV,
+            &[Binding::StorageBuffer, Binding::StorageBuffer],
+            std::mem::size_of::<TilePushConstants>() as u32,
+            1,
+        )?;
+        let colour = ComputePipeline::new(
+            engine,
+            COLOUR_SPV,
+            &[Binding::StorageBuffer, Binding::StorageBuffer, Binding::StorageBuffer],
+            std::mem::size_of::<ColourPushConstants>() as u32,
+            1,
+        )?;
+        Ok(Converter { engine: engine.clone(), tile, colour, contexts: Mutex::new(Vec::new()) })
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// A recording context the GPU no longer uses (its pool reset), or a new one.
+    fn take_context(&self) -> Result<Context, ConvertError> {
+        let reusable = {
+            let mut contexts = self.contexts.lock().unwrap_or_else(PoisonError::into_inner);
+            let at = contexts.iter().position(|c| c.last_use.as_ref().map_or(true, |u| self.engine.is_reached(u)));
+            at.map(|i| contexts.swap_remove(i))
         };
+        let device = self.engine.device();
+        if let Some(mut ctx) = reusable {
+            // SAFETY: no pending submission uses the pool's sets (its last use is reached;
+            // VUID-vkResetDescriptorPool-descriptorPool-00313).
+            unsafe { device.reset_descriptor_pool(ctx.pool, vk::DescriptorPoolResetFlags::empty()) }.vk("vkResetDescriptorPool")?;
+            ctx.scratch_taken = 0;
+            ctx.last_use = None;
+            return Ok(ctx);
+        }
         let sizes = [vk::DescriptorPoolSize { ty: vk::DescriptorType::STORAGE_BUFFER, descriptor_count: MAX_SETS * 3 }];
         let info = vk::DescriptorPoolCreateInfo::default().max_sets(MAX_SETS).pool_sizes(&sizes);
-        // SAFETY: valid create info.
-        let pool = match unsafe { device.create_descriptor_pool(&info, None) } {
-            Ok(p) => p,
-            Err(result) => {
-                tile.destroy(device);
-                colour.destroy(device);
-                return Err(ConvertError::Vk { call: "vkCreateDescriptorPool", result });
-            }
-        };
-        Ok(Converter {
-            engine,
-            tile,
-            colour,
-            pool,
-            scratch: std::cell::RefCell::new(Vec::new()),
-            scratch_used: std::cell::Cell::new(0),
-            // SAFETY: plain query of this engine's physical device.
-            max_image_dimension: unsafe {
-                engine.instance().get_physical_device_properties(engine.physical_device())
-            }
-            .limits
-            .max_image_dimension2_d,
-        })
+        // SAFETY: a valid create info with non-zero counts.
+        let pool = unsafe { device.create_descriptor_pool(&info, None) }.vk("vkCreateDescriptorPool")?;
+        Ok(Context { pool, scratch: Vec::new(), scratch_taken: 0, last_use: None })
     }
 
-    pub fn engine(&self) -> &'e Engine {
-        self.engine
+    /// Hands a context back, in use until `until`.
+    fn return_context(&self, mut ctx: Context, until: Completion) {
+        ctx.last_use = Some(until);
+        self.contexts.lock().unwrap_or_else(PoisonError::into_inner).push(ctx);
     }
 
-    /// A descriptor set of `pipeline` with `buffers` at bindings 0.. in order.
-    fn set(&self, pipeline: &Pipeline, buffers: &[vk::Buffer]) -> Result<vk::DescriptorSet, ConvertError> {
+    /// A descriptor set of `pipeline` from `ctx`'s pool with `buffers` at bindings 0.. in order.
+    fn set(&self, ctx: &Context, pipeline: &ComputePipeline, buffers: &[vk::Buffer]) -> Result<vk::DescriptorSet, ConvertError> {
         let device = self.engine.device();
-        let layouts = [pipeline.set_layout];
-        let alloc = vk::DescriptorSetAllocateInfo::default().descriptor_pool(self.pool).set_layouts(&layouts);
-        // SAFETY: the pool was sized for MAX_SETS sets, and it is reset after every submission.
-        let set = unsafe { device.allocate_descriptor_sets(&alloc) }.map_err(vk_err("vkAllocateDescriptorSets"))?[0];
-        let infos: Vec<[vk::DescriptorBufferInfo; 1]> = buffers
-            .iter()
-            .map(|b| [vk::DescriptorBufferInfo { buffer: *b, offset: 0, range: vk::WHOLE_SIZE }])
-            .collect();
-        let writes: Vec<_> = infos
-            .iter()
-            .enumerate()
-            .take(pipeline.bindings as usize)
-            .map(|(i, info)| {
-                vk::WriteDescriptorSet::default()
-                    .dst_set(set)
-                    .dst_binding(i as u32)
-                    .descriptor_type(vk::DescriptorType::STORAGE_BUFFER)
-                    .buffer_info(info)
-            })
-            .collect();
-        // SAFETY: the set is not in use; the buffers have STORAGE_BUFFER usage
-        // (VUID-VkWriteDescriptorSet-descriptorType-00331).
-        unsafe { device.update_descriptor_sets(&writes, &[]) };
+        let layouts = [pipeline.set_layout()];
+        let alloc = vk::DescriptorSetAllocateInfo::default().descriptor_pool(ctx.pool).set_layouts(&layouts);
+        // SAFETY: the pool holds MAX_SETS sets and was reset when the context was taken; one
+        // recording allocates at most MAX_SETS.
+        let set = unsafe { device.allocate_descriptor_sets(&alloc) }.vk("vkAllocateDescriptorSets")?[0];
+        for (i, b) in buffers.iter().enumerate() {
+            // SAFETY: a fresh set of this pipeline, unused by the GPU; the buffers have
+            // STORAGE_BUFFER usage (the callers' contract).
+            unsafe { pipeline.write_buffer(set, i as u32, *b) };
+        }
         Ok(set)
-    }
-
-    fn reset_pool(&self) {
-        // SAFETY: called only after the submission using the sets was waited for
-        // (VUID-vkResetDescriptorPool-descriptorPool-00313).
-        let _ = unsafe { self.engine.device().reset_descriptor_pool(self.pool, vk::DescriptorPoolResetFlags::empty()) };
     }
 
     /// Records `dispatches` of `pipeline` with `set`, each followed by a barrier so that the
     /// next dispatch (or a later transfer/host read) sees its writes.
-    fn record<P: PushBytes>(&self, cmd: vk::CommandBuffer, pipeline: &Pipeline, set: vk::DescriptorSet, dispatches: &[Dispatch<P>]) {
+    ///
+    /// # Safety
+    /// As [`Converter::record_planes`].
+    unsafe fn record<P: bytemuck::Pod>(
+        &self,
+        cmd: vk::CommandBuffer,
+        pipeline: &ComputePipeline,
+        set: vk::DescriptorSet,
+        dispatches: &[Dispatch<P>],
+        until: Completion,
+    ) -> Result<(), ConvertError> {
         let device = self.engine.device();
-        let barrier = vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::SHADER_WRITE)
-            .dst_access_mask(vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::HOST_READ | vk::AccessFlags::TRANSFER_READ);
-        // SAFETY: recording state; pipeline, layout and set belong to this device; the push
-        // constants are exactly the range declared (VUID-vkCmdPushConstants-offset-01795) and
-        // the group counts are within maxComputeWorkGroupCount (65535, checked by the
-        // dispatch builders).
-        unsafe {
-            device.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::COMPUTE, pipeline.pipeline);
-            device.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::COMPUTE, pipeline.layout, 0, &[set], &[]);
-            for d in dispatches {
-                device.cmd_push_constants(cmd, pipeline.layout, vk::ShaderStageFlags::COMPUTE, 0, d.push.push_bytes());
-                let [x, y, z] = d.group_counts;
-                device.cmd_dispatch(cmd, x, y, z);
-                device.cmd_pipeline_barrier(
+        let barrier = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::SHADER_WRITE).dst_access_mask(
+            vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::HOST_READ | vk::AccessFlags::TRANSFER_READ,
+        );
+        for d in dispatches {
+            // SAFETY: the caller's contract; the group counts are within
+            // maxComputeWorkGroupCount (65535, checked by the dispatch builders).
+            unsafe {
+                pipeline.record_dispatch(cmd, set, bytemuck::bytes_of(&d.push), d.group_counts, until)?;
+                record_barrier(
+                    device,
                     cmd,
-                    vk::PipelineStageFlags::COMPUTE_SHADER,
-                    vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::HOST | vk::PipelineStageFlags::TRANSFER,
-                    vk::DependencyFlags::empty(),
+                    (
+                        vk::PipelineStageFlags::COMPUTE_SHADER,
+                        vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::HOST | vk::PipelineStageFlags::TRANSFER,
+                    ),
                     &[barrier],
                     &[],
                     &[],
                 );
             }
         }
+        Ok(())
     }
 
     /// Records the conversion of every plane between a tiled buffer (`tiled`, starting at
-    /// `tiled_base`) and a linear one (`linear`, planes at `planes`), into `cmd`: copy
-    /// commands where the layout's tiles are wide row-major blocks (see `copy_blocks`), the
-    /// compute shader otherwise. See [`Converter::free_scratch`] for what the caller owes.
+    /// `tiled_base`) and a linear one (`linear`, planes at `planes`): copy commands where the
+    /// layout's tiles are wide row-major blocks (see `copy_blocks`), the compute shader
+    /// otherwise. The buffers' own uses are the caller's to track.
+    ///
+    /// # Safety
+    /// - `cmd` is a command buffer of this converter's engine's device, recording, to be
+    ///   submitted on the engine's queue family with a submission that signals `until`;
+    /// - both buffers have STORAGE_BUFFER and TRANSFER usage, hold the geometry's tiled size
+    ///   from `tiled_base` and the planes' extent, and outlive that submission.
     #[allow(clippy::too_many_arguments)]
-    pub fn record_planes(
+    pub unsafe fn record_planes(
         &self,
         cmd: vk::CommandBuffer,
         layout: TileLayout,
@@ -325,36 +334,43 @@ impl<'e> Converter<'e> {
         linear: vk::Buffer,
         planes: &[LinearPlane],
         to_tiled: bool,
+        until: Completion,
     ) -> Result<(), ConvertError> {
         let dispatches = plane_dispatches(layout, fourcc, width, height, tiled_base, planes, to_tiled)?;
         let geometry = tiled_size(layout, fourcc, width, height)?;
-        let max_dim = self.max_image_dimension;
-        let mut compute = Vec::with_capacity(dispatches.len());
-        for ((d, p), linear_plane) in dispatches.into_iter().zip(&geometry.planes).zip(planes) {
-            match copy_blocks(p, max_dim) {
-                Some(blocks) => {
-                    let at = tiled_base + p.offset;
-                    self.record_copy_plane(cmd, p, &blocks, tiled, at, linear, *linear_plane, to_tiled)?
+        let max_dim = self.engine.info().max_image_dimension_2d;
+        let mut ctx = self.take_context()?;
+        let result = (|| {
+            let mut compute = Vec::with_capacity(dispatches.len());
+            for ((d, p), linear_plane) in dispatches.into_iter().zip(&geometry.planes).zip(planes) {
+                match copy_blocks(p, max_dim) {
+                    // SAFETY: the caller's contract.
+                    Some(blocks) => unsafe {
+                        self.record_copy_plane(cmd, &mut ctx, p, &blocks, tiled, tiled_base + p.offset, linear, *linear_plane, to_tiled)?
+                    },
+                    None => compute.push(d),
                 }
-                None => compute.push(d),
             }
-        }
-        if !compute.is_empty() {
-            let set =
-                if to_tiled { self.set(&self.tile, &[linear, tiled])? } else { self.set(&self.tile, &[tiled, linear])? };
-            self.record(cmd, &self.tile, set, &compute);
-        }
-        Ok(())
+            if !compute.is_empty() {
+                let set = if to_tiled { self.set(&ctx, &self.tile, &[linear, tiled])? } else { self.set(&ctx, &self.tile, &[tiled, linear])? };
+                // SAFETY: the caller's contract.
+                unsafe { self.record(cmd, &self.tile, set, &compute, until)? };
+            }
+            Ok(())
+        })();
+        self.return_context(ctx, until);
+        result
     }
 
     /// One plane through copy commands: the tiled bytes go into an R8 image tile by tile
     /// (one region per tile), and the image to the linear rows in one region; or the reverse,
     /// with the image cleared first so that tile padding comes out zero.
     #[allow(clippy::too_many_arguments)]
-    fn record_copy_plane(
+    unsafe fn record_copy_plane(
         &self,
         cmd: vk::CommandBuffer,
-        p: &dmabridge_interop::tiling::PlaneGeometry,
+        ctx: &mut Context,
+        p: &PlaneGeometry,
         blocks: &[Block],
         tiled: vk::Buffer,
         tiled_at: u64,
@@ -363,13 +379,8 @@ impl<'e> Converter<'e> {
         to_tiled: bool,
     ) -> Result<(), ConvertError> {
         let device = self.engine.device();
-        let image = self.scratch_image(p.padded_width_bytes, p.padded_rows)?;
-        let layers = vk::ImageSubresourceLayers {
-            aspect_mask: vk::ImageAspectFlags::COLOR,
-            mip_level: 0,
-            base_array_layer: 0,
-            layer_count: 1,
-        };
+        let image = self.scratch_image(ctx, p.padded_width_bytes, p.padded_rows)?;
+        let layers = vk::ImageSubresourceLayers { aspect_mask: vk::ImageAspectFlags::COLOR, mip_level: 0, base_array_layer: 0, layer_count: 1 };
         let tile_regions: Vec<vk::BufferImageCopy> = blocks
             .iter()
             .map(|b| vk::BufferImageCopy {
@@ -390,13 +401,8 @@ impl<'e> Converter<'e> {
             image_offset: vk::Offset3D::default(),
             image_extent: vk::Extent3D { width: p.width_bytes, height: p.rows, depth: 1 },
         };
-        let range = vk::ImageSubresourceRange {
-            aspect_mask: vk::ImageAspectFlags::COLOR,
-            base_mip_level: 0,
-            level_count: 1,
-            base_array_layer: 0,
-            layer_count: 1,
-        };
+        let range =
+            vk::ImageSubresourceRange { aspect_mask: vk::ImageAspectFlags::COLOR, base_mip_level: 0, level_count: 1, base_array_layer: 0, layer_count: 1 };
         let to_dst = image_barrier(
             image,
             vk::ImageAspectFlags::COLOR,
@@ -413,54 +419,39 @@ impl<'e> Converter<'e> {
             vk::AccessFlags::TRANSFER_WRITE,
             vk::AccessFlags::TRANSFER_READ,
         );
-        // Earlier work in the same command buffer (another plane's dispatch or copy) may
-        // have written the buffers this plane reads or writes.
+        // Earlier work in the same command buffer (another plane's dispatch or copy, or an
+        // earlier use of the scratch image) may touch what this plane reads or writes.
         let before = vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::SHADER_WRITE)
+            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_READ)
             .dst_access_mask(vk::AccessFlags::TRANSFER_READ | vk::AccessFlags::TRANSFER_WRITE);
-        let clear_done = vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-            .dst_access_mask(vk::AccessFlags::TRANSFER_WRITE);
-        let after = vk::MemoryBarrier::default()
-            .src_access_mask(vk::AccessFlags::TRANSFER_WRITE)
-            .dst_access_mask(
-                vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::HOST_READ | vk::AccessFlags::TRANSFER_READ,
-            );
+        let clear_done = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(vk::AccessFlags::TRANSFER_WRITE);
+        let after = vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::TRANSFER_WRITE).dst_access_mask(
+            vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::HOST_READ | vk::AccessFlags::TRANSFER_READ,
+        );
         let transfer = vk::PipelineStageFlags::TRANSFER;
-        let none = vk::DependencyFlags::empty();
-        // SAFETY: recording state; the scratch image has TRANSFER_SRC|DST usage and R8_UINT
-        // texels, so every region's offsets and row lengths are in bytes; the tile regions lie
-        // inside the tiled plane (the geometry's padded size, checked by the callers against
-        // the buffer) and inside the image (padded size); the rows region lies inside the
-        // linear plane (VUID-vkCmdCopyBufferToImage-pRegions-06218,
-        // VUID-vkCmdCopyImageToBuffer-pRegions-00183); each barrier's access masks belong to
-        // its stages (VUID-vkCmdPipelineBarrier-srcAccessMask-02815).
+        // SAFETY: the caller's contract for `cmd` and the buffers; the scratch image has
+        // TRANSFER_SRC|DST usage and R8_UINT texels, so every region's offsets and row lengths
+        // are in bytes; the tile regions lie inside the tiled plane (the geometry's padded
+        // size) and inside the image (padded size); the rows region lies inside the linear
+        // plane (VUID-vkCmdCopyBufferToImage-pRegions-06218, VUID-vkCmdCopyImageToBuffer-pRegions-00183);
+        // each barrier's access masks belong to its stages (VUID-vkCmdPipelineBarrier-srcAccessMask-02815).
         unsafe {
-            device.cmd_pipeline_barrier(
-                cmd,
-                transfer | vk::PipelineStageFlags::COMPUTE_SHADER,
-                transfer,
-                none,
-                &[before],
-                &[],
-                &[to_dst],
-            );
+            record_barrier(device, cmd, (transfer | vk::PipelineStageFlags::COMPUTE_SHADER, transfer), &[before], &[], &[to_dst]);
             if to_tiled {
                 device.cmd_clear_color_image(cmd, image, vk::ImageLayout::TRANSFER_DST_OPTIMAL, &vk::ClearColorValue { uint32: [0; 4] }, &[range]);
-                device.cmd_pipeline_barrier(cmd, transfer, transfer, none, &[clear_done], &[], &[]);
+                record_barrier(device, cmd, (transfer, transfer), &[clear_done], &[], &[]);
                 device.cmd_copy_buffer_to_image(cmd, linear, image, vk::ImageLayout::TRANSFER_DST_OPTIMAL, &[rows_region]);
-                device.cmd_pipeline_barrier(cmd, transfer, transfer, none, &[], &[], &[dst_to_src]);
+                record_barrier(device, cmd, (transfer, transfer), &[], &[], &[dst_to_src]);
                 device.cmd_copy_image_to_buffer(cmd, image, vk::ImageLayout::TRANSFER_SRC_OPTIMAL, tiled, &tile_regions);
             } else {
                 device.cmd_copy_buffer_to_image(cmd, tiled, image, vk::ImageLayout::TRANSFER_DST_OPTIMAL, &tile_regions);
-                device.cmd_pipeline_barrier(cmd, transfer, transfer, none, &[], &[], &[dst_to_src]);
+                record_barrier(device, cmd, (transfer, transfer), &[], &[], &[dst_to_src]);
                 device.cmd_copy_image_to_buffer(cmd, image, vk::ImageLayout::TRANSFER_SRC_OPTIMAL, linear, &[rows_region]);
             }
-            device.cmd_pipeline_barrier(
+            record_barrier(
+                device,
                 cmd,
-                transfer,
-                transfer | vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::HOST,
-                none,
+                (transfer, transfer | vk::PipelineStageFlags::COMPUTE_SHADER | vk::PipelineStageFlags::HOST),
                 &[after],
                 &[],
                 &[],
@@ -469,176 +460,175 @@ impl<'e> Converter<'e> {
         Ok(())
     }
 
-    /// An R8_UINT image of at least `width` x `height` for the copy path: the next scratch
-    /// image of this submission, grown (re-created) when too small.
-    fn scratch_image(&self, width: u32, height: u32) -> Result<vk::Image, ConvertError> {
-        let index = self.scratch_used.get();
-        {
-            let cache = self.scratch.borrow();
-            if let Some(s) = cache.get(index).filter(|s| s.width >= width && s.height >= height) {
-                self.scratch_used.set(index + 1);
-                return Ok(s.image);
-            }
+    /// An R8_UINT image of at least `width` x `height` for the copy path: the context's next
+    /// scratch image, grown (re-created) when too small.
+    fn scratch_image(&self, ctx: &mut Context, width: u32, height: u32) -> Result<vk::Image, ConvertError> {
+        let index = ctx.scratch_taken;
+        if let Some(s) = ctx.scratch.get(index).filter(|s| s.width >= width && s.height >= height) {
+            ctx.scratch_taken += 1;
+            return Ok(s.image);
         }
-        let (width, height) = {
-            let cache = self.scratch.borrow();
-            cache.get(index).map_or((width, height), |s| (s.width.max(width), s.height.max(height)))
-        };
+        let (width, height) = ctx.scratch.get(index).map_or((width, height), |s| (s.width.max(width), s.height.max(height)));
         let device = self.engine.device();
-        let info = image_2d(
-            vk::Format::R8_UINT,
-            (width, height),
-            vk::ImageTiling::OPTIMAL,
-            vk::ImageUsageFlags::TRANSFER_SRC | vk::ImageUsageFlags::TRANSFER_DST,
-        );
+        let info = image_2d(vk::Format::R8_UINT, (width, height), vk::ImageTiling::OPTIMAL, vk::ImageUsageFlags::TRANSFER_SRC | vk::ImageUsageFlags::TRANSFER_DST);
         // SAFETY: R8_UINT with transfer usage is a required format; 1 level, 1 layer, and an
         // extent within maxImageDimension2D (checked by copy_blocks).
-        let image = unsafe { device.create_image(&info, None) }.map_err(vk_err("vkCreateImage"))?;
-        // SAFETY: image of this device.
+        let image = unsafe { device.create_image(&info, None) }.vk("vkCreateImage")?;
+        // SAFETY: an image of this device.
         let reqs = unsafe { device.get_image_memory_requirements(image) };
-        let Some(type_index) = self.engine.memory_type(reqs.memory_type_bits, vk::MemoryPropertyFlags::empty()) else {
-            // SAFETY: unbound image of this device.
-            unsafe { device.destroy_image(image, None) };
-            return Err(ConvertError::NoMemoryType);
-        };
-        let alloc = vk::MemoryAllocateInfo::default().allocation_size(reqs.size).memory_type_index(type_index);
-        // SAFETY: plain allocation in an allowed type.
-        let memory = match unsafe { device.allocate_memory(&alloc, None) } {
-            Ok(m) => m,
-            Err(result) => {
-                // SAFETY: as above.
+        let allocation = match self.engine.shared().memory.allocate("dmabridge scratch image", reqs, MemoryLocation::GpuOnly, false) {
+            Ok(a) => a,
+            Err(e) => {
+                // SAFETY: an unbound image of this device, never used.
                 unsafe { device.destroy_image(image, None) };
-                return Err(ConvertError::Vk { call: "vkAllocateMemory", result });
+                return Err(e.into());
             }
         };
-        let fresh = Scratch { image, memory, width, height };
-        {
-            let mut cache = self.scratch.borrow_mut();
-            if index < cache.len() {
-                // The old, smaller one is not used by this submission (index is past every
-                // image it took) nor by any earlier one (they were waited for).
-                let old = std::mem::replace(&mut cache[index], fresh);
-                destroy_scratch(device, &old);
-            } else {
-                cache.push(fresh);
-            }
+        // SAFETY: an unbound image; the allocation is at least reqs.size at an offset aligned
+        // as reqs asked (VUID-vkBindImageMemory-memoryOffset-01048).
+        let bound = unsafe { device.bind_image_memory(image, allocation.memory(), allocation.offset()) }.vk("vkBindImageMemory");
+        let fresh = Scratch { image, allocation: Some(allocation), width, height };
+        if index < ctx.scratch.len() {
+            // The old, smaller one is unused: this context's earlier uses are complete (it was
+            // taken only then), and this recording took images before `index` only.
+            let old = std::mem::replace(&mut ctx.scratch[index], fresh);
+            let mut g = vec![Garbage::Image(old.image)];
+            g.extend(old.allocation.map(Garbage::Allocation));
+            self.engine.shared().retire(Vec::new(), g);
+        } else {
+            ctx.scratch.push(fresh);
         }
-        self.scratch_used.set(index + 1);
-        // SAFETY: unbound image, memory of its size, offset 0.
-        unsafe { device.bind_image_memory(image, memory, 0) }.map_err(vk_err("vkBindImageMemory"))?;
+        bound?;
+        ctx.scratch_taken = index + 1;
         Ok(image)
     }
 
-    /// Marks the copy path's intermediate images free for the next submission. The
-    /// converter's own operations call it after their submission; a caller that records
-    /// [`Converter::record_planes`] into its own command buffer calls it once that
-    /// submission has completed. The images themselves are destroyed with the converter.
-    pub fn free_scratch(&self) {
-        self.scratch_used.set(0);
-    }
-
     /// Tiled `src` (the concatenated tiled buffer from byte 0) -> linear `dst` at `planes`
-    /// (any offset and stride). Bytes of `dst` outside the visible rows are left alone.
+    /// (any offset and stride), submitted after `options.waits`. Bytes of `dst` outside the
+    /// visible rows are left alone.
     pub fn detile(
         &self,
-        layout: TileLayout,
-        fourcc: Fourcc,
-        extent: (u32, u32),
-        src: &GpuBuffer<'_>,
-        dst: &GpuBuffer<'_>,
+        frame: TiledFrame,
+        src: &dyn ConversionBuffer,
+        dst: &dyn ConversionBuffer,
         planes: &[LinearPlane],
-    ) -> Result<(), ConvertError> {
-        let g = tiled_size(layout, fourcc, extent.0, extent.1)?;
-        need("tiled source", g.size, src.len())?;
-        self.run(|cmd| self.record_planes(cmd, layout, fourcc, extent, src.buffer(), 0, dst.buffer(), planes, false))
+        options: SubmitOptions,
+    ) -> Result<Submission, ConvertError> {
+        let g = tiled_size(frame.layout, frame.fourcc, frame.extent.0, frame.extent.1)?;
+        need("tiled source", g.size, src.byte_len())?;
+        self.submit_planes(options, frame, src, dst, planes, false)
     }
 
-    /// Linear `src` at `planes` -> tiled `dst` (from byte 0, padding zeroed).
+    /// Linear `src` at `planes` -> tiled `dst` (from byte 0, padding zeroed), submitted after
+    /// `options.waits`.
     pub fn tile(
         &self,
-        layout: TileLayout,
-        fourcc: Fourcc,
-        extent: (u32, u32),
-        src: &GpuBuffer<'_>,
+        frame: TiledFrame,
+        src: &dyn ConversionBuffer,
         planes: &[LinearPlane],
-        dst: &GpuBuffer<'_>,
-    ) -> Result<(), ConvertError> {
-        let g = tiled_size(layout, fourcc, extent.0, extent.1)?;
-        need("tiled destination", g.size, dst.len())?;
-        self.run(|cmd| self.record_planes(cmd, layout, fourcc, extent, dst.buffer(), 0, src.buffer(), planes, true))
+        dst: &dyn ConversionBuffer,
+        options: SubmitOptions,
+    ) -> Result<Submission, ConvertError> {
+        let g = tiled_size(frame.layout, frame.fourcc, frame.extent.0, frame.extent.1)?;
+        need("tiled destination", g.size, dst.byte_len())?;
+        self.submit_planes(options, frame, dst, src, planes, true)
+    }
+
+    fn submit_planes(
+        &self,
+        options: SubmitOptions,
+        TiledFrame { layout, fourcc, extent }: TiledFrame,
+        tiled: &dyn ConversionBuffer,
+        linear: &dyn ConversionBuffer,
+        planes: &[LinearPlane],
+        to_tiled: bool,
+    ) -> Result<Submission, ConvertError> {
+        let (_, s) = self.engine.submit(options, |cmd, until| {
+            // SAFETY: the engine's own command buffer, recording, submitted with `until`; the
+            // buffers are tracked until then.
+            unsafe { self.record_planes(cmd, layout, fourcc, extent, tiled.vk_buffer(), 0, linear.vk_buffer(), planes, to_tiled, until)? };
+            tiled.track_use(until);
+            linear.track_use(until);
+            Ok::<(), ConvertError>(())
+        })?;
+        Ok(s)
+    }
+
+    /// Submits `record` and waits for it (at most [`READBACK_TIMEOUT`]).
+    fn run_and_wait(&self, record: impl FnOnce(vk::CommandBuffer, Completion) -> Result<(), ConvertError>) -> Result<(), ConvertError> {
+        let (_, s) = self.engine.submit(SubmitOptions::default(), record)?;
+        s.wait(READBACK_TIMEOUT)?;
+        Ok(())
     }
 
     /// Converts a whole buffer between two layouts, bytes in, bytes out: the CLI's and the
     /// tests' entry point. Linear means tightly packed planes; a tiled layout follows the
-    /// tiled-buffer conventions. Tiled -> tiled goes through linear on the GPU.
-    pub fn convert_layout(
-        &self,
-        from: TileLayout,
-        to: TileLayout,
-        fourcc: Fourcc,
-        (width, height): (u32, u32),
-        input: &[u8],
-    ) -> Result<Vec<u8>, ConvertError> {
+    /// tiled-buffer conventions. Tiled -> tiled goes through linear on the GPU. Blocks until
+    /// the GPU is done.
+    pub fn convert_layout(&self, from: TileLayout, to: TileLayout, fourcc: Fourcc, (width, height): (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
         let src_g = tiled_size(from, fourcc, width, height)?;
-        need(&format!("{from} {fourcc} {width}x{height} image"), src_g.size, input.len())?;
+        need(&format!("{from} {fourcc} {width}x{height} image"), src_g.size, input.len() as u64)?;
+        let input = &input[..src_g.size as usize];
         if from == TileLayout::Linear && to == TileLayout::Linear {
-            return Ok(input[..src_g.size as usize].to_vec());
+            return Ok(input.to_vec());
         }
         let dst_g = tiled_size(to, fourcc, width, height)?;
         let packed = packed_planes(fourcc, width, height)?;
         let linear_len = tiled_size(TileLayout::Linear, fourcc, width, height)?.size;
-        let src = GpuBuffer::from_bytes(self.engine, &input[..src_g.size as usize])?;
-        let dst = GpuBuffer::new(self.engine, dst_g.size as usize)?;
+        let src = GpuBuffer::from_bytes(&self.engine, input)?;
+        let dst = GpuBuffer::new(&self.engine, dst_g.size, BufferLocation::Readback)?;
         let extent = (width, height);
-        if to == TileLayout::Linear {
-            self.detile(from, fourcc, extent, &src, &dst, &packed)?;
+        let s = if to == TileLayout::Linear {
+            self.detile(TiledFrame { layout: from, fourcc, extent }, &src, &dst, &packed, SubmitOptions::default())?
         } else if from == TileLayout::Linear {
-            self.tile(to, fourcc, extent, &src, &packed, &dst)?;
+            self.tile(TiledFrame { layout: to, fourcc, extent }, &src, &packed, &dst, SubmitOptions::default())?
         } else {
-            let mid = GpuBuffer::new(self.engine, linear_len as usize)?;
-            self.run(|cmd| {
-                self.record_planes(cmd, from, fourcc, extent, src.buffer(), 0, mid.buffer(), &packed, false)?;
-                self.record_planes(cmd, to, fourcc, extent, dst.buffer(), 0, mid.buffer(), &packed, true)
+            let mid = GpuBuffer::new(&self.engine, linear_len, BufferLocation::DeviceLocal)?;
+            let (_, s) = self.engine.submit(SubmitOptions::default(), |cmd, until| {
+                // SAFETY: the engine's own command buffer; the three buffers are tracked below.
+                unsafe {
+                    self.record_planes(cmd, from, fourcc, extent, src.buffer(), 0, mid.buffer(), &packed, false, until)?;
+                    self.record_planes(cmd, to, fourcc, extent, dst.buffer(), 0, mid.buffer(), &packed, true, until)?;
+                }
+                for b in [&src, &mid, &dst] {
+                    b.track(until);
+                }
+                Ok::<(), ConvertError>(())
             })?;
-        }
-        Ok(dst.bytes().to_vec())
+            s
+        };
+        s.wait(READBACK_TIMEOUT)?;
+        Ok(dst.bytes()?.to_vec())
     }
 
-    /// NV12/P010 (tightly packed) -> RGBA8 (tightly packed).
-    pub fn yuv_to_rgba(
-        &self,
-        fourcc: Fourcc,
-        matrix: ColourMatrix,
-        range: ColourRange,
-        (width, height): (u32, u32),
-        input: &[u8],
-    ) -> Result<Vec<u8>, ConvertError> {
+    /// NV12/P010 (tightly packed) -> RGBA8 (tightly packed). Blocks until the GPU is done.
+    pub fn yuv_to_rgba(&self, fourcc: Fourcc, matrix: ColourMatrix, range: ColourRange, (width, height): (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
         let g = tiled_size(TileLayout::Linear, fourcc, width, height)?;
-        need(&format!("{fourcc} {width}x{height} image"), g.size, input.len())?;
+        need(&format!("{fourcc} {width}x{height} image"), g.size, input.len() as u64)?;
         let planes = packed_planes(fourcc, width, height)?;
         let rgba_len = width as u64 * height as u64 * 4;
         let rgba = LinearPlane { offset: 0, stride: width as u64 * 4 };
         let d = yuv_to_rgba_dispatch(fourcc, matrix, range, width, height, &planes, rgba)?;
-        let src = GpuBuffer::from_bytes(self.engine, &input[..g.size as usize])?;
-        let dst = GpuBuffer::new(self.engine, rgba_len as usize)?;
-        self.run(|cmd| {
-            let set = self.set(&self.colour, &[src.buffer(), src.buffer(), dst.buffer()])?;
-            self.record(cmd, &self.colour, set, &[d]);
-            Ok(())
+        let src = GpuBuffer::from_bytes(&self.engine, &input[..g.size as usize])?;
+        let dst = GpuBuffer::new(&self.engine, rgba_len, BufferLocation::Readback)?;
+        self.run_and_wait(|cmd, until| {
+            let ctx = self.take_context()?;
+            let result = self.set(&ctx, &self.colour, &[src.buffer(), src.buffer(), dst.buffer()]).and_then(|set| {
+                // SAFETY: the engine's own command buffer; both buffers are tracked below.
+                unsafe { self.record(cmd, &self.colour, set, &[d], until) }
+            });
+            self.return_context(ctx, until);
+            src.track(until);
+            dst.track(until);
+            result
         })?;
-        Ok(dst.bytes().to_vec())
+        Ok(dst.bytes()?.to_vec())
     }
 
-    /// RGBA8 (tightly packed) -> NV12 (tightly packed).
-    pub fn rgba_to_nv12(
-        &self,
-        matrix: ColourMatrix,
-        range: ColourRange,
-        (width, height): (u32, u32),
-        input: &[u8],
-    ) -> Result<Vec<u8>, ConvertError> {
+    /// RGBA8 (tightly packed) -> NV12 (tightly packed). Blocks until the GPU is done.
+    pub fn rgba_to_nv12(&self, matrix: ColourMatrix, range: ColourRange, (width, height): (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
         let rgba_len = width as u64 * height as u64 * 4;
-        need(&format!("RGBA {width}x{height} image"), rgba_len, input.len())?;
+        need(&format!("RGBA {width}x{height} image"), rgba_len, input.len() as u64)?;
         let packed = packed_planes(Fourcc::NV12, width, height)?;
         let nv12_len = tiled_size(TileLayout::Linear, Fourcc::NV12, width, height)?.size;
         // The shader writes whole 32-bit words of each NV12 row, so it needs strides and
@@ -649,15 +639,21 @@ impl<'e> Converter<'e> {
         let aligned_len = stride * rows + stride * rows.div_ceil(2);
         let rgba = LinearPlane { offset: 0, stride: width as u64 * 4 };
         let d = rgba_to_nv12_dispatch(matrix, range, width, height, rgba, &aligned)?;
-        let src = GpuBuffer::from_bytes(self.engine, &input[..rgba_len as usize])?;
-        let dst = GpuBuffer::new(self.engine, aligned_len as usize)?;
-        self.run(|cmd| {
-            let set = self.set(&self.colour, &[dst.buffer(), dst.buffer(), src.buffer()])?;
-            self.record(cmd, &self.colour, set, &[d]);
-            Ok(())
+        let src = GpuBuffer::from_bytes(&self.engine, &input[..rgba_len as usize])?;
+        let dst = GpuBuffer::new(&self.engine, aligned_len, BufferLocation::Readback)?;
+        self.run_and_wait(|cmd, until| {
+            let ctx = self.take_context()?;
+            let result = self.set(&ctx, &self.colour, &[dst.buffer(), dst.buffer(), src.buffer()]).and_then(|set| {
+                // SAFETY: the engine's own command buffer; both buffers are tracked below.
+                unsafe { self.record(cmd, &self.colour, set, &[d], until) }
+            });
+            self.return_context(ctx, until);
+            src.track(until);
+            dst.track(until);
+            result
         })?;
         let mut out = vec![0u8; nv12_len as usize];
-        let bytes = dst.bytes();
+        let bytes = dst.bytes()?;
         for (plane, (from, to)) in aligned.iter().zip(&packed).enumerate() {
             let plane_rows = if plane == 0 { rows } else { rows.div_ceil(2) };
             let row = to.stride as usize;
@@ -673,7 +669,7 @@ impl<'e> Converter<'e> {
     /// Runs one conversion of a negotiation's copy plan on a whole frame, bytes in, bytes
     /// out (tiled buffers by the tiled-buffer conventions, linear ones tightly packed).
     /// Colour conversions use BT.709, limited range: what a video pipeline assumes when
-    /// nothing says otherwise.
+    /// nothing says otherwise. Blocks until the GPU is done.
     pub fn run_step(&self, kind: &ConversionKind, fourcc: Fourcc, extent: (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
         let (matrix, range) = (ColourMatrix::Bt709, ColourRange::Limited);
         match *kind {
@@ -686,145 +682,97 @@ impl<'e> Converter<'e> {
     }
 
     /// Detiles a dma-buf whose modifier names a layout dmabridge converts (samsung-64x32,
-    /// NVIDIA block linear, ...) into a linear buffer, planes tightly packed and concatenated.
-    /// This is the copy fallback for a producer whose tiling no consumer samples.
+    /// NVIDIA block linear, ...) into `dst`, planes at `planes`: the copy fallback for a
+    /// producer whose tiling no consumer samples. Returns at once; `dst` is the caller's to
+    /// read once the submission is done.
     ///
     /// The descriptor's fds are borrowed (dups go to Vulkan). Nothing reaches the driver
     /// before the layout checks, plus two that tiling adds: each stride must be the plane's
     /// padded row of whole tiles, and the padded tiles must lie inside the fd.
-    pub fn detile_dmabuf(&self, buf: &DmaBuf) -> Result<(GpuBuffer<'e>, TileLayout), ConvertError> {
+    pub fn detile_dmabuf_into(&self, buf: &DmaBuf, dst: &GpuBuffer, planes: &[LinearPlane], options: SubmitOptions) -> Result<(TileLayout, Submission), ConvertError> {
         let layout = buf.layout();
-        let tile = layout
-            .modifier()
-            .and_then(TileLayout::from_modifier)
-            .filter(|t| *t != TileLayout::Linear)
-            .ok_or(ConvertError::NotTiled(layout))?;
+        let tile = layout.modifier().and_then(TileLayout::from_modifier).filter(|t| *t != TileLayout::Linear).ok_or(ConvertError::NotTiled(layout))?;
         let (fourcc, w, h) = (buf.fourcc(), buf.width(), buf.height());
         let g = tiled_size(tile, fourcc, w, h)?;
-        let planes = format_info(fourcc).map_or(0, |i| i.plane_count());
+        let plane_count = format_info(fourcc).map_or(0, |i| i.plane_count());
+        let max = self.engine.info().max_image_dimension_2d;
         let checked = check_import(buf, &|f: Format| {
-            (f == buf.format()).then_some(ImportFacts {
-                memory_plane_count: planes,
-                max_width: 16384,
-                max_height: 16384,
-                disjoint: true,
-            })
+            (f == buf.format()).then_some(ImportFacts { memory_plane_count: plane_count, max_width: max, max_height: max, disjoint: true })
         })?;
         for (i, (c, p)) in checked.planes().iter().zip(&g.planes).enumerate() {
             if c.stride != p.padded_width_bytes as u64 {
                 return Err(ConvertError::TiledStride { plane: i, layout: tile, stride: c.stride, expected: p.padded_width_bytes as u64 });
             }
-            let end = c.offset.checked_add(p.size).unwrap_or(u64::MAX);
+            let end = c.offset.saturating_add(p.size);
             if end > c.file_size {
                 return Err(ConvertError::TilesPastEndOfFd { plane: i, end, fd_size: c.file_size });
             }
         }
+        // Planes must fit where the caller wants them.
+        dmabridge_interop::tiling::gpu::plane_dispatches(TileLayout::Linear, fourcc, w, h, 0, planes, false)?;
         // One storage buffer per distinct file, covering every plane in it.
-        let mut files: Vec<FileBuffer> = Vec::new();
-        let mut plane_file = Vec::with_capacity(planes);
-        let result = (|| {
-            for (i, (c, p)) in checked.planes().iter().zip(&g.planes).enumerate() {
-                let index = match files.iter().position(|f| f.file == c.file) {
-                    Some(index) => index,
-                    None => {
-                        let size = checked
-                            .planes()
-                            .iter()
-                            .zip(&g.planes)
-                            .filter(|(o, _)| o.file == c.file)
-                            .map(|(o, q)| o.offset + q.size)
-                            .max()
-                            .unwrap_or(c.offset + p.size);
-                        let fb = self
-                            .engine
-                            .import_file_buffer(buf, i, c.file, size, c.file_size, vk::BufferUsageFlags::STORAGE_BUFFER)
-                            .map_err(Box::new)?;
-                        files.push(fb);
-                        files.len() - 1
-                    }
-                };
-                plane_file.push(index);
-            }
-            let linear = packed_planes(fourcc, w, h)?;
-            let out = GpuBuffer::new(self.engine, tiled_size(TileLayout::Linear, fourcc, w, h)?.size as usize)?;
-            self.run(|cmd| {
+        let mut files: Vec<(FileId, ImportedBuffer)> = Vec::new();
+        let mut plane_file = Vec::with_capacity(plane_count);
+        for (i, c) in checked.planes().iter().enumerate() {
+            let index = match files.iter().position(|(f, _)| *f == c.file) {
+                Some(index) => index,
+                None => {
+                    let size = checked.planes().iter().zip(&g.planes).filter(|(o, _)| o.file == c.file).map(|(o, q)| o.offset + q.size).max().unwrap_or(0);
+                    let fd = buf.plane(i).map(|p| p.fd).ok_or(ConvertError::NotTiled(layout))?;
+                    files.push((c.file, ImportedBuffer::import(&self.engine, fd, size, vk::BufferUsageFlags::STORAGE_BUFFER)?));
+                    files.len() - 1
+                }
+            };
+            plane_file.push(index);
+        }
+        let (_, s) = self.engine.submit(options, |cmd, until| {
+            let ctx = self.take_context()?;
+            let result = (|| {
                 for (i, (c, p)) in checked.planes().iter().zip(&g.planes).enumerate() {
                     // The plane's tiles start at the descriptor's offset, wherever the
                     // concatenated convention would have put them.
-                    let at_zero = dmabridge_interop::tiling::PlaneGeometry { offset: 0, ..*p };
-                    let d = dmabridge_interop::tiling::gpu::detile_plane(&at_zero, c.offset, linear[i])?;
-                    let set = self.set(&self.tile, &[files[plane_file[i]].buffer, out.buffer()])?;
-                    self.record(cmd, &self.tile, set, &[d]);
+                    let at_zero = PlaneGeometry { offset: 0, ..*p };
+                    let d = dmabridge_interop::tiling::gpu::detile_plane(&at_zero, c.offset, planes[i])?;
+                    let set = self.set(&ctx, &self.tile, &[files[plane_file[i]].1.buffer(), dst.buffer()])?;
+                    // SAFETY: the engine's own command buffer; the buffers are tracked below.
+                    unsafe { self.record(cmd, &self.tile, set, &[d], until)? };
                 }
-                Ok(())
-            })?;
-            Ok((out, tile))
-        })();
-        let device = self.engine.device();
-        for f in files {
-            // SAFETY: imported by this engine; the submission that read them was waited for.
-            unsafe {
-                device.destroy_buffer(f.buffer, None);
-                device.free_memory(f.memory, None);
+                Ok::<(), ConvertError>(())
+            })();
+            self.return_context(ctx, until);
+            for (_, f) in &files {
+                f.track(until);
             }
-        }
-        result
+            dst.track(until);
+            result
+        })?;
+        Ok((tile, s))
     }
 
-    /// Records with `record`, submits, waits, and frees the descriptor sets.
-    fn run(&self, record: impl FnOnce(vk::CommandBuffer) -> Result<(), ConvertError>) -> Result<(), ConvertError> {
-        let mut inner = Ok(());
-        let submitted = self.engine.submit_and_wait(|_, cmd| inner = record(cmd));
-        self.reset_pool();
-        self.free_scratch();
-        inner?;
-        submitted?;
-        Ok(())
+    /// [`Converter::detile_dmabuf_into`] a new buffer, planes tightly packed and concatenated,
+    /// waiting for the GPU (at most `timeout`).
+    pub fn detile_dmabuf(&self, buf: &DmaBuf, timeout: Duration) -> Result<(GpuBuffer, TileLayout), ConvertError> {
+        let (fourcc, w, h) = (buf.fourcc(), buf.width(), buf.height());
+        let linear = packed_planes(fourcc, w, h)?;
+        let out = GpuBuffer::new(&self.engine, tiled_size(TileLayout::Linear, fourcc, w, h)?.size, BufferLocation::Readback)?;
+        let (tile, s) = self.detile_dmabuf_into(buf, &out, &linear, SubmitOptions::default())?;
+        s.wait(timeout)?;
+        Ok((out, tile))
     }
 }
 
-impl Drop for Converter<'_> {
+impl Drop for Converter {
     fn drop(&mut self) {
-        let device = self.engine.device();
-        for s in self.scratch.borrow_mut().drain(..) {
-            destroy_scratch(device, &s);
+        for ctx in self.contexts.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
+            let (last, garbage) = ctx.into_garbage();
+            self.engine.shared().retire(last.into_iter().collect(), garbage);
         }
-        self.tile.destroy(device);
-        self.colour.destroy(device);
-        // SAFETY: no set of the pool is in use (every submission was waited for).
-        unsafe { device.destroy_descriptor_pool(self.pool, None) };
     }
 }
 
-fn destroy_scratch(device: &ash::Device, s: &Scratch) {
-    // SAFETY: the image and memory belong to this device, and every submission that used
-    // them was waited for.
-    unsafe {
-        device.destroy_image(s.image, None);
-        device.free_memory(s.memory, None);
-    }
-}
-
-fn need(what: &str, expected: u64, got: usize) -> Result<(), ConvertError> {
-    if (got as u64) < expected {
-        return Err(ConvertError::InputSize { what: what.to_owned(), expected, got: got as u64 });
+fn need(what: &str, expected: u64, got: u64) -> Result<(), ConvertError> {
+    if got < expected {
+        return Err(ConvertError::InputSize { what: what.to_owned(), expected, got });
     }
     Ok(())
-}
-
-/// The push-constant bytes of a dispatch.
-trait PushBytes {
-    fn push_bytes(&self) -> &[u8];
-}
-
-impl PushBytes for TilePushConstants {
-    fn push_bytes(&self) -> &[u8] {
-        self.as_bytes()
-    }
-}
-
-impl PushBytes for ColourPushConstants {
-    fn push_bytes(&self) -> &[u8] {
-        self.as_bytes()
-    }
 }

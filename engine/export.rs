@@ -12,10 +12,16 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 use ash::vk;
 use dmabridge_interop::dmabuf::{DescriptorError, DmaBuf};
+use dmabridge_interop::tiling::LinearPlane;
 use dmabridge_interop::{Fourcc, Layout, Modifier};
 
+use crate::buffer::GpuBuffer;
 use crate::caps::{CapsError, CapsQuery};
-use crate::commands::{image_2d, memory_plane_aspect};
+use crate::error::{VkError, VkResultExt};
+use crate::image::{barrier_aspect, image_2d, image_barrier, memory_plane_aspect, record_barrier, ImageAccess, ImageState, Tracked};
+use crate::requirements::Capability;
+use crate::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
+use crate::transfer::{plane_regions, TransferError};
 use crate::vk_format;
 use crate::Engine;
 
@@ -56,16 +62,16 @@ pub enum ExportError {
     NoMemoryType,
     #[error("the device cannot export {fourcc} memory as OPAQUE_FD")]
     OpaqueExportUnsupported { fourcc: Fourcc },
-    #[error("VK_KHR_external_memory_fd is not enabled on this device")]
-    NoExternalMemoryFd,
-    #[error("{call} failed: {result}")]
-    Vk { call: &'static str, result: vk::Result },
+    #[error("this device lacks the {0} capability")]
+    Unsupported(Capability),
+    #[error(transparent)]
+    Vk(#[from] VkError),
     #[error(transparent)]
     Descriptor(#[from] DescriptorError),
-}
-
-fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> ExportError {
-    move |result| ExportError::Vk { call, result }
+    #[error(transparent)]
+    Transfer(#[from] TransferError),
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
 }
 
 /// An `OPAQUE_FD` export: memory only another instance of the same driver on the same
@@ -95,15 +101,25 @@ pub enum Shared {
 /// An image this engine allocated and exported. It owns the image and its memory; the
 /// share it carries owns a separate fd to the same memory, which stays valid (and keeps
 /// the memory alive in the kernel) even after this is dropped.
-pub struct ExportedImage<'e> {
-    engine: &'e Engine,
+///
+/// `Send` and `Sync`: its layout and ownership state is behind a lock. Dropped while the GPU
+/// still uses it, its destruction waits for that work.
+pub struct ExportedImage {
+    engine: Engine,
     image: vk::Image,
     memory: vk::DeviceMemory,
     vk_format: vk::Format,
     shared: Shared,
+    tracked: Tracked,
 }
 
-impl<'e> ExportedImage<'e> {
+impl std::fmt::Debug for ExportedImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExportedImage").field("image", &self.image).field("frame", &self.frame()).field("layout", &self.layout()).finish()
+    }
+}
+
+impl ExportedImage {
     pub fn image(&self) -> vk::Image {
         self.image
     }
@@ -144,28 +160,134 @@ impl<'e> ExportedImage<'e> {
     }
 
     /// The queue family a consumer acquires this memory from.
-    pub(crate) fn release_family(&self) -> u32 {
+    fn release_family(&self) -> u32 {
         match self.shared {
             Shared::DmaBuf(_) => self.engine.foreign_queue_family(),
             Shared::OpaqueFd(_) => vk::QUEUE_FAMILY_EXTERNAL,
         }
     }
 
-    pub fn engine(&self) -> &'e Engine {
-        self.engine
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Records that GPU work completing at `until` uses the image (see [`crate::GpuBuffer::track`]).
+    pub fn track(&self, until: Completion) {
+        self.tracked.uses.add(until);
+    }
+
+    fn aspect(&self) -> vk::ImageAspectFlags {
+        barrier_aspect(vk_format::from_vk(self.vk_format).map_or(1, |e| e.vk_planes), false)
+    }
+
+    /// Records taking the image for the producer's use `to`: the first time a transition from
+    /// UNDEFINED (contents discarded when `discard`), after a release a queue family
+    /// ownership transfer back from the consumers' side.
+    ///
+    /// # Safety
+    /// - `cmd` is a command buffer of this image's engine's device, in the recording state,
+    ///   to be submitted on a queue of [`Engine::queue_family`];
+    /// - that submission signals `until`, and commands recorded on this image are submitted
+    ///   in the order they were recorded;
+    /// - after a release, the consumers are done with the image before the submission runs.
+    pub unsafe fn record_acquire(&self, cmd: vk::CommandBuffer, to: ImageAccess, discard: bool, until: Completion) {
+        let state = self.tracked.get();
+        let (ours, foreign) = (self.engine.queue_family(), self.release_family());
+        let old = if discard { vk::ImageLayout::UNDEFINED } else { state.layout };
+        let (barrier, src_stage) = if state.owned || state.layout == vk::ImageLayout::UNDEFINED {
+            (
+                image_barrier(self.image, self.aspect(), old, to.layout, vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE, to.access),
+                vk::PipelineStageFlags::ALL_COMMANDS,
+            )
+        } else {
+            (
+                image_barrier(self.image, self.aspect(), old, to.layout, vk::AccessFlags::empty(), to.access)
+                    .src_queue_family_index(foreign)
+                    .dst_queue_family_index(ours),
+                vk::PipelineStageFlags::TOP_OF_PIPE,
+            )
+        };
+        // SAFETY: the caller's contract for `cmd`; the image is external memory, so it may be
+        // acquired from the foreign family (VUID-VkImageMemoryBarrier-srcQueueFamilyIndex-04065).
+        unsafe { record_barrier(self.engine.device(), cmd, (src_stage, to.stages), &[], &[], &[barrier]) };
+        self.tracked.set(ImageState { layout: to.layout, owned: true });
+        self.track(until);
+    }
+
+    /// Records the release of the image, after the producer's use `from`, to the consumers'
+    /// side (another device, API or process), in the `GENERAL` layout they acquire it from.
+    ///
+    /// # Safety
+    /// As [`ExportedImage::record_acquire`].
+    pub unsafe fn record_release(&self, cmd: vk::CommandBuffer, from: ImageAccess, until: Completion) {
+        let state = self.tracked.get();
+        let barrier = image_barrier(self.image, self.aspect(), state.layout, vk::ImageLayout::GENERAL, from.access, vk::AccessFlags::empty())
+            .src_queue_family_index(self.engine.queue_family())
+            .dst_queue_family_index(self.release_family());
+        // SAFETY: the caller's contract for `cmd`; the release names this queue family and
+        // the one the consumer acquires from (VUID-VkImageMemoryBarrier-image-04071).
+        unsafe { record_barrier(self.engine.device(), cmd, (from.stages, vk::PipelineStageFlags::BOTTOM_OF_PIPE), &[], &[], &[barrier]) };
+        self.tracked.set(ImageState { layout: vk::ImageLayout::GENERAL, owned: false });
+        self.track(until);
+    }
+
+    /// Submits `write` (which fills the image in TRANSFER_DST_OPTIMAL; old contents are
+    /// discarded) between an acquisition and a release to the consumers' side.
+    fn write_and_release(
+        &self,
+        options: SubmitOptions,
+        write: impl FnOnce(&ash::Device, vk::CommandBuffer),
+    ) -> Result<Submission, ExportError> {
+        let (_, s) = self.engine.submit(options, |cmd, until| {
+            // SAFETY: the engine's own command buffer, recording, submitted on its queue with `until`.
+            unsafe { self.record_acquire(cmd, ImageAccess::TRANSFER_DST, true, until) };
+            write(self.engine.device(), cmd);
+            // SAFETY: as above.
+            unsafe { self.record_release(cmd, ImageAccess::TRANSFER_DST, until) };
+            Ok::<(), ExportError>(())
+        })?;
+        Ok(s)
+    }
+
+    /// Clears the whole (single-plane colour) image to `rgba` and releases it to the
+    /// consumers' side. Returns at once; the submission says when it is done.
+    pub fn clear_and_release(&self, rgba: [f32; 4], options: SubmitOptions) -> Result<Submission, ExportError> {
+        let image = self.image;
+        let range = vk::ImageSubresourceRange {
+            aspect_mask: vk::ImageAspectFlags::COLOR,
+            base_mip_level: 0,
+            level_count: 1,
+            base_array_layer: 0,
+            layer_count: 1,
+        };
+        self.write_and_release(options, |device, cmd| {
+            // SAFETY: recording state; the image was created with TRANSFER_DST usage by the
+            // caller's request (VUID-vkCmdClearColorImage-image-00002) and is single-plane colour.
+            unsafe {
+                device.cmd_clear_color_image(cmd, image, vk::ImageLayout::TRANSFER_DST_OPTIMAL, &vk::ClearColorValue { float32: rgba }, &[range]);
+            }
+        })
+    }
+
+    /// Fills every plane of the image from `src` (planes at `planes`) and releases it to the
+    /// consumers' side: a producer's frame, handed to its consumer.
+    pub fn upload_and_release(&self, src: &GpuBuffer, planes: &[LinearPlane], options: SubmitOptions) -> Result<Submission, ExportError> {
+        let (fourcc, width, height) = self.frame();
+        let regions = plane_regions(fourcc, (width, height), planes, src.len())?;
+        let (image, buffer) = (self.image, src.buffer());
+        let s = self.write_and_release(options, |device, cmd| {
+            // SAFETY: recording state; the regions were checked against the image's planes and
+            // the buffer's length (VUID-vkCmdCopyBufferToImage-pRegions-06218).
+            unsafe { device.cmd_copy_buffer_to_image(cmd, buffer, image, vk::ImageLayout::TRANSFER_DST_OPTIMAL, &regions) };
+        })?;
+        src.track(s.completion());
+        Ok(s)
     }
 }
 
-impl Drop for ExportedImage<'_> {
+impl Drop for ExportedImage {
     fn drop(&mut self) {
-        let device = self.engine.device();
-        // SAFETY: created by this engine; the caller's work on it was submitted through
-        // submit_and_wait, which waits, so nothing pending uses it
-        // (VUID-vkDestroyImage-image-01000, VUID-vkFreeMemory-memory-00677).
-        unsafe {
-            device.destroy_image(self.image, None);
-            device.free_memory(self.memory, None);
-        }
+        self.engine.shared().retire(self.tracked.uses.snapshot(), vec![Garbage::Image(self.image), Garbage::Memory(self.memory)]);
     }
 }
 
@@ -201,7 +323,7 @@ impl Drop for Partial<'_> {
 
 impl Engine {
     /// Allocates an image for `req` and exports it as a dma-buf.
-    pub fn export_image(&self, req: &ExportRequest) -> Result<ExportedImage<'_>, ExportError> {
+    pub fn export_image(&self, req: &ExportRequest) -> Result<ExportedImage, ExportError> {
         let entry = vk_format::to_vk(req.fourcc).ok_or(ExportError::UnknownFourcc(req.fourcc))?;
         if req.width == 0 || req.height == 0 {
             return Err(ExportError::ZeroExtent { width: req.width, height: req.height });
@@ -262,7 +384,7 @@ impl Engine {
         req: &ExportRequest,
         format: vk::Format,
         modifiers: &[Modifier],
-    ) -> Result<ExportedImage<'_>, ExportError> {
+    ) -> Result<ExportedImage, ExportError> {
         let raw: Vec<u64> = modifiers.iter().map(|m| m.raw()).collect();
         let mut list = vk::ImageDrmFormatModifierListCreateInfoEXT::default().drm_format_modifiers(&raw);
         let (partial, _) = self.create_exportable(req, format, Tiling::Modifiers(&mut list))?;
@@ -271,7 +393,7 @@ impl Engine {
         // SAFETY: the image was created with DRM_FORMAT_MODIFIER_EXT tiling
         // (VUID-vkGetImageDrmFormatModifierPropertiesEXT-image-02272).
         unsafe { modifier_fn.get_image_drm_format_modifier_properties(partial.image, &mut props) }
-            .map_err(vk_err("vkGetImageDrmFormatModifierPropertiesEXT"))?;
+            .vk("vkGetImageDrmFormatModifierPropertiesEXT")?;
         let chosen = Modifier::from_raw(props.drm_format_modifier);
         if !modifiers.contains(&chosen) {
             tracing::error!(%chosen, "driver chose a modifier outside the acceptable list");
@@ -292,12 +414,12 @@ impl Engine {
         self.finish_export(req, format, partial, Layout::Explicit(chosen), &planes)
     }
 
-    fn export_linear_tiling(&self, req: &ExportRequest, format: vk::Format, layout: Layout) -> Result<ExportedImage<'_>, ExportError> {
+    fn export_linear_tiling(&self, req: &ExportRequest, format: vk::Format, layout: Layout) -> Result<ExportedImage, ExportError> {
         let (partial, vk_planes) = self.create_exportable(req, format, Tiling::Linear)?;
         let planes: Vec<(u64, u64)> = (0..vk_planes as usize)
             .map(|i| {
                 let sub = vk::ImageSubresource {
-                    aspect_mask: crate::commands::plane_aspect(vk_planes, i),
+                    aspect_mask: crate::image::plane_aspect(vk_planes, i),
                     mip_level: 0,
                     array_layer: 0,
                 };
@@ -319,7 +441,7 @@ impl Engine {
         width: u32,
         height: u32,
         usage: vk::ImageUsageFlags,
-    ) -> Result<ExportedImage<'_>, ExportError> {
+    ) -> Result<ExportedImage, ExportError> {
         let entry = vk_format::to_vk(fourcc).ok_or(ExportError::UnknownFourcc(fourcc))?;
         if width == 0 || height == 0 {
             return Err(ExportError::ZeroExtent { width, height });
@@ -348,7 +470,7 @@ impl Engine {
             usage,
         });
         let (image, memory) = partial.release();
-        Ok(ExportedImage { engine: self, image, memory, vk_format: entry.vk_format, shared })
+        Ok(ExportedImage { engine: self.clone(), image, memory, vk_format: entry.vk_format, shared, tracked: Tracked::new(true) })
     }
 
     /// Creates the image with the external-memory info and the given tiling, and binds
@@ -379,7 +501,7 @@ impl Engine {
         // SAFETY: the capability query accepted this format, tiling, usage and handle type
         // (VUID-VkImageCreateInfo-pNext-00990), and the extent was checked against its
         // limits (VUID-VkImageCreateInfo-extent-02252).
-        let image = unsafe { device.create_image(&info, None) }.map_err(vk_err("vkCreateImage"))?;
+        let image = unsafe { device.create_image(&info, None) }.vk("vkCreateImage")?;
         let mut partial = Partial { device, image, memory: vk::DeviceMemory::null() };
         // SAFETY: image of this device, not yet bound.
         let reqs = unsafe { device.get_image_memory_requirements(image) };
@@ -395,9 +517,9 @@ impl Engine {
             .push_next(&mut dedicated);
         // SAFETY: a dedicated allocation of exactly the image's size
         // (VUID-VkMemoryDedicatedAllocateInfo-image-01433) in a type it allows.
-        partial.memory = unsafe { device.allocate_memory(&alloc, None) }.map_err(vk_err("vkAllocateMemory"))?;
+        partial.memory = unsafe { device.allocate_memory(&alloc, None) }.vk("vkAllocateMemory")?;
         // SAFETY: unbound image, memory dedicated to it, offset 0 (VUID-vkBindImageMemory-memory-02628).
-        unsafe { device.bind_image_memory(image, partial.memory, 0) }.map_err(vk_err("vkBindImageMemory"))?;
+        unsafe { device.bind_image_memory(image, partial.memory, 0) }.vk("vkBindImageMemory")?;
         let vk_planes = vk_format::from_vk(format).map_or(1, |e| e.vk_planes);
         Ok((partial, vk_planes))
     }
@@ -409,20 +531,20 @@ impl Engine {
         partial: Partial<'_>,
         layout: Layout,
         planes: &[(u64, u64)],
-    ) -> Result<ExportedImage<'_>, ExportError> {
+    ) -> Result<ExportedImage, ExportError> {
         let fd = self.memory_fd(partial.memory, vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT)?;
         let dmabuf = DmaBuf::in_one_file(req.fourcc, layout, req.width, req.height, fd, planes)?;
         let (image, memory) = partial.release();
-        Ok(ExportedImage { engine: self, image, memory, vk_format: format, shared: Shared::DmaBuf(dmabuf) })
+        Ok(ExportedImage { engine: self.clone(), image, memory, vk_format: format, shared: Shared::DmaBuf(dmabuf), tracked: Tracked::new(true) })
     }
 
     /// `vkGetMemoryFdKHR`: a new fd, owned by the caller.
     fn memory_fd(&self, memory: vk::DeviceMemory, handle: vk::ExternalMemoryHandleTypeFlags) -> Result<OwnedFd, ExportError> {
-        let fd_fn = self.external_memory_fd().ok_or(ExportError::NoExternalMemoryFd)?;
+        let fd_fn = self.external_memory_fd().ok_or(ExportError::Unsupported(Capability::DmaBufExport))?;
         let get = vk::MemoryGetFdInfoKHR::default().memory(memory).handle_type(handle);
         // SAFETY: the memory was allocated exportable with this handle type
         // (VUID-VkMemoryGetFdInfoKHR-handleType-00671).
-        let raw = unsafe { fd_fn.get_memory_fd(&get) }.map_err(vk_err("vkGetMemoryFdKHR"))?;
+        let raw = unsafe { fd_fn.get_memory_fd(&get) }.vk("vkGetMemoryFdKHR")?;
         // SAFETY: vkGetMemoryFdKHR returns a new fd that the caller owns.
         Ok(unsafe { OwnedFd::from_raw_fd(raw) })
     }

@@ -6,23 +6,37 @@
 //!   `VkSubresourceLayout` per memory plane: offset and rowPitch, size 0) over the imported
 //!   memory itself: zero copies.
 //! - **BufferCopy**: otherwise (no modifier extension, or a format/modifier the device will
-//!   not import as an image) each file is imported as a `VkBuffer` and copied into a
-//!   device-local image with `vkCmdCopyBufferToImage`, one region per plane, with
-//!   `bufferRowLength` from the stride. Only LINEAR (or, in the implicit world, implicit)
-//!   layouts can be copied this way; tiled ones need the conversion pipelines.
+//!   not import as an image) each file is imported as a `VkBuffer`, and every acquisition
+//!   copies it into a device-local image with `vkCmdCopyBufferToImage`, one region per plane,
+//!   with `bufferRowLength` from the stride. Only LINEAR (or, in the implicit world,
+//!   implicit) layouts can be copied this way; tiled ones need the conversion pipelines.
 //!
 //! Nothing reaches the driver before [`check_import`] has passed: lavapipe mmaps the fd, so
 //! a layout that overruns the file would crash inside Mesa.
+//!
+//! # Handing frames over
+//! A dma-buf's memory belongs to its producer between frames. Before each use the consumer
+//! *acquires* it ([`ImportedImage::record_acquire`]: a queue family ownership transfer from
+//! `VK_QUEUE_FAMILY_FOREIGN_EXT`, from the `GENERAL` layout the producer released it in; on
+//! the copy path, the copy itself), and after its last use *releases* it
+//! ([`ImportedImage::record_release`]) so that the producer may write the next frame.
 
-use std::os::fd::{AsRawFd, IntoRawFd, OwnedFd};
-use std::sync::Mutex;
+use std::os::fd::{AsRawFd, IntoRawFd};
+use std::sync::Arc;
 
 use ash::vk;
 use dmabridge_interop::dmabuf::{check_import, CheckedImport, DmaBuf, FileId, ImportCheckError, ImportFacts};
 use dmabridge_interop::{format_info, Format, Fourcc, Layout, Modifier};
 
+use crate::buffer::{import_memory, BufferError, ImportedBuffer};
 use crate::caps::{CapsError, CapsQuery};
-use crate::commands::{image_2d, image_barrier, plane_aspect, SubmitError};
+use crate::error::{VkError, VkResultExt};
+use crate::image::{
+    barrier_aspect, buffer_barrier, image_2d, image_barrier, memory_plane_aspect, plane_aspect, record_barrier, DeviceImage,
+    ImageAccess, ImageError, ImageState, Tracked,
+};
+use crate::requirements::Capability;
+use crate::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
 use crate::vk_format::{self, Mapping, VkFormatEntry};
 use crate::Engine;
 
@@ -32,7 +46,7 @@ use crate::Engine;
 pub enum ImportPath {
     /// The image aliases the dma-buf's memory: zero copies.
     Explicit,
-    /// The dma-buf was imported as buffers and copied into a device image.
+    /// The dma-buf was imported as buffers and is copied into a device image on acquire.
     BufferCopy,
     /// `OPAQUE_FD` memory of another instance of the same driver: zero copies.
     OpaqueFd,
@@ -52,195 +66,331 @@ impl std::fmt::Display for ImportPath {
 /// fixed order of the checks.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
+    /// The fourcc has no entry in dmabridge's Vulkan format table.
     #[error("{0} has no Vulkan format in dmabridge's table")]
     UnknownFourcc(Fourcc),
+    /// One of the layout checks failed (before any driver call).
     #[error(transparent)]
     Check(#[from] ImportCheckError),
+    /// The capability query failed.
     #[error(transparent)]
     Caps(#[from] CapsError),
+    /// The driver needs more memory for the image than the fd holds.
     #[error("the driver needs {needed} bytes for plane {plane}'s memory but the fd has {fd_size}")]
     ImageLargerThanFd { plane: usize, needed: u64, fd_size: u64 },
+    /// The copy path copies whole texels.
     #[error("plane {plane}: stride {stride} is not a whole number of {texel}-byte texels, which a buffer copy needs")]
     StrideNotTexelAligned { plane: usize, stride: u64, texel: u64 },
+    /// The copy path copies from texel-aligned offsets.
     #[error("plane {plane}: offset {offset} is not a multiple of the {texel}-byte texel, which a buffer copy needs")]
     OffsetNotTexelAligned { plane: usize, offset: u64, texel: u64 },
+    /// A tiled layout the device does not import needs a detiling conversion, not a copy.
     #[error("layout {0} cannot be copied as linear rows; it needs a detiling conversion")]
     NeedsConversion(Layout),
-    #[error("the device cannot import DMA_BUF memory (VK_EXT_external_memory_dma_buf is not enabled)")]
-    NoDmaBufImport,
+    /// The device lacks a capability the import needs.
+    #[error("this device lacks the {0} capability")]
+    Unsupported(Capability),
+    /// OPAQUE_FD memory from elsewhere means nothing here.
     #[error("OPAQUE_FD memory from another device or driver (device UUID {theirs_device}, driver UUID {theirs_driver}; ours {ours_device}, {ours_driver}) cannot be imported")]
     ForeignOpaqueFd { theirs_device: String, theirs_driver: String, ours_device: String, ours_driver: String },
+    /// The exporter's image and ours disagree on memory.
     #[error("the exporter's image needs {theirs} bytes in memory type {type_index}; the same image here needs {ours} bytes in types {ours_types:#x}")]
     OpaqueMismatch { theirs: u64, ours: u64, type_index: u32, ours_types: u32 },
+    /// No memory type can import the fd for the image.
     #[error("no memory type can import this fd for the image")]
     NoMemoryType,
+    /// An fd could not be duplicated.
     #[error("cannot duplicate the fd of plane {plane}: {source}")]
     Dup { plane: usize, source: std::io::Error },
-    #[error("{call} failed: {result}")]
-    Vk { call: &'static str, result: vk::Result },
+    /// A Vulkan call failed.
+    #[error(transparent)]
+    Vk(#[from] VkError),
+    /// A buffer over a file could not be imported.
+    #[error(transparent)]
+    Buffer(#[from] BufferError),
+    /// The copy path's image could not be made.
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    /// Submitting or waiting failed.
     #[error(transparent)]
     Submit(#[from] SubmitError),
 }
 
-fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> ImportError {
-    move |result| ImportError::Vk { call, result }
+/// The copy path's buffers over the dma-buf's files, and the regions that copy them into the image.
+struct CopySource {
+    files: Vec<(FileId, ImportedBuffer)>,
+    regions: Vec<(usize, vk::BufferImageCopy)>,
+    /// The device-local image the frame is copied into.
+    target: DeviceImage,
 }
 
-/// A buffer over one imported file, for the copy path and the detiling conversions.
-/// Whoever holds one destroys `buffer` and frees `memory` (both of the importing engine).
-pub(crate) struct FileBuffer {
-    pub(crate) file: FileId,
-    pub(crate) buffer: vk::Buffer,
-    pub(crate) memory: vk::DeviceMemory,
-}
-
-/// A dma-buf as a Vulkan image. It owns the image and memory it made; the descriptor's fds
-/// stay the caller's (Vulkan owns the dups it was given).
-pub struct ImportedImage<'e> {
-    engine: &'e Engine,
+struct Inner {
+    engine: Engine,
     path: ImportPath,
     fourcc: Fourcc,
     layout: Layout,
     entry: &'static VkFormatEntry,
     width: u32,
     height: u32,
+    /// The image consumers use (the target image, on the copy path).
     image: vk::Image,
+    /// The image and memories this import made (empty on the copy path, whose image is `copy.target`).
+    owned_image: bool,
     memories: Vec<vk::DeviceMemory>,
-    /// Copy path: the imported files and the copy regions that refresh the image from them.
-    sources: Vec<FileBuffer>,
-    regions: Vec<(usize, vk::BufferImageCopy)>,
-    /// The image's current layout, for the next barrier.
-    current: Mutex<vk::ImageLayout>,
-    /// The usage the image was created with (the presenter checks for SAMPLED).
+    copy: Option<CopySource>,
     usage: vk::ImageUsageFlags,
+    disjoint: bool,
+    tracked: Tracked,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let mut garbage = Vec::new();
+        if self.owned_image {
+            garbage.push(Garbage::Image(self.image));
+        }
+        garbage.extend(self.memories.drain(..).map(Garbage::Memory));
+        let uses = self.tracked.uses.snapshot();
+        if let Some(copy) = &self.copy {
+            // The copy path's image and buffers retire themselves when the fields drop; every
+            // use of the import (a consumer's sampling, too) is a use of them.
+            for u in &uses {
+                copy.target.track(*u);
+                for (_, b) in &copy.files {
+                    b.track(*u);
+                }
+            }
+        }
+        self.engine.shared().retire(uses, garbage);
+    }
+}
+
+/// A dma-buf as a Vulkan image. It owns the image and memory it made; the descriptor's fds
+/// stay the caller's (Vulkan owns the dups it was given).
+///
+/// A cheap clone (an `Arc` inside): the [`crate::ImportCache`] hands out clones, and the
+/// image lives until the last one is dropped and the GPU work that uses it is done. `Send`
+/// and `Sync`: its layout and ownership state is behind a lock.
+#[derive(Clone)]
+pub struct ImportedImage(Arc<Inner>);
+
+impl std::fmt::Debug for ImportedImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ImportedImage")
+            .field("path", &self.0.path)
+            .field("fourcc", &self.0.fourcc)
+            .field("layout", &self.0.layout)
+            .field("extent", &(self.0.width, self.0.height))
+            .finish()
+    }
 }
 
 fn uuid_hex(u: &[u8; 16]) -> String {
     u.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-impl<'e> ImportedImage<'e> {
+impl ImportedImage {
     pub fn path(&self) -> ImportPath {
-        self.path
+        self.0.path
     }
 
     pub fn image(&self) -> vk::Image {
-        self.image
+        self.0.image
     }
 
     pub fn vk_format(&self) -> vk::Format {
-        self.entry.vk_format
+        self.0.entry.vk_format
     }
 
     pub fn fourcc(&self) -> Fourcc {
-        self.fourcc
+        self.0.fourcc
     }
 
     pub fn layout(&self) -> Layout {
-        self.layout
+        self.0.layout
     }
 
     pub fn extent(&self) -> (u32, u32) {
-        (self.width, self.height)
+        (self.0.width, self.0.height)
     }
 
-    pub fn engine(&self) -> &'e Engine {
-        self.engine
-    }
-
-    /// The image layout the image is in now (after the last dmabridge operation on it).
-    pub fn current_layout(&self) -> vk::ImageLayout {
-        *self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// The queue family the memory is acquired from on first use.
-    pub(crate) fn acquire_family(&self) -> u32 {
-        match self.path {
-            ImportPath::OpaqueFd => vk::QUEUE_FAMILY_EXTERNAL,
-            _ => self.engine.foreign_queue_family(),
-        }
+    pub fn engine(&self) -> &Engine {
+        &self.0.engine
     }
 
     /// The usage flags the image was created with.
-    pub(crate) fn usage(&self) -> vk::ImageUsageFlags {
-        self.usage
+    pub fn usage(&self) -> vk::ImageUsageFlags {
+        self.0.usage
     }
 
-    pub(crate) fn set_current_layout(&self, l: vk::ImageLayout) {
-        *self.current.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = l;
+    /// The image layout after the last command dmabridge recorded on it.
+    pub fn current_layout(&self) -> vk::ImageLayout {
+        self.0.tracked.get().layout
     }
 
-    /// Copy path: copies the dma-buf's current contents into the image again (a producer
-    /// that reuses the buffer has written a new frame). The explicit path aliases the
-    /// memory and needs nothing.
-    pub fn refresh(&self) -> Result<(), ImportError> {
-        if self.path != ImportPath::BufferCopy {
-            return Ok(());
+    /// Whether two handles are the same import.
+    pub fn same_as(&self, other: &ImportedImage) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+
+    /// Records that GPU work completing at `until` uses the image (see [`crate::GpuBuffer::track`]).
+    pub fn track(&self, until: Completion) {
+        self.0.tracked.uses.add(until);
+    }
+
+    /// The queue family the memory is acquired from and released to.
+    fn foreign_family(&self) -> u32 {
+        match self.0.path {
+            ImportPath::OpaqueFd => vk::QUEUE_FAMILY_EXTERNAL,
+            _ => self.0.engine.foreign_queue_family(),
         }
-        let old = self.current_layout();
-        let aspect = full_aspect(self.entry.vk_planes);
-        self.engine.submit_and_wait(|device, cmd| {
+    }
+
+    fn aspect(&self) -> vk::ImageAspectFlags {
+        barrier_aspect(self.0.entry.vk_planes, self.0.disjoint)
+    }
+
+    /// Records the acquisition of the frame's current contents for the use `to`: the queue
+    /// family ownership transfer from the producer's side (explicit and opaque imports), or
+    /// the copy of the dma-buf's bytes into the device image (copy path). Recording it again
+    /// without a release in between is a plain layout transition.
+    ///
+    /// # Safety
+    /// - `cmd` is a command buffer of this image's engine's device, in the recording state,
+    ///   to be submitted on a queue of [`Engine::queue_family`];
+    /// - that submission signals `until` (a [`crate::HostTimeline`] point, or the completion
+    ///   dmabridge passed to the closure of a submission), and commands recorded on this
+    ///   image are submitted in the order they were recorded;
+    /// - the producer finished writing the frame before the submission executes (it waited,
+    ///   or the submission waits for its fence).
+    pub unsafe fn record_acquire(&self, cmd: vk::CommandBuffer, to: ImageAccess, until: Completion) {
+        let device = self.0.engine.device();
+        let state = self.0.tracked.get();
+        let (ours, foreign) = (self.0.engine.queue_family(), self.foreign_family());
+        if let Some(copy) = &self.0.copy {
+            let acquire: Vec<vk::BufferMemoryBarrier> = copy
+                .files
+                .iter()
+                .map(|(_, b)| buffer_barrier(b.buffer(), vk::AccessFlags::empty(), vk::AccessFlags::TRANSFER_READ, foreign, ours))
+                .collect();
+            let release: Vec<vk::BufferMemoryBarrier> = copy
+                .files
+                .iter()
+                .map(|(_, b)| buffer_barrier(b.buffer(), vk::AccessFlags::TRANSFER_READ, vk::AccessFlags::empty(), ours, foreign))
+                .collect();
+            let aspect = vk::ImageAspectFlags::COLOR;
+            // The whole image is overwritten: its old contents are discarded.
             let to_dst = image_barrier(
-                self.image,
+                self.0.image,
                 aspect,
-                old,
+                vk::ImageLayout::UNDEFINED,
                 vk::ImageLayout::TRANSFER_DST_OPTIMAL,
-                vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE,
+                vk::AccessFlags::MEMORY_READ,
                 vk::AccessFlags::TRANSFER_WRITE,
             );
-            // SAFETY: recording state; every handle belongs to this device; the regions lie
-            // inside the buffers (checked against the fd sizes) and the image's planes
-            // (VUID-vkCmdCopyBufferToImage-pRegions-06218, -06223).
+            let to_use = image_barrier(
+                self.0.image,
+                aspect,
+                vk::ImageLayout::TRANSFER_DST_OPTIMAL,
+                to.layout,
+                vk::AccessFlags::TRANSFER_WRITE,
+                to.access,
+            );
+            // SAFETY: the caller's contract for `cmd`; every handle belongs to this device; the
+            // regions lie inside the buffers (checked against the fd sizes) and the image's
+            // planes (VUID-vkCmdCopyBufferToImage-pRegions-06218, -06223); the buffers are
+            // external memory, so they may be acquired from and released to the foreign
+            // family (VUID-VkBufferMemoryBarrier-srcQueueFamilyIndex-04088).
             unsafe {
-                device.cmd_pipeline_barrier(
+                record_barrier(
+                    device,
                     cmd,
-                    vk::PipelineStageFlags::ALL_COMMANDS,
-                    vk::PipelineStageFlags::TRANSFER,
-                    vk::DependencyFlags::empty(),
+                    (vk::PipelineStageFlags::ALL_COMMANDS, vk::PipelineStageFlags::TRANSFER),
                     &[],
-                    &[],
+                    &acquire,
                     &[to_dst],
                 );
-                for (src, region) in &self.regions {
+                for (src, region) in &copy.regions {
                     device.cmd_copy_buffer_to_image(
                         cmd,
-                        self.sources[*src].buffer,
-                        self.image,
+                        copy.files[*src].1.buffer(),
+                        self.0.image,
                         vk::ImageLayout::TRANSFER_DST_OPTIMAL,
                         std::slice::from_ref(region),
                     );
                 }
+                record_barrier(device, cmd, (vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::BOTTOM_OF_PIPE), &[], &release, &[]);
+                record_barrier(device, cmd, (vk::PipelineStageFlags::TRANSFER, to.stages), &[], &[], &[to_use]);
             }
-        })?;
-        self.set_current_layout(vk::ImageLayout::TRANSFER_DST_OPTIMAL);
-        Ok(())
-    }
-}
-
-impl Drop for ImportedImage<'_> {
-    fn drop(&mut self) {
-        let device = self.engine.device();
-        // SAFETY: all objects were created by this engine's device, and every submission
-        // that used them was waited for (VUID-vkDestroyImage-image-01000,
-        // VUID-vkDestroyBuffer-buffer-00922, VUID-vkFreeMemory-memory-00677).
-        unsafe {
-            device.destroy_image(self.image, None);
-            for m in &self.memories {
-                device.free_memory(*m, None);
+            for (_, b) in &copy.files {
+                b.track(until);
             }
-            for s in &self.sources {
-                device.destroy_buffer(s.buffer, None);
-                device.free_memory(s.memory, None);
-            }
+            copy.target.track(until);
+            self.0.tracked.set(ImageState { layout: to.layout, owned: true });
+        } else {
+            let barrier = if state.owned {
+                image_barrier(
+                    self.0.image,
+                    self.aspect(),
+                    state.layout,
+                    to.layout,
+                    vk::AccessFlags::MEMORY_READ | vk::AccessFlags::MEMORY_WRITE,
+                    to.access,
+                )
+            } else {
+                // The producer released the memory in GENERAL (the convention for shared images).
+                image_barrier(self.0.image, self.aspect(), vk::ImageLayout::GENERAL, to.layout, vk::AccessFlags::empty(), to.access)
+                    .src_queue_family_index(foreign)
+                    .dst_queue_family_index(ours)
+            };
+            let src_stage = if state.owned { vk::PipelineStageFlags::ALL_COMMANDS } else { vk::PipelineStageFlags::TOP_OF_PIPE };
+            // SAFETY: the caller's contract for `cmd`; the image is external memory, so it may
+            // be acquired from the foreign family (VUID-VkImageMemoryBarrier-srcQueueFamilyIndex-04065).
+            unsafe { record_barrier(device, cmd, (src_stage, to.stages), &[], &[], &[barrier]) };
+            self.0.tracked.set(ImageState { layout: to.layout, owned: true });
         }
+        self.track(until);
     }
-}
 
-pub(crate) fn full_aspect(vk_planes: u8) -> vk::ImageAspectFlags {
-    match vk_planes {
-        0 | 1 => vk::ImageAspectFlags::COLOR,
-        2 => vk::ImageAspectFlags::PLANE_0 | vk::ImageAspectFlags::PLANE_1,
-        _ => vk::ImageAspectFlags::PLANE_0 | vk::ImageAspectFlags::PLANE_1 | vk::ImageAspectFlags::PLANE_2,
+    /// Records the release of the frame back to its producer after the use `from` (the
+    /// image must have been acquired). On the copy path the frame's bytes were copied and
+    /// released at acquisition; this records nothing.
+    ///
+    /// # Safety
+    /// As [`ImportedImage::record_acquire`].
+    pub unsafe fn record_release(&self, cmd: vk::CommandBuffer, from: ImageAccess, until: Completion) {
+        let state = self.0.tracked.get();
+        if self.0.copy.is_some() || !state.owned {
+            return;
+        }
+        let barrier = image_barrier(self.0.image, self.aspect(), state.layout, vk::ImageLayout::GENERAL, from.access, vk::AccessFlags::empty())
+            .src_queue_family_index(self.0.engine.queue_family())
+            .dst_queue_family_index(self.foreign_family());
+        // SAFETY: the caller's contract for `cmd`; external memory may be released to the
+        // foreign family (VUID-VkImageMemoryBarrier-srcQueueFamilyIndex-04065).
+        unsafe { record_barrier(self.0.engine.device(), cmd, (from.stages, vk::PipelineStageFlags::BOTTOM_OF_PIPE), &[], &[], &[barrier]) };
+        self.0.tracked.set(ImageState { layout: vk::ImageLayout::GENERAL, owned: false });
+        self.track(until);
+    }
+
+    /// [`ImportedImage::record_acquire`], submitted on the engine's queue after `options.waits`.
+    pub fn acquire(&self, to: ImageAccess, options: SubmitOptions) -> Result<Submission, ImportError> {
+        let (_, s) = self.0.engine.submit(options, |cmd, until| {
+            // SAFETY: the engine's own command buffer, recording, submitted on its queue with `until`.
+            unsafe { self.record_acquire(cmd, to, until) };
+            Ok::<(), ImportError>(())
+        })?;
+        Ok(s)
+    }
+
+    /// [`ImportedImage::record_release`], submitted on the engine's queue after `options.waits`.
+    pub fn release(&self, from: ImageAccess, options: SubmitOptions) -> Result<Submission, ImportError> {
+        let (_, s) = self.0.engine.submit(options, |cmd, until| {
+            // SAFETY: as in `acquire`.
+            unsafe { self.record_release(cmd, from, until) };
+            Ok::<(), ImportError>(())
+        })?;
+        Ok(s)
     }
 }
 
@@ -249,12 +399,11 @@ struct Building<'a> {
     device: &'a ash::Device,
     image: vk::Image,
     memories: Vec<vk::DeviceMemory>,
-    sources: Vec<FileBuffer>,
 }
 
 impl Drop for Building<'_> {
     fn drop(&mut self) {
-        // SAFETY: objects of this device that no pending submission uses.
+        // SAFETY: objects of this device that no submission uses yet.
         unsafe {
             if self.image != vk::Image::null() {
                 self.device.destroy_image(self.image, None);
@@ -262,11 +411,15 @@ impl Drop for Building<'_> {
             for m in self.memories.drain(..) {
                 self.device.free_memory(m, None);
             }
-            for s in self.sources.drain(..) {
-                self.device.destroy_buffer(s.buffer, None);
-                self.device.free_memory(s.memory, None);
-            }
         }
+    }
+}
+
+impl Building<'_> {
+    fn finish(mut self) -> (vk::Image, Vec<vk::DeviceMemory>) {
+        let out = (self.image, std::mem::take(&mut self.memories));
+        self.image = vk::Image::null();
+        out
     }
 }
 
@@ -274,10 +427,10 @@ impl Engine {
     /// Checks `buf`'s layout, then imports it for `usage`: explicitly where the device can,
     /// else through the buffer-copy path. The descriptor's fds are only borrowed (dups go
     /// to Vulkan, which owns them from then on).
-    pub fn import_dmabuf(&self, buf: &DmaBuf, usage: vk::ImageUsageFlags) -> Result<ImportedImage<'_>, ImportError> {
+    pub fn import_dmabuf(&self, buf: &DmaBuf, usage: vk::ImageUsageFlags) -> Result<ImportedImage, ImportError> {
         let entry = vk_format::to_vk(buf.fourcc()).ok_or(ImportError::UnknownFourcc(buf.fourcc()))?;
-        if !self.extensions().has(crate::DeviceExtension::ExternalMemoryDmaBuf) || self.external_memory_fd().is_none() {
-            return Err(ImportError::NoDmaBufImport);
+        if !self.has_capability(Capability::DmaBufImport) || self.external_memory_fd().is_none() {
+            return Err(ImportError::Unsupported(Capability::DmaBufImport));
         }
         let caps = self.query_caps(&CapsQuery::new(buf.fourcc(), usage))?;
         let explicit_facts = |m: Modifier| -> Option<ImportFacts> {
@@ -314,9 +467,7 @@ impl Engine {
                 }
             });
             match checked {
-                Err(ImportCheckError::LayoutNotAllowed { .. }) if copy_facts.is_some() => {
-                    Err(ImportError::NeedsConversion(buf.layout()))
-                }
+                Err(ImportCheckError::LayoutNotAllowed { .. }) if copy_facts.is_some() => Err(ImportError::NeedsConversion(buf.layout())),
                 Err(e) => Err(e.into()),
                 Ok(checked) => self.import_by_copy(&checked, entry, usage),
             }
@@ -327,7 +478,7 @@ impl Engine {
     /// memory means nothing to a different device or driver build
     /// (VUID-VkImportMemoryFdInfoKHR-fd-00668), so it is refused before Vulkan sees it.
     /// Takes ownership of a dup of `share.fd`; the share keeps its own fd.
-    pub fn import_opaque(&self, share: &crate::export::OpaqueFd) -> Result<ImportedImage<'_>, ImportError> {
+    pub fn import_opaque(&self, share: &crate::export::OpaqueFd) -> Result<ImportedImage, ImportError> {
         let info = self.info();
         if share.device_uuid != info.device_uuid || share.driver_uuid != info.driver_uuid {
             return Err(ImportError::ForeignOpaqueFd {
@@ -341,12 +492,12 @@ impl Engine {
         let device = self.device();
         let handle = vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD;
         let mut external = vk::ExternalMemoryImageCreateInfo::default().handle_types(handle);
-        let image_info = image_2d(entry.vk_format, (share.width, share.height), vk::ImageTiling::OPTIMAL, share.usage)
-            .push_next(&mut external);
+        let image_info =
+            image_2d(entry.vk_format, (share.width, share.height), vk::ImageTiling::OPTIMAL, share.usage).push_next(&mut external);
         // SAFETY: the same parameters the exporter, a device with our UUIDs, created its
         // image with (VUID-VkImageCreateInfo-pNext-00990 holds there, so here too).
-        let image = unsafe { device.create_image(&image_info, None) }.map_err(vk_err("vkCreateImage"))?;
-        let mut building = Building { device, image, memories: Vec::new(), sources: Vec::new() };
+        let image = unsafe { device.create_image(&image_info, None) }.vk("vkCreateImage")?;
+        let mut building = Building { device, image, memories: Vec::new() };
         // SAFETY: image of this device, not yet bound.
         let reqs = unsafe { device.get_image_memory_requirements(image) };
         if reqs.size != share.allocation_size || reqs.memory_type_bits & (1 << share.memory_type_index) == 0 {
@@ -367,16 +518,15 @@ impl Engine {
             .push_next(&mut dedicated);
         // SAFETY: same device and driver (UUIDs checked), the exporter's size and memory type
         // (VUID-VkMemoryAllocateInfo-allocationSize-01742), dedicated to an identical image.
-        let memory = unsafe { device.allocate_memory(&alloc, None) }.map_err(vk_err("vkAllocateMemory"))?;
+        let memory = unsafe { device.allocate_memory(&alloc, None) }.vk("vkAllocateMemory")?;
         // Vulkan owns the fd now (a successful import transfers ownership).
         let _ = fd.into_raw_fd();
         building.memories.push(memory);
         // SAFETY: dedicated memory of exactly the image's size, offset 0.
-        unsafe { device.bind_image_memory(image, memory, 0) }.map_err(vk_err("vkBindImageMemory"))?;
-        let memories = std::mem::take(&mut building.memories);
-        building.image = vk::Image::null();
-        Ok(ImportedImage {
-            engine: self,
+        unsafe { device.bind_image_memory(image, memory, 0) }.vk("vkBindImageMemory")?;
+        let (image, memories) = building.finish();
+        Ok(ImportedImage(Arc::new(Inner {
+            engine: self.clone(),
             path: ImportPath::OpaqueFd,
             fourcc: share.fourcc,
             layout: Layout::Implicit,
@@ -384,12 +534,13 @@ impl Engine {
             width: share.width,
             height: share.height,
             image,
+            owned_image: true,
             memories,
-            sources: Vec::new(),
-            regions: Vec::new(),
-            current: Mutex::new(vk::ImageLayout::UNDEFINED),
+            copy: None,
             usage: share.usage,
-        })
+            disjoint: false,
+            tracked: Tracked::new(false),
+        })))
     }
 
     /// Limits of the copy path: a device-local optimal image of the format with `usage`
@@ -408,20 +559,10 @@ impl Engine {
             )
         }
         .ok()?;
-        Some(ImportFacts {
-            memory_plane_count: planes,
-            max_width: props.max_extent.width,
-            max_height: props.max_extent.height,
-            disjoint: true,
-        })
+        Some(ImportFacts { memory_plane_count: planes, max_width: props.max_extent.width, max_height: props.max_extent.height, disjoint: true })
     }
 
-    fn import_explicit(
-        &self,
-        checked: &CheckedImport<'_>,
-        entry: &'static VkFormatEntry,
-        usage: vk::ImageUsageFlags,
-    ) -> Result<ImportedImage<'_>, ImportError> {
+    fn import_explicit(&self, checked: &CheckedImport<'_>, entry: &'static VkFormatEntry, usage: vk::ImageUsageFlags) -> Result<ImportedImage, ImportError> {
         let buf = checked.dmabuf();
         let Layout::Explicit(modifier) = buf.layout() else {
             return Err(ImportError::NeedsConversion(buf.layout()));
@@ -439,11 +580,9 @@ impl Engine {
                 depth_pitch: 0,
             })
             .collect();
-        let mut explicit = vk::ImageDrmFormatModifierExplicitCreateInfoEXT::default()
-            .drm_format_modifier(modifier.raw())
-            .plane_layouts(&plane_layouts);
-        let mut external =
-            vk::ExternalMemoryImageCreateInfo::default().handle_types(vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT);
+        let mut explicit =
+            vk::ImageDrmFormatModifierExplicitCreateInfoEXT::default().drm_format_modifier(modifier.raw()).plane_layouts(&plane_layouts);
+        let mut external = vk::ExternalMemoryImageCreateInfo::default().handle_types(vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT);
         let flags = if checked.disjoint() { vk::ImageCreateFlags::DISJOINT } else { vk::ImageCreateFlags::empty() };
         let info = image_2d(entry.vk_format, (buf.width(), buf.height()), vk::ImageTiling::DRM_FORMAT_MODIFIER_EXT, usage)
             .flags(flags)
@@ -453,26 +592,30 @@ impl Engine {
         // check_import verified the plane count equals drmFormatModifierPlaneCount
         // (VUID-VkImageDrmFormatModifierExplicitCreateInfoEXT-drmFormatModifierPlaneCount-02265)
         // and that every plane lies inside its fd.
-        let image = unsafe { device.create_image(&info, None) }.map_err(vk_err("vkCreateImage"))?;
-        let mut building = Building { device, image, memories: Vec::new(), sources: Vec::new() };
-
+        let image = unsafe { device.create_image(&info, None) }.vk("vkCreateImage")?;
+        let mut building = Building { device, image, memories: Vec::new() };
+        let import = |fd_plane: usize, reqs: vk::MemoryRequirements, file_size: u64, dedicated: Option<vk::Image>| {
+            let fd = buf.dup_fd(fd_plane).map_err(|e| ImportError::Dup { plane: fd_plane, source: std::io::Error::other(e) })?;
+            import_memory(self, fd, reqs, file_size, dedicated).map_err(|e| match e {
+                BufferError::FdTooSmall { needed, fd_size } => ImportError::ImageLargerThanFd { plane: fd_plane, needed, fd_size },
+                BufferError::NoMemoryType => ImportError::NoMemoryType,
+                other => other.into(),
+            })
+        };
         if checked.disjoint() {
-            let mut binds_planes = Vec::new();
+            let mut aspects = Vec::new();
             for (i, p) in checked.planes().iter().enumerate() {
-                let aspect = crate::commands::memory_plane_aspect(i);
+                let aspect = memory_plane_aspect(i);
                 let mut plane_info = vk::ImagePlaneMemoryRequirementsInfo::default().plane_aspect(aspect);
                 let req_info = vk::ImageMemoryRequirementsInfo2::default().image(image).push_next(&mut plane_info);
                 let mut reqs2 = vk::MemoryRequirements2::default();
                 // SAFETY: a DISJOINT image queried per memory plane (VUID-VkImageMemoryRequirementsInfo2-image-02279).
                 unsafe { device.get_image_memory_requirements2(&req_info, &mut reqs2) };
-                let reqs = reqs2.memory_requirements;
-                let fd = buf.dup_fd(i).map_err(|e| ImportError::Dup { plane: i, source: std::io::Error::other(e) })?;
-                let memory = self.import_memory(fd, reqs, p.file_size, i, None)?;
-                building.memories.push(memory);
-                binds_planes.push(aspect);
+                building.memories.push(import(i, reqs2.memory_requirements, p.file_size, None)?);
+                aspects.push(aspect);
             }
             let mut plane_infos: Vec<vk::BindImagePlaneMemoryInfo> =
-                binds_planes.iter().map(|a| vk::BindImagePlaneMemoryInfo::default().plane_aspect(*a)).collect();
+                aspects.iter().map(|a| vk::BindImagePlaneMemoryInfo::default().plane_aspect(*a)).collect();
             let binds: Vec<vk::BindImageMemoryInfo> = plane_infos
                 .iter_mut()
                 .zip(&building.memories)
@@ -480,22 +623,20 @@ impl Engine {
                 .collect();
             // SAFETY: one bind per memory plane of a DISJOINT image, each with its plane aspect
             // (VUID-VkBindImageMemoryInfo-image-07736).
-            unsafe { device.bind_image_memory2(&binds) }.map_err(vk_err("vkBindImageMemory2"))?;
+            unsafe { device.bind_image_memory2(&binds) }.vk("vkBindImageMemory2")?;
         } else {
             // SAFETY: image of this device, not yet bound.
             let reqs = unsafe { device.get_image_memory_requirements(image) };
-            let fd = buf.dup_fd(0).map_err(|e| ImportError::Dup { plane: 0, source: std::io::Error::other(e) })?;
             let file_size = checked.planes().first().map_or(0, |p| p.file_size);
-            let memory = self.import_memory(fd, reqs, file_size, 0, Some(image))?;
-            building.memories.push(memory);
+            building.memories.push(import(0, reqs, file_size, Some(image))?);
             // SAFETY: dedicated memory of exactly the image's size, offset 0.
-            unsafe { device.bind_image_memory(image, memory, 0) }.map_err(vk_err("vkBindImageMemory"))?;
+            unsafe { device.bind_image_memory(image, building.memories[0], 0) }.vk("vkBindImageMemory")?;
         }
         tracing::debug!(fourcc = %buf.fourcc(), %modifier, "imported explicitly");
-        let memories = std::mem::take(&mut building.memories);
-        building.image = vk::Image::null();
-        Ok(ImportedImage {
-            engine: self,
+        let disjoint = checked.disjoint();
+        let (image, memories) = building.finish();
+        Ok(ImportedImage(Arc::new(Inner {
+            engine: self.clone(),
             path: ImportPath::Explicit,
             fourcc: buf.fourcc(),
             layout: buf.layout(),
@@ -503,84 +644,21 @@ impl Engine {
             width: buf.width(),
             height: buf.height(),
             image,
+            owned_image: true,
             memories,
-            sources: Vec::new(),
-            regions: Vec::new(),
-            current: Mutex::new(vk::ImageLayout::UNDEFINED),
+            copy: None,
             usage,
-        })
+            disjoint,
+            tracked: Tracked::new(false),
+        })))
     }
 
-    /// Imports `fd` as DMA_BUF memory for an object with `reqs`, dedicated to `image` when
-    /// given. Takes ownership of `fd`: Vulkan keeps it on success, it is closed on failure.
-    fn import_memory(
-        &self,
-        fd: OwnedFd,
-        reqs: vk::MemoryRequirements,
-        file_size: u64,
-        plane: usize,
-        image: Option<vk::Image>,
-    ) -> Result<vk::DeviceMemory, ImportError> {
-        if reqs.size > file_size {
-            return Err(ImportError::ImageLargerThanFd { plane, needed: reqs.size, fd_size: file_size });
-        }
-        let fd_fn = self.external_memory_fd().ok_or(ImportError::NoDmaBufImport)?;
-        let handle = vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT;
-        let mut fd_props = vk::MemoryFdPropertiesKHR::default();
-        // SAFETY: a valid fd of a DMA_BUF-importable file (VUID-vkGetMemoryFdPropertiesKHR-fd-00673).
-        unsafe { fd_fn.get_memory_fd_properties(handle, fd.as_raw_fd(), &mut fd_props) }
-            .map_err(vk_err("vkGetMemoryFdPropertiesKHR"))?;
-        let type_index = self
-            .memory_type(reqs.memory_type_bits & fd_props.memory_type_bits, vk::MemoryPropertyFlags::empty())
-            .ok_or(ImportError::NoMemoryType)?;
-        let mut import = vk::ImportMemoryFdInfoKHR::default().handle_type(handle).fd(fd.as_raw_fd());
-        let mut dedicated = vk::MemoryDedicatedAllocateInfo::default();
-        if let Some(image) = image {
-            dedicated = dedicated.image(image);
-        }
-        let mut alloc = vk::MemoryAllocateInfo::default()
-            .allocation_size(reqs.size)
-            .memory_type_index(type_index)
-            .push_next(&mut import);
-        if image.is_some() {
-            alloc = alloc.push_next(&mut dedicated);
-        }
-        // SAFETY: the fd was checked to hold at least reqs.size bytes (above and in
-        // check_import), the memory type is one the fd allows
-        // (VUID-VkImportMemoryFdInfoKHR-handleType-00667), and a dedicated allocation has
-        // exactly the image's size (VUID-VkMemoryDedicatedAllocateInfo-image-01433).
-        let memory = unsafe { self.device().allocate_memory(&alloc, None) }.map_err(vk_err("vkAllocateMemory"))?;
-        // Vulkan owns the fd now (VkImportMemoryFdInfoKHR: a successful import transfers ownership).
-        let _ = fd.into_raw_fd();
-        Ok(memory)
-    }
-
-    fn import_by_copy(
-        &self,
-        checked: &CheckedImport<'_>,
-        entry: &'static VkFormatEntry,
-        usage: vk::ImageUsageFlags,
-    ) -> Result<ImportedImage<'_>, ImportError> {
+    fn import_by_copy(&self, checked: &CheckedImport<'_>, entry: &'static VkFormatEntry, usage: vk::ImageUsageFlags) -> Result<ImportedImage, ImportError> {
         let buf = checked.dmabuf();
         let info = format_info(buf.fourcc()).ok_or(ImportError::UnknownFourcc(buf.fourcc()))?;
-        let device = self.device();
-        let image_info = image_2d(entry.vk_format, (buf.width(), buf.height()), vk::ImageTiling::OPTIMAL, usage | vk::ImageUsageFlags::TRANSFER_DST);
-        // SAFETY: format, usage and extent were accepted by the image-format query in copy_path_facts.
-        let image = unsafe { device.create_image(&image_info, None) }.map_err(vk_err("vkCreateImage"))?;
-        let mut building = Building { device, image, memories: Vec::new(), sources: Vec::new() };
-        // SAFETY: image of this device, not yet bound.
-        let reqs = unsafe { device.get_image_memory_requirements(image) };
-        let type_index = self
-            .memory_type(reqs.memory_type_bits, vk::MemoryPropertyFlags::DEVICE_LOCAL)
-            .or_else(|| self.memory_type(reqs.memory_type_bits, vk::MemoryPropertyFlags::empty()))
-            .ok_or(ImportError::NoMemoryType)?;
-        let alloc = vk::MemoryAllocateInfo::default().allocation_size(reqs.size).memory_type_index(type_index);
-        // SAFETY: a plain allocation in an allowed type.
-        let memory = unsafe { device.allocate_memory(&alloc, None) }.map_err(vk_err("vkAllocateMemory"))?;
-        building.memories.push(memory);
-        // SAFETY: unbound image, big enough memory, offset 0.
-        unsafe { device.bind_image_memory(image, memory, 0) }.map_err(vk_err("vkBindImageMemory"))?;
-
+        let usage = usage | vk::ImageUsageFlags::TRANSFER_DST;
+        let target = DeviceImage::new(self, entry.vk_format, (buf.width(), buf.height()), usage)?;
+        let mut files: Vec<(FileId, ImportedBuffer)> = Vec::new();
         let mut regions = Vec::new();
         for (i, p) in checked.planes().iter().enumerate() {
             // YV12 keeps V before U: its plane 1 is Vulkan's plane 2 (Cr) and vice versa.
@@ -594,27 +672,20 @@ impl Engine {
             if p.offset % block != 0 {
                 return Err(ImportError::OffsetNotTexelAligned { plane: i, offset: p.offset, texel: block });
             }
-            let src = match building.sources.iter().position(|s| s.file == p.file) {
+            let src = match files.iter().position(|(f, _)| *f == p.file) {
                 Some(s) => s,
                 None => {
-                    let size = checked
-                        .planes()
-                        .iter()
-                        .filter(|q| q.file == p.file)
-                        .map(|q| q.end)
-                        .max()
-                        .unwrap_or(p.end);
-                    let fb =
-                        self.import_file_buffer(buf, i, p.file, size, p.file_size, vk::BufferUsageFlags::TRANSFER_SRC)?;
-                    building.sources.push(fb);
-                    building.sources.len() - 1
+                    let size = checked.planes().iter().filter(|q| q.file == p.file).map(|q| q.end).max().unwrap_or(p.end);
+                    let fd = buf.plane(i).map(|pl| pl.fd).ok_or(ImportError::Dup {
+                        plane: i,
+                        source: std::io::Error::other("the descriptor has no such plane"),
+                    })?;
+                    files.push((p.file, ImportedBuffer::import(self, fd, size, vk::BufferUsageFlags::TRANSFER_SRC)?));
+                    files.len() - 1
                 }
             };
-            let row_length = u32::try_from(p.stride / texel).map_err(|_| ImportError::StrideNotTexelAligned {
-                plane: i,
-                stride: p.stride,
-                texel,
-            })?;
+            let row_length =
+                u32::try_from(p.stride / texel).map_err(|_| ImportError::StrideNotTexelAligned { plane: i, stride: p.stride, texel })?;
             regions.push((
                 src,
                 vk::BufferImageCopy {
@@ -636,11 +707,10 @@ impl Engine {
                 },
             ));
         }
-        let memories = std::mem::take(&mut building.memories);
-        let sources = std::mem::take(&mut building.sources);
-        building.image = vk::Image::null();
-        let imported = ImportedImage {
-            engine: self,
+        tracing::debug!(fourcc = %buf.fourcc(), "imported through the buffer-copy path");
+        let image = target.image();
+        Ok(ImportedImage(Arc::new(Inner {
+            engine: self.clone(),
             path: ImportPath::BufferCopy,
             fourcc: buf.fourcc(),
             layout: buf.layout(),
@@ -648,65 +718,12 @@ impl Engine {
             width: buf.width(),
             height: buf.height(),
             image,
-            memories,
-            sources,
-            regions,
-            current: Mutex::new(vk::ImageLayout::UNDEFINED),
-            usage: usage | vk::ImageUsageFlags::TRANSFER_DST,
-        };
-        imported.refresh()?;
-        tracing::debug!(fourcc = %buf.fourcc(), "imported through the buffer-copy path");
-        Ok(imported)
-    }
-
-    /// Imports the file behind plane `plane` as a buffer of `size` bytes with `usage`.
-    /// The caller has checked that `size <= file_size`, the size of the fd.
-    pub(crate) fn import_file_buffer(
-        &self,
-        buf: &DmaBuf,
-        plane: usize,
-        file: FileId,
-        size: u64,
-        file_size: u64,
-        usage: vk::BufferUsageFlags,
-    ) -> Result<FileBuffer, ImportError> {
-        let device = self.device();
-        let mut external =
-            vk::ExternalMemoryBufferCreateInfo::default().handle_types(vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT);
-        let info = vk::BufferCreateInfo::default()
-            .size(size.max(1))
-            .usage(usage)
-            .sharing_mode(vk::SharingMode::EXCLUSIVE)
-            .push_next(&mut external);
-        // SAFETY: a valid create info with a DMA_BUF external handle type the device enabled.
-        let buffer = unsafe { device.create_buffer(&info, None) }.map_err(vk_err("vkCreateBuffer"))?;
-        // SAFETY: buffer of this device.
-        let reqs = unsafe { device.get_buffer_memory_requirements(buffer) };
-        let fd = match buf.dup_fd(plane) {
-            Ok(fd) => fd,
-            Err(e) => {
-                // SAFETY: unbound buffer of this device.
-                unsafe { device.destroy_buffer(buffer, None) };
-                return Err(ImportError::Dup { plane, source: std::io::Error::other(e) });
-            }
-        };
-        let memory = match self.import_memory(fd, reqs, file_size, plane, None) {
-            Ok(m) => m,
-            Err(e) => {
-                // SAFETY: as above.
-                unsafe { device.destroy_buffer(buffer, None) };
-                return Err(e);
-            }
-        };
-        // SAFETY: unbound buffer, memory of at least reqs.size, offset 0.
-        if let Err(result) = unsafe { device.bind_buffer_memory(buffer, memory, 0) } {
-            // SAFETY: as above.
-            unsafe {
-                device.destroy_buffer(buffer, None);
-                device.free_memory(memory, None);
-            }
-            return Err(ImportError::Vk { call: "vkBindBufferMemory", result });
-        }
-        Ok(FileBuffer { file, buffer, memory })
+            owned_image: false,
+            memories: Vec::new(),
+            copy: Some(CopySource { files, regions, target }),
+            usage,
+            disjoint: false,
+            tracked: Tracked::new(true),
+        })))
     }
 }

@@ -7,8 +7,10 @@
 //! or dropping the cache) drops that descriptor and the Vulkan objects together.
 //!
 //! On a hit the newly received descriptor is dropped at once (its fds are dups of files the
-//! entry already holds). Copy-path entries are refreshed on every hit, since their image is
-//! a copy of what the producer just wrote; explicit entries alias the memory and need nothing.
+//! entry already holds). The cache hands out clones of its [`ImportedImage`]s: an evicted
+//! import stays alive while the caller holds it, and its Vulkan objects wait for the GPU
+//! work that uses them. A copy-path entry copies the producer's new bytes each time it is
+//! acquired ([`ImportedImage::record_acquire`]); an explicit one aliases the memory.
 
 use std::collections::HashMap;
 
@@ -26,32 +28,33 @@ pub struct CacheStats {
     pub evictions: u64,
 }
 
-struct Entry<'e> {
+struct Entry {
     // Field order matters: the image (and its Vulkan objects) drop before the descriptor.
-    image: ImportedImage<'e>,
+    image: ImportedImage,
     _dmabuf: DmaBuf,
     last_used: u64,
 }
 
-/// A least-recently-used cache of imports on one engine.
-pub struct ImportCache<'e> {
-    engine: &'e Engine,
+/// A least-recently-used cache of imports on one engine. `Send`; not `Sync` (it is `&mut`
+/// for every lookup).
+pub struct ImportCache {
+    engine: Engine,
     capacity: usize,
-    entries: HashMap<(BufferIdentity, vk::ImageUsageFlags), Entry<'e>>,
+    entries: HashMap<(BufferIdentity, vk::ImageUsageFlags), Entry>,
     clock: u64,
     stats: CacheStats,
 }
 
-impl<'e> ImportCache<'e> {
+impl ImportCache {
     /// A cache holding at most `capacity` imports (at least 1). Size it to the producer's
     /// buffer pool: a pool larger than the cache re-imports every frame.
-    pub fn new(engine: &'e Engine, capacity: usize) -> Self {
-        ImportCache { engine, capacity: capacity.max(1), entries: HashMap::new(), clock: 0, stats: CacheStats::default() }
+    pub fn new(engine: &Engine, capacity: usize) -> Self {
+        ImportCache { engine: engine.clone(), capacity: capacity.max(1), entries: HashMap::new(), clock: 0, stats: CacheStats::default() }
     }
 
     /// The import of `buf` for `usage`: cached, or imported now. Takes ownership of `buf`;
     /// on a hit it is dropped (closing its fds), on a miss the entry keeps it.
-    pub fn import(&mut self, buf: DmaBuf, usage: vk::ImageUsageFlags) -> Result<&ImportedImage<'e>, ImportError> {
+    pub fn import(&mut self, buf: DmaBuf, usage: vk::ImageUsageFlags) -> Result<ImportedImage, ImportError> {
         use std::collections::hash_map::Entry as Slot;
         self.clock += 1;
         let key = (buf.identity(), usage);
@@ -64,13 +67,12 @@ impl<'e> ImportCache<'e> {
                 drop(buf);
                 let entry = slot.into_mut();
                 entry.last_used = self.clock;
-                entry.image.refresh()?;
-                Ok(&entry.image)
+                Ok(entry.image.clone())
             }
             Slot::Vacant(slot) => {
                 self.stats.misses += 1;
                 let image = self.engine.import_dmabuf(&buf, usage)?;
-                Ok(&slot.insert(Entry { image, _dmabuf: buf, last_used: self.clock }).image)
+                Ok(slot.insert(Entry { image, _dmabuf: buf, last_used: self.clock }).image.clone())
             }
         }
     }

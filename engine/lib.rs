@@ -1,26 +1,63 @@
 //! dmabridge: share images between GPUs, video codecs, displays and compositors without
 //! copying them, and copy them on the GPU when they cannot.
 //!
-//! This crate is the Vulkan side: the [`Engine`] (a device of its own or a host's), the
-//! per-usage capability query ([`caps`]), the VkFormat <-> DRM table ([`vk_format`]) and the
-//! probe report. The Vulkan-free half (formats, modifiers, negotiation, descriptors, fd
-//! passing) is the `dmabridge-interop` crate, re-exported as [`interop`].
+//! This crate is the Vulkan side. The Vulkan-free half (formats, modifiers, negotiation,
+//! descriptors, fd passing) is the `dmabridge-interop` crate, re-exported as [`interop`].
+//!
+//! # Embedding it in a frame loop
+//! A host engine that has its own Vulkan device asks [`requirements`] what to enable,
+//! creates its device, and hands it over with [`Engine::from_host`]. Every GPU operation
+//! then comes in two forms:
+//! - **recorded** (`record_*`): the barriers (including the queue family ownership
+//!   transfers from and to `VK_QUEUE_FAMILY_FOREIGN_EXT`), copies and conversions go into a
+//!   command buffer the host owns and submits itself, with a [`HostTimeline`] point that
+//!   tells dmabridge when that work is done;
+//! - **submitted**: dmabridge submits on its queue and returns a [`Submission`] at once,
+//!   which the caller waits on with a timeout or passes as a wait to the next operation.
+//!
+//! Nothing on a frame path blocks the CPU: command buffers are pooled, and handles dropped
+//! while the GPU still uses them are destroyed once it is done. Handles hold an [`Engine`]
+//! clone, so they can live in the host's own structs and move between threads.
+//!
+//! ```no_run
+//! # use dmabridge::{Engine, EngineOptions, ImageAccess, ImportCache};
+//! # use dmabridge::ash::vk;
+//! # fn frame(engine: &Engine, cache: &mut ImportCache, buf: dmabridge::interop::dmabuf::DmaBuf,
+//! #          cmd: vk::CommandBuffer, timeline: &dmabridge::HostTimeline) -> Result<(), Box<dyn std::error::Error>> {
+//! let point = timeline.next();
+//! let image = cache.import(buf, vk::ImageUsageFlags::SAMPLED)?; // a hit after the first frame
+//! // SAFETY: `cmd` is the host's, recording, and its submission signals `point`.
+//! unsafe { image.record_acquire(cmd, ImageAccess::SAMPLED_FRAGMENT, point) };
+//! // ... the host's own draw that samples image.image() ...
+//! // SAFETY: as above.
+//! unsafe { image.record_release(cmd, ImageAccess::SAMPLED_FRAGMENT, point) };
+//! // The host submits `cmd`, signalling (point.semaphore(), point.value()).
+//! # Ok(()) }
+//! ```
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod buffer;
 pub mod caps;
-pub mod commands;
+pub mod compute;
 pub mod convert;
-pub mod demo;
 pub mod device;
+pub mod error;
 pub mod export;
-pub mod extensions;
+pub mod image;
 pub mod import;
 pub mod import_cache;
+mod memory;
 pub mod negotiation;
+#[cfg(feature = "present")]
 pub mod present;
 pub mod probe;
-pub mod readback;
+pub mod requirements;
+pub mod sampler;
 pub mod shaders;
+pub mod submit;
+pub mod transfer;
+pub mod usage;
 pub mod validation;
 pub mod vk_format;
 #[cfg(feature = "wayland")]
@@ -29,13 +66,20 @@ pub mod wayland;
 pub use ash;
 pub use dmabridge_interop as interop;
 
-pub use caps::{CapsError, CapsQuery, CapsSource, FormatCaps, ModifierCaps, Usage};
+pub use buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer};
+pub use caps::{CapsError, CapsQuery, CapsSource, FormatCaps, ModifierCaps};
+pub use compute::{Binding, ComputeError, ComputePipeline};
+pub use convert::{ConversionBuffer, ConvertError, Converter, TiledFrame};
 pub use device::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
-pub use buffer::{BufferError, GpuBuffer};
-pub use convert::{ConvertError, Converter};
+pub use error::VkError;
 pub use export::{ExportError, ExportRequest, ExportedImage, OpaqueFd, Shared};
-pub use extensions::{DeviceExtension, EnabledExtensions};
+pub use image::{DeviceImage, ImageAccess, ImageError};
 pub use import::{ImportError, ImportPath, ImportedImage};
 pub use import_cache::{CacheStats, ImportCache};
-pub use readback::ReadbackError;
+pub use memory::MemoryError;
+pub use negotiation::{Direction, ParticipantRequest};
+pub use requirements::{requirements, Capability, DeviceExtension, EnabledExtensions, EnabledFeatures, Feature, Requirements};
+pub use sampler::{SampledView, Sampler, SamplerError, YcbcrOutput};
+pub use submit::{Completion, HostTimeline, QueueGuard, SubmitError, SubmitOptions, Submission};
+pub use transfer::{TransferError, READBACK_TIMEOUT};
 pub use validation::{ValidationLog, ValidationMessage};

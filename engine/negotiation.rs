@@ -1,85 +1,109 @@
-//! The live Vulkan device as a negotiation participant (`dmabridge negotiate --vulkan`).
+//! The live Vulkan device as a negotiation participant: the one place that turns what the
+//! device can do into a format list. The CLI (`negotiate --vulkan`), the demo's producer and
+//! consumer, and the Wayland sink all use [`Engine::participant`].
 //!
-//! What it lists is what it can share without a copy, for the usage given:
-//! - with `VK_EXT_image_drm_format_modifier`: every explicit modifier the driver accepts
-//!   for that usage and can import or export as a DMA_BUF;
-//! - without it: the implicit layout only. Such a device cannot describe or accept an
-//!   explicit layout for an image (seed 001: a party without modifier support is
-//!   implicit-only), even though its LINEAR tiling may in practice be linear; buffers it
-//!   receives with an explicit layout go through the copy path instead.
+//! The rule, for the usage given:
+//! - with `VK_EXT_image_drm_format_modifier`: the explicit modifiers the driver accepts for
+//!   that usage and can export (a producer), import (a consumer), or either;
+//! - without it there are no explicit modifiers. A producer's LINEAR tiling *is* the DRM
+//!   LINEAR layout (the image is allocated first and its row pitch read back), so a device
+//!   that can export LINEAR-tiled memory lists LINEAR and implicit. A consumer cannot state
+//!   a row pitch for an import, so it is implicit-only (seed 001: a party without modifier
+//!   support); buffers it receives go through the buffer-copy path.
+//! - A consumer that accepts copying (`copy_import`) also lists LINEAR for every format the
+//!   buffer-copy import takes: a copy, not zero-copy, and said so by the import's path.
 
 use ash::vk;
-use dmabridge_interop::negotiate::{Participant, Usage as NegotiationUsage};
-use dmabridge_interop::{Format, FormatSet, Layout};
+use dmabridge_interop::negotiate::Participant;
+use dmabridge_interop::{Format, FormatSet, Fourcc, Layout, Modifier};
 
-use crate::caps::{CapsError, CapsQuery, Usage};
+use crate::caps::{CapsError, CapsQuery};
+use crate::usage::negotiation_usage;
 use crate::vk_format::{Mapping, VK_FORMAT_TABLE};
 use crate::Engine;
 
-/// Why the device could not be described as a participant.
-#[derive(Debug, thiserror::Error)]
-pub enum VulkanParticipantError {
-    #[error("unknown usage {0:?}: expected sampled, storage, color-attachment, transfer-src, transfer-dst (or sample, render)")]
-    UnknownUsage(String),
-    #[error(transparent)]
-    Caps(#[from] CapsError),
+/// Which way buffers go between the device and the other parties.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// The device writes the buffers and exports them.
+    Export,
+    /// The device imports buffers others wrote.
+    Import,
+    /// Either (a report of what the device shares at all).
+    Both,
 }
 
-/// Vulkan image usage and the negotiation's usage for `sampled+color-attachment`-style text.
-fn parse_usage(text: &str) -> Result<(vk::ImageUsageFlags, NegotiationUsage), VulkanParticipantError> {
-    let mut flags = vk::ImageUsageFlags::empty();
-    let mut usage = NegotiationUsage::NONE;
-    for word in text.split('+').filter(|w| !w.is_empty()) {
-        let (f, u) = match word {
-            "sample" | "sampled" => (Usage::Sampled.flags(), NegotiationUsage::SAMPLE),
-            "render" | "color-attachment" => (Usage::ColorAttachment.flags(), NegotiationUsage::RENDER),
-            "storage" => (Usage::Storage.flags(), NegotiationUsage::RENDER),
-            "transfer-src" => (Usage::TransferSrc.flags(), NegotiationUsage::NONE),
-            "transfer-dst" => (Usage::TransferDst.flags(), NegotiationUsage::NONE),
-            other => return Err(VulkanParticipantError::UnknownUsage(other.to_owned())),
-        };
-        flags |= f;
-        usage = usage.union(u);
+/// What [`Engine::participant`] describes.
+#[derive(Debug, Clone)]
+pub struct ParticipantRequest<'a> {
+    pub name: &'a str,
+    /// How the device uses the images.
+    pub usage: vk::ImageUsageFlags,
+    pub direction: Direction,
+    /// The formats to consider, in order of preference; `None`: every format of the table
+    /// whose memory is the fourcc's own (not a swizzled alias).
+    pub fourccs: Option<&'a [Fourcc]>,
+    /// A consumer that accepts the buffer-copy import also lists LINEAR.
+    pub copy_import: bool,
+}
+
+impl<'a> ParticipantRequest<'a> {
+    pub fn new(name: &'a str, usage: vk::ImageUsageFlags, direction: Direction) -> Self {
+        ParticipantRequest { name, usage, direction, fourccs: None, copy_import: false }
     }
-    if flags.is_empty() {
-        return Err(VulkanParticipantError::UnknownUsage(text.to_owned()));
-    }
-    Ok((flags, usage))
 }
 
 impl Engine {
-    /// This device as participant `name`, for the `+`-separated `usage`.
-    pub fn participant(&self, name: &str, usage: &str) -> Result<Participant, VulkanParticipantError> {
-        let (flags, negotiation_usage) = parse_usage(usage)?;
-        let mut formats = FormatSet::new();
-        // Only formats whose memory is the fourcc's own (not a swizzled alias) are offered:
-        // a peer reading the buffer must see the bytes the fourcc promises.
-        for entry in VK_FORMAT_TABLE.iter().filter(|e| e.mapping != Mapping::ChromaSwapped) {
-            let caps = self.query_caps(&CapsQuery::new(entry.fourcc, flags))?;
-            if !self.has_modifiers() {
-                if caps.modifiers.iter().any(|m| m.supported() && (m.importable || m.exportable)) {
-                    formats.insert(Format { fourcc: entry.fourcc, layout: Layout::Implicit });
-                }
-                continue;
+    /// This device as a negotiation participant: see the module docs for the rule.
+    pub fn participant(&self, req: &ParticipantRequest<'_>) -> Result<Participant, CapsError> {
+        let all: Vec<Fourcc>;
+        let fourccs = match req.fourccs {
+            Some(f) => f,
+            None => {
+                // A peer reading the buffer must see the bytes the fourcc promises.
+                all = VK_FORMAT_TABLE.iter().filter(|e| e.mapping != Mapping::ChromaSwapped).map(|e| e.fourcc).collect();
+                &all
             }
-            for m in caps.modifiers.iter().filter(|m| m.can_import() || m.can_export()) {
-                formats.insert(Format::explicit(entry.fourcc, m.modifier));
+        };
+        let mut formats = FormatSet::new();
+        for &fourcc in fourccs {
+            let caps = self.query_caps(&CapsQuery::new(fourcc, req.usage))?;
+            let wanted = |m: &crate::caps::ModifierCaps| match req.direction {
+                Direction::Export => m.can_export(),
+                Direction::Import => m.can_import(),
+                Direction::Both => m.can_import() || m.can_export(),
+            };
+            if self.has_modifiers() {
+                formats.extend(caps.modifiers.iter().filter(|m| wanted(m)).map(|m| Format::explicit(fourcc, m.modifier)));
+            } else if let Some(linear) = caps.get(Modifier::LINEAR).filter(|m| wanted(m)) {
+                // Only memory the device allocated has a known row pitch.
+                if req.direction != Direction::Import && linear.can_export() {
+                    formats.insert(Format::linear(fourcc));
+                }
+                formats.insert(Format { fourcc, layout: Layout::Implicit });
+            }
+            if req.copy_import && self.copy_import_possible(fourcc, req.usage) {
+                formats.insert(Format::linear(fourcc));
             }
         }
-        Ok(Participant::new(name, formats).with_usage(negotiation_usage))
+        tracing::debug!(name = req.name, ?formats, "the device as a participant");
+        Ok(Participant::new(req.name, formats).with_usage(negotiation_usage(req.usage)))
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn usage_words() {
-        let (f, _) = parse_usage("sampled+color-attachment").unwrap();
-        assert_eq!(f, vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::COLOR_ATTACHMENT);
-        assert_eq!(parse_usage("render").unwrap().0, vk::ImageUsageFlags::COLOR_ATTACHMENT);
-        assert!(parse_usage("scanout").is_err());
-        assert!(parse_usage("").is_err());
+    /// Whether the buffer-copy import takes `fourcc` for `usage` (an optimal image of it).
+    fn copy_import_possible(&self, fourcc: Fourcc, usage: vk::ImageUsageFlags) -> bool {
+        let Some(entry) = crate::vk_format::to_vk(fourcc) else { return false };
+        // SAFETY: plain query of this engine's physical device.
+        unsafe {
+            self.instance().get_physical_device_image_format_properties(
+                self.physical_device(),
+                entry.vk_format,
+                vk::ImageType::TYPE_2D,
+                vk::ImageTiling::OPTIMAL,
+                usage | vk::ImageUsageFlags::TRANSFER_DST,
+                vk::ImageCreateFlags::empty(),
+            )
+        }
+        .is_ok()
     }
 }

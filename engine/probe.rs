@@ -3,12 +3,14 @@
 //! The JSON shape is a contract other tools read (see the README). Every usage key is
 //! present for every modifier, and `modifier` is always `0x` plus 16 hex digits.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use ash::vk;
 use dmabridge_interop::Modifier;
 
-use crate::caps::{CapsError, CapsQuery, CapsSource, Usage};
+use crate::caps::{CapsError, CapsQuery, CapsSource};
+use crate::usage::IMAGE_USAGES;
 use crate::vk_format::{vk_format_name, VK_FORMAT_TABLE};
 use crate::Engine;
 
@@ -44,7 +46,8 @@ pub struct ProbeModifier {
     pub modifier: String,
     pub name: String,
     pub plane_count: u32,
-    pub usages: ProbeUsages,
+    /// Per usage name ([`IMAGE_USAGES`]): whether that use can import and export.
+    pub usages: BTreeMap<String, Support>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
@@ -56,50 +59,16 @@ pub struct Support {
     pub max_extent: Option<[u32; 2]>,
 }
 
-#[derive(Debug, Clone, Copy, Default, serde::Serialize)]
-pub struct ProbeUsages {
-    pub sampled: Support,
-    pub storage: Support,
-    #[serde(rename = "color-attachment")]
-    pub color_attachment: Support,
-    #[serde(rename = "transfer-src")]
-    pub transfer_src: Support,
-    #[serde(rename = "transfer-dst")]
-    pub transfer_dst: Support,
-}
-
-impl ProbeUsages {
-    pub fn get(&self, u: Usage) -> Support {
-        match u {
-            Usage::Sampled => self.sampled,
-            Usage::Storage => self.storage,
-            Usage::ColorAttachment => self.color_attachment,
-            Usage::TransferSrc => self.transfer_src,
-            Usage::TransferDst => self.transfer_dst,
-        }
-    }
-
-    fn get_mut(&mut self, u: Usage) -> &mut Support {
-        match u {
-            Usage::Sampled => &mut self.sampled,
-            Usage::Storage => &mut self.storage,
-            Usage::ColorAttachment => &mut self.color_attachment,
-            Usage::TransferSrc => &mut self.transfer_src,
-            Usage::TransferDst => &mut self.transfer_dst,
-        }
-    }
-}
-
-/// Probes every format of the VkFormat table for every [`Usage`], with `create` flags and
-/// the DMA_BUF handle type.
+/// Probes every format of the VkFormat table for every usage of [`IMAGE_USAGES`], with
+/// `create` flags and the DMA_BUF handle type.
 pub fn probe(engine: &Engine, create: vk::ImageCreateFlags) -> Result<ProbeReport, CapsError> {
     let info = engine.info();
     let mut formats = Vec::with_capacity(VK_FORMAT_TABLE.len());
     for entry in VK_FORMAT_TABLE {
         let mut modifiers: Vec<ProbeModifier> = Vec::new();
         let mut source = CapsSource::LinearTiling;
-        for usage in Usage::ALL {
-            let caps = engine.query_caps(&CapsQuery::new(entry.fourcc, usage.flags()).with_create(create))?;
+        for (usage, flags) in IMAGE_USAGES {
+            let caps = engine.query_caps(&CapsQuery::new(entry.fourcc, flags).with_create(create))?;
             source = caps.source;
             for m in &caps.modifiers {
                 let row = match modifiers.iter_mut().position(|p| p.modifier == m.modifier.to_hex()) {
@@ -109,17 +78,17 @@ pub fn probe(engine: &Engine, create: vk::ImageCreateFlags) -> Result<ProbeRepor
                             modifier: m.modifier.to_hex(),
                             name: m.modifier.display_name(),
                             plane_count: m.plane_count,
-                            usages: ProbeUsages::default(),
+                            usages: IMAGE_USAGES.iter().map(|(n, _)| ((*n).to_owned(), Support::default())).collect(),
                         });
                         let last = modifiers.len() - 1;
                         &mut modifiers[last]
                     }
                 };
-                *row.usages.get_mut(usage) = Support {
+                row.usages.insert(usage.to_owned(), Support {
                     import: m.can_import(),
                     export: m.can_export(),
                     max_extent: m.supported().then(|| m.limits.map(|l| [l.max_extent.width, l.max_extent.height])).flatten(),
-                };
+                });
             }
         }
         formats.push(ProbeFormat {
@@ -170,21 +139,21 @@ impl ProbeReport {
                 continue;
             }
             let _ = write!(out, "  {:<name_w$}  planes", "modifier");
-            for u in Usage::ALL {
-                let _ = write!(out, "  {}", u.name());
+            for (u, _) in IMAGE_USAGES {
+                let _ = write!(out, "  {u}");
             }
             let _ = writeln!(out);
             for m in &f.modifiers {
                 let _ = write!(out, "  {:<name_w$}  {:<6}", m.name, m.plane_count);
-                for u in Usage::ALL {
-                    let s = m.usages.get(u);
+                for (u, _) in IMAGE_USAGES {
+                    let s = m.usages.get(u).copied().unwrap_or_default();
                     let cell = match (s.import, s.export) {
                         (true, true) => "IE",
                         (true, false) => "I",
                         (false, true) => "E",
                         (false, false) => "-",
                     };
-                    let _ = write!(out, "  {:<w$}", cell, w = u.name().len());
+                    let _ = write!(out, "  {:<w$}", cell, w = u.len());
                 }
                 let _ = writeln!(out);
             }

@@ -5,8 +5,8 @@
 //! [`dmabridge_interop::tiling::gpu`] documents the bindings and the dispatch of each shader.
 
 pub use dmabridge_interop::tiling::gpu::{
-    detile_plane, group_counts, plane_dispatches, rgba_to_nv12_dispatch, tile_plane, yuv_to_rgba_dispatch,
-    ColourPushConstants, Dispatch, GpuParamError, TilePushConstants, LOCAL_SIZE,
+    detile_plane, group_counts, plane_dispatches, rgba_to_nv12_dispatch, tile_plane, yuv_to_rgba_dispatch, ColourPushConstants,
+    Dispatch, GpuParamError, TilePushConstants, LOCAL_SIZE,
 };
 
 /// SPIR-V of `shaders/tile.comp` (tiled <-> linear, one plane per dispatch), as bytes.
@@ -15,16 +15,10 @@ pub static TILE_SPV: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/tile.spv"
 /// SPIR-V of `shaders/colour.comp` (NV12/P010 -> RGBA8, RGBA8 -> NV12), as bytes.
 pub static COLOUR_SPV: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/colour.spv"));
 
-/// The words of a SPIR-V module, for `vk::ShaderModuleCreateInfo::code`. `read_spv`
-/// copies into an aligned `Vec<u32>` (an embedded `&[u8]` has no 4-byte alignment
-/// guarantee) and checks the magic number and length.
-pub fn spirv_words(spv: &[u8]) -> std::io::Result<Vec<u32>> {
-    ash::util::read_spv(&mut std::io::Cursor::new(spv))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::compute::spirv_words;
 
     #[test]
     fn embedded_modules_are_spirv() {

@@ -123,6 +123,13 @@ pub(crate) struct Messenger {
     log: *mut ValidationLog,
 }
 
+// SAFETY: `log` points to a `ValidationLog` (an `Arc<Mutex<..>>` and an `Arc<AtomicBool>`,
+// both thread-safe) that only the callback reads and only `drop` frees; the loader handle
+// and messenger are plain Vulkan handles, which may be used from any thread.
+unsafe impl Send for Messenger {}
+// SAFETY: as above; `&Messenger` exposes nothing.
+unsafe impl Sync for Messenger {}
+
 impl Messenger {
     pub(crate) fn create_info(
         log: *mut ValidationLog,

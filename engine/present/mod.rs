@@ -7,9 +7,9 @@
 //! render pass, pipelines, command pool and sync objects. The window belongs to the host
 //! (it is given as `raw-window-handle` handles and must outlive the presenter), and so may
 //! the device: the presenter works on any [`Engine`], owned or embedded
-//! ([`Engine::from_host`]), uses the engine's queue only through its lock, and never waits
-//! for the whole device (it waits for its own fence, or for the queue it shares when it
-//! replaces a swapchain).
+//! ([`Engine::from_host`]), submits through the engine (pooled command buffers, its
+//! timeline), uses the queue only through its lock, and never waits for the whole device
+//! (it waits for the queue it shares only when it replaces a swapchain).
 //!
 //! # Frames faster or slower than the display
 //! - [`PresentModePolicy::LowLatency`] (the default) takes `MAILBOX` where the surface offers
@@ -21,8 +21,10 @@
 //! - Either way no call blocks forever on the display: acquiring an image waits at most
 //!   [`PresenterOptions::acquire_timeout`], after which the frame is skipped
 //!   ([`PresentOutcome::Skipped`] with [`SkipReason::AcquireTimeout`]) and the caller goes on.
-//!   [`Presenter::present`] then waits for the GPU to finish *drawing* (never for the
-//!   display), so the caller may reuse or drop the frame as soon as it returns.
+//!   [`Presenter::present`] does not wait for the draw either: it records the frame's
+//!   acquisition and release with the draw, and returns the draw's [`Completion`]; the
+//!   frame (and its view) stay alive until that point. When every in-flight slot is still
+//!   drawing, the frame is skipped ([`SkipReason::GpuBusy`]) rather than waited for.
 //! - A producer slower than the display needs nothing: the last presented image stays on
 //!   screen. Call [`Presenter::present`] again after [`Presenter::resize`] or an expose.
 //!
@@ -62,8 +64,11 @@ use dmabridge_interop::{format_info, Fourcc, Layout};
 use raw_window_handle::{RawDisplayHandle, RawWindowHandle};
 
 use crate::caps::CapsQuery;
-use crate::commands::image_barrier;
-use crate::import::{full_aspect, ImportPath, ImportedImage};
+use crate::error::{VkError, VkResultExt};
+use crate::image::ImageAccess;
+use crate::import::{ImportPath, ImportedImage};
+use crate::requirements::Capability;
+use crate::submit::{Completion, Garbage, SubmitError, SubmitOptions};
 use crate::vk_format::{self, Mapping};
 use crate::Engine;
 
@@ -139,14 +144,17 @@ pub enum SkipReason {
     /// The swapchain went out of date twice in a row (a resize in progress); it will be
     /// replaced on the next call.
     OutOfDate,
+    /// Every in-flight draw slot is still drawing earlier frames: the GPU is behind.
+    GpuBusy,
 }
 
 /// What [`Presenter::present`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PresentOutcome {
-    /// The frame was drawn and queued for presentation. `suboptimal`: the swapchain no
-    /// longer matches the surface exactly and is replaced on the next call.
-    Presented { suboptimal: bool },
+    /// The frame's draw was submitted and queued for presentation; the GPU is done reading
+    /// the frame at `drawn`. `suboptimal`: the swapchain no longer matches the surface
+    /// exactly and is replaced on the next call.
+    Presented { suboptimal: bool, drawn: Completion },
     Skipped(SkipReason),
 }
 
@@ -194,7 +202,7 @@ pub fn fit_rect(frame: (u32, u32), target: (u32, u32)) -> Rect {
 pub enum PresentError {
     #[error("this window system is not supported by ash-window/Vulkan: {0}")]
     UnsupportedWindowSystem(vk::Result),
-    #[error("the device was created without VK_KHR_swapchain (add Presenter::required_device_extensions())")]
+    #[error("the device was created without VK_KHR_swapchain (EngineOptions::present, or enable it on the host's device)")]
     NoSwapchainExtension,
     #[error("queue family {0} of the engine cannot present to this window's surface")]
     NoPresentSupport(u32),
@@ -208,22 +216,20 @@ pub enum PresentError {
     NotSampleable { fourcc: Fourcc, format: vk::Format },
     #[error("the frame was imported without VK_IMAGE_USAGE_SAMPLED_BIT; import it with SAMPLED to present it")]
     FrameNotSampled,
-    #[error("{0} needs VkSamplerYcbcrConversion, which the device does not support")]
-    NoYcbcrConversion(Fourcc),
+    #[error("{0} needs VkSamplerYcbcrConversion, which the device does not have enabled ({1} capability)")]
+    NoYcbcrConversion(Fourcc, Capability),
     #[error("the frame belongs to a different engine than the presenter")]
     ForeignFrame,
     #[error("cannot load the presenter's SPIR-V: {0}")]
     Shader(std::io::Error),
     #[error(transparent)]
     Caps(#[from] crate::caps::CapsError),
-    #[error("{call} failed: {result}")]
-    Vk { call: &'static str, result: vk::Result },
+    #[error(transparent)]
+    Vk(#[from] VkError),
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
     #[error("internal error: {0}")]
     Internal(&'static str),
-}
-
-fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> PresentError {
-    move |result| PresentError::Vk { call, result }
 }
 
 /// The instance extensions a presenter for a window on `display` needs (the surface
@@ -241,29 +247,26 @@ pub fn required_instance_extensions(display: RawDisplayHandle) -> Result<Vec<CSt
         .collect())
 }
 
-/// The device extensions a presenter needs; pass them in
-/// [`crate::EngineOptions::device_extensions`] (a host device must have enabled them).
+/// The device extensions a presenter needs (what [`Capability::Present`] lists); a host
+/// device must have enabled them. [`crate::EngineOptions::present`] enables them.
 pub fn required_device_extensions() -> Vec<CString> {
-    vec![ash::khr::swapchain::NAME.to_owned()]
+    Capability::Present.device_extensions().iter().map(|e| e.name().to_owned()).collect()
 }
 
-/// The frame's image view, destroyed on drop (after the draw that used it finished).
-struct FrameView<'a> {
-    device: &'a ash::Device,
-    view: vk::ImageView,
+/// An acquire semaphore and the point its last waiting submission completes at: it may be
+/// handed to `vkAcquireNextImageKHR` again only after that (VUID-vkAcquireNextImageKHR-semaphore-01779).
+struct AcquireSlot {
+    semaphore: vk::Semaphore,
+    last_wait: Option<Completion>,
 }
 
-impl Drop for FrameView<'_> {
-    fn drop(&mut self) {
-        // SAFETY: the presenter drops the view only after waiting for the fence of the
-        // submission that used it, or when nothing was submitted (VUID-vkDestroyImageView-imageView-01026).
-        unsafe { self.device.destroy_image_view(self.view, None) };
-    }
-}
+/// Acquire semaphores the presenter keeps at most (frames in flight + the one acquiring).
+const MAX_ACQUIRE_SLOTS: usize = 4;
 
-/// Draws imported frames into a host-owned window. See the module docs.
-pub struct Presenter<'e> {
-    engine: &'e Engine,
+/// Draws imported frames into a host-owned window. See the module docs. `Send`; not
+/// `Sync` (presenting takes `&mut self`).
+pub struct Presenter {
+    engine: Engine,
     surface_fn: ash::khr::surface::Instance,
     swapchain_fn: ash::khr::swapchain::Device,
     surface: vk::SurfaceKHR,
@@ -272,17 +275,16 @@ pub struct Presenter<'e> {
     options: PresenterOptions,
     render_pass: vk::RenderPass,
     pipelines: Option<Pipelines>,
-    pool: vk::CommandPool,
-    cmd: vk::CommandBuffer,
-    fence: vk::Fence,
-    acquired: vk::Semaphore,
+    acquire_slots: Vec<AcquireSlot>,
+    /// The last draw submitted: swapchain replacement and teardown wait for it.
+    last_draw: Option<Completion>,
     chain: Option<Chain>,
     window_size: (u32, u32),
     needs_recreate: bool,
     stats: PresenterStats,
 }
 
-impl<'e> Presenter<'e> {
+impl Presenter {
     /// Creates a surface for the host's window and everything needed to draw into it. The
     /// swapchain is made on the first [`Presenter::present`].
     ///
@@ -295,7 +297,7 @@ impl<'e> Presenter<'e> {
     /// - the engine's instance was created with [`required_instance_extensions`] for
     ///   this display.
     pub unsafe fn new(
-        engine: &'e Engine,
+        engine: &Engine,
         display: RawDisplayHandle,
         window: RawWindowHandle,
         size: (u32, u32),
@@ -317,10 +319,10 @@ impl<'e> Presenter<'e> {
         let surface = unsafe { ash_window::create_surface(engine.entry(), engine.instance(), display, window, None) }
             .map_err(|result| match result {
                 vk::Result::ERROR_EXTENSION_NOT_PRESENT => PresentError::UnsupportedWindowSystem(result),
-                result => PresentError::Vk { call: "vkCreate*SurfaceKHR", result },
+                result => VkError { call: "vkCreate*SurfaceKHR", result }.into(),
             })?;
         let mut p = Presenter {
-            engine,
+            engine: engine.clone(),
             surface_fn,
             swapchain_fn,
             surface,
@@ -329,10 +331,8 @@ impl<'e> Presenter<'e> {
             options,
             render_pass: vk::RenderPass::null(),
             pipelines: None,
-            pool: vk::CommandPool::null(),
-            cmd: vk::CommandBuffer::null(),
-            fence: vk::Fence::null(),
-            acquired: vk::Semaphore::null(),
+            acquire_slots: Vec::new(),
+            last_draw: None,
             chain: None,
             window_size: size,
             needs_recreate: true,
@@ -350,40 +350,26 @@ impl<'e> Presenter<'e> {
     }
 
     fn init(&mut self) -> Result<(), PresentError> {
-        let engine = self.engine;
+        let engine = self.engine.clone();
         let device = engine.device();
         let pd = engine.physical_device();
         // SAFETY: the surface and physical device belong to this instance
         // (VUID-vkGetPhysicalDeviceSurfaceSupportKHR-queueFamilyIndex-01269: the family exists).
         let supported = unsafe { self.surface_fn.get_physical_device_surface_support(pd, engine.queue_family(), self.surface) }
-            .map_err(vk_err("vkGetPhysicalDeviceSurfaceSupportKHR"))?;
+            .vk("vkGetPhysicalDeviceSurfaceSupportKHR")?;
         if !supported {
             return Err(PresentError::NoPresentSupport(engine.queue_family()));
         }
         // SAFETY: as above.
         let formats = unsafe { self.surface_fn.get_physical_device_surface_formats(pd, self.surface) }
-            .map_err(vk_err("vkGetPhysicalDeviceSurfaceFormatsKHR"))?;
+            .vk("vkGetPhysicalDeviceSurfaceFormatsKHR")?;
         self.format = choose_surface_format(&formats).ok_or(PresentError::NoSurfaceFormat)?;
         // SAFETY: as above.
         let modes = unsafe { self.surface_fn.get_physical_device_surface_present_modes(pd, self.surface) }
-            .map_err(vk_err("vkGetPhysicalDeviceSurfacePresentModesKHR"))?;
+            .vk("vkGetPhysicalDeviceSurfacePresentModesKHR")?;
         self.present_mode = choose_present_mode(self.options.present_mode, &modes);
         self.render_pass = pipeline::create_render_pass(device, self.format.format)?;
         self.pipelines = Some(Pipelines::new(device)?);
-        let pool_info = vk::CommandPoolCreateInfo::default().queue_family_index(engine.queue_family());
-        // SAFETY: the engine's queue family exists on its device.
-        self.pool = unsafe { device.create_command_pool(&pool_info, None) }.map_err(vk_err("vkCreateCommandPool"))?;
-        let alloc = vk::CommandBufferAllocateInfo::default()
-            .command_pool(self.pool)
-            .level(vk::CommandBufferLevel::PRIMARY)
-            .command_buffer_count(1);
-        // SAFETY: the pool belongs to this device.
-        self.cmd = unsafe { device.allocate_command_buffers(&alloc) }.map_err(vk_err("vkAllocateCommandBuffers"))?[0];
-        // SAFETY: plain object creation on a valid device.
-        self.fence = unsafe { device.create_fence(&vk::FenceCreateInfo::default(), None) }.map_err(vk_err("vkCreateFence"))?;
-        // SAFETY: as above.
-        self.acquired = unsafe { device.create_semaphore(&vk::SemaphoreCreateInfo::default(), None) }
-            .map_err(vk_err("vkCreateSemaphore"))?;
         Ok(())
     }
 
@@ -413,11 +399,13 @@ impl<'e> Presenter<'e> {
     }
 
     /// Draws `frame` fitted into the window and queues it for presentation. Returns once
-    /// the GPU has finished reading the frame (never waiting on the display for longer
-    /// than the acquire timeout). The frame must come from this presenter's engine and
-    /// have been imported with `VK_IMAGE_USAGE_SAMPLED_BIT`.
-    pub fn present(&mut self, frame: &ImportedImage<'_>, opts: &FrameOptions) -> Result<PresentOutcome, PresentError> {
-        if !std::ptr::eq(frame.engine(), self.engine) {
+    /// the draw is submitted (never waiting on the display for longer than the acquire
+    /// timeout, nor on the GPU): [`PresentOutcome::Presented`] says when the GPU is done
+    /// reading the frame. The frame is acquired from its producer and released back within
+    /// the draw's commands. It must come from this presenter's engine and have been
+    /// imported with `VK_IMAGE_USAGE_SAMPLED_BIT`.
+    pub fn present(&mut self, frame: &ImportedImage, opts: &FrameOptions) -> Result<PresentOutcome, PresentError> {
+        if frame.engine().device().handle() != self.engine.device().handle() {
             return Err(PresentError::ForeignFrame);
         }
         if !frame.usage().contains(vk::ImageUsageFlags::SAMPLED) {
@@ -426,57 +414,78 @@ impl<'e> Presenter<'e> {
         if self.window_size.0 == 0 || self.window_size.1 == 0 {
             return Ok(self.skip(SkipReason::ZeroSizedWindow));
         }
-        let engine = self.engine;
+        let engine = self.engine.clone();
         let device = engine.device();
-        let entry = vk_format::to_vk(frame.fourcc()).ok_or(PresentError::UnknownFourcc(frame.fourcc()))?;
         let key = self.frame_key(frame, opts)?;
         let pipelines = self.pipelines.as_mut().ok_or(PresentError::Internal("presenter without pipelines"))?;
         let p = pipelines.get(device, self.render_pass, key)?;
-        let (pipeline, layout, set, conversion) = (p.pipeline, p.layout, p.set, p.conversion);
+        let (pipeline, layout, conversion) = (p.pipeline, p.layout, p.conversion);
+        let Some((set_index, set)) = p.free_set(&engine) else {
+            return Ok(self.skip(SkipReason::GpuBusy));
+        };
+        let Some(slot) = self.free_acquire_slot()? else {
+            return Ok(self.skip(SkipReason::GpuBusy));
+        };
+        let acquired = self.acquire_slots[slot].semaphore;
 
         // Everything that can fail is done before an image is acquired, so that an acquired
         // image (and its signalled semaphore) is always consumed by a submission.
         let view = self.frame_view(frame, conversion)?;
-        let image_info = [vk::DescriptorImageInfo {
-            sampler: vk::Sampler::null(),
-            image_view: view.view,
-            image_layout: vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL,
-        }];
+        let image_info =
+            [vk::DescriptorImageInfo { sampler: vk::Sampler::null(), image_view: view, image_layout: vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL }];
         let write = vk::WriteDescriptorSet::default()
             .dst_set(set)
             .dst_binding(0)
             .descriptor_type(vk::DescriptorType::COMBINED_IMAGE_SAMPLER)
             .image_info(&image_info);
-        // SAFETY: the set is not in use (the previous draw's fence was waited for); the view
+        // SAFETY: the set is not in use (its last draw's point is reached: free_set); the view
         // carries the same YCbCr conversion as the immutable sampler
         // (VUID-VkWriteDescriptorSet-descriptorType-01948) and the binding's sampler is
         // immutable, so `sampler` is ignored (VUID-VkWriteDescriptorSet-descriptorType-02752).
         unsafe { device.update_descriptor_sets(&[write], &[]) };
 
         let mut retried = false;
-        let (index, acquire_suboptimal) = loop {
-            if !self.ensure_chain()? {
+        let acquire = loop {
+            let made = match self.ensure_chain() {
+                Ok(made) => made,
+                Err(e) => {
+                    engine.shared().retire(Vec::new(), vec![Garbage::ImageView(view)]);
+                    return Err(e);
+                }
+            };
+            if !made {
+                engine.shared().retire(Vec::new(), vec![Garbage::ImageView(view)]);
                 return Ok(self.skip(SkipReason::ZeroSizedWindow));
             }
             let chain = self.chain.as_ref().ok_or(PresentError::Internal("no swapchain after ensure_chain"))?;
             let timeout = u64::try_from(self.options.acquire_timeout.as_nanos()).unwrap_or(u64::MAX - 1);
-            // SAFETY: the swapchain is current (not retired), the semaphore is unsignalled with
-            // no pending operation (each acquire's signal was waited for by the submission
-            // that followed it, and that submission's fence was waited for)
-            // (VUID-vkAcquireNextImageKHR-semaphore-01286, -swapchain-01675); the timeout is
-            // finite, so this never blocks forever.
-            match unsafe { self.swapchain_fn.acquire_next_image(chain.swapchain, timeout, self.acquired, vk::Fence::null()) } {
-                Ok(r) => break r,
-                Err(vk::Result::ERROR_OUT_OF_DATE_KHR) => {
+            // SAFETY: the swapchain is current (not retired); the semaphore is unsignalled with
+            // no pending operation (its last waiting submission is complete: free_acquire_slot)
+            // (VUID-vkAcquireNextImageKHR-semaphore-01286, -01779, -swapchain-01675); the
+            // timeout is finite, so this never blocks forever.
+            let r = unsafe { self.swapchain_fn.acquire_next_image(chain.swapchain, timeout, acquired, vk::Fence::null()) };
+            match r {
+                Ok(r) => break Ok(r),
+                Err(vk::Result::ERROR_OUT_OF_DATE_KHR) if !retried => {
                     self.needs_recreate = true;
-                    if retried {
-                        return Ok(self.skip(SkipReason::OutOfDate));
-                    }
                     retried = true;
                 }
-                Err(vk::Result::TIMEOUT | vk::Result::NOT_READY) => return Ok(self.skip(SkipReason::AcquireTimeout)),
-                Err(vk::Result::ERROR_SURFACE_LOST_KHR) => return Err(PresentError::SurfaceLost),
-                Err(result) => return Err(PresentError::Vk { call: "vkAcquireNextImageKHR", result }),
+                Err(e) => break Err(e),
+            }
+        };
+        let (index, acquire_suboptimal) = match acquire {
+            Ok(r) => r,
+            Err(result) => {
+                engine.shared().retire(Vec::new(), vec![Garbage::ImageView(view)]);
+                return match result {
+                    vk::Result::ERROR_OUT_OF_DATE_KHR => {
+                        self.needs_recreate = true;
+                        Ok(self.skip(SkipReason::OutOfDate))
+                    }
+                    vk::Result::TIMEOUT | vk::Result::NOT_READY => Ok(self.skip(SkipReason::AcquireTimeout)),
+                    vk::Result::ERROR_SURFACE_LOST_KHR => Err(PresentError::SurfaceLost),
+                    result => Err(VkError { call: "vkAcquireNextImageKHR", result }.into()),
+                };
             }
         };
         let chain = self.chain.as_ref().ok_or(PresentError::Internal("no swapchain after acquire"))?;
@@ -488,120 +497,76 @@ impl<'e> Presenter<'e> {
         let swapchain = chain.swapchain;
         let (fw, fh) = frame.extent();
         let rect = fit_rect((fw, fh), (extent.width, extent.height));
-
-        // The frame's barrier: first use of shared memory acquires it from the foreign
-        // queue family (as readback does); later uses only change layout.
-        let first_shared_use = frame.path() != ImportPath::BufferCopy && frame.current_layout() == vk::ImageLayout::UNDEFINED;
-        let mut barrier = image_barrier(
-            frame.image(),
-            full_aspect(entry.vk_planes),
-            frame.current_layout(),
-            vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL,
-            vk::AccessFlags::MEMORY_WRITE,
-            vk::AccessFlags::SHADER_READ,
-        );
-        if first_shared_use {
-            barrier = barrier
-                .old_layout(vk::ImageLayout::GENERAL)
-                .src_access_mask(vk::AccessFlags::empty())
-                .src_queue_family_index(frame.acquire_family())
-                .dst_queue_family_index(engine.queue_family());
-        }
         let srgb_flag: u32 = u32::from(is_srgb(self.format.format));
         let [r, g, b] = self.options.letterbox;
         let clear = [vk::ClearValue { color: vk::ClearColorValue { float32: [r, g, b, 1.0] } }];
-        let cmd = self.cmd;
-        // SAFETY: the pool's only command buffer is not pending (the last submission's
-        // fence was waited for) (VUID-vkResetCommandPool-commandPool-00040).
-        unsafe { device.reset_command_pool(self.pool, vk::CommandPoolResetFlags::empty()) }
-            .map_err(vk_err("vkResetCommandPool"))?;
-        let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
-        // SAFETY: a reset command buffer of this device (VUID-vkBeginCommandBuffer-commandBuffer-00049).
-        unsafe { device.begin_command_buffer(cmd, &begin) }.map_err(vk_err("vkBeginCommandBuffer"))?;
         let pass = vk::RenderPassBeginInfo::default()
             .render_pass(self.render_pass)
             .framebuffer(framebuffer)
             .render_area(vk::Rect2D { offset: vk::Offset2D { x: 0, y: 0 }, extent })
             .clear_values(&clear);
-        let viewport = vk::Viewport {
-            x: rect.x as f32,
-            y: rect.y as f32,
-            width: rect.width as f32,
-            height: rect.height as f32,
-            min_depth: 0.0,
-            max_depth: 1.0,
+        let viewport =
+            vk::Viewport { x: rect.x as f32, y: rect.y as f32, width: rect.width as f32, height: rect.height as f32, min_depth: 0.0, max_depth: 1.0 };
+        let scissor =
+            vk::Rect2D { offset: vk::Offset2D { x: rect.x as i32, y: rect.y as i32 }, extent: vk::Extent2D { width: rect.width, height: rect.height } };
+        let mut options = SubmitOptions::default();
+        options.binary_waits.push((acquired, vk::PipelineStageFlags::COLOR_ATTACHMENT_OUTPUT));
+        options.binary_signals.push(render_finished);
+        let submitted = engine.submit(options, |cmd, until| {
+            // SAFETY: the engine's command buffer, recording, submitted on its queue with
+            // `until`; the frame is acquired for sampling in the fragment shader, the layout
+            // the descriptor names (VUID-vkCmdDraw-None-09600).
+            unsafe { frame.record_acquire(cmd, ImageAccess::SAMPLED_FRAGMENT, until) };
+            // SAFETY: recording state; the framebuffer belongs to the acquired image and the
+            // render pass; viewport and scissor lie inside the framebuffer (fit_rect stays
+            // within the extent); the pipeline's layout matches the bound set and the 4-byte
+            // push range (VUID-vkCmdPushConstants-offset-01795).
+            unsafe {
+                device.cmd_begin_render_pass(cmd, &pass, vk::SubpassContents::INLINE);
+                device.cmd_set_viewport(cmd, 0, &[viewport]);
+                device.cmd_set_scissor(cmd, 0, &[scissor]);
+                device.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::GRAPHICS, pipeline);
+                device.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::GRAPHICS, layout, 0, &[set], &[]);
+                device.cmd_push_constants(cmd, layout, vk::ShaderStageFlags::FRAGMENT, 0, &srgb_flag.to_ne_bytes());
+                device.cmd_draw(cmd, 3, 1, 0, 0);
+                device.cmd_end_render_pass(cmd);
+            }
+            // SAFETY: as above; the frame goes back to its producer once drawn.
+            unsafe { frame.record_release(cmd, ImageAccess::SAMPLED_FRAGMENT, until) };
+            Ok::<(), PresentError>(())
+        });
+        let drawn = match submitted {
+            Ok((_, s)) => s.completion(),
+            Err(e) => {
+                // The acquire semaphore's signal is pending with no wait: it can be neither
+                // reused nor destroyed (VUID-vkDestroySemaphore-semaphore-05149), so it is leaked.
+                tracing::warn!("a swapchain acquire semaphore is leaked after a failed submission");
+                self.acquire_slots.remove(slot);
+                engine.shared().retire(Vec::new(), vec![Garbage::ImageView(view)]);
+                self.needs_recreate = true;
+                return Err(e);
+            }
         };
-        let scissor = vk::Rect2D {
-            offset: vk::Offset2D { x: rect.x as i32, y: rect.y as i32 },
-            extent: vk::Extent2D { width: rect.width, height: rect.height },
-        };
-        // SAFETY: recording state; the barrier covers the frame's planes and moves it to the
-        // layout the descriptor names (VUID-vkCmdDraw-None-09600); the framebuffer belongs
-        // to the acquired image and the render pass; viewport and scissor lie inside the
-        // framebuffer (fit_rect stays within the extent); the pipeline's layout matches the
-        // bound set and the 4-byte push range (VUID-vkCmdPushConstants-offset-01795).
-        unsafe {
-            device.cmd_pipeline_barrier(
-                cmd,
-                vk::PipelineStageFlags::ALL_COMMANDS,
-                vk::PipelineStageFlags::FRAGMENT_SHADER,
-                vk::DependencyFlags::empty(),
-                &[],
-                &[],
-                &[barrier],
-            );
-            device.cmd_begin_render_pass(cmd, &pass, vk::SubpassContents::INLINE);
-            device.cmd_set_viewport(cmd, 0, &[viewport]);
-            device.cmd_set_scissor(cmd, 0, &[scissor]);
-            device.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::GRAPHICS, pipeline);
-            device.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::GRAPHICS, layout, 0, &[set], &[]);
-            device.cmd_push_constants(cmd, layout, vk::ShaderStageFlags::FRAGMENT, 0, &srgb_flag.to_ne_bytes());
-            device.cmd_draw(cmd, 3, 1, 0, 0);
-            device.cmd_end_render_pass(cmd);
+        engine.shared().retire(vec![drawn], vec![Garbage::ImageView(view)]);
+        self.acquire_slots[slot].last_wait = Some(drawn);
+        self.last_draw = Some(drawn);
+        if let Some(p) = self.pipelines.as_mut().and_then(|ps| ps.get_existing_mut(&key)) {
+            p.mark_used(set_index, drawn);
         }
-        // SAFETY: recording (VUID-vkEndCommandBuffer-commandBuffer-00059).
-        unsafe { device.end_command_buffer(cmd) }.map_err(vk_err("vkEndCommandBuffer"))?;
-
-        let waits = [self.acquired];
-        let stages = [vk::PipelineStageFlags::COLOR_ATTACHMENT_OUTPUT];
-        let cmds = [cmd];
-        let signals = [render_finished];
-        let submit = vk::SubmitInfo::default()
-            .wait_semaphores(&waits)
-            .wait_dst_stage_mask(&stages)
-            .command_buffers(&cmds)
-            .signal_semaphores(&signals);
         let swapchains = [swapchain];
         let indices = [index];
-        let present_info = vk::PresentInfoKHR::default()
-            .wait_semaphores(&signals)
-            .swapchains(&swapchains)
-            .image_indices(&indices);
+        let signals = [render_finished];
+        let present_info = vk::PresentInfoKHR::default().wait_semaphores(&signals).swapchains(&swapchains).image_indices(&indices);
         let present_result = {
-            let queue = engine.queue();
+            let queue = engine.lock_queue();
             // SAFETY: the queue is externally synchronised by the engine's lock
-            // (VUID-vkQueueSubmit-queue-parameter); the fence is unsignalled and not in use
-            // (VUID-vkQueueSubmit-fence-00063); the acquire semaphore has a pending signal and
-            // the render-finished semaphore of this image has no pending wait
-            // (VUID-vkQueueSubmit-pSignalSemaphores-00067: its last wait was by the
-            // presentation of this image, which completed before the image was acquired again).
-            unsafe { device.queue_submit(*queue, &[submit], self.fence) }.map_err(vk_err("vkQueueSubmit"))?;
-            frame.set_current_layout(vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL);
-            // SAFETY: the image was acquired from this swapchain and not yet presented
-            // (VUID-VkPresentInfoKHR-pImageIndices-01430), its layout is PRESENT_SRC_KHR at the
-            // end of the render pass, and the queue supports presentation to the surface
-            // (checked at creation) (VUID-vkQueuePresentKHR-pSwapchains-01292).
-            unsafe { self.swapchain_fn.queue_present(*queue, &present_info) }
+            // (VUID-vkQueuePresentKHR-queue-parameter); the image was acquired from this
+            // swapchain and not yet presented (VUID-VkPresentInfoKHR-pImageIndices-01430), its
+            // layout is PRESENT_SRC_KHR at the end of the render pass, the render-finished
+            // semaphore has a pending signal, and the queue supports presentation to the
+            // surface (checked at creation) (VUID-vkQueuePresentKHR-pSwapchains-01292).
+            unsafe { self.swapchain_fn.queue_present(queue.queue(), &present_info) }
         };
-        // Wait for the draw whatever presentation said: the view and the frame are in use
-        // until then. This waits for the GPU's work, not for the display.
-        // SAFETY: the fence belongs to this device and was just submitted.
-        let waited = unsafe { device.wait_for_fences(&[self.fence], true, u64::MAX) }.map_err(vk_err("vkWaitForFences"));
-        // SAFETY: the fence is signalled and no longer in use (VUID-vkResetFences-pFences-01123).
-        let reset = unsafe { device.reset_fences(&[self.fence]) }.map_err(vk_err("vkResetFences"));
-        drop(view);
-        waited?;
-        reset?;
         let outcome = match present_result {
             Ok(present_suboptimal) => {
                 let suboptimal = present_suboptimal || acquire_suboptimal;
@@ -609,17 +574,33 @@ impl<'e> Presenter<'e> {
                     self.needs_recreate = true;
                 }
                 self.stats.presented += 1;
-                PresentOutcome::Presented { suboptimal }
+                PresentOutcome::Presented { suboptimal, drawn }
             }
             Err(vk::Result::ERROR_OUT_OF_DATE_KHR) => {
                 self.needs_recreate = true;
                 self.skip(SkipReason::OutOfDate)
             }
             Err(vk::Result::ERROR_SURFACE_LOST_KHR) => return Err(PresentError::SurfaceLost),
-            Err(result) => return Err(PresentError::Vk { call: "vkQueuePresentKHR", result }),
+            Err(result) => return Err(VkError { call: "vkQueuePresentKHR", result }.into()),
         };
         tracing::trace!(?outcome, image = index, ?rect, "present");
         Ok(outcome)
+    }
+
+    /// An acquire semaphore no pending submission waits on: its index in `acquire_slots`.
+    /// `None` when all are busy and no more may be made.
+    fn free_acquire_slot(&mut self) -> Result<Option<usize>, PresentError> {
+        let engine = &self.engine;
+        if let Some(i) = self.acquire_slots.iter().position(|s| s.last_wait.map_or(true, |c| engine.is_reached(&c))) {
+            return Ok(Some(i));
+        }
+        if self.acquire_slots.len() >= MAX_ACQUIRE_SLOTS {
+            return Ok(None);
+        }
+        // SAFETY: plain object creation on a valid device.
+        let semaphore = unsafe { engine.device().create_semaphore(&vk::SemaphoreCreateInfo::default(), None) }.vk("vkCreateSemaphore")?;
+        self.acquire_slots.push(AcquireSlot { semaphore, last_wait: None });
+        Ok(Some(self.acquire_slots.len() - 1))
     }
 
     fn skip(&mut self, reason: SkipReason) -> PresentOutcome {
@@ -630,8 +611,8 @@ impl<'e> Presenter<'e> {
 
     /// The pipeline identity for `frame`: its format, YCbCr conversion and filter, from the
     /// format features of the frame's tiling.
-    fn frame_key(&self, frame: &ImportedImage<'_>, opts: &FrameOptions) -> Result<Key, PresentError> {
-        let engine = self.engine;
+    fn frame_key(&self, frame: &ImportedImage, opts: &FrameOptions) -> Result<Key, PresentError> {
+        let engine = &self.engine;
         let fourcc = frame.fourcc();
         let entry = vk_format::to_vk(fourcc).ok_or(PresentError::UnknownFourcc(fourcc))?;
         let is_yuv = format_info(fourcc).ok_or(PresentError::UnknownFourcc(fourcc))?.is_yuv;
@@ -663,8 +644,8 @@ impl<'e> Presenter<'e> {
         if !is_yuv {
             return Ok(Key { format: entry.vk_format, ycbcr: None, linear: filter_linear });
         }
-        if !self.ycbcr_supported() {
-            return Err(PresentError::NoYcbcrConversion(fourcc));
+        if !engine.has_capability(Capability::YcbcrSampling) {
+            return Err(PresentError::NoYcbcrConversion(fourcc, Capability::YcbcrSampling));
         }
         let cosited = features.contains(vk::FormatFeatureFlags::COSITED_CHROMA_SAMPLES);
         let midpoint = features.contains(vk::FormatFeatureFlags::MIDPOINT_CHROMA_SAMPLES);
@@ -689,15 +670,8 @@ impl<'e> Presenter<'e> {
         })
     }
 
-    fn ycbcr_supported(&self) -> bool {
-        let mut ycbcr = vk::PhysicalDeviceSamplerYcbcrConversionFeatures::default();
-        let mut features2 = vk::PhysicalDeviceFeatures2::default().push_next(&mut ycbcr);
-        // SAFETY: Vulkan 1.1 query with an allowed chain (VUID-VkPhysicalDeviceFeatures2-pNext-pNext).
-        unsafe { self.engine.instance().get_physical_device_features2(self.engine.physical_device(), &mut features2) };
-        ycbcr.sampler_ycbcr_conversion == vk::TRUE
-    }
-
-    fn frame_view(&self, frame: &ImportedImage<'_>, conversion: vk::SamplerYcbcrConversion) -> Result<FrameView<'e>, PresentError> {
+    /// A view of the frame with the pipeline's conversion; the caller retires it.
+    fn frame_view(&self, frame: &ImportedImage, conversion: vk::SamplerYcbcrConversion) -> Result<vk::ImageView, PresentError> {
         let device = self.engine.device();
         let mut conversion_info = vk::SamplerYcbcrConversionInfo::default().conversion(conversion);
         let mut info = vk::ImageViewCreateInfo::default()
@@ -717,8 +691,7 @@ impl<'e> Presenter<'e> {
         // SAFETY: the image was created with SAMPLED usage (checked in present) and this
         // format; a multi-planar format is viewed whole through its conversion with identity
         // swizzles (VUID-VkImageViewCreateInfo-format-06415, -pNext-01970).
-        let view = unsafe { device.create_image_view(&info, None) }.map_err(vk_err("vkCreateImageView"))?;
-        Ok(FrameView { device, view })
+        Ok(unsafe { device.create_image_view(&info, None) }.vk("vkCreateImageView")?)
     }
 
     /// Makes sure a swapchain matching the window exists. False: the window has no area.
@@ -726,16 +699,17 @@ impl<'e> Presenter<'e> {
         if self.chain.is_some() && !self.needs_recreate {
             return Ok(true);
         }
-        let engine = self.engine;
+        let engine = self.engine.clone();
         let device = engine.device();
         // Nothing of ours may be in flight when the old swapchain, its semaphores and
-        // framebuffers go: wait for the queue we share (not the whole device).
+        // framebuffers go: wait for the queue we share (not the whole device). Only on a
+        // resize or an out-of-date swapchain, never per frame.
         self.wait_queue_idle()?;
         // SAFETY: surface and physical device of this instance.
         let caps = match unsafe { self.surface_fn.get_physical_device_surface_capabilities(engine.physical_device(), self.surface) } {
             Ok(c) => c,
             Err(vk::Result::ERROR_SURFACE_LOST_KHR) => return Err(PresentError::SurfaceLost),
-            Err(result) => return Err(PresentError::Vk { call: "vkGetPhysicalDeviceSurfaceCapabilitiesKHR", result }),
+            Err(result) => return Err(VkError { call: "vkGetPhysicalDeviceSurfaceCapabilitiesKHR", result }.into()),
         };
         let extent = swapchain::choose_extent(&caps, self.window_size);
         let mut old = self.chain.take();
@@ -770,22 +744,22 @@ impl<'e> Presenter<'e> {
     }
 
     fn wait_queue_idle(&self) -> Result<(), PresentError> {
-        let queue = self.engine.queue();
+        let queue = self.engine.lock_queue();
         // SAFETY: the queue is externally synchronised by the engine's lock
         // (VUID-vkQueueWaitIdle-queue-parameter).
-        unsafe { self.engine.device().queue_wait_idle(*queue) }.map_err(vk_err("vkQueueWaitIdle"))
+        Ok(unsafe { self.engine.device().queue_wait_idle(queue.queue()) }.vk("vkQueueWaitIdle")?)
     }
 }
 
-impl Drop for Presenter<'_> {
+impl Drop for Presenter {
     fn drop(&mut self) {
-        let device = self.engine.device();
+        let engine = self.engine.clone();
+        let device = engine.device();
         if let Err(e) = self.wait_queue_idle() {
             tracing::warn!("presenter teardown: {e}");
         }
-        // SAFETY: the queue is idle and every fence waited, so nothing the presenter made is
-        // in use (VUID-vkDestroyCommandPool-commandPool-00041, VUID-vkDestroyFence-fence-01120,
-        // VUID-vkDestroySemaphore-semaphore-05149, VUID-vkDestroyRenderPass-renderPass-00873);
+        // SAFETY: the queue is idle, so nothing the presenter made is in use
+        // (VUID-vkDestroySemaphore-semaphore-05149, VUID-vkDestroyRenderPass-renderPass-00873);
         // the swapchain is destroyed before its surface (VUID-vkDestroySurfaceKHR-surface-01266).
         // Null handles (a half-made presenter) are ignored by the destroy calls.
         unsafe {
@@ -795,9 +769,9 @@ impl Drop for Presenter<'_> {
             if let Some(mut p) = self.pipelines.take() {
                 p.destroy(device);
             }
-            device.destroy_command_pool(self.pool, None);
-            device.destroy_fence(self.fence, None);
-            device.destroy_semaphore(self.acquired, None);
+            for slot in self.acquire_slots.drain(..) {
+                device.destroy_semaphore(slot.semaphore, None);
+            }
             device.destroy_render_pass(self.render_pass, None);
             self.surface_fn.destroy_surface(self.surface, None);
         }

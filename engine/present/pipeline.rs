@@ -11,6 +11,13 @@ use std::collections::HashMap;
 use ash::vk;
 
 use super::{shaders, PresentError, YcbcrMatrix, YcbcrRange};
+use crate::error::{VkError, VkResultExt};
+use crate::submit::Completion;
+use crate::Engine;
+
+/// Draws of one pipeline that may be in flight at once; a present finding every set busy
+/// skips its frame rather than wait (`SkipReason::GpuBusy`).
+pub(crate) const SETS_PER_PIPELINE: u32 = 3;
 
 /// The YCbCr half of a pipeline's identity.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -40,12 +47,24 @@ pub(crate) struct Pipeline {
     pub layout: vk::PipelineLayout,
     pub pipeline: vk::Pipeline,
     pool: vk::DescriptorPool,
-    /// The one descriptor set: rewritten before each draw, which is safe because the
-    /// presenter waits for each draw to finish before the next one is recorded.
-    pub set: vk::DescriptorSet,
+    /// Descriptor sets, each with the point its last draw completes at: a set is rewritten
+    /// only once that point is reached (VUID-vkUpdateDescriptorSets-None-03047).
+    sets: Vec<(vk::DescriptorSet, Option<Completion>)>,
 }
 
 impl Pipeline {
+    /// A set whose last draw is complete: its index and handle.
+    pub fn free_set(&self, engine: &Engine) -> Option<(usize, vk::DescriptorSet)> {
+        self.sets.iter().enumerate().find(|(_, (_, used))| used.map_or(true, |u| engine.is_reached(&u))).map(|(i, (s, _))| (i, *s))
+    }
+
+    /// Marks set `i` in use until `until`.
+    pub fn mark_used(&mut self, i: usize, until: Completion) {
+        if let Some(slot) = self.sets.get_mut(i) {
+            slot.1 = Some(until);
+        }
+    }
+
     /// # Safety
     /// Nothing that uses these objects may be pending on the GPU.
     unsafe fn destroy(&self, device: &ash::Device) {
@@ -63,10 +82,6 @@ impl Pipeline {
             }
         }
     }
-}
-
-fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> PresentError {
-    move |result| PresentError::Vk { call, result }
 }
 
 /// The render pass: clear (the letterbox colour), draw, hand the image to presentation.
@@ -99,7 +114,7 @@ pub(crate) fn create_render_pass(device: &ash::Device, format: vk::Format) -> Re
         .dependencies(&dependencies);
     // SAFETY: one colour attachment referenced by the only subpass in a valid layout
     // (VUID-VkAttachmentReference-layout-03077); the dependency names existing subpasses.
-    unsafe { device.create_render_pass(&info, None) }.map_err(vk_err("vkCreateRenderPass"))
+    Ok(unsafe { device.create_render_pass(&info, None) }.vk("vkCreateRenderPass")?)
 }
 
 /// The shader modules and every pipeline made so far, for one render pass.
@@ -116,14 +131,14 @@ impl Pipelines {
         // SAFETY: SPIR-V compiled and validated for Vulkan 1.1 by build.rs
         // (VUID-VkShaderModuleCreateInfo-pCode-08737).
         let vertex = unsafe { device.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&vert), None) }
-            .map_err(vk_err("vkCreateShaderModule"))?;
+            .vk("vkCreateShaderModule")?;
         // SAFETY: as above.
         let fragment = match unsafe { device.create_shader_module(&vk::ShaderModuleCreateInfo::default().code(&frag), None) } {
             Ok(m) => m,
             Err(result) => {
                 // SAFETY: unused module of this device.
                 unsafe { device.destroy_shader_module(vertex, None) };
-                return Err(PresentError::Vk { call: "vkCreateShaderModule", result });
+                return Err(VkError { call: "vkCreateShaderModule", result }.into());
             }
         };
         Ok(Pipelines { vertex, fragment, cache: HashMap::new() })
@@ -137,6 +152,11 @@ impl Pipelines {
             self.cache.insert(key, p);
         }
         self.cache.get(&key).ok_or(PresentError::Internal("pipeline cache lost an entry"))
+    }
+
+    /// The pipeline for `key`, if it was made.
+    pub fn get_existing_mut(&mut self, key: &Key) -> Option<&mut Pipeline> {
+        self.cache.get_mut(key)
     }
 
     /// # Safety
@@ -161,7 +181,7 @@ impl Pipelines {
             layout: vk::PipelineLayout::null(),
             pipeline: vk::Pipeline::null(),
             pool: vk::DescriptorPool::null(),
-            set: vk::DescriptorSet::null(),
+            sets: Vec::new(),
         };
         match self.fill(device, render_pass, key, &mut p) {
             Ok(()) => Ok(p),
@@ -209,7 +229,7 @@ impl Pipelines {
             // set (VUID-VkSamplerYcbcrConversionCreateInfo-chromaFilter-01657), and the
             // samplerYcbcrConversion feature is on (VUID-vkCreateSamplerYcbcrConversion-None-01648).
             p.conversion = unsafe { device.create_sampler_ycbcr_conversion(&info, None) }
-                .map_err(vk_err("vkCreateSamplerYcbcrConversion"))?;
+                .vk("vkCreateSamplerYcbcrConversion")?;
             conversion_info = conversion_info.conversion(p.conversion);
         }
         let mut sampler_info = vk::SamplerCreateInfo::default()
@@ -227,7 +247,7 @@ impl Pipelines {
         // SAFETY: with a conversion, min/mag filters equal its chromaFilter
         // (VUID-VkSamplerCreateInfo-minFilter-01645), addressing is CLAMP_TO_EDGE, anisotropy
         // and unnormalized coordinates are off (VUID-VkSamplerCreateInfo-addressModeU-01646).
-        p.sampler = unsafe { device.create_sampler(&sampler_info, None) }.map_err(vk_err("vkCreateSampler"))?;
+        p.sampler = unsafe { device.create_sampler(&sampler_info, None) }.vk("vkCreateSampler")?;
 
         let samplers = [p.sampler];
         let bindings = [vk::DescriptorSetLayoutBinding::default()
@@ -241,23 +261,24 @@ impl Pipelines {
         // (VUID-VkDescriptorSetLayoutBinding-descriptorType-00282 and the YCbCr rule in
         // VUID-VkWriteDescriptorSet-descriptorType-01946).
         p.set_layout =
-            unsafe { device.create_descriptor_set_layout(&set_info, None) }.map_err(vk_err("vkCreateDescriptorSetLayout"))?;
+            unsafe { device.create_descriptor_set_layout(&set_info, None) }.vk("vkCreateDescriptorSetLayout")?;
 
         // A multi-planar format may take up to 3 descriptors per combined image sampler
         // (combinedImageSamplerDescriptorCount); 4 covers every format in the table.
-        let sizes = [vk::DescriptorPoolSize { ty: vk::DescriptorType::COMBINED_IMAGE_SAMPLER, descriptor_count: 4 }];
-        let pool_info = vk::DescriptorPoolCreateInfo::default().max_sets(1).pool_sizes(&sizes);
+        let sizes = [vk::DescriptorPoolSize { ty: vk::DescriptorType::COMBINED_IMAGE_SAMPLER, descriptor_count: 4 * SETS_PER_PIPELINE }];
+        let pool_info = vk::DescriptorPoolCreateInfo::default().max_sets(SETS_PER_PIPELINE).pool_sizes(&sizes);
         // SAFETY: valid create info (VUID-VkDescriptorPoolCreateInfo-maxSets-00301: maxSets > 0).
-        p.pool = unsafe { device.create_descriptor_pool(&pool_info, None) }.map_err(vk_err("vkCreateDescriptorPool"))?;
-        let layouts = [p.set_layout];
+        p.pool = unsafe { device.create_descriptor_pool(&pool_info, None) }.vk("vkCreateDescriptorPool")?;
+        let layouts = [p.set_layout; SETS_PER_PIPELINE as usize];
         let alloc = vk::DescriptorSetAllocateInfo::default().descriptor_pool(p.pool).set_layouts(&layouts);
-        // SAFETY: the pool has room for one set of this layout.
-        p.set = unsafe { device.allocate_descriptor_sets(&alloc) }.map_err(vk_err("vkAllocateDescriptorSets"))?[0];
+        // SAFETY: the pool has room for SETS_PER_PIPELINE sets of this layout.
+        p.sets = unsafe { device.allocate_descriptor_sets(&alloc) }.vk("vkAllocateDescriptorSets")?.into_iter().map(|s| (s, None)).collect();
+        let layouts = [p.set_layout];
 
         let push = [vk::PushConstantRange { stage_flags: vk::ShaderStageFlags::FRAGMENT, offset: 0, size: 4 }];
         let layout_info = vk::PipelineLayoutCreateInfo::default().set_layouts(&layouts).push_constant_ranges(&push);
         // SAFETY: one set layout and a 4-byte push range within maxPushConstantsSize (>= 128).
-        p.layout = unsafe { device.create_pipeline_layout(&layout_info, None) }.map_err(vk_err("vkCreatePipelineLayout"))?;
+        p.layout = unsafe { device.create_pipeline_layout(&layout_info, None) }.vk("vkCreatePipelineLayout")?;
 
         let stages = [
             vk::PipelineShaderStageCreateInfo::default()
@@ -303,7 +324,7 @@ impl Pipelines {
         // VUID-VkGraphicsPipelineCreateInfo-layout-07988, -07990); viewport and scissor are
         // dynamic with count 1; the render pass has subpass 0 with one colour attachment.
         let pipelines = unsafe { device.create_graphics_pipelines(vk::PipelineCache::null(), &[info], None) }
-            .map_err(|(_, result)| PresentError::Vk { call: "vkCreateGraphicsPipelines", result })?;
+            .vk("vkCreateGraphicsPipelines")?;
         p.pipeline = pipelines.first().copied().ok_or(PresentError::Internal("vkCreateGraphicsPipelines returned nothing"))?;
         Ok(())
     }

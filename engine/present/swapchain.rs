@@ -4,9 +4,7 @@ use ash::vk;
 
 use super::PresentError;
 
-fn vk_err(call: &'static str) -> impl FnOnce(vk::Result) -> PresentError {
-    move |result| PresentError::Vk { call, result }
-}
+use crate::error::VkResultExt;
 
 /// One swapchain with a view, a framebuffer and a render-finished semaphore per image.
 ///
@@ -94,7 +92,7 @@ impl Chain {
         // the image count is within [min, max] (VUID-VkSwapchainCreateInfoKHR-minImageCount-01272);
         // COLOR_ATTACHMENT is always a supported usage; `old` is the surface's current
         // swapchain or null (VUID-VkSwapchainCreateInfoKHR-oldSwapchain-01933).
-        let swapchain = unsafe { p.swapchain_fn.create_swapchain(&info, None) }.map_err(vk_err("vkCreateSwapchainKHR"))?;
+        let swapchain = unsafe { p.swapchain_fn.create_swapchain(&info, None) }.vk("vkCreateSwapchainKHR")?;
         let mut chain = Chain {
             swapchain,
             extent,
@@ -114,7 +112,7 @@ impl Chain {
     fn fill(&mut self, p: &ChainParams<'_>) -> Result<(), PresentError> {
         // SAFETY: a swapchain of this device.
         self.images = unsafe { p.swapchain_fn.get_swapchain_images(self.swapchain) }
-            .map_err(vk_err("vkGetSwapchainImagesKHR"))?;
+            .vk("vkGetSwapchainImagesKHR")?;
         for &image in &self.images {
             let view_info = vk::ImageViewCreateInfo::default()
                 .image(image)
@@ -129,7 +127,7 @@ impl Chain {
                 });
             // SAFETY: a swapchain image, viewed with the swapchain's own format and its one
             // layer (VUID-VkImageViewCreateInfo-image-01003).
-            let view = unsafe { p.device.create_image_view(&view_info, None) }.map_err(vk_err("vkCreateImageView"))?;
+            let view = unsafe { p.device.create_image_view(&view_info, None) }.vk("vkCreateImageView")?;
             self.views.push(view);
             let attachments = [view];
             let fb_info = vk::FramebufferCreateInfo::default()
@@ -140,11 +138,11 @@ impl Chain {
                 .layers(1);
             // SAFETY: the view's format matches the render pass attachment and its extent is
             // the framebuffer's (VUID-VkFramebufferCreateInfo-pAttachments-00880, -flags-04533).
-            let fb = unsafe { p.device.create_framebuffer(&fb_info, None) }.map_err(vk_err("vkCreateFramebuffer"))?;
+            let fb = unsafe { p.device.create_framebuffer(&fb_info, None) }.vk("vkCreateFramebuffer")?;
             self.framebuffers.push(fb);
             // SAFETY: plain semaphore creation.
             let sem = unsafe { p.device.create_semaphore(&vk::SemaphoreCreateInfo::default(), None) }
-                .map_err(vk_err("vkCreateSemaphore"))?;
+                .vk("vkCreateSemaphore")?;
             self.render_finished.push(sem);
         }
         Ok(())

@@ -18,13 +18,12 @@
 //!   producer's frame is copied into it.
 
 use ash::vk;
-use dmabridge_interop::negotiate::{
-    negotiate, Allocation, Candidates, ChainLayout, Conflict, Member, Outcome, Participant, Usage as PUsage,
-};
+use dmabridge_interop::negotiate::{negotiate, Allocation, Candidates, ChainLayout, Conflict, Member, Outcome, Participant};
 use dmabridge_interop::{Format, FormatSet, Fourcc, Layout, Modifier};
 use tracing::{debug, info};
 
-use crate::caps::CapsQuery;
+use crate::negotiation::{Direction, ParticipantRequest};
+use crate::usage::negotiation_usage;
 use crate::Engine;
 
 /// What the sink will allocate and send.
@@ -108,27 +107,14 @@ pub enum PlanError {
 }
 
 /// The Vulkan producer: what `engine` can export for `usage`, for each of `fourccs` in
-/// order. It writes the buffers.
+/// order ([`Engine::participant`], exporting). It writes the buffers. A device whose
+/// capability query fails offers nothing, and the negotiation says so.
 pub fn producer_participant(engine: &Engine, fourccs: &[Fourcc], usage: vk::ImageUsageFlags) -> Participant {
-    let mut set = FormatSet::new();
-    for &fourcc in fourccs {
-        let caps = match engine.query_caps(&CapsQuery::new(fourcc, usage)) {
-            Ok(c) => c,
-            Err(e) => {
-                debug!(fourcc = %fourcc, error = %e, "no export capability");
-                continue;
-            }
-        };
-        let exportable: Vec<Modifier> = caps.exportable().collect();
-        if engine.has_modifiers() {
-            set.extend(exportable.into_iter().map(|m| Format::new(fourcc, m)));
-        } else if exportable.contains(&Modifier::LINEAR) {
-            set.insert(Format::linear(fourcc));
-            set.insert(Format::implicit(fourcc));
-        }
-    }
-    debug!(formats = ?set, "vulkan producer");
-    Participant::new("vulkan", set).with_usage(PUsage::RENDER)
+    let req = ParticipantRequest { fourccs: Some(fourccs), ..ParticipantRequest::new("vulkan", usage, Direction::Export) };
+    engine.participant(&req).unwrap_or_else(|e| {
+        debug!(error = %e, "no export capability");
+        Participant::new("vulkan", FormatSet::new()).with_usage(negotiation_usage(usage))
+    })
 }
 
 /// Negotiates between `producer` and `compositor` for one of `fourccs` (in order).

@@ -37,6 +37,9 @@ use crate::Engine;
 /// The Vulkan usage the producer writes buffers with (a transfer from its staging buffer).
 pub const PRODUCER_USAGE: vk::ImageUsageFlags = vk::ImageUsageFlags::TRANSFER_DST;
 
+/// The longest the sink waits for a frame's GPU upload before it attaches the buffer.
+const UPLOAD_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Row pitch and plane offset alignment of the copy path's own buffers.
 const COPY_ALIGN: u64 = 256;
 
@@ -116,19 +119,21 @@ pub enum SinkError {
     LayoutTooLarge(usize),
     #[error("the producer's export is not a dma-buf")]
     NotADmaBuf,
+    #[error("the frame's upload did not finish: {0}")]
+    Submit(#[from] crate::submit::SubmitError),
     #[error("the compositor failed every usable format; excluded: [{}]", .0.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", "))]
     NoUsableFormat(Vec<Format>),
 }
 
 /// The memory behind one buffer.
-enum Storage<'e> {
+enum Storage {
     /// Exported by the Vulkan producer; frames are copied in on the GPU.
-    Exported { image: ExportedImage<'e>, staging: Staging<'e> },
+    Exported { image: Box<ExportedImage>, staging: Staging },
     /// The copy path's own memfd; frames are copied in by the CPU.
     Own(DmaBuf),
 }
 
-impl Storage<'_> {
+impl Storage {
     fn dmabuf(&self) -> Option<&DmaBuf> {
         match self {
             Storage::Exported { image, .. } => image.dmabuf(),
@@ -137,19 +142,19 @@ impl Storage<'_> {
     }
 }
 
-struct Slot<'e> {
+struct Slot {
     buffer: wl_buffer::WlBuffer,
     id: ObjectId,
     /// Attached and not released yet.
     busy: bool,
     /// From an old plan: destroy on release.
     retired: bool,
-    storage: Storage<'e>,
+    storage: Storage,
 }
 
 /// A Wayland client presenting dmabridge buffers on an `xdg_toplevel`.
-pub struct WaylandSink<'e> {
-    engine: &'e Engine,
+pub struct WaylandSink {
+    engine: Engine,
     client: Client,
     surface: wl_surface::WlSurface,
     xdg_surface: xdg_surface::XdgSurface,
@@ -159,7 +164,7 @@ pub struct WaylandSink<'e> {
     producer: Participant,
     excluded: Vec<Format>,
     plan: Plan,
-    slots: Vec<Slot<'e>>,
+    slots: Vec<Slot>,
     stats: SinkStats,
     frame_pending: bool,
     feedback_generation: u64,
@@ -167,10 +172,10 @@ pub struct WaylandSink<'e> {
     consecutive_failures: u32,
 }
 
-impl<'e> WaylandSink<'e> {
+impl WaylandSink {
     /// Connects, reads the compositor's formats, negotiates with `engine`'s producer, and
     /// maps an xdg_toplevel (waiting for its first configure).
-    pub fn connect(engine: &'e Engine, opts: SinkOptions) -> Result<WaylandSink<'e>, SinkError> {
+    pub fn connect(engine: &Engine, opts: SinkOptions) -> Result<WaylandSink, SinkError> {
         let mut client = Client::connect(&opts.display)?;
         let formats = CompositorFormats::from_client(&client)?;
         info!(version = formats.version, formats = formats.formats.len(), "compositor formats");
@@ -194,7 +199,7 @@ impl<'e> WaylandSink<'e> {
         let feedback_generation = client.state.feedback_generation;
         let inject_pending = opts.inject_bad_strides;
         Ok(WaylandSink {
-            engine,
+            engine: engine.clone(),
             client,
             surface,
             xdg_surface,
@@ -257,7 +262,11 @@ impl<'e> WaylandSink<'e> {
             self.stats.reuse_before_release += 1;
         }
         match &mut s.storage {
-            Storage::Exported { image, staging } => staging.upload(image, w, h, fourcc, frame)?,
+            Storage::Exported { image, staging } => {
+                // linux-dmabuf v3 has no explicit fences: the frame must be written before the
+                // compositor sees the commit (the cpu-wait sync method).
+                staging.upload(image, w, h, fourcc, frame)?.wait(UPLOAD_TIMEOUT)?;
+            }
             Storage::Own(d) => write_planes(d, frame)?,
         }
         let qh = &self.client.qh;
@@ -407,7 +416,7 @@ impl<'e> WaylandSink<'e> {
 
     /// Allocates a buffer for the plan; a zero-copy plan whose export fails turns into the
     /// copy plan (`None`: try again).
-    fn allocate(&mut self) -> Result<Option<Storage<'e>>, SinkError> {
+    fn allocate(&mut self) -> Result<Option<Storage>, SinkError> {
         let (w, h) = (self.opts.width, self.opts.height);
         match &self.plan {
             Plan::ZeroCopy { allocation } => {
@@ -427,9 +436,9 @@ impl<'e> WaylandSink<'e> {
                         let send = if allocation.layout.is_implicit() { Layout::Implicit } else { image.layout() };
                         result.check_import(send)?;
                         let size = format_info(allocation.fourcc).map_or(0, |i| i.packed_size(w, h));
-                        let staging = Staging::new(self.engine, size)?;
+                        let staging = Staging::new(&self.engine, size)?;
                         debug!(layout = %image.layout(), "exported a buffer");
-                        Ok(Some(Storage::Exported { image, staging }))
+                        Ok(Some(Storage::Exported { image: Box::new(image), staging }))
                     }
                     Err(e) => {
                         warn!(error = %e, "the producer cannot export the negotiated format: copy path");
@@ -494,7 +503,7 @@ fn own_buffer(fourcc: Fourcc, layout: Layout, width: u32, height: u32) -> Result
     Ok(DmaBuf::in_one_file(fourcc, layout, width, height, fd, &planes)?)
 }
 
-impl Drop for WaylandSink<'_> {
+impl Drop for WaylandSink {
     fn drop(&mut self) {
         for s in self.slots.drain(..) {
             s.buffer.destroy();

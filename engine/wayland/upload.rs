@@ -7,8 +7,9 @@ use dmabridge_interop::dmabuf::DmaBuf;
 use dmabridge_interop::tiling::LinearPlane;
 use dmabridge_interop::{format_info, Fourcc};
 
-use crate::buffer::GpuBuffer;
-use crate::export::ExportedImage;
+use crate::buffer::{BufferLocation, GpuBuffer};
+use crate::export::{ExportError, ExportedImage};
+use crate::submit::{SubmitOptions, Submission};
 use crate::Engine;
 
 /// Why a frame could not be written.
@@ -21,7 +22,7 @@ pub enum UploadError {
     #[error(transparent)]
     Buffer(#[from] crate::buffer::BufferError),
     #[error(transparent)]
-    Transfer(#[from] crate::readback::ReadbackError),
+    Export(#[from] ExportError),
     #[error("writing plane {plane} of the buffer failed: {source}")]
     Write { plane: usize, source: std::io::Error },
     #[error("the buffer's layout does not fit u64 arithmetic")]
@@ -43,30 +44,31 @@ fn check_size(
 }
 
 /// The buffer the producer copies frames from into its exported images.
-pub(crate) struct Staging<'e> {
-    buffer: GpuBuffer<'e>,
+pub(crate) struct Staging {
+    buffer: GpuBuffer,
 }
 
-impl<'e> Staging<'e> {
-    pub fn new(engine: &'e Engine, size: u64) -> Result<Staging<'e>, UploadError> {
-        let len = usize::try_from(size).map_err(|_| UploadError::Overflow)?;
-        Ok(Staging { buffer: GpuBuffer::new(engine, len)? })
+impl Staging {
+    pub fn new(engine: &Engine, size: u64) -> Result<Staging, UploadError> {
+        Ok(Staging { buffer: GpuBuffer::new(engine, size, BufferLocation::Upload)? })
     }
 
     /// Copies `frame` (packed planes) into `image` on the GPU and releases the image to the
     /// foreign queue family in GENERAL layout, for the compositor to sample. Every pixel is
-    /// overwritten, so the previous contents are discarded.
+    /// overwritten, so the previous contents are discarded. The staging buffer must be idle
+    /// (the slot's previous upload done).
     pub fn upload(
         &mut self,
-        image: &ExportedImage<'_>,
+        image: &ExportedImage,
         width: u32,
         height: u32,
         fourcc: Fourcc,
         frame: &[u8],
-    ) -> Result<(), UploadError> {
+    ) -> Result<Submission, UploadError> {
         let info = check_size(fourcc, width, height, frame)?;
-        let Some(staged) = self.buffer.bytes_mut().get_mut(..frame.len()) else {
-            return Err(UploadError::FrameSize { fourcc, width, height, got: frame.len(), want: self.buffer.len() as u64 });
+        let want = self.buffer.len();
+        let Some(staged) = self.buffer.bytes_mut()?.get_mut(..frame.len()) else {
+            return Err(UploadError::FrameSize { fourcc, width, height, got: frame.len(), want });
         };
         staged.copy_from_slice(frame);
         let mut planes = Vec::with_capacity(info.plane_count());
@@ -75,8 +77,7 @@ impl<'e> Staging<'e> {
             planes.push(LinearPlane { offset, stride: info.min_stride(i, width) });
             offset += info.packed_plane_size(i, width, height);
         }
-        image.upload_and_release(&self.buffer, &planes)?;
-        Ok(())
+        Ok(image.upload_and_release(&self.buffer, &planes, SubmitOptions::default())?)
     }
 }
 

@@ -47,7 +47,7 @@ pub enum GpuParamError {
 /// Push constants of `tile.comp` (std430, 16 x u32 = 64 bytes). Field order is the
 /// shader's `PushConstants` block order.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct TilePushConstants {
     /// 0: detile, any linear alignment (binding 0 laid out by `layout_kind`, binding 1
     /// linear); 1: tile (binding 0 linear, binding 1 laid out by `layout_kind`, never
@@ -84,7 +84,7 @@ pub struct TilePushConstants {
 
 /// Push constants of `colour.comp` (std430, 21 x 32-bit = 84 bytes).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ColourPushConstants {
     /// 0: NV12 -> RGBA8, 1: P010 -> RGBA8, 2: RGBA8 -> NV12.
     pub mode: u32,
@@ -106,9 +106,7 @@ macro_rules! as_bytes {
         impl $t {
             /// The bytes to hand to `vkCmdPushConstants`.
             pub fn as_bytes(&self) -> &[u8] {
-                // SAFETY: the type is #[repr(C)] and made only of 4-byte integers, so it has no
-                // padding and every byte is initialised; the slice borrows `self` for its life.
-                unsafe { std::slice::from_raw_parts((self as *const Self).cast::<u8>(), std::mem::size_of::<Self>()) }
+                bytemuck::bytes_of(self)
             }
         }
     };

@@ -9,7 +9,9 @@
 //! - the producer adds its own: the layouts its device exports (zero-copy), or, in copy mode,
 //!   its device-local render target.
 //!
-//! The producer runs [`negotiate`](dmabridge_interop::negotiate::negotiate_with) on both.
+//! Both describe themselves with the engine's one device-to-participant function
+//! ([`dmabridge::Engine::participant`]), and the producer runs
+//! [`negotiate`](dmabridge_interop::negotiate::negotiate_with) on both.
 //! A shared outcome gives the pool size (the sum of both sides' `min-buffers`) and the
 //! acceptable modifiers of the exported images; a copy plan gives the conversion the producer
 //! runs on the GPU into a pool of linear frames in system memory.
@@ -19,7 +21,7 @@
 //! pattern into it with a compute shader (`shaders/demo_pattern.comp` for AR24,
 //! `demo_pattern_nv12.comp` for NV12; each also sums the frame's checksum), and sends the
 //! descriptor and fds (buffer socket) and the frame index and expected checksum (control
-//! socket). The consumer imports the frame through the [`ImportCache`](crate::ImportCache),
+//! socket). The consumer imports the frame through the [`ImportCache`](dmabridge::ImportCache),
 //! composites it under its own overlay with a compute shader that samples it
 //! (`shaders/demo_composite.comp`; NV12 through a sampler YCbCr conversion), sums the same
 //! checksum over what it sampled, compares, and hands the buffer back. `--corrupt-frame K`
@@ -33,6 +35,13 @@
 //!   detile/tile/colour pipelines slot in for tiled or YUV plans) moves each frame into a
 //!   pool of memfds it allocated itself.
 //!
+//! ## Synchronisation
+//! Neither lavapipe nor the kernel here has sync_file fences, so the demo uses the
+//! `cpu-wait` method: the producer waits for its frame's submission before it sends the
+//! descriptor, and the consumer's release message is the release. The demo uses only
+//! dmabridge's public API: the engine's buffers, compute pipelines, samplers, submissions
+//! and the import cache.
+//!
 //! Without udmabuf (plain lavapipe) the device cannot export DMA_BUF and has no modifier
 //! extension: zero-copy is reported unavailable (with the negotiation's reason) and copy
 //! mode runs: the producer allocates memfds itself and writes them by GPU copy, and the
@@ -45,18 +54,30 @@
 //! both differences.
 
 pub mod bench;
+pub mod command;
 pub mod consumer;
 pub mod control;
-pub mod gpu;
 pub mod producer;
 pub mod report;
 
-use ash::vk;
+use dmabridge::{
+    BufferError, CapsError, ComputeError, EngineError, ExportError, ImportError, SamplerError, SubmitError, TransferError, VkError,
+};
 use serde::{Deserialize, Serialize};
 
-use crate::import::ImportError;
-use crate::readback::ReadbackError;
-use crate::{EngineError, ExportError};
+/// SPIR-V of `cli/shaders/demo_pattern.comp`: the producer's animated pattern into a linear
+/// AR24 frame, plus its checksum.
+pub static PATTERN_SPV: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/demo_pattern.spv"));
+/// SPIR-V of `cli/shaders/demo_pattern_nv12.comp`: the same for an NV12 frame.
+pub static PATTERN_NV12_SPV: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/demo_pattern_nv12.spv"));
+/// SPIR-V of `cli/shaders/demo_composite.comp`: the consumer's sampler-based composite and checksum.
+pub static COMPOSITE_SPV: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/demo_composite.spv"));
+
+/// The push constants of the demo's shaders: seven 32-bit words.
+pub type Push = [u32; 7];
+
+/// How long the demo waits for one frame's GPU work before it gives up.
+pub const FRAME_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Why the demo or the benchmark failed.
 #[derive(Debug, thiserror::Error)]
@@ -68,23 +89,27 @@ pub enum DemoError {
     #[error(transparent)]
     Import(#[from] ImportError),
     #[error(transparent)]
-    Readback(#[from] ReadbackError),
+    Transfer(#[from] TransferError),
     #[error(transparent)]
-    Submit(#[from] crate::commands::SubmitError),
+    Submit(#[from] SubmitError),
     #[error(transparent)]
-    Caps(#[from] crate::CapsError),
+    Caps(#[from] CapsError),
+    #[error(transparent)]
+    Buffer(#[from] BufferError),
+    #[error(transparent)]
+    Compute(#[from] ComputeError),
+    #[error(transparent)]
+    Sampler(#[from] SamplerError),
+    #[error(transparent)]
+    Image(#[from] dmabridge::ImageError),
+    #[error(transparent)]
+    Convert(#[from] dmabridge::ConvertError),
     #[error(transparent)]
     Handoff(#[from] dmabridge_interop::dmabuf::HandoffError),
     #[error(transparent)]
     Descriptor(#[from] dmabridge_interop::dmabuf::DescriptorError),
-    #[error("{call} failed: {result}")]
-    Vk { call: &'static str, result: vk::Result },
-    #[error("no memory type fits")]
-    NoMemoryType,
-    #[error("the device cannot import fds (VK_KHR_external_memory_fd is not enabled)")]
-    NoFdImport,
-    #[error("the file holds {have} bytes but {needed} are needed")]
-    FileTooSmall { needed: u64, have: u64 },
+    #[error(transparent)]
+    Vk(#[from] VkError),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
     #[error("control message: {0}")]
@@ -159,7 +184,6 @@ impl Percentiles {
     }
 }
 
-/// The demo's default frame format.
-pub const DEMO_FOURCC: dmabridge_interop::Fourcc = dmabridge_interop::Fourcc::ARGB8888;
 /// The frame formats the demo renders and verifies.
 pub const DEMO_FORMATS: [dmabridge_interop::Fourcc; 2] = [dmabridge_interop::Fourcc::ARGB8888, dmabridge_interop::Fourcc::NV12];
+

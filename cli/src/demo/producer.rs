@@ -6,19 +6,20 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::process::Child;
 use std::time::Instant;
 
-use ash::vk;
-use dmabridge_interop::dmabuf::{fd_count, recv, send_buffer, socketpair, DmaBuf, PlaneDesc, Received};
-use dmabridge_interop::negotiate::{
-    negotiate_with, ConversionKind, Domain, Member, NegotiateOptions, Outcome, Participant, Report, Usage,
+use dmabridge::ash::vk;
+use dmabridge::{
+    Binding, BufferLocation, Completion, ComputePipeline, Direction, Engine, EngineOptions, ExportRequest, ExportedImage, GpuBuffer, ImportedBuffer,
+    ParticipantRequest, SubmitOptions,
 };
+use dmabridge_interop::dmabuf::{fd_count, recv, send_buffer, socketpair, DmaBuf, PlaneDesc, Received};
+use dmabridge_interop::negotiate::{negotiate_with, ConversionKind, Domain, Member, NegotiateOptions, Outcome, Participant, Report, Usage};
 use dmabridge_interop::{format_info, Format, FormatSet, Fourcc, Layout, Modifier};
 use serde_json::{json, Value};
 
 use super::control::{recv_msg, send_msg, ConsumerReport, ToConsumer, ToProducer, WireFormat, WireParticipant};
-use super::gpu::{buffer_barrier, Binding, BufferKind, Compute, GpuBuffer, PATTERN_NV12_SPV, PATTERN_SPV};
-use super::{DemoConfig, DemoError, Mode, Percentiles, DEMO_FORMATS};
-use crate::caps::CapsQuery;
-use crate::{Engine, EngineOptions, ExportRequest, ExportedImage};
+use dmabridge::image::buffer_barrier;
+
+use super::{DemoConfig, DemoError, Mode, Percentiles, Push, DEMO_FORMATS, FRAME_TIMEOUT, PATTERN_NV12_SPV, PATTERN_SPV};
 
 /// How the producer's exported images are used (it writes them through a buffer alias; a
 /// consumer on the same device could also copy from or sample them).
@@ -34,7 +35,7 @@ const PRODUCER_MIN_BUFFERS: u32 = 2;
 /// buffer-to-buffer shape). Today's plans between linear AR24 groups are `copy linear`:
 /// one `vkCmdCopyBuffer` per frame (rows repacked when the strides differ).
 pub fn convert_step(
-    device: &ash::Device,
+    device: &dmabridge::ash::Device,
     cmd: vk::CommandBuffer,
     kind: ConversionKind,
     src: vk::Buffer,
@@ -120,15 +121,16 @@ pub(crate) fn wire_formats(set: &FormatSet) -> Vec<WireFormat> {
 
 /// The producer's own participant for `mode`.
 pub fn producer_participant(engine: &Engine, mode: Mode, fourcc: Fourcc) -> Result<Participant, DemoError> {
-    let set: FormatSet = match mode {
+    let participant = match mode {
         Mode::ZeroCopy => {
-            let caps = engine.query_caps(&CapsQuery::new(fourcc, EXPORT_USAGE))?;
-            caps.exportable().map(|m| Format::explicit(fourcc, m)).collect()
+            let fourccs = [fourcc];
+            let req = ParticipantRequest { fourccs: Some(&fourccs), ..ParticipantRequest::new("producer", EXPORT_USAGE, Direction::Export) };
+            engine.participant(&req)?
         }
         // The render target is the producer's own device-local buffer, linear.
-        Mode::Copy => [Format::linear(fourcc)].into_iter().collect(),
+        Mode::Copy => Participant::new("producer", [Format::linear(fourcc)].into_iter().collect::<FormatSet>()),
     };
-    Ok(Participant::new("producer", set).with_usage(Usage::RENDER).constrain(|c| {
+    Ok(participant.with_usage(Usage::RENDER).constrain(|c| {
         c.min_buffers = PRODUCER_MIN_BUFFERS;
         if mode == Mode::Copy {
             c.domain = Domain::DeviceLocal;
@@ -188,10 +190,11 @@ pub fn plan_mode(producer: &Participant, consumer: &Participant, mode: Mode, fou
 
 /// One frame of the pool: the shared memory (an exported image, or a memfd) and a buffer
 /// over it that the producer writes.
-struct Slot<'e> {
-    _exported: Option<ExportedImage<'e>>,
+struct Slot {
+    // Field order: the buffer over the memory goes before the export that owns it.
+    alias: ImportedBuffer,
+    _exported: Option<ExportedImage>,
     dmabuf: DmaBuf,
-    alias: GpuBuffer<'e>,
     set: vk::DescriptorSet,
     /// (offset, stride) of each plane in the file.
     planes: Vec<(u64, u64)>,
@@ -209,15 +212,15 @@ fn memfd(size: u64) -> Result<OwnedFd, DemoError> {
 }
 
 /// The per-mode producer state.
-struct Pool<'e> {
-    slots: Vec<Slot<'e>>,
+struct Pool {
+    slots: Vec<Slot>,
     free: Vec<usize>,
     held: BTreeSet<usize>,
     max_held: usize,
 }
 
-impl<'e> Pool<'e> {
-    fn new(engine: &'e Engine, pipeline: &Compute<'e>, sum: &GpuBuffer<'e>, plan: &Plan, w: u32, h: u32) -> Result<Self, DemoError> {
+impl Pool {
+    fn new(engine: &Engine, pipeline: &ComputePipeline, sum: &GpuBuffer, plan: &Plan, w: u32, h: u32) -> Result<Self, DemoError> {
         let mut slots = Vec::new();
         for _ in 0..plan.pool {
             let (exported, dmabuf) = match plan.mode {
@@ -249,10 +252,15 @@ impl<'e> Pool<'e> {
             }
             let size = planes.iter().enumerate().map(|(i, (o, s))| o + s * info.plane_height(i, h) as u64).max().unwrap_or(0);
             let usage = vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_DST;
-            let alias = GpuBuffer::import_fd(engine, dmabuf.dup_fd(0)?, size, usage)?;
+            let fd = dmabuf.plane(0).map(|p| p.fd).ok_or_else(|| DemoError::Protocol("a frame without planes".into()))?;
+            let alias = ImportedBuffer::import(engine, fd, size, usage)?;
             let set = pipeline.allocate_set()?;
-            pipeline.write_buffer(set, 0, alias.buffer);
-            pipeline.write_buffer(set, 1, sum.buffer);
+            // SAFETY: a fresh set of this pipeline; both buffers have STORAGE_BUFFER usage and
+            // live as long as the pool, which outlives every frame's submission (each is waited for).
+            unsafe {
+                pipeline.write_buffer(set, 0, alias.buffer());
+                pipeline.write_buffer(set, 1, sum.buffer());
+            }
             slots.push(Slot { _exported: exported, dmabuf, alias, set, planes, used: false });
         }
         let free = (0..slots.len()).rev().collect();
@@ -281,11 +289,6 @@ impl<'e> Pool<'e> {
         }
     }
 
-    fn free_sets(&self, pipeline: &Compute<'_>) {
-        for s in &self.slots {
-            pipeline.free_set(s.set);
-        }
-    }
 }
 
 /// The result of one mode, for summary.json and the table.
@@ -374,8 +377,9 @@ fn drive(engine: &Engine, config: &DemoConfig, buffers: BorrowedFd<'_>, control:
         return Err(DemoError::Unavailable(format!("the demo renders AR24 or NV12, not {}", fourcc.trimmed())));
     }
     let spv = if fourcc == Fourcc::NV12 { PATTERN_NV12_SPV } else { PATTERN_SPV };
-    let pipeline = Compute::new(engine, spv, &[Binding::StorageBuffer, Binding::StorageBuffer], 28, 16)?;
-    let mut sum = GpuBuffer::new(engine, 8, vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_DST, BufferKind::HostMapped)?;
+    // Sets: one per pool slot and one for the copy mode's render target, per mode.
+    let pipeline = ComputePipeline::new(engine, spv, &[Binding::StorageBuffer, Binding::StorageBuffer], 28, 64)?;
+    let sum = GpuBuffer::new(engine, 8, BufferLocation::Readback)?;
     let (w, h) = (config.width, config.height);
     let frame_bytes = format_info(fourcc).map_or(0, |i| i.packed_size(w, h));
     let mut results = Vec::new();
@@ -412,11 +416,11 @@ fn drive(engine: &Engine, config: &DemoConfig, buffers: BorrowedFd<'_>, control:
                 continue;
             }
         };
-        let r = run_mode(engine, config, &plan, &pipeline, &mut sum, buffers, control, frame_bytes)?;
+        let r = run_mode(engine, config, &plan, &pipeline, &sum, buffers, control, frame_bytes)?;
         summary.insert(mode.key().into(), r.json.clone());
         results.push(r);
     }
-    pipeline_drop(pipeline, sum);
+    drop((pipeline, sum));
     send_msg(control, &ToConsumer::Bye { out_dir: config.out_dir.to_string_lossy().into_owned() })?;
     let (consumer_leaked, sheet, c_before, c_after) = match recv_msg::<ToProducer>(control)? {
         ToProducer::Final { leaked_fds, contact_sheet, fds_before, fds_after } => (leaked_fds, contact_sheet, fds_before, fds_after),
@@ -440,18 +444,13 @@ fn drive(engine: &Engine, config: &DemoConfig, buffers: BorrowedFd<'_>, control:
     ))
 }
 
-fn pipeline_drop(pipeline: Compute<'_>, sum: GpuBuffer<'_>) {
-    drop(pipeline);
-    drop(sum);
-}
-
 #[allow(clippy::too_many_arguments)]
-fn run_mode<'e>(
-    engine: &'e Engine,
+fn run_mode(
+    engine: &Engine,
     config: &DemoConfig,
     plan: &Plan,
-    pipeline: &Compute<'e>,
-    sum: &mut GpuBuffer<'e>,
+    pipeline: &ComputePipeline,
+    sum: &GpuBuffer,
     buffers: BorrowedFd<'_>,
     control: BorrowedFd<'_>,
     frame_bytes: u64,
@@ -461,11 +460,13 @@ fn run_mode<'e>(
     // Copy mode: the producer's own device-local render target and its descriptor set.
     let render = match plan.mode {
         Mode::Copy => {
-            let usage = vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_SRC;
-            let b = GpuBuffer::new(engine, frame_bytes, usage, BufferKind::DeviceLocal)?;
+            let b = GpuBuffer::new(engine, frame_bytes, BufferLocation::DeviceLocal)?;
             let set = pipeline.allocate_set()?;
-            pipeline.write_buffer(set, 0, b.buffer);
-            pipeline.write_buffer(set, 1, sum.buffer);
+            // SAFETY: a fresh set; both buffers have STORAGE_BUFFER usage and outlive the mode.
+            unsafe {
+                pipeline.write_buffer(set, 0, b.buffer());
+                pipeline.write_buffer(set, 1, sum.buffer());
+            }
             Some((b, set))
         }
         Mode::ZeroCopy => None,
@@ -492,17 +493,19 @@ fn run_mode<'e>(
             let t0 = Instant::now();
             let slot = &mut pool.slots[slot_index];
             let corrupt = config.corrupt_frame == Some(index);
-            let mut record_err = None;
-            engine.submit_and_wait(|device, cmd| {
-                if let Err(e) = record_frame(device, cmd, pipeline, sum, slot, render.as_ref(), plan, index, corrupt, (w, h), (ours, foreign)) {
-                    record_err = Some(e);
+            let (_, submitted) = engine.submit(SubmitOptions::default(), |cmd, until| {
+                record_frame(engine, cmd, until, pipeline, sum, slot, render.as_ref(), plan, index, corrupt, (w, h), (ours, foreign))?;
+                sum.track(until);
+                slot.alias.track(until);
+                if let Some((target, _)) = &render {
+                    target.track(until);
                 }
+                Ok::<(), DemoError>(())
             })?;
-            if let Some(e) = record_err {
-                return Err(e);
-            }
+            // cpu-wait: the frame is written before its descriptor leaves.
+            submitted.wait(FRAME_TIMEOUT)?;
             slot.used = true;
-            let checksum = sum.read_u32(0);
+            let checksum = read_u32(sum, 0)?;
             send_buffer(buffers, slot_index as u64, &slot.dmabuf)?;
             pool.held.insert(slot_index);
             pool.max_held = pool.max_held.max(pool.held.len());
@@ -515,11 +518,7 @@ fn run_mode<'e>(
         }
         Ok(())
     })();
-    if let Some((_, set)) = &render {
-        pipeline.free_set(*set);
-    }
     let max_outstanding = pool.max_held;
-    pool.free_sets(pipeline);
     drop(pool);
     drop(render);
     result?;
@@ -557,46 +556,54 @@ fn run_mode<'e>(
     Ok(ModeResult { mode: plan.mode, json, frame, gbps, mismatches: report.mismatches.len() })
 }
 
+/// The first checksum slot of a mapped buffer, once the GPU is done with it.
+pub fn read_u32(buffer: &GpuBuffer, index: usize) -> Result<u32, DemoError> {
+    let b = buffer.bytes()?;
+    Ok(b.get(index * 4..index * 4 + 4).map_or(0, |s| u32::from_le_bytes([s[0], s[1], s[2], s[3]])))
+}
+
 /// The pattern shader's push constants and dispatch extent for a frame whose planes lie at
 /// `planes` (offset, stride) in the bound buffer.
-fn pattern_push(fourcc: Fourcc, (w, h): (u32, u32), planes: &[(u64, u64)], index: u32) -> Result<(Vec<u32>, (u32, u32)), DemoError> {
+fn pattern_push(fourcc: Fourcc, (w, h): (u32, u32), planes: &[(u64, u64)], index: u32) -> Result<(Push, (u32, u32)), DemoError> {
     let words = |v: u64| u32::try_from(v / 4).map_err(|_| DemoError::Unavailable(format!("a plane offset or stride of {v} bytes is too large")));
     let (o0, s0) = planes.first().copied().ok_or_else(|| DemoError::Protocol("a frame without planes".into()))?;
     if fourcc == Fourcc::NV12 {
         let (o1, s1) = planes.get(1).copied().ok_or_else(|| DemoError::Protocol("an NV12 frame without its chroma plane".into()))?;
-        Ok((vec![w, h, words(o0)?, words(s0)?, index, words(o1)?, words(s1)?], (w / 4, h / 2)))
+        Ok(([w, h, words(o0)?, words(s0)?, index, words(o1)?, words(s1)?], (w / 4, h / 2)))
     } else {
-        Ok((vec![w, h, words(o0)?, words(s0)?, index, 0, 0], (w, h)))
+        Ok(([w, h, words(o0)?, words(s0)?, index, 0, 0], (w, h)))
     }
 }
 
 #[allow(clippy::too_many_arguments)]
 fn record_frame(
-    device: &ash::Device,
+    engine: &Engine,
     cmd: vk::CommandBuffer,
-    pipeline: &Compute<'_>,
-    sum: &GpuBuffer<'_>,
-    slot: &Slot<'_>,
-    render: Option<&(GpuBuffer<'_>, vk::DescriptorSet)>,
+    until: Completion,
+    pipeline: &ComputePipeline,
+    sum: &GpuBuffer,
+    slot: &Slot,
+    render: Option<&(GpuBuffer, vk::DescriptorSet)>,
     plan: &Plan,
     index: u32,
     corrupt: bool,
     (w, h): (u32, u32),
     (ours, foreign): (u32, u32),
 ) -> Result<(), DemoError> {
+    let device = engine.device();
     let ignored = vk::QUEUE_FAMILY_IGNORED;
-    let mut pre = vec![buffer_barrier(sum.buffer, vk::AccessFlags::TRANSFER_WRITE, vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE, ignored, ignored)];
+    let mut pre = vec![buffer_barrier(sum.buffer(), vk::AccessFlags::TRANSFER_WRITE, vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE, ignored, ignored)];
     let first_write = if render.is_some() { vk::AccessFlags::TRANSFER_WRITE } else { vk::AccessFlags::SHADER_WRITE };
     if slot.used {
         // Acquire the frame back from the consumer's side (it released it to us by message).
-        pre.push(buffer_barrier(slot.alias.buffer, vk::AccessFlags::empty(), first_write, foreign, ours));
+        pre.push(buffer_barrier(slot.alias.buffer(), vk::AccessFlags::empty(), first_write, foreign, ours));
     }
     // SAFETY: recording state; every buffer belongs to this device and has the usage its
     // command needs (fill: TRANSFER_DST, VUID-vkCmdFillBuffer-dstBuffer-00029); the acquire
     // pairs with the consumer's release (VUID-VkBufferMemoryBarrier-srcQueueFamilyIndex-04088:
     // external memory may be transferred from the foreign family).
     unsafe {
-        device.cmd_fill_buffer(cmd, sum.buffer, 0, 8, 0);
+        device.cmd_fill_buffer(cmd, sum.buffer(), 0, 8, 0);
         device.cmd_pipeline_barrier(
             cmd,
             vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::TOP_OF_PIPE,
@@ -614,8 +621,8 @@ fn record_frame(
             let packed = packed_layout(plan.fourcc, w, h)?;
             let src_planes: Vec<(u64, u64)> = packed.iter().map(|p| (p.0, p.1)).collect();
             let (push, dims) = pattern_push(plan.fourcc, (w, h), &src_planes, index)?;
-            pipeline.record(cmd, *set, &push, dims.0, dims.1);
-            let mid = buffer_barrier(target.buffer, vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::TRANSFER_READ, ignored, ignored);
+            dispatch(pipeline, cmd, *set, &push, dims, until)?;
+            let mid = buffer_barrier(target.buffer(), vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::TRANSFER_READ, ignored, ignored);
             // SAFETY: recording state; the render target belongs to this device.
             unsafe {
                 device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::TRANSFER, vk::DependencyFlags::empty(), &[], &[mid], &[]);
@@ -632,13 +639,13 @@ fn record_frame(
                     rows,
                 })
                 .collect();
-            convert_step(device, cmd, kind, target.buffer, slot.alias.buffer, &copies)?;
+            convert_step(device, cmd, kind, target.buffer(), slot.alias.buffer(), &copies)?;
             last_write = vk::AccessFlags::TRANSFER_WRITE;
             last_stage = vk::PipelineStageFlags::TRANSFER;
         }
         _ => {
             let (push, dims) = pattern_push(plan.fourcc, (w, h), &slot.planes, index)?;
-            pipeline.record(cmd, slot.set, &push, dims.0, dims.1);
+            dispatch(pipeline, cmd, slot.set, &push, dims, until)?;
         }
     }
     if corrupt {
@@ -648,24 +655,40 @@ fn record_frame(
         let at = offset + (h as u64 / 2) * stride + (w as u64 / 2) * bpp;
         let at = at - at % 4;
         let size = 64u64.min(offset + stride * h as u64 - at) & !3;
-        let barrier = buffer_barrier(slot.alias.buffer, last_write, vk::AccessFlags::TRANSFER_WRITE, ignored, ignored);
+        let barrier = buffer_barrier(slot.alias.buffer(), last_write, vk::AccessFlags::TRANSFER_WRITE, ignored, ignored);
         tracing::warn!(frame = index, "corrupting the frame on purpose (--corrupt-frame)");
         // SAFETY: recording state; the range lies inside the alias buffer (offset + stride x
         // height bytes) and is 4-byte aligned (VUID-vkCmdFillBuffer-dstOffset-00025, -size-00028).
         unsafe {
             device.cmd_pipeline_barrier(cmd, last_stage, vk::PipelineStageFlags::TRANSFER, vk::DependencyFlags::empty(), &[], &[barrier], &[]);
-            device.cmd_fill_buffer(cmd, slot.alias.buffer, at, size, 0x00ff_00ff);
+            device.cmd_fill_buffer(cmd, slot.alias.buffer(), at, size, 0x00ff_00ff);
         }
         last_write = vk::AccessFlags::TRANSFER_WRITE;
         last_stage = vk::PipelineStageFlags::TRANSFER;
     }
-    let host = buffer_barrier(sum.buffer, vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, ignored, ignored);
-    let release = buffer_barrier(slot.alias.buffer, last_write, vk::AccessFlags::empty(), ours, foreign);
+    let host = buffer_barrier(sum.buffer(), vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, ignored, ignored);
+    let release = buffer_barrier(slot.alias.buffer(), last_write, vk::AccessFlags::empty(), ours, foreign);
     // SAFETY: recording state; the release hands the frame's memory to the consumer's
     // device (VUID-VkBufferMemoryBarrier-srcQueueFamilyIndex-04088: external memory).
     unsafe {
         device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[], &[host], &[]);
         device.cmd_pipeline_barrier(cmd, last_stage, vk::PipelineStageFlags::BOTTOM_OF_PIPE, vk::DependencyFlags::empty(), &[], &[release], &[]);
     }
+    Ok(())
+}
+
+/// Records the demo shader `pipeline` over a `width` x `height` grid of 16x16 groups.
+pub fn dispatch(
+    pipeline: &ComputePipeline,
+    cmd: vk::CommandBuffer,
+    set: vk::DescriptorSet,
+    push: &Push,
+    (width, height): (u32, u32),
+    until: Completion,
+) -> Result<(), DemoError> {
+    let groups = [width.div_ceil(16), height.div_ceil(16), 1];
+    // SAFETY: `cmd` is the command buffer a submission's closure was handed, signalling
+    // `until`, which the caller tracks on every resource the set points at.
+    unsafe { pipeline.record_dispatch(cmd, set, bytemuck::bytes_of(push), groups, until)? };
     Ok(())
 }

@@ -6,38 +6,34 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
 use std::time::Instant;
 
-use ash::vk;
+use dmabridge::ash::vk;
+use dmabridge::image::buffer_barrier;
+use dmabridge::{
+    Binding, BufferLocation, ComputePipeline, Direction, Engine, EngineOptions, GpuBuffer, ImageAccess, ImportCache, ImportedImage,
+    ParticipantRequest, SampledView, Sampler, SubmitOptions, YcbcrOutput,
+};
 use dmabridge_interop::dmabuf::{fd_count, recv, send_release, Received};
-use dmabridge_interop::{Format, FormatSet, Fourcc, Modifier};
+use dmabridge_interop::{FormatSet, Fourcc};
 
 use super::control::{recv_msg, send_msg, ConsumerReport, Mismatch, ToConsumer, ToProducer, WireParticipant};
-use super::gpu::{buffer_barrier, Binding, BufferKind, Compute, GpuBuffer, Sampler, COMPOSITE_SPV};
-use super::producer::wire_formats;
+use super::producer::{dispatch, read_u32, wire_formats};
 use super::report::{write_contact_sheet, Thumb};
-use super::{DemoError, Mode, Percentiles, DEMO_FORMATS};
-use crate::caps::CapsQuery;
-use crate::commands::image_barrier;
-use crate::import::{ImportPath, ImportedImage};
-use crate::{Engine, EngineOptions, ImportCache};
+use super::{DemoError, Mode, Percentiles, COMPOSITE_SPV, DEMO_FORMATS, FRAME_TIMEOUT};
 
 /// Buffers the consumer may hold at once (the one it composites, one queued).
 const CONSUMER_MIN_BUFFERS: u32 = 2;
 const THUMBS_PER_MODE: usize = 6;
 
-/// The consumer's participant: the AR24 and NV12 layouts its device imports for sampling.
-/// LINEAR is always listed: the engine's buffer-copy import takes it on any device.
+/// The consumer's participant: the AR24 and NV12 layouts its device imports for sampling,
+/// and LINEAR through the engine's buffer-copy import wherever that takes them.
 pub fn consumer_formats(engine: &Engine) -> Result<FormatSet, DemoError> {
-    let mut set = FormatSet::new();
-    for fourcc in DEMO_FORMATS {
-        let caps = engine.query_caps(&CapsQuery::new(fourcc, vk::ImageUsageFlags::SAMPLED))?;
-        if engine.has_modifiers() {
-            for m in caps.importable() {
-                set.insert(Format::explicit(fourcc, m));
-            }
-        }
-        set.insert(Format::explicit(fourcc, Modifier::LINEAR));
-    }
-    Ok(set)
+    let req = ParticipantRequest {
+        fourccs: Some(&DEMO_FORMATS),
+        copy_import: true,
+        ..ParticipantRequest::new("consumer", vk::ImageUsageFlags::SAMPLED, Direction::Import)
+    };
+    let p = engine.participant(&req)?;
+    Ok(p.formats.as_set().cloned().unwrap_or_default())
 }
 
 /// Runs the consumer process over the inherited sockets. Failures are reported to the
@@ -69,7 +65,7 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool) -> 
     )?;
     let mut thumbs: Vec<(Mode, Vec<Thumb>)> = Vec::new();
     let out_dir = {
-        let mut sum = GpuBuffer::new(&engine, 8, vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_DST, BufferKind::HostMapped)?;
+        let sum = GpuBuffer::new(&engine, 8, BufferLocation::Readback)?;
         loop {
             match recv_msg::<ToConsumer>(control)? {
                 ToConsumer::Start { mode, fourcc, width, height, frames, pool, sample_every } => {
@@ -77,19 +73,19 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool) -> 
                         return Err(DemoError::Protocol(format!("the producer sends {fourcc}; this consumer composites AR24 or NV12")));
                     };
                     let nv12 = fourcc == Fourcc::NV12;
-                    let format = crate::vk_format::to_vk(fourcc).map(|e| e.vk_format).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no Vulkan format")))?;
+                    let format = dmabridge::vk_format::to_vk(fourcc).map(|e| e.vk_format).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no Vulkan format")))?;
                     // NV12: the conversion reconstructs the planes only (exact values for the
                     // checksum); the shader applies the BT.709 matrix for the picture.
-                    let sampler = Sampler::new(&engine, format, nv12, true)?;
-                    let composite = Compute::new(
+                    let sampler = Sampler::new(&engine, format, nv12, YcbcrOutput::Raw)?;
+                    let composite = ComputePipeline::new(
                         &engine,
                         COMPOSITE_SPV,
-                        &[Binding::Sampler(sampler.sampler), Binding::StorageBuffer, Binding::StorageBuffer],
+                        &[Binding::Sampler(sampler.sampler()), Binding::StorageBuffer, Binding::StorageBuffer],
                         28,
                         64,
                     )?;
                     let ctx = ModeCtx { engine: &engine, sampler: &sampler, composite: &composite, buffers, control, yuv: nv12 };
-                    let (report, mode_thumbs) = ctx.run(&mut sum, mode, (width, height), frames, pool, sample_every)?;
+                    let (report, mode_thumbs) = ctx.run(&sum, mode, (width, height), frames, pool, sample_every)?;
                     drop(composite);
                     drop(sampler);
                     let timing = Percentiles::of(&report.frame_us);
@@ -125,19 +121,19 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool) -> 
     Ok(())
 }
 
-struct ModeCtx<'a, 'e> {
-    engine: &'e Engine,
-    sampler: &'a Sampler<'e>,
-    composite: &'a Compute<'e>,
+struct ModeCtx<'a> {
+    engine: &'a Engine,
+    sampler: &'a Sampler,
+    composite: &'a ComputePipeline,
     buffers: BorrowedFd<'a>,
     control: BorrowedFd<'a>,
     yuv: bool,
 }
 
-impl<'e> ModeCtx<'_, 'e> {
+impl ModeCtx<'_> {
     fn run(
         &self,
-        sum: &mut GpuBuffer<'e>,
+        sum: &GpuBuffer,
         mode: Mode,
         (w, h): (u32, u32),
         frames: u32,
@@ -145,10 +141,10 @@ impl<'e> ModeCtx<'_, 'e> {
         sample_every: u32,
     ) -> Result<(ConsumerReport, Vec<Thumb>), DemoError> {
         let engine = self.engine;
-        let mut out = GpuBuffer::new(engine, w as u64 * h as u64 * 4, vk::BufferUsageFlags::STORAGE_BUFFER, BufferKind::HostMapped)?;
+        let out = GpuBuffer::new(engine, w as u64 * h as u64 * 4, BufferLocation::Readback)?;
         // Sized to the producer's pool, so a recycled buffer is always a hit.
         let mut cache = ImportCache::new(engine, pool as usize);
-        let mut views: HashMap<vk::Image, (vk::ImageView, vk::DescriptorSet)> = HashMap::new();
+        let mut views: HashMap<vk::Image, (SampledView, vk::DescriptorSet)> = HashMap::new();
         let mut report = ConsumerReport::default();
         let mut thumbs = Vec::new();
         let result = (|| -> Result<(), DemoError> {
@@ -170,19 +166,27 @@ impl<'e> ModeCtx<'_, 'e> {
                 let set = match views.get(&image.image()) {
                     Some((_, set)) => *set,
                     None => {
-                        let view = self.sampler.view(image.image(), image.vk_format())?;
+                        // SAFETY: the cache keeps the image (created with SAMPLED usage and this
+                        // format) alive while its view is in `views`: both go at the end of the mode.
+                        let view = unsafe { self.sampler.view(image.image(), image.vk_format())? };
                         let set = self.composite.allocate_set()?;
-                        self.composite.write_image(set, 0, view);
-                        self.composite.write_buffer(set, 1, out.buffer);
-                        self.composite.write_buffer(set, 2, sum.buffer);
+                        // SAFETY: a fresh set; the view is of a SAMPLED image in
+                        // SHADER_READ_ONLY_OPTIMAL when the set is used, and carries the
+                        // sampler's conversion; the buffers have STORAGE_BUFFER usage and outlive the mode.
+                        unsafe {
+                            self.composite.write_image(set, 0, view.view());
+                            self.composite.write_buffer(set, 1, out.buffer());
+                            self.composite.write_buffer(set, 2, sum.buffer());
+                        }
                         views.insert(image.image(), (view, set));
                         set
                     }
                 };
                 report.import_path = image.path().to_string();
                 let sample = index % sample_every == 0 && thumbs.len() < THUMBS_PER_MODE;
-                self.composite_frame(image, set, sum, &out, (w, h), index, sample)?;
-                let got = sum.read_u32(0);
+                let view = views.get(&image.image()).map(|(v, _)| v);
+                self.composite_frame(&image, view, set, sum, &out, (w, h), index, sample)?;
+                let got = read_u32(sum, 0)?;
                 if got == checksum {
                     report.verified += 1;
                 } else {
@@ -190,7 +194,7 @@ impl<'e> ModeCtx<'_, 'e> {
                     report.mismatches.push(Mismatch { frame: index, expected: checksum, got });
                 }
                 if sample {
-                    thumbs.push(Thumb::from_rgba(index, out.bytes_mut(), w, h));
+                    thumbs.push(Thumb::from_rgba(out.bytes()?, w, h));
                 }
                 send_release(self.buffers, id)?;
                 if cache.stats().evictions != 0 {
@@ -204,10 +208,7 @@ impl<'e> ModeCtx<'_, 'e> {
                 other => Err(DemoError::Protocol(format!("expected the end of {}, got {other:?}", mode.name()))),
             }
         })();
-        for (_, (view, set)) in views.drain() {
-            self.sampler.destroy_view(view);
-            self.composite.free_set(set);
-        }
+        drop(views);
         let stats = cache.stats();
         report.cache_hits = stats.hits;
         report.cache_misses = stats.misses;
@@ -218,98 +219,63 @@ impl<'e> ModeCtx<'_, 'e> {
         Ok((report, thumbs))
     }
 
+    /// Composites `image` through `set` (its view) and sums the checksum; returns once the
+    /// GPU is done (the demo verifies each frame on the CPU: the cpu-wait method).
     #[allow(clippy::too_many_arguments)]
     fn composite_frame(
         &self,
-        image: &ImportedImage<'_>,
+        image: &ImportedImage,
+        view: Option<&SampledView>,
         set: vk::DescriptorSet,
-        sum: &GpuBuffer<'_>,
-        out: &GpuBuffer<'_>,
+        sum: &GpuBuffer,
+        out: &GpuBuffer,
         (w, h): (u32, u32),
         index: u32,
         write_output: bool,
     ) -> Result<(), DemoError> {
         let engine = self.engine;
-        let explicit = image.path() != ImportPath::BufferCopy;
-        let (ours, foreign) = (engine.queue_family(), engine.foreign_queue_family());
-        let aspect = vk::ImageAspectFlags::COLOR;
-        let acquire = if explicit {
-            // The producer released the memory in GENERAL; acquire it from the foreign family.
-            image_barrier(
-                image.image(),
-                aspect,
-                vk::ImageLayout::GENERAL,
-                vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL,
-                vk::AccessFlags::empty(),
-                vk::AccessFlags::SHADER_READ,
-            )
-            .src_queue_family_index(foreign)
-            .dst_queue_family_index(ours)
-        } else {
-            image_barrier(
-                image.image(),
-                aspect,
-                image.current_layout(),
-                vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL,
-                vk::AccessFlags::TRANSFER_WRITE,
-                vk::AccessFlags::SHADER_READ,
-            )
-        };
+        let device = engine.device();
         let ignored = vk::QUEUE_FAMILY_IGNORED;
-        let sum_ready = buffer_barrier(sum.buffer, vk::AccessFlags::TRANSFER_WRITE, vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE, ignored, ignored);
+        let sum_ready =
+            buffer_barrier(sum.buffer(), vk::AccessFlags::TRANSFER_WRITE, vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE, ignored, ignored);
         let stride = if write_output { w } else { 0 };
-        engine.submit_and_wait(|device, cmd| {
-            // SAFETY: recording state; the image was imported with SAMPLED usage, the acquire
-            // pairs with the producer's release (VUID-VkImageMemoryBarrier-srcQueueFamilyIndex-04065:
-            // external memory), the sum buffer has TRANSFER_DST usage.
+        let host = [
+            buffer_barrier(sum.buffer(), vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, ignored, ignored),
+            buffer_barrier(out.buffer(), vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, ignored, ignored),
+        ];
+        let (_, submitted) = engine.submit(SubmitOptions::default(), |cmd, until| {
+            // SAFETY: the engine's command buffer, recording, signalling `until`; the producer
+            // waited for its frame before sending it (cpu-wait).
+            unsafe { image.record_acquire(cmd, ImageAccess::SAMPLED_COMPUTE, until) };
+            // SAFETY: recording state; the sum buffer has TRANSFER_DST usage.
             unsafe {
-                device.cmd_fill_buffer(cmd, sum.buffer, 0, 8, 0);
+                device.cmd_fill_buffer(cmd, sum.buffer(), 0, 8, 0);
                 device.cmd_pipeline_barrier(
                     cmd,
-                    vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::TOP_OF_PIPE,
+                    vk::PipelineStageFlags::TRANSFER,
                     vk::PipelineStageFlags::COMPUTE_SHADER,
                     vk::DependencyFlags::empty(),
                     &[],
                     &[sum_ready],
-                    &[acquire],
+                    &[],
                 );
             }
-            self.composite.record(cmd, set, &[w, h, stride, index, w, h, u32::from(self.yuv)], w, h);
-            let host = [
-                buffer_barrier(sum.buffer, vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, ignored, ignored),
-                buffer_barrier(out.buffer, vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, ignored, ignored),
-            ];
-            let release: Vec<vk::ImageMemoryBarrier> = if explicit {
-                vec![image_barrier(
-                    image.image(),
-                    aspect,
-                    vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL,
-                    vk::ImageLayout::GENERAL,
-                    vk::AccessFlags::SHADER_READ,
-                    vk::AccessFlags::empty(),
-                )
-                .src_queue_family_index(ours)
-                .dst_queue_family_index(foreign)]
-            } else {
-                vec![]
-            };
-            // SAFETY: recording state; the release hands the memory back to the producer's side.
+            dispatch(self.composite, cmd, set, &[w, h, stride, index, w, h, u32::from(self.yuv)], (w, h), until)?;
+            // SAFETY: recording state; the barriers name buffers of this device.
             unsafe {
                 device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[], &host, &[]);
-                if !release.is_empty() {
-                    device.cmd_pipeline_barrier(
-                        cmd,
-                        vk::PipelineStageFlags::COMPUTE_SHADER,
-                        vk::PipelineStageFlags::BOTTOM_OF_PIPE,
-                        vk::DependencyFlags::empty(),
-                        &[],
-                        &[],
-                        &release,
-                    );
-                }
             }
+            // SAFETY: as for the acquire; the frame goes back to the producer.
+            unsafe { image.record_release(cmd, ImageAccess::SAMPLED_COMPUTE, until) };
+            sum.track(until);
+            out.track(until);
+            self.sampler.track(until);
+            if let Some(v) = view {
+                v.track(until);
+            }
+            Ok::<(), DemoError>(())
         })?;
-        image.set_current_layout(if explicit { vk::ImageLayout::GENERAL } else { vk::ImageLayout::SHADER_READ_ONLY_OPTIMAL });
+        submitted.wait(FRAME_TIMEOUT)?;
         Ok(())
     }
 }

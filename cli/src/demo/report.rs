@@ -11,7 +11,6 @@ use super::{DemoError, Mode};
 /// One sampled frame, scaled down, RGB8.
 #[derive(Debug, Clone)]
 pub struct Thumb {
-    pub frame: u32,
     pub width: u32,
     pub height: u32,
     pub rgb: Vec<u8>,
@@ -21,7 +20,7 @@ pub const THUMB_WIDTH: u32 = 256;
 
 impl Thumb {
     /// Nearest-neighbour scaling of tightly packed RGBA8 `w` x `h` pixels to [`THUMB_WIDTH`].
-    pub fn from_rgba(frame: u32, rgba: &[u8], w: u32, h: u32) -> Thumb {
+    pub fn from_rgba(rgba: &[u8], w: u32, h: u32) -> Thumb {
         let tw = THUMB_WIDTH.min(w.max(1));
         let th = ((h as u64 * tw as u64) / w.max(1) as u64).max(1) as u32;
         let mut rgb = Vec::with_capacity((tw * th * 3) as usize);
@@ -33,7 +32,7 @@ impl Thumb {
                 rgb.extend_from_slice(rgba.get(i..i + 3).unwrap_or(&[0, 0, 0]));
             }
         }
-        Thumb { frame, width: tw, height: th, rgb }
+        Thumb { width: tw, height: th, rgb }
     }
 }
 

@@ -200,7 +200,7 @@ fn view(args: &ViewArgs) -> Result<ExitCode, String> {
 
     let mut options = EngineOptions::from_env();
     options.instance_extensions = present::required_instance_extensions(display).map_err(|e| e.to_string())?;
-    options.device_extensions = present::required_device_extensions();
+    options.present = true;
     let engine = Engine::new(&options).map_err(|e| e.to_string())?;
     let image = engine.import_dmabuf(&buf, vk::ImageUsageFlags::SAMPLED).map_err(|e| e.to_string())?;
     println!("path: {}", image.path());

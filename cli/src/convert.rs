@@ -40,8 +40,8 @@ pub struct ConvertArgs {
 }
 
 /// Where the work runs.
-enum Backend<'e> {
-    Gpu(Converter<'e>),
+enum Backend {
+    Gpu(Converter),
     Cpu,
 }
 
@@ -61,7 +61,7 @@ fn parse_range(s: &str) -> Result<ColourRange, String> {
     }
 }
 
-fn layout_step(backend: &Backend<'_>, from: TileLayout, to: TileLayout, fourcc: Fourcc, (w, h): (u32, u32), data: &[u8]) -> Result<Vec<u8>, String> {
+fn layout_step(backend: &Backend, from: TileLayout, to: TileLayout, fourcc: Fourcc, (w, h): (u32, u32), data: &[u8]) -> Result<Vec<u8>, String> {
     if from == to {
         return Ok(data.to_vec());
     }
@@ -89,7 +89,7 @@ fn layout_step(backend: &Backend<'_>, from: TileLayout, to: TileLayout, fourcc: 
 }
 
 fn colour_step(
-    backend: &Backend<'_>,
+    backend: &Backend,
     from: Fourcc,
     to: Fourcc,
     matrix: ColourMatrix,

@@ -12,7 +12,6 @@ mod import;
 mod negotiate;
 mod probe;
 mod view;
-#[cfg(feature = "wayland")]
 mod wayland_demo;
 
 #[derive(Parser)]
@@ -33,16 +32,15 @@ enum Command {
     /// Reconcile participants' formats and constraints: shared buffers, a copy plan, or why not.
     Negotiate(negotiate::NegotiateArgs),
     /// Two processes, a producer and a consumer, pass animated frames zero-copy and by GPU copy; summary, table and contact sheet.
-    Demo(demo::DemoArgs),
+    Demo(demo::command::DemoArgs),
     /// The demo's consumer process (started by `demo` with inherited sockets).
     #[command(hide = true)]
-    DemoConsumer(demo::ConsumerArgs),
+    DemoConsumer(demo::command::ConsumerArgs),
     /// Per-frame cost of the zero-copy, GPU-copy and CPU-copy paths per size, against memcpy.
     Bench(bench::BenchArgs),
     /// Show a raw frame (tightly packed planes) in a window, imported as a dma-buf.
     View(view::ViewArgs),
     /// Show animated frames on the compositor in WAYLAND_DISPLAY through linux-dmabuf.
-    #[cfg(feature = "wayland")]
     WaylandDemo(wayland_demo::WaylandDemoArgs),
 }
 
@@ -67,12 +65,11 @@ fn main() -> ExitCode {
         Command::Probe(args) => probe::run(&args),
         Command::Import(args) => import::run(&args),
         Command::Convert(args) => convert::run(&args),
-        Command::Demo(args) => demo::run(&args),
-        Command::DemoConsumer(args) => demo::run_consumer(&args),
+        Command::Demo(args) => demo::command::run(&args),
+        Command::DemoConsumer(args) => demo::command::run_consumer(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Negotiate(args) => negotiate_with_device(&args),
         Command::View(args) => view::run(&args),
-        #[cfg(feature = "wayland")]
         Command::WaylandDemo(args) => wayland_demo::run(&args),
     }
 }
@@ -99,9 +96,11 @@ fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
             return spec.load();
         }
         let peer = |reason: String| SpecError::Peer { participant: spec.name.clone(), kind: spec.kind, reason };
+        let usage = dmabridge::usage::parse_image_usage(&spec.value).map_err(|e| peer(e.to_string()))?;
         let engine = engine.get_or_init(|| dmabridge::Engine::new(&dmabridge::EngineOptions::from_env()).map_err(|e| e.to_string()));
+        let request = dmabridge::ParticipantRequest::new(&spec.name, usage, dmabridge::Direction::Both);
         match engine {
-            Ok(e) => e.participant(&spec.name, &spec.value).map_err(|e| peer(e.to_string())),
+            Ok(e) => e.participant(&request).map_err(|e| peer(e.to_string())),
             Err(e) => Err(peer(format!("no Vulkan device: {e}"))),
         }
     })

@@ -100,8 +100,8 @@ pub fn run(args: &ImportArgs) -> ExitCode {
         // the copy fallback detiles it on the GPU.
         Err(ImportError::NeedsConversion(_)) => {
             let detiled = Converter::new(&engine).map_err(|e| e.to_string()).and_then(|c| {
-                let (out, layout) = c.detile_dmabuf(&buf).map_err(|e| e.to_string())?;
-                Ok((out.bytes().to_vec(), layout))
+                let (out, layout) = c.detile_dmabuf(&buf, dmabridge::READBACK_TIMEOUT).map_err(|e| e.to_string())?;
+                Ok((out.bytes().map_err(|e| e.to_string())?.to_vec(), layout))
             });
             match detiled {
                 Ok((bytes, layout)) => {

@@ -8,7 +8,7 @@ use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::process::{Command, ExitCode};
 
-use dmabridge::demo::{consumer, producer, DemoConfig, Mode};
+use super::{consumer, producer, DemoConfig, Mode};
 use dmabridge::interop::Fourcc;
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

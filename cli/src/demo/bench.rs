@@ -1,0 +1,635 @@
+//! `dmabridge bench`: the cost per frame of each way a frame reaches a consumer's shader,
+//! with the machine's memcpy bandwidth measured in the same run as the baseline.
+//!
+//! Every path runs as an embedding host's frame loop would: the host owns its command
+//! buffers and submits them itself, with at most [`FRAMES_IN_FLIGHT`] frames in flight
+//! (it waits for a command buffer's previous frame only when it comes round again), and a
+//! frame's time is the loop's total time over its frames. What one frame covers, per path
+//! (the frame source is a linear dma-buf: an exported image where the device exports, else a
+//! memfd):
+//! - **zero-copy**: handoff (descriptor + fds over a Unix socket and back into a
+//!   [`DmaBuf`]), the cached import ([`ImportCache`], a hit after the first frame), the
+//!   acquire recorded into the host's command buffer, the first sample (a 16x16 compute
+//!   dispatch that samples the frame), the release, and the host's submit. Only where the
+//!   import is explicit: without the modifier extension, or for NV12 on lavapipe
+//!   (single-plane modifiers only), there is no zero-copy import and no entry.
+//! - **copy-gpu**: the same handoff, a cached buffer import of the fd, then a GPU copy
+//!   (`vkCmdCopyBufferToImage`, one region per plane) into a device-local image, the barrier
+//!   and the first sample (through a YCbCr conversion for NV12).
+//! - **copy-cpu**: the same handoff, then the CPU maps the fd and memcpys the frame into a
+//!   host-visible staging buffer (the classic upload), which the GPU copies into the image
+//!   before the barrier and the first sample.
+
+use std::collections::HashMap;
+use std::os::fd::AsFd;
+use std::time::Instant;
+
+use dmabridge::ash::vk;
+use dmabridge::image::buffer_barrier;
+use dmabridge::{
+    Binding, BufferLocation, Completion, ComputePipeline, DeviceImage, Engine, ExportRequest, ExportedImage, GpuBuffer, HostTimeline,
+    ImageAccess, ImportCache, ImportPath, ImportedBuffer, SampledView, Sampler, SubmitOptions, VkError, YcbcrOutput,
+};
+use dmabridge_interop::dmabuf::{recv, send_buffer, socketpair, BufferIdentity, DmaBuf, PlaneDesc, Received};
+use dmabridge_interop::negotiate::{negotiate_with, Member, NegotiateOptions};
+use dmabridge_interop::tiling::LinearPlane;
+use dmabridge_interop::{format_info, Fourcc, Layout, Modifier, TileLayout};
+use serde::Serialize;
+
+use super::producer::dispatch;
+use super::{DemoError, Mode, COMPOSITE_SPV, FRAME_TIMEOUT};
+
+/// Frames a benchmark loop keeps in flight, as a host engine's frame loop would.
+pub const FRAMES_IN_FLIGHT: usize = 3;
+
+/// The sizes measured; `--quick` drops the last.
+pub const SIZES: [(u32, u32); 4] = [(1280, 720), (1920, 1080), (3840, 2160), (7680, 4320)];
+pub const PATHS: [&str; 3] = ["zero-copy", "copy-gpu", "copy-cpu"];
+pub const FORMATS: [Fourcc; 2] = [Fourcc::ARGB8888, Fourcc::NV12];
+
+/// One measured path (a contract: field names and values as the issue gives them).
+#[derive(Debug, Clone, Serialize)]
+pub struct PathResult {
+    pub path: &'static str,
+    pub format: String,
+    pub width: u32,
+    pub height: u32,
+    pub us_per_frame: f64,
+    pub gbps: f64,
+}
+
+/// One measured GPU layout conversion.
+#[derive(Debug, Clone, Serialize)]
+pub struct ConvertResult {
+    pub layout: String,
+    pub format: String,
+    pub width: u32,
+    pub height: u32,
+    pub gbps: f64,
+}
+
+/// The whole report; serialises to exactly the contract's JSON.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    pub device: String,
+    pub memcpy_gbps: f64,
+    pub results: Vec<PathResult>,
+    pub convert: Vec<ConvertResult>,
+    pub negotiate_us: f64,
+    pub handoff_us: f64,
+    /// Why entries are missing (not part of the JSON contract; printed by the CLI).
+    #[serde(skip)]
+    pub notes: Vec<String>,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct BenchOptions {
+    pub quick: bool,
+}
+
+impl BenchOptions {
+    pub fn sizes(&self) -> &'static [(u32, u32)] {
+        if self.quick {
+            &SIZES[..3]
+        } else {
+            &SIZES
+        }
+    }
+
+    fn reps(&self, bytes: u64) -> usize {
+        let base = if self.quick { 5 } else { 20 };
+        // Fewer repetitions of the 8K frames, which take long on a CPU device.
+        if bytes > 64 << 20 {
+            base / 2
+        } else {
+            base
+        }
+    }
+
+    /// The number of progress steps [`run`] reports.
+    pub fn steps(&self) -> u64 {
+        (self.sizes().len() * PATHS.len() * FORMATS.len() + CONVERT_LAYOUTS.len()) as u64 + 3
+    }
+}
+
+/// Median of a sample.
+fn median(v: &mut [f64]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// memcpy bandwidth: a 4K AR24 frame's worth of bytes, copied several times, GB/s of bytes copied.
+pub fn memcpy_gbps(quick: bool) -> f64 {
+    let len = 3840 * 2160 * 4;
+    let src = vec![0x5au8; len];
+    let mut dst = vec![0u8; len];
+    dst.copy_from_slice(&src);
+    let mut samples: Vec<f64> = (0..if quick { 5 } else { 15 })
+        .map(|_| {
+            let t = Instant::now();
+            dst.copy_from_slice(std::hint::black_box(&src));
+            std::hint::black_box(&dst);
+            len as f64 / t.elapsed().as_secs_f64() / 1e9
+        })
+        .collect();
+    median(&mut samples)
+}
+
+/// A frame source: a linear dma-buf of `fourcc` (exported where the device can, else a memfd).
+pub struct Source {
+    _exported: Option<ExportedImage>,
+    pub buf: DmaBuf,
+    pub bytes: u64,
+}
+
+/// A sealed memfd of `size` bytes.
+pub fn memfd(size: u64) -> Result<std::os::fd::OwnedFd, DemoError> {
+    use rustix::fs::{fcntl_add_seals, ftruncate, memfd_create, MemfdFlags, SealFlags};
+    let fd = memfd_create("dmabridge-bench", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).map_err(|e| DemoError::Io(e.into()))?;
+    ftruncate(&fd, size).map_err(|e| DemoError::Io(e.into()))?;
+    fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).map_err(|e| DemoError::Io(e.into()))?;
+    Ok(fd)
+}
+
+impl Source {
+    pub fn new(engine: &Engine, fourcc: Fourcc, w: u32, h: u32, export: bool) -> Result<Source, DemoError> {
+        let info = format_info(fourcc).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no plane table")))?;
+        if export && info.plane_count() == 1 {
+            let req = ExportRequest {
+                fourcc,
+                width: w,
+                height: h,
+                usage: vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_DST,
+                acceptable: vec![Layout::Explicit(Modifier::LINEAR)],
+            };
+            if let Ok(img) = engine.export_image(&req) {
+                img.clear_and_release([0.2, 0.4, 0.6, 1.0], SubmitOptions::default())?.wait(FRAME_TIMEOUT)?;
+                if let Some(d) = img.dmabuf() {
+                    let buf = d.try_clone()?;
+                    let bytes = buf.planes().map(|p| p.stride * h as u64).sum();
+                    return Ok(Source { _exported: Some(img), buf, bytes });
+                }
+            }
+        }
+        // Planes packed one after the other in one memfd, tightly.
+        let total = info.packed_size(w, h);
+        let fd = memfd(total)?;
+        let mut planes = Vec::new();
+        let mut offset = 0;
+        for i in 0..info.plane_count() {
+            let stride = info.min_stride(i, w);
+            planes.push(PlaneDesc { fd: fd.try_clone()?, offset, stride });
+            offset += info.packed_plane_size(i, w, h);
+        }
+        drop(fd);
+        let buf = DmaBuf::new(fourcc, Layout::Explicit(Modifier::LINEAR), w, h, planes)?;
+        Ok(Source { _exported: None, buf, bytes: total })
+    }
+}
+
+/// The "first sample": the demo's composite shader over a 16x16 corner, no output.
+struct Sampling {
+    // Declared first so it is dropped before the sampler it holds immutably.
+    pipe: ComputePipeline,
+    sampler: Sampler,
+    sum: GpuBuffer,
+}
+
+impl Sampling {
+    fn new(engine: &Engine, format: vk::Format, multi_planar: bool) -> Result<Self, DemoError> {
+        let sampler = Sampler::new(engine, format, multi_planar, YcbcrOutput::Bt709Limited)?;
+        let pipe = ComputePipeline::new(engine, COMPOSITE_SPV, &[Binding::Sampler(sampler.sampler()), Binding::StorageBuffer, Binding::StorageBuffer], 28, 4)?;
+        let sum = GpuBuffer::new(engine, 64, BufferLocation::Readback)?;
+        Ok(Sampling { pipe, sampler, sum })
+    }
+
+    /// A set for `view` (freed with the pipeline).
+    fn set_for(&self, view: &SampledView) -> Result<vk::DescriptorSet, DemoError> {
+        let set = self.pipe.allocate_set()?;
+        // SAFETY: a fresh set; the view is of a SAMPLED image with the sampler's conversion,
+        // in SHADER_READ_ONLY_OPTIMAL whenever the set is used; the sum buffer outlives the set.
+        unsafe {
+            self.pipe.write_image(set, 0, view.view());
+            self.pipe.write_buffer(set, 1, self.sum.buffer());
+            self.pipe.write_buffer(set, 2, self.sum.buffer());
+        }
+        Ok(set)
+    }
+
+    fn record(&self, device: &dmabridge::ash::Device, cmd: vk::CommandBuffer, set: vk::DescriptorSet, view: &SampledView, (w, h): (u32, u32), until: Completion) -> Result<(), DemoError> {
+        dispatch(&self.pipe, cmd, set, &[16, 16, 0, 0, w, h, 0], (16, 16), until)?;
+        let host = buffer_barrier(self.sum.buffer(), vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, vk::QUEUE_FAMILY_IGNORED, vk::QUEUE_FAMILY_IGNORED);
+        // SAFETY: recording state; the sum buffer belongs to this device.
+        unsafe {
+            device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[], &[host], &[]);
+        }
+        self.sum.track(until);
+        self.sampler.track(until);
+        view.track(until);
+        Ok(())
+    }
+}
+
+/// The host side of a benchmark loop: its own command pool and buffers, a
+/// [`HostTimeline`], and its own submits on the engine's queue (under its lock).
+struct HostLoop {
+    engine: Engine,
+    pool: vk::CommandPool,
+    cmds: Vec<(vk::CommandBuffer, Option<Completion>)>,
+    timeline: HostTimeline,
+    frame: usize,
+}
+
+impl HostLoop {
+    fn new(engine: &Engine) -> Result<HostLoop, DemoError> {
+        let device = engine.device();
+        let info = vk::CommandPoolCreateInfo::default()
+            .queue_family_index(engine.queue_family())
+            .flags(vk::CommandPoolCreateFlags::RESET_COMMAND_BUFFER);
+        // SAFETY: the engine's queue family exists on its device.
+        let pool = unsafe { device.create_command_pool(&info, None) }.map_err(|result| VkError { call: "vkCreateCommandPool", result })?;
+        let alloc = vk::CommandBufferAllocateInfo::default()
+            .command_pool(pool)
+            .level(vk::CommandBufferLevel::PRIMARY)
+            .command_buffer_count(FRAMES_IN_FLIGHT as u32);
+        // SAFETY: the pool was just made on this device.
+        let cmds = match unsafe { device.allocate_command_buffers(&alloc) } {
+            Ok(c) => c,
+            Err(result) => {
+                // SAFETY: an unused pool of this device.
+                unsafe { device.destroy_command_pool(pool, None) };
+                return Err(VkError { call: "vkAllocateCommandBuffers", result }.into());
+            }
+        };
+        let timeline = engine.host_timeline()?;
+        Ok(HostLoop { engine: engine.clone(), pool, cmds: cmds.into_iter().map(|c| (c, None)).collect(), timeline, frame: 0 })
+    }
+
+    /// Waits, as a host's frame loop does, for the previous frame of the command buffer the
+    /// next frame uses (and of whatever per-slot resources go with it).
+    fn wait_next(&self) -> Result<(), DemoError> {
+        if let (_, Some(p)) = self.cmds[self.frame % self.cmds.len()] {
+            self.engine.wait(&[p], FRAME_TIMEOUT)?;
+        }
+        Ok(())
+    }
+
+    /// Records a frame with `record` into the next command buffer (after [`HostLoop::wait_next`])
+    /// and submits it.
+    fn frame(&mut self, record: impl FnOnce(vk::CommandBuffer, Completion) -> Result<(), DemoError>) -> Result<(), DemoError> {
+        let device = self.engine.device();
+        self.wait_next()?;
+        let slot = self.frame % self.cmds.len();
+        self.frame += 1;
+        let cmd = self.cmds[slot].0;
+        let point = self.timeline.next();
+        // SAFETY: the command buffer's previous submission is complete (waited above); its
+        // pool allows resetting single buffers (VUID-vkBeginCommandBuffer-commandBuffer-00050).
+        unsafe { device.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT)) }
+            .map_err(|result| VkError { call: "vkBeginCommandBuffer", result })?;
+        let recorded = record(cmd, point);
+        // SAFETY: recording state (VUID-vkEndCommandBuffer-commandBuffer-00059).
+        let ended = unsafe { device.end_command_buffer(cmd) }.map_err(|result| VkError { call: "vkEndCommandBuffer", result });
+        recorded?;
+        ended?;
+        let cmds = [cmd];
+        let signals = [point.semaphore()];
+        let values = [point.value()];
+        let mut timeline = vk::TimelineSemaphoreSubmitInfo::default().signal_semaphore_values(&values);
+        let submit = vk::SubmitInfo::default().command_buffers(&cmds).signal_semaphores(&signals).push_next(&mut timeline);
+        {
+            let queue = self.engine.lock_queue();
+            // SAFETY: the queue is held under the engine's lock (VUID-vkQueueSubmit-queue-parameter);
+            // the host timeline's points are signalled in the order they were taken
+            // (VUID-VkSubmitInfo-pSignalSemaphores-03242).
+            unsafe { device.queue_submit(queue.queue(), &[submit], vk::Fence::null()) }.map_err(|result| VkError { call: "vkQueueSubmit", result })?;
+        }
+        self.cmds[slot].1 = Some(point);
+        Ok(())
+    }
+
+    /// Waits for every frame submitted.
+    fn finish(&self) -> Result<(), DemoError> {
+        let points: Vec<Completion> = self.cmds.iter().filter_map(|(_, p)| *p).collect();
+        self.engine.wait(&points, FRAME_TIMEOUT)?;
+        Ok(())
+    }
+}
+
+impl Drop for HostLoop {
+    fn drop(&mut self) {
+        let points: Vec<Completion> = self.cmds.iter().filter_map(|(_, p)| *p).collect();
+        if let Err(e) = self.engine.wait(&points, FRAME_TIMEOUT) {
+            tracing::error!(%e, "benchmark frames did not complete; leaking their command pool");
+            return;
+        }
+        // SAFETY: every submission of the pool's command buffers is complete (waited above;
+        // VUID-vkDestroyCommandPool-commandPool-00041).
+        unsafe { self.engine.device().destroy_command_pool(self.pool, None) };
+    }
+}
+
+/// One copy region per plane of a tightly packed or strided linear frame.
+fn copy_regions(buf: &DmaBuf, vk_planes: u8) -> Result<Vec<vk::BufferImageCopy>, DemoError> {
+    let info = format_info(buf.fourcc()).ok_or_else(|| DemoError::Unavailable(format!("{} has no plane table", buf.fourcc())))?;
+    let aspect = |i: usize| match (vk_planes, i) {
+        (0 | 1, _) => vk::ImageAspectFlags::COLOR,
+        (_, 0) => vk::ImageAspectFlags::PLANE_0,
+        (_, 1) => vk::ImageAspectFlags::PLANE_1,
+        _ => vk::ImageAspectFlags::PLANE_2,
+    };
+    buf.planes()
+        .enumerate()
+        .map(|(i, p)| {
+            let cpp = info.planes.get(i).map_or(1, |pl| pl.cpp as u64).max(1);
+            Ok(vk::BufferImageCopy {
+                buffer_offset: p.offset,
+                buffer_row_length: u32::try_from(p.stride / cpp).map_err(|_| DemoError::Unavailable("stride too large".into()))?,
+                buffer_image_height: 0,
+                image_subresource: vk::ImageSubresourceLayers { aspect_mask: aspect(i), mip_level: 0, base_array_layer: 0, layer_count: 1 },
+                image_offset: vk::Offset3D::default(),
+                image_extent: vk::Extent3D { width: info.plane_width(i, buf.width()), height: info.plane_height(i, buf.height()), depth: 1 },
+            })
+        })
+        .collect()
+}
+
+/// Sends `buf` over `a` and receives it on `b`: one handoff.
+fn handoff(a: &std::os::fd::OwnedFd, b: &std::os::fd::OwnedFd, buf: &DmaBuf) -> Result<DmaBuf, DemoError> {
+    send_buffer(a, 0, buf)?;
+    match recv(b)? {
+        Received::Buffer { buf, .. } => Ok(buf),
+        Received::Release { .. } => Err(DemoError::Protocol("a release where a buffer was expected".into())),
+    }
+}
+
+/// Measures one path for one format and size; `Ok(None)` when the path does not exist here.
+pub fn measure(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, opts: &BenchOptions) -> Result<Option<PathResult>, String> {
+    measure_inner(engine, path, fourcc, w, h, opts).map_err(|e| e.to_string())
+}
+
+fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, opts: &BenchOptions) -> Result<Option<PathResult>, DemoError> {
+    let entry = dmabridge::vk_format::to_vk(fourcc).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no Vulkan format")))?;
+    let multi_planar = entry.vk_planes > 1;
+    let source = Source::new(engine, fourcc, w, h, path == "zero-copy")?;
+    let (a, b) = socketpair()?;
+    let reps = opts.reps(source.bytes);
+    let sampling = Sampling::new(engine, entry.vk_format, multi_planar)?;
+    let device = engine.device();
+    let (ours, foreign) = (engine.queue_family(), engine.foreign_queue_family());
+    let mut host = HostLoop::new(engine)?;
+    let mut batches = Vec::with_capacity(BATCHES);
+    match path {
+        "zero-copy" => {
+            let mut cache = ImportCache::new(engine, 2);
+            let mut state: Option<(SampledView, vk::DescriptorSet)> = None;
+            // One warm-up frame (the cache miss, the view), then the batches.
+            for batch in 0..=BATCHES {
+                let n = if batch == 0 { 1 } else { reps };
+                let t = Instant::now();
+                for _ in 0..n {
+                    let got = handoff(&a, &b, &source.buf)?;
+                    let image = cache.import(got, vk::ImageUsageFlags::SAMPLED)?;
+                    if image.path() != ImportPath::Explicit {
+                        return Ok(None);
+                    }
+                    if state.is_none() {
+                        // SAFETY: the cache keeps the image alive for the whole loop; it has
+                        // SAMPLED usage and this format.
+                        let view = unsafe { sampling.sampler.view(image.image(), image.vk_format())? };
+                        let set = sampling.set_for(&view)?;
+                        state = Some((view, set));
+                    }
+                    let (view, set) = state.as_ref().map(|(v, s)| (v, *s)).ok_or_else(|| DemoError::Protocol("no view".into()))?;
+                    host.frame(|cmd, until| {
+                        // SAFETY: the host's command buffer, recording, submitted signalling `until`.
+                        unsafe { image.record_acquire(cmd, ImageAccess::SAMPLED_COMPUTE, until) };
+                        sampling.record(device, cmd, set, view, (w, h), until)?;
+                        // SAFETY: as above.
+                        unsafe { image.record_release(cmd, ImageAccess::SAMPLED_COMPUTE, until) };
+                        Ok(())
+                    })?;
+                }
+                host.finish()?;
+                if batch > 0 {
+                    batches.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
+                }
+            }
+        }
+        "copy-gpu" | "copy-cpu" => {
+            let target = DeviceImage::new(engine, entry.vk_format, (w, h), vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_DST)?;
+            // SAFETY: the target lives for the whole loop; SAMPLED usage and this format.
+            let view = unsafe { sampling.sampler.view(target.image(), entry.vk_format)? };
+            let set = sampling.set_for(&view)?;
+            let mut imports: HashMap<BufferIdentity, ImportedBuffer> = HashMap::new();
+            // One staging buffer per frame in flight: the CPU writes one while the GPU reads another.
+            let mut staging: Vec<GpuBuffer> = if path == "copy-cpu" {
+                (0..FRAMES_IN_FLIGHT).map(|_| GpuBuffer::new(engine, source.bytes, BufferLocation::Upload)).collect::<Result<_, _>>()?
+            } else {
+                Vec::new()
+            };
+            let mut frame = 0usize;
+            for batch in 0..=BATCHES {
+                let n = if batch == 0 { 1 } else { reps };
+                let t = Instant::now();
+                for _ in 0..n {
+                    let got = handoff(&a, &b, &source.buf)?;
+                    let regions = copy_regions(&got, entry.vk_planes)?;
+                    let slot = frame % FRAMES_IN_FLIGHT;
+                    frame += 1;
+                    let external = staging.is_empty();
+                    let src_buffer = match staging.get_mut(slot) {
+                        Some(st) => {
+                            // The frame loop's own throttle: this slot's previous frame, which
+                            // read this staging buffer.
+                            host.wait_next()?;
+                            cpu_upload(&got, st.bytes_mut()?)?;
+                            st.buffer()
+                        }
+                        None => {
+                            let id = got.identity();
+                            if !imports.contains_key(&id) {
+                                let info = format_info(fourcc).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no plane table")))?;
+                                let size = got.planes().enumerate().map(|(i, p)| p.offset + p.stride * info.plane_height(i, h) as u64).max().unwrap_or(0);
+                                let fd = got.plane(0).map(|p| p.fd).ok_or_else(|| DemoError::Protocol("a frame without planes".into()))?;
+                                imports.insert(id.clone(), ImportedBuffer::import(engine, fd, size, vk::BufferUsageFlags::TRANSFER_SRC)?);
+                            }
+                            imports.get(&id).map(|g| g.buffer()).ok_or_else(|| DemoError::Protocol("lost an import".into()))?
+                        }
+                    };
+                    let acquire = buffer_barrier(src_buffer, vk::AccessFlags::empty(), vk::AccessFlags::TRANSFER_READ, foreign, ours);
+                    let release = buffer_barrier(src_buffer, vk::AccessFlags::TRANSFER_READ, vk::AccessFlags::empty(), ours, foreign);
+                    host.frame(|cmd, until| {
+                        // SAFETY: the host's command buffer, recording, signalling `until`.
+                        unsafe { target.record_transition(cmd, ImageAccess::TRANSFER_DST, true, until) };
+                        // SAFETY: recording state; the regions lie inside the source (sized from
+                        // the same planes) and the image (VUID-vkCmdCopyBufferToImage-pRegions-06218);
+                        // the source is external memory when acquired (VUID-VkBufferMemoryBarrier-srcQueueFamilyIndex-04088).
+                        unsafe {
+                            if external {
+                                device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::TOP_OF_PIPE, vk::PipelineStageFlags::TRANSFER, vk::DependencyFlags::empty(), &[], &[acquire], &[]);
+                            }
+                            device.cmd_copy_buffer_to_image(cmd, src_buffer, target.image(), vk::ImageLayout::TRANSFER_DST_OPTIMAL, &regions);
+                            if external {
+                                device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::BOTTOM_OF_PIPE, vk::DependencyFlags::empty(), &[], &[release], &[]);
+                            }
+                            target.record_transition(cmd, ImageAccess::SAMPLED_COMPUTE, false, until);
+                        }
+                        sampling.record(device, cmd, set, &view, (w, h), until)?;
+                        match staging.get(slot) {
+                            Some(st) => st.track(until),
+                            None => {
+                                if let Some(i) = imports.get(&got.identity()) {
+                                    i.track(until);
+                                }
+                            }
+                        }
+                        Ok(())
+                    })?;
+                }
+                host.finish()?;
+                if batch > 0 {
+                    batches.push(t.elapsed().as_secs_f64() * 1e6 / n as f64);
+                }
+            }
+        }
+        other => return Err(DemoError::Unavailable(format!("unknown path {other}"))),
+    }
+    let us = median(&mut batches);
+    Ok(Some(PathResult {
+        path: PATHS.iter().copied().find(|p| *p == path).unwrap_or("zero-copy"),
+        format: fourcc.trimmed(),
+        width: w,
+        height: h,
+        us_per_frame: us,
+        gbps: if us > 0.0 { source.bytes as f64 / us / 1e3 } else { 0.0 },
+    }))
+}
+
+/// Batches of `reps` frames each path runs; a path's figure is the median batch's mean.
+const BATCHES: usize = 3;
+
+/// The CPU upload: map each plane's file read-only and memcpy its rows into `dst`, packed.
+fn cpu_upload(buf: &DmaBuf, dst: &mut [u8]) -> Result<(), DemoError> {
+    use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
+    let h = buf.height() as u64;
+    for p in buf.planes() {
+        let len = usize::try_from(p.offset + p.stride * h).map_err(|_| DemoError::Unavailable("plane too large".into()))?;
+        let file_size = rustix::fs::fstat(p.fd).map_err(|e| DemoError::Io(e.into()))?.st_size as usize;
+        let len = len.min(file_size);
+        if len == 0 {
+            continue;
+        }
+        // SAFETY: a fresh read-only shared mapping of `len` bytes of the file, which holds at
+        // least that many (checked above); it is unmapped before this block ends and nothing
+        // else refers to it.
+        unsafe {
+            let ptr = mmap(std::ptr::null_mut(), len, ProtFlags::READ, MapFlags::SHARED, p.fd, 0).map_err(|e| DemoError::Io(e.into()))?;
+            let src = std::slice::from_raw_parts(ptr.cast::<u8>(), len);
+            let start = p.offset as usize;
+            let n = (len - start.min(len)).min(dst.len().saturating_sub(start));
+            dst[start..start + n].copy_from_slice(&src[start..start + n]);
+            munmap(ptr, len).map_err(|e| DemoError::Io(e.into()))?;
+        }
+    }
+    Ok(())
+}
+
+/// Mean µs of a negotiation between this device's demo producer and consumer.
+pub fn negotiate_us(engine: &Engine, reps: usize) -> Result<f64, DemoError> {
+    let producer = super::producer::producer_participant(engine, Mode::ZeroCopy, Fourcc::ARGB8888)?;
+    let consumer = dmabridge_interop::negotiate::Participant::new("consumer", super::consumer::consumer_formats(engine)?);
+    let members = [Member::from(producer), Member::from(consumer)];
+    let t = Instant::now();
+    for _ in 0..reps {
+        std::hint::black_box(negotiate_with(std::hint::black_box(&members), NegotiateOptions::default()));
+    }
+    Ok(t.elapsed().as_secs_f64() * 1e6 / reps.max(1) as f64)
+}
+
+/// Mean µs of one descriptor handoff (send + receive + validation, fds closed after).
+pub fn handoff_us(reps: usize) -> Result<f64, DemoError> {
+    let fd = memfd(1280 * 720 * 4)?;
+    let buf = DmaBuf::new(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 1280, 720, vec![PlaneDesc { fd, offset: 0, stride: 1280 * 4 }])?;
+    let (a, b) = socketpair()?;
+    let t = Instant::now();
+    for _ in 0..reps {
+        drop(handoff(&a, &b, &buf)?);
+    }
+    let _ = b.as_fd();
+    Ok(t.elapsed().as_secs_f64() * 1e6 / reps.max(1) as f64)
+}
+
+/// The decoder layouts GStreamer also knows (seed 000's "well known tiled formats").
+pub const CONVERT_LAYOUTS: [TileLayout; 5] =
+    [TileLayout::Samsung64x32, TileLayout::Allwinner32x32, TileLayout::Nv12_4L4, TileLayout::Nv12_16L32S, TileLayout::Nv12_8L128];
+
+/// GB/s (linear bytes written per second) of the engine's GPU detile of an NV12 frame,
+/// buffers already on the device: the median of `reps` runs after one warm-up.
+pub fn detile_gbps(engine: &Engine, layout: TileLayout, w: u32, h: u32, reps: usize) -> Result<f64, dmabridge::ConvertError> {
+    use dmabridge_interop::tiling::{packed_planes, tiled_size};
+    let conv = dmabridge::Converter::new(engine)?;
+    let tiled = tiled_size(layout, Fourcc::NV12, w, h)?;
+    let linear = tiled_size(TileLayout::Linear, Fourcc::NV12, w, h)?;
+    let planes: Vec<LinearPlane> = packed_planes(Fourcc::NV12, w, h)?;
+    let src = GpuBuffer::new(engine, tiled.size, BufferLocation::DeviceLocal)?;
+    let dst = GpuBuffer::new(engine, linear.size, BufferLocation::DeviceLocal)?;
+    let frame = dmabridge::TiledFrame { layout, fourcc: Fourcc::NV12, extent: (w, h) };
+    conv.detile(frame, &src, &dst, &planes, SubmitOptions::default())?.wait(FRAME_TIMEOUT)?;
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        conv.detile(frame, &src, &dst, &planes, SubmitOptions::default())?.wait(FRAME_TIMEOUT)?;
+        samples.push(linear.size as f64 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    Ok(median(&mut samples))
+}
+
+/// Runs everything, calling `progress` with a label before each step.
+pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<BenchReport, DemoError> {
+    let mut notes = Vec::new();
+    progress("memcpy baseline");
+    let memcpy = memcpy_gbps(opts.quick);
+    let mut results = Vec::new();
+    for &(w, h) in opts.sizes() {
+        for fourcc in FORMATS {
+            for path in PATHS {
+                progress(&format!("{path} {} {w}x{h}", fourcc.trimmed()));
+                match measure(engine, path, fourcc, w, h, opts) {
+                    Ok(Some(r)) => results.push(r),
+                    Ok(None) => {
+                        let note = format!("{path} {}: no zero-copy import on this device (the import takes the buffer-copy path)", fourcc.trimmed());
+                        if !notes.contains(&note) {
+                            notes.push(note);
+                        }
+                    }
+                    Err(e) => notes.push(format!("{path} {} {w}x{h}: {e}", fourcc.trimmed())),
+                }
+            }
+        }
+    }
+    progress("negotiation");
+    let negotiate = negotiate_us(engine, if opts.quick { 200 } else { 2000 })?;
+    progress("handoff");
+    let handoff = handoff_us(if opts.quick { 200 } else { 2000 })?;
+    let mut convert = Vec::new();
+    for layout in CONVERT_LAYOUTS {
+        progress(&format!("detile {} NV12 3840x2160", layout.name()));
+        match detile_gbps(engine, layout, 3840, 2160, if opts.quick { 3 } else { 8 }) {
+            Ok(gbps) => convert.push(ConvertResult { layout: layout.name(), format: "NV12".into(), width: 3840, height: 2160, gbps }),
+            Err(e) => notes.push(format!("detile {}: {e}", layout.name())),
+        }
+    }
+    Ok(BenchReport {
+        device: engine.info().name.clone(),
+        memcpy_gbps: memcpy,
+        results,
+        convert,
+        negotiate_us: negotiate,
+        handoff_us: handoff,
+        notes,
+    })
+}

@@ -1,0 +1,251 @@
+//! Copies between images and linear buffers: reading a frame back to the CPU (the end of
+//! every pixel-exact test, and the CLI's `import`), and the device-native conversion that
+//! copies any image the device holds to the linear layout a consumer asks for, and back.
+
+use std::time::Duration;
+
+use ash::vk;
+use dmabridge_interop::tiling::LinearPlane;
+use dmabridge_interop::{format_info, Fourcc};
+
+use crate::buffer::{BufferError, BufferLocation, GpuBuffer};
+use crate::image::{buffer_barrier, plane_aspect, record_barrier, DeviceImage, ImageAccess};
+use crate::import::ImportedImage;
+use crate::submit::{Completion, SubmitError, SubmitOptions, Submission};
+use crate::vk_format;
+use crate::Engine;
+
+/// How long the blocking conveniences ([`ImportedImage::read_back`]) wait for the GPU.
+pub const READBACK_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// Why a copy between an image and a buffer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TransferError {
+    /// The fourcc has no plane table or Vulkan format.
+    #[error("{0} has no plane layout or Vulkan format in dmabridge's tables")]
+    UnknownFourcc(Fourcc),
+    /// A buffer could not be made or read.
+    #[error(transparent)]
+    Buffer(#[from] BufferError),
+    /// The frame does not fit this process.
+    #[error("a {0}-byte readback does not fit in this process's address space")]
+    TooLarge(u64),
+    /// The plane layouts do not match the format.
+    #[error("{fourcc} has {expected} planes, but {got} plane layouts were given")]
+    PlaneCount { fourcc: Fourcc, expected: usize, got: usize },
+    /// A plane's offset or stride cannot be copied.
+    #[error("plane {plane}: offset {offset} and stride {stride} must be multiples of its {texel}-byte texel, and the stride at least its row of {row} bytes")]
+    PlaneLayout { plane: usize, offset: u64, stride: u64, texel: u64, row: u64 },
+    /// A plane runs past the buffer.
+    #[error("plane {plane} ends at byte {end}, past the {len}-byte buffer")]
+    PastEndOfBuffer { plane: usize, end: u64, len: u64 },
+    /// The image's format or extent is not the frame's.
+    #[error("the image is {image:?} {iw}x{ih}, the frame {fourcc} {fw}x{fh}")]
+    ImageMismatch { image: vk::Format, iw: u32, ih: u32, fourcc: Fourcc, fw: u32, fh: u32 },
+    /// Submitting or waiting failed.
+    #[error(transparent)]
+    Submit(#[from] SubmitError),
+}
+
+/// One copy region per plane of `fourcc`, between an image and a buffer whose planes lie at
+/// `planes` (offset and stride in bytes, checked against the texel size and `buffer_len`).
+pub(crate) fn plane_regions(
+    fourcc: Fourcc,
+    (width, height): (u32, u32),
+    planes: &[LinearPlane],
+    buffer_len: u64,
+) -> Result<Vec<vk::BufferImageCopy>, TransferError> {
+    let info = format_info(fourcc).ok_or(TransferError::UnknownFourcc(fourcc))?;
+    let entry = vk_format::to_vk(fourcc).ok_or(TransferError::UnknownFourcc(fourcc))?;
+    if planes.len() != info.plane_count() {
+        return Err(TransferError::PlaneCount { fourcc, expected: info.plane_count(), got: planes.len() });
+    }
+    let mut regions = Vec::with_capacity(planes.len());
+    for (i, p) in planes.iter().enumerate() {
+        let texel = info.planes[i].cpp as u64;
+        // Packed 4:2:2 formats copy in 2x1 blocks of 4 bytes.
+        let block = if entry.vk_planes == 1 && info.is_yuv { 4 } else { texel };
+        let row = info.min_stride(i, width);
+        if p.offset % block != 0 || p.stride % block != 0 || p.stride < row {
+            return Err(TransferError::PlaneLayout { plane: i, offset: p.offset, stride: p.stride, texel: block, row });
+        }
+        let rows = info.plane_height(i, height) as u64;
+        let end = rows
+            .saturating_sub(1)
+            .checked_mul(p.stride)
+            .and_then(|v| v.checked_add(row))
+            .and_then(|v| v.checked_add(p.offset))
+            .unwrap_or(u64::MAX);
+        if end > buffer_len {
+            return Err(TransferError::PastEndOfBuffer { plane: i, end, len: buffer_len });
+        }
+        let vk_plane = if entry.mapping == vk_format::Mapping::ChromaSwapped && entry.vk_planes == 3 && i > 0 { 3 - i } else { i };
+        regions.push(vk::BufferImageCopy {
+            buffer_offset: p.offset,
+            buffer_row_length: u32::try_from(p.stride / texel).map_err(|_| TransferError::TooLarge(p.stride))?,
+            buffer_image_height: 0,
+            image_subresource: vk::ImageSubresourceLayers {
+                aspect_mask: plane_aspect(entry.vk_planes, vk_plane),
+                mip_level: 0,
+                base_array_layer: 0,
+                layer_count: 1,
+            },
+            image_offset: vk::Offset3D::default(),
+            image_extent: vk::Extent3D { width: info.plane_width(i, width), height: info.plane_height(i, height), depth: 1 },
+        });
+    }
+    Ok(regions)
+}
+
+/// Tightly packed planes of `fourcc`, one after the other, and their total size.
+pub(crate) fn packed(fourcc: Fourcc, (width, height): (u32, u32)) -> Result<(Vec<LinearPlane>, u64), TransferError> {
+    let info = format_info(fourcc).ok_or(TransferError::UnknownFourcc(fourcc))?;
+    let mut planes = Vec::with_capacity(info.plane_count());
+    let mut offset = 0u64;
+    for i in 0..info.plane_count() {
+        planes.push(LinearPlane { offset, stride: info.min_stride(i, width) });
+        offset = offset.checked_add(info.packed_plane_size(i, width, height)).ok_or(TransferError::TooLarge(u64::MAX))?;
+    }
+    Ok((planes, offset))
+}
+
+fn check_image(image: &DeviceImage, fourcc: Fourcc, extent: (u32, u32)) -> Result<(), TransferError> {
+    let entry = vk_format::to_vk(fourcc).ok_or(TransferError::UnknownFourcc(fourcc))?;
+    if entry.vk_format != image.format() || image.extent() != extent {
+        let (iw, ih) = image.extent();
+        return Err(TransferError::ImageMismatch { image: image.format(), iw, ih, fourcc, fw: extent.0, fh: extent.1 });
+    }
+    Ok(())
+}
+
+impl Engine {
+    /// Records the device-native conversion to a linear consumer: every plane of `image`
+    /// (any tiling the device holds), read as `fourcc`, into `dst` at the offsets and strides
+    /// the consumer asks for. Leaves the image in TRANSFER_SRC_OPTIMAL. Bytes of `dst`
+    /// outside the planes' rows are left alone.
+    ///
+    /// # Safety
+    /// `cmd` is a command buffer of this engine's device, recording, to be submitted on the
+    /// engine's queue family in recording order, with a submission that signals `until`.
+    pub unsafe fn record_copy_image_to_linear(
+        &self,
+        cmd: vk::CommandBuffer,
+        image: &DeviceImage,
+        fourcc: Fourcc,
+        dst: &GpuBuffer,
+        planes: &[LinearPlane],
+        until: Completion,
+    ) -> Result<(), TransferError> {
+        check_image(image, fourcc, image.extent())?;
+        let regions = plane_regions(fourcc, image.extent(), planes, dst.len())?;
+        // SAFETY: the caller's contract.
+        unsafe { image.record_transition(cmd, ImageAccess::TRANSFER_SRC, false, until) };
+        // SAFETY: recording state; the regions were checked against the image's planes and the
+        // buffer's length (VUID-vkCmdCopyImageToBuffer-pRegions-00183).
+        unsafe { self.device().cmd_copy_image_to_buffer(cmd, image.image(), vk::ImageLayout::TRANSFER_SRC_OPTIMAL, dst.buffer(), &regions) };
+        dst.track(until);
+        Ok(())
+    }
+
+    /// The reverse: fills every plane of `image` from `src`, whose planes lie at `planes`.
+    /// Leaves the image in TRANSFER_DST_OPTIMAL.
+    ///
+    /// # Safety
+    /// As [`Engine::record_copy_image_to_linear`].
+    pub unsafe fn record_copy_linear_to_image(
+        &self,
+        cmd: vk::CommandBuffer,
+        src: &GpuBuffer,
+        planes: &[LinearPlane],
+        image: &DeviceImage,
+        fourcc: Fourcc,
+        until: Completion,
+    ) -> Result<(), TransferError> {
+        check_image(image, fourcc, image.extent())?;
+        let regions = plane_regions(fourcc, image.extent(), planes, src.len())?;
+        // SAFETY: the caller's contract; every plane is overwritten, so the old contents go.
+        unsafe { image.record_transition(cmd, ImageAccess::TRANSFER_DST, true, until) };
+        // SAFETY: as above (VUID-vkCmdCopyBufferToImage-pRegions-06218).
+        unsafe { self.device().cmd_copy_buffer_to_image(cmd, src.buffer(), image.image(), vk::ImageLayout::TRANSFER_DST_OPTIMAL, &regions) };
+        src.track(until);
+        Ok(())
+    }
+
+    /// [`Engine::record_copy_image_to_linear`], submitted after `options.waits`.
+    pub fn copy_image_to_linear(
+        &self,
+        image: &DeviceImage,
+        fourcc: Fourcc,
+        dst: &GpuBuffer,
+        planes: &[LinearPlane],
+        options: SubmitOptions,
+    ) -> Result<Submission, TransferError> {
+        check_image(image, fourcc, image.extent())?;
+        plane_regions(fourcc, image.extent(), planes, dst.len())?;
+        let (_, s) = self.submit(options, |cmd, until| {
+            // SAFETY: the engine's own command buffer, recording, submitted with `until`.
+            unsafe { self.record_copy_image_to_linear(cmd, image, fourcc, dst, planes, until) }
+        })?;
+        Ok(s)
+    }
+
+    /// [`Engine::record_copy_linear_to_image`], submitted after `options.waits`.
+    pub fn copy_linear_to_image(
+        &self,
+        src: &GpuBuffer,
+        planes: &[LinearPlane],
+        image: &DeviceImage,
+        fourcc: Fourcc,
+        options: SubmitOptions,
+    ) -> Result<Submission, TransferError> {
+        check_image(image, fourcc, image.extent())?;
+        plane_regions(fourcc, image.extent(), planes, src.len())?;
+        let (_, s) = self.submit(options, |cmd, until| {
+            // SAFETY: as above.
+            unsafe { self.record_copy_linear_to_image(cmd, src, planes, image, fourcc, until) }
+        })?;
+        Ok(s)
+    }
+}
+
+impl ImportedImage {
+    /// Starts reading the frame back: acquires it, copies every plane's visible rows, tightly
+    /// packed and concatenated, into a readback buffer, and releases it to its producer.
+    /// The bytes are the buffer's once the submission is done.
+    pub fn start_read_back(&self, options: SubmitOptions) -> Result<(GpuBuffer, Submission), TransferError> {
+        let engine = self.engine();
+        let (planes, total) = packed(self.fourcc(), self.extent())?;
+        let regions = plane_regions(self.fourcc(), self.extent(), &planes, total)?;
+        let buffer = GpuBuffer::new(engine, total, BufferLocation::Readback)?;
+        let (_, s) = engine.submit(options, |cmd, until| {
+            // SAFETY: the engine's own command buffer, recording, submitted with `until`.
+            unsafe { self.record_acquire(cmd, ImageAccess::TRANSFER_SRC, until) };
+            let host = buffer_barrier(
+                buffer.buffer(),
+                vk::AccessFlags::TRANSFER_WRITE,
+                vk::AccessFlags::HOST_READ,
+                vk::QUEUE_FAMILY_IGNORED,
+                vk::QUEUE_FAMILY_IGNORED,
+            );
+            // SAFETY: recording state; the regions cover exactly the image's planes and fit the
+            // buffer sized from the same plane table (VUID-vkCmdCopyImageToBuffer-pRegions-00183).
+            unsafe {
+                engine.device().cmd_copy_image_to_buffer(cmd, self.image(), vk::ImageLayout::TRANSFER_SRC_OPTIMAL, buffer.buffer(), &regions);
+                record_barrier(engine.device(), cmd, (vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::HOST), &[], &[host], &[]);
+                self.record_release(cmd, ImageAccess::TRANSFER_SRC, until);
+            }
+            buffer.track(until);
+            Ok::<(), TransferError>(())
+        })?;
+        Ok((buffer, s))
+    }
+
+    /// The frame's pixels, each plane's visible rows tightly packed, planes concatenated.
+    /// Blocks until the GPU has copied them (at most [`READBACK_TIMEOUT`]): a convenience for
+    /// tests and tools, not for a frame loop (use [`ImportedImage::start_read_back`] there).
+    pub fn read_back(&self) -> Result<Vec<u8>, TransferError> {
+        let (buffer, s) = self.start_read_back(SubmitOptions::default())?;
+        s.wait(READBACK_TIMEOUT)?;
+        Ok(buffer.bytes()?.to_vec())
+    }
+}

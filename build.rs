@@ -85,4 +85,6 @@ pub fn compile_dir(dir: &str) {
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
     compile_dir("shaders");
+    // The examples' own shaders (a host's sampling pass), for `cargo run --example`.
+    compile_dir("examples/shaders");
 }

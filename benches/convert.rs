@@ -8,7 +8,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use dmabridge::interop::tiling::{packed_planes, tiled_size};
 use dmabridge::interop::{Fourcc, TileLayout};
-use dmabridge::{Converter, Engine, EngineOptions, GpuBuffer};
+use dmabridge::{BufferLocation, Converter, Engine, EngineOptions, GpuBuffer, TiledFrame, READBACK_TIMEOUT};
 
 const W: u32 = 3840;
 const H: u32 = 2160;
@@ -34,11 +34,14 @@ fn bench(c: &mut Criterion) {
     };
     for layout in TileLayout::ALL.into_iter().filter(|l| !matches!(l, TileLayout::NvidiaBlockLinear(n) if *n != 4)) {
         let Ok(g) = tiled_size(layout, Fourcc::NV12, W, H) else { continue };
-        let (Ok(tiled), Ok(out)) = (GpuBuffer::new(&engine, g.size as usize), GpuBuffer::new(&engine, linear_len)) else {
+        let (Ok(tiled), Ok(out)) =
+            (GpuBuffer::new(&engine, g.size, BufferLocation::DeviceLocal), GpuBuffer::new(&engine, linear_len as u64, BufferLocation::DeviceLocal))
+        else {
             continue;
         };
-        group.bench_with_input(BenchmarkId::new("gpu", layout.name()), &layout, |b, &layout| {
-            b.iter(|| conv.detile(layout, Fourcc::NV12, (W, H), &tiled, &out, &planes))
+        let frame = TiledFrame { layout, fourcc: Fourcc::NV12, extent: (W, H) };
+        group.bench_with_input(BenchmarkId::new("gpu", layout.name()), &frame, |b, &frame| {
+            b.iter(|| conv.detile(frame, &tiled, &out, &planes, Default::default()).and_then(|s| Ok(s.wait(READBACK_TIMEOUT)?)))
         });
     }
     group.finish();

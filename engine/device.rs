@@ -407,6 +407,14 @@ impl Engine {
         self.0.drm_format_modifier.as_ref()
     }
 
+    /// Whether a validation-layer message (its text) is a known false positive on this
+    /// device: the "format features (0x0)" report for DRM-tiled images on a driver that
+    /// leaves `VkDrmFormatModifierPropertiesList2EXT` empty. For a host that runs its own
+    /// debug messenger; an engine with validation on sets these aside itself.
+    pub fn is_known_false_positive(&self, message: &str) -> bool {
+        self.drm_modifier_list2_is_empty() && crate::validation::is_empty_list2_report(message)
+    }
+
     /// True when `VK_EXT_image_drm_format_modifier` is enabled: explicit modifiers exist.
     pub fn has_modifiers(&self) -> bool {
         self.0.drm_format_modifier.is_some()

@@ -577,6 +577,9 @@ impl Engine {
     /// Blocks until every point in `points` is reached, or `timeout` passes. For the
     /// caller's own synchronisation with the CPU; dmabridge never calls it on a frame path.
     pub fn wait(&self, points: &[Completion], timeout: Duration) -> Result<(), SubmitError> {
+        if points.is_empty() {
+            return Ok(());
+        }
         if points.iter().any(|c| !self.owns_timeline(c.semaphore)) {
             return Err(SubmitError::ForeignCompletion);
         }

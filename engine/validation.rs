@@ -53,9 +53,7 @@ impl ValidationLog {
     /// Whether `m` is the layer's "format features (0x0) ... DRM_FORMAT_MODIFIER" report made
     /// wrong by the driver inconsistency above. Nothing else is ever set aside.
     pub fn is_known_false_positive(&self, m: &ValidationMessage) -> bool {
-        self.drm_features_unreliable.load(Ordering::SeqCst)
-            && m.text.contains("VkFormatFeatureFlags (0x0) does not support required feature")
-            && m.text.contains("VK_IMAGE_TILING_DRM_FORMAT_MODIFIER_EXT")
+        self.drm_features_unreliable.load(Ordering::SeqCst) && is_empty_list2_report(&m.text)
     }
 
     /// Messages set aside as known false positives (kept, for anyone who wants to look).
@@ -81,6 +79,13 @@ impl ValidationLog {
             v.push(m);
         }
     }
+}
+
+/// Whether a validation message is the layer's "format features (0x0)" report for a
+/// DRM-tiled image: what it says when the driver leaves `VkDrmFormatModifierPropertiesList2EXT`
+/// empty (see `Engine::drm_modifier_list2_is_empty`).
+pub(crate) fn is_empty_list2_report(text: &str) -> bool {
+    text.contains("VkFormatFeatureFlags (0x0) does not support required feature") && text.contains("VK_IMAGE_TILING_DRM_FORMAT_MODIFIER_EXT")
 }
 
 /// The callback's user data is a leaked `Box<ValidationLog>`; see [`Messenger`].

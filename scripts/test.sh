@@ -19,11 +19,25 @@ for svc in scripts/services/*.sh; do
     [ -e "$svc" ] && source "$svc"
 done
 
-# Build once, without the preload, so that cargo and rustc never run under it.
+# Lints first: every warning, in every target of every crate, fails the run.
+cargo clippy --workspace --all-targets --quiet -- -D warnings
+
+# Build once (tests, benches and the examples), without the preload, so that cargo and
+# rustc never run under it.
 cargo test --workspace --all-targets --no-run --quiet
+
+# The examples embedders copy from, run as they are documented, with validation on.
+run_examples() {
+    for example in embed_host_device video_pipeline; do
+        echo "--- example $example"
+        DMABRIDGE_VALIDATION=1 "$@" "target/debug/examples/$example"
+    done
+}
 
 echo "=== configuration 1/2: plain lavapipe (no udmabuf) ==="
 DMABRIDGE_TEST_CONFIG=plain cargo test --workspace --quiet -- --test-threads=2
+DMABRIDGE_TEST_CONFIG=plain run_examples env
 
 echo "=== configuration 2/2: udmabuf ($( [ -e /dev/udmabuf ] && echo real || echo emulation )) ==="
 with_udmabuf cargo test --workspace --quiet -- --test-threads=2
+run_examples with_udmabuf

@@ -208,7 +208,7 @@ fn vulkan_export_reads_back_through_gles_pixel_exact() {
         assert!(plane.stride >= u64::from(W) * 4, "stride {} < {}", plane.stride, W * 4);
 
         eprintln!("Vulkan export of {fourcc} {W}x{H}: offset {}, stride {}", plane.offset, plane.stride);
-        exported.clear_and_release(clear).expect("clear on the Vulkan device");
+        exported.clear_and_release(clear, Default::default()).expect("clear on the Vulkan device").wait(dmabridge::READBACK_TIMEOUT).expect("clear on the Vulkan device");
         // The bytes in memory are in the fourcc's order...
         let memory = read_plane0(buf);
         let px = memory_pixel(fourcc, rgba);

@@ -37,7 +37,7 @@ fn a_descriptor_crosses_a_process_boundary_and_comes_back() {
             acceptable: vec![Layout::Explicit(Modifier::LINEAR)],
         };
         exported = engine.export_image(&req).expect("export");
-        exported.clear_and_release([1.0, 0.0, 0.6, 1.0]).expect("render");
+        exported.clear_and_release([1.0, 0.0, 0.6, 1.0], Default::default()).expect("render").wait(dmabridge::READBACK_TIMEOUT).expect("render");
         exported.dmabuf().expect("dma-buf export")
     } else {
         let (offset, stride) = (256usize, (w * 4 + 32) as usize);

@@ -26,12 +26,15 @@ fn ar24(file: &[u8], w: u32, h: u32, offset: u64, stride: u64, layout: Layout) -
         .expect("descriptor")
 }
 
+/// A hostile case: its name, the descriptor, and the error it must get.
+type Case = (&'static str, DmaBuf, fn(&ImportError) -> bool);
+
 #[test]
 fn hostile_layouts_never_reach_the_driver() {
     let _guard = lock();
     let engine = common::engine();
     let page = vec![0u8; 4096];
-    let cases: Vec<(&str, DmaBuf, fn(&ImportError) -> bool)> = vec![
+    let cases: Vec<Case> = vec![
         ("unknown fourcc", DmaBuf::new(Fourcc::from_bytes(*b"ZZZZ"), LINEAR, 4, 4, vec![PlaneDesc {
             fd: common::memfd_with(&page), offset: 0, stride: 16 }]).expect("descriptor"),
             |e| matches!(e, ImportError::UnknownFourcc(_))),

@@ -41,12 +41,12 @@ fn samsung_nv12_and_nvidia_ar24_are_detiled_on_the_gpu() {
         let linear = common::pattern(len, 40);
         let buf = tiled_dmabuf(layout, fourcc, extent, &linear, 4096);
         // The Vulkan import refuses it (lavapipe has no such modifier)...
-        let e = engine.import_dmabuf(&buf, dmabridge::ash::vk::ImageUsageFlags::SAMPLED).err().expect("no driver samples it");
+        let e = engine.import_dmabuf(&buf, dmabridge::ash::vk::ImageUsageFlags::SAMPLED).expect_err("no driver samples it");
         assert!(matches!(e, ImportError::NeedsConversion(_)), "{e}");
         // ...and the copy fallback detiles it.
-        let (out, got) = conv.detile_dmabuf(&buf).expect("detile");
+        let (out, got) = conv.detile_dmabuf(&buf, dmabridge::READBACK_TIMEOUT).expect("detile");
         assert_eq!(got, layout);
-        assert!(out.bytes() == &linear[..], "{layout} {fourcc}: wrong bytes");
+        assert!(out.bytes().expect("idle") == &linear[..], "{layout} {fourcc}: wrong bytes");
     }
     drop(conv);
     common::assert_clean(&engine);
@@ -67,7 +67,7 @@ fn tiled_layouts_are_checked_before_the_driver() {
         (1 << 19, g.planes[1].padded_width_bytes as u64),
     ])
     .expect("descriptor");
-    assert!(matches!(conv.detile_dmabuf(&bad_stride), Err(ConvertError::TiledStride { .. })));
+    assert!(matches!(conv.detile_dmabuf(&bad_stride, dmabridge::READBACK_TIMEOUT), Err(ConvertError::TiledStride { .. })));
     // Tiles that run past the end of the fd (the visible rows fit, the padded ones do not).
     let short = vec![0u8; (g.planes[1].offset + g.planes[1].size - 1) as usize];
     let past = DmaBuf::in_one_file(Fourcc::NV12, samsung, w, h, common::memfd_with(&short), &[
@@ -75,12 +75,12 @@ fn tiled_layouts_are_checked_before_the_driver() {
         (g.planes[1].offset, g.planes[1].padded_width_bytes as u64),
     ])
     .expect("descriptor");
-    let e = conv.detile_dmabuf(&past).err().expect("refused");
+    let e = conv.detile_dmabuf(&past, dmabridge::READBACK_TIMEOUT).expect_err("refused");
     assert!(matches!(e, ConvertError::TilesPastEndOfFd { .. } | ConvertError::Check(_)), "{e}");
     // A linear buffer is not for the detiler.
     let linear = DmaBuf::in_one_file(Fourcc::R8, Layout::Explicit(dmabridge::interop::Modifier::LINEAR), 4, 4, common::memfd_with(&[0u8; 16]), &[(0, 4)])
         .expect("descriptor");
-    assert!(matches!(conv.detile_dmabuf(&linear), Err(ConvertError::NotTiled(_))));
+    assert!(matches!(conv.detile_dmabuf(&linear, dmabridge::READBACK_TIMEOUT), Err(ConvertError::NotTiled(_))));
     drop(conv);
     common::assert_clean(&engine);
 }

@@ -114,7 +114,7 @@ fn export_from_one_device_import_into_another() {
         Ok(exported) => {
             assert!(common::expect_modifiers(), "plain lavapipe exported a dma-buf?");
             assert_eq!(exported.layout(), LINEAR, "the chosen modifier is reported, and is in the list");
-            exported.clear_and_release([1.0, 0.0, 0.6, 1.0]).expect("render on A");
+            exported.clear_and_release([1.0, 0.0, 0.6, 1.0], Default::default()).expect("render on A").wait(dmabridge::READBACK_TIMEOUT).expect("render on A");
             let image = b.import_dmabuf(exported.dmabuf().expect("a dma-buf export"), SAMPLE_AND_READ).expect("import on B");
             assert_eq!(image.path(), ImportPath::Explicit);
             let back = image.read_back().expect("read back on B");
@@ -142,7 +142,7 @@ fn export_refuses_a_modifier_list_it_cannot_meet() {
         usage: vk::ImageUsageFlags::SAMPLED,
         acceptable: vec![Layout::Explicit(y_tiled)],
     };
-    let err = engine.export_image(&req).err().expect("lavapipe has no Y-tiling");
+    let err = engine.export_image(&req).expect_err("lavapipe has no Y-tiling");
     assert!(
         matches!(err, ExportError::NoAcceptableModifier { .. } | ExportError::DmaBufExportUnsupported { .. }),
         "{err}"
@@ -157,7 +157,7 @@ fn opaque_fd_between_two_engines_on_the_same_driver() {
     let usage = vk::ImageUsageFlags::TRANSFER_DST | vk::ImageUsageFlags::TRANSFER_SRC;
     let exported = a.export_opaque(Fourcc::ABGR8888, 33, 17, usage).expect("OPAQUE_FD export works in both configurations");
     assert_eq!(exported.layout(), Layout::Implicit);
-    exported.clear_and_release([0.0, 1.0, 0.2, 1.0]).expect("render on A");
+    exported.clear_and_release([0.0, 1.0, 0.2, 1.0], Default::default()).expect("render on A").wait(dmabridge::READBACK_TIMEOUT).expect("render on A");
     let share = exported.opaque_fd().expect("opaque share");
     let image = b.import_opaque(share).expect("same driver, same device");
     assert_eq!(image.path(), ImportPath::OpaqueFd);

@@ -1,12 +1,12 @@
-//! `dmabridge bench [--json] [--quick]`: see `crate::demo::bench` for what each path's
+//! `dmabridge bench [--json] [--quick]`: see `dmabridge_cli::demo::bench` for what each path's
 //! time covers. `--json` prints the contract JSON on stdout; otherwise a table, the ratios
 //! and a PNG plot (`--plot`, default bench-out/bench.png). A progress bar runs on stderr.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::demo::bench::{self, BenchOptions, BenchReport};
-use crate::demo::report::{write_plot, PlotPoint, PLOT_LEGEND};
+use dmabridge_cli::demo::bench::{self, BenchOptions, BenchReport};
+use dmabridge_cli::demo::report::{write_plot, PlotPoint, PLOT_LEGEND};
 use dmabridge::{Engine, EngineOptions};
 
 #[derive(clap::Args)]

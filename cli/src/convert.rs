@@ -41,7 +41,7 @@ pub struct ConvertArgs {
 
 /// Where the work runs.
 enum Backend {
-    Gpu(Converter),
+    Gpu(Box<Converter>),
     Cpu,
 }
 
@@ -164,7 +164,7 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
     };
     let backend = match &engine {
         Some(e) => match Converter::new(e) {
-            Ok(c) => Backend::Gpu(c),
+            Ok(c) => Backend::Gpu(Box::new(c)),
             Err(err) => return fail(err.to_string()),
         },
         None => Backend::Cpu,

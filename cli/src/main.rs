@@ -3,10 +3,10 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use dmabridge_cli::demo;
 
 mod bench;
 mod convert;
-mod demo;
 mod frame;
 mod import;
 mod negotiate;

@@ -1,6 +1,7 @@
 //! `dmabridge convert` is a contract: layout names or hex modifiers, GPU by default, the
 //! CPU reference with --cpu, identical bytes either way, exit 1 on bad input.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::PathBuf;

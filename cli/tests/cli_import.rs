@@ -1,6 +1,7 @@
 //! `dmabridge import` is a contract: inherited fds, exact bytes out, exit 1 with a clear
 //! message for every layout the checks reject, never a crash.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -2,6 +2,7 @@
 //! the live Vulkan device as a participant, whose answer depends on the configuration
 //! (plain lavapipe is implicit-only; with udmabuf it has explicit LINEAR).
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::process::{Command, Output};

@@ -1,6 +1,7 @@
 //! `dmabridge probe --json` is a contract: check its shape against the real device, with
 //! the validation layer on (the command exits 3 if the layer complains).
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::process::Command;

@@ -8,6 +8,7 @@
 //!   by the consumer's verification: that frame, and only that one, fails, and the exit
 //!   status says so.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};

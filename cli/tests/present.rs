@@ -9,6 +9,7 @@
 //! Needs an X server: `scripts/test.sh` starts Xvfb (scripts/services/xvfb.sh). Without
 //! one the display tests fail under CI (`CI` set) and are skipped otherwise.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::{Path, PathBuf};
@@ -481,7 +482,7 @@ mod host {
     use dmabridge::interop::dmabuf::DmaBuf;
     use dmabridge::interop::{Fourcc, Layout, Modifier};
     use dmabridge::present::{self, FrameOptions, PresentModePolicy, PresentOutcome, Presenter, PresenterOptions};
-    use dmabridge::{DeviceExtension, Engine, HostVulkan};
+    use dmabridge::{Capability, EnabledFeatures, Engine, HostVulkan};
     use std::ffi::{c_void, CString};
     use winit::application::ApplicationHandler;
     use winit::dpi::PhysicalSize;
@@ -543,6 +544,7 @@ mod host {
         device: ash::Device,
         family: u32,
         extensions: Vec<CString>,
+        features: EnabledFeatures,
     }
 
     impl Host {
@@ -578,28 +580,24 @@ mod host {
                 .iter()
                 .position(|f| f.queue_flags.contains(vk::QueueFlags::GRAPHICS | vk::QueueFlags::COMPUTE))
                 .expect("a graphics queue") as u32;
-            // SAFETY: as above.
-            let offered = unsafe { instance.enumerate_device_extension_properties(physical) }.expect("extensions");
-            let has = |n: &std::ffi::CStr| offered.iter().any(|p| p.extension_name_as_c_str() == Ok(n));
-            let mut extensions: Vec<CString> = DeviceExtension::ALL
-                .iter()
-                .map(|e| e.name())
-                .filter(|n| has(n))
-                .map(|n| n.to_owned())
-                .collect();
-            extensions.push(ash::khr::swapchain::NAME.to_owned());
+            // What dmabridge needs, presenting included, as the host is told to enable it.
+            // SAFETY: the physical device comes from this instance.
+            let reqs = unsafe { dmabridge::requirements(&instance, physical) };
+            let extensions: Vec<CString> = reqs.device_extensions(&Capability::ALL).iter().map(|e| e.name().to_owned()).collect();
+            assert!(extensions.iter().any(|e| e.as_c_str() == ash::khr::swapchain::NAME));
+            let features = reqs.features(&Capability::ALL);
             let ptrs: Vec<_> = extensions.iter().map(|c| c.as_ptr()).collect();
             let priorities = [1.0f32];
             let queues = [vk::DeviceQueueCreateInfo::default().queue_family_index(family).queue_priorities(&priorities)];
-            let mut ycbcr = vk::PhysicalDeviceSamplerYcbcrConversionFeatures::default().sampler_ycbcr_conversion(true);
+            let (mut timeline, mut ycbcr) = features.create_info_structs();
             let info = vk::DeviceCreateInfo::default()
                 .queue_create_infos(&queues)
                 .enabled_extension_names(&ptrs)
+                .push_next(&mut timeline)
                 .push_next(&mut ycbcr);
-            // SAFETY: offered extensions (their dependencies are offered together on lavapipe)
-            // and a supported feature.
+            // SAFETY: extensions and features the requirements found offered, in dependency order.
             let device = unsafe { instance.create_device(physical, &info, None) }.expect("host device");
-            Host { entry, instance, debug, messenger, physical, device, family, extensions }
+            Host { entry, instance, debug, messenger, physical, device, family, extensions, features }
         }
 
         fn hand_over(&self) -> Engine {
@@ -609,11 +607,14 @@ mod host {
                 Engine::from_host(HostVulkan {
                     entry: self.entry.clone(),
                     instance: self.instance.clone(),
+                    instance_api_version: vk::API_VERSION_1_3,
                     physical_device: self.physical,
                     device: self.device.clone(),
                     queue_family_index: self.family,
                     queue_index: 0,
                     enabled_device_extensions: self.extensions.clone(),
+                    enabled_features: self.features,
+                    on_drop: None,
                 })
             }
             .expect("embed the host's device")

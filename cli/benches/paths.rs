@@ -2,14 +2,14 @@
 //! copy (one frame = handoff + cached import + barrier + first sample, plus the copy), the
 //! import cache's hit against a miss, the demo's negotiation, and one descriptor handoff.
 //!
-//! `cargo bench --bench paths` (with the udmabuf emulation for the zero-copy entries:
-//! `source scripts/emulation.sh && with_udmabuf cargo bench --bench paths`).
+//! `cargo bench -p dmabridge-cli --bench paths` (with the udmabuf emulation for the zero-copy entries:
+//! `source scripts/emulation.sh && with_udmabuf cargo bench -p dmabridge-cli --bench paths`).
 
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use dmabridge::ash::vk;
-use dmabridge::demo::bench::{self, BenchOptions, Source};
+use dmabridge_cli::demo::bench::{self, BenchOptions, Source};
 use dmabridge::interop::dmabuf::{recv, send_buffer, socketpair, Received};
 use dmabridge::interop::Fourcc;
 use dmabridge::{Engine, EngineOptions, ImportCache};

@@ -1,0 +1,4 @@
+//! The parts of the `dmabridge` command that benchmarks and tests share with it: the
+//! two-process demo and the path benchmark. Built only on `dmabridge`'s public API.
+
+pub mod demo;

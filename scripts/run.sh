@@ -6,6 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-cargo build --release --quiet --bin dmabridge
+cargo build --release --quiet -p dmabridge-cli --bin dmabridge
 source scripts/emulation.sh
 with_udmabuf target/release/dmabridge demo "$@"

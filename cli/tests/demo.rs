@@ -11,6 +11,7 @@
 #[path = "../../tests/common/mod.rs"]
 mod common;
 
+use std::os::fd::FromRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -121,6 +122,164 @@ fn the_consumer_refuses_fds_it_was_not_given() {
         .expect("run demo-consumer");
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("--buffers-fd 987"));
+}
+
+/// A `demo-consumer` whose producer is this test: its two sockets, and the child.
+struct Consumer {
+    child: std::process::Child,
+    /// Kept open: a closed buffer socket would end the consumer for another reason.
+    _buffers: std::os::fd::OwnedFd,
+    control: std::os::fd::OwnedFd,
+}
+
+impl Consumer {
+    fn start(timeout_s: &str) -> Consumer {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::process::CommandExt;
+        let (buffers, b_theirs) = dmabridge::interop::dmabuf::socketpair().expect("socketpair");
+        let (control, c_theirs) = dmabridge::interop::dmabuf::socketpair().expect("socketpair");
+        // Non-CLOEXEC dups at fixed numbers in the child.
+        let (b, c) = (b_theirs.as_raw_fd(), c_theirs.as_raw_fd());
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_dmabridge"));
+        cmd.args(["demo-consumer", "--buffers-fd", "50", "--control-fd", "51", "--peer-timeout", timeout_s])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        // SAFETY: dup2 and nothing else between fork and exec; both fds are open here.
+        unsafe {
+            cmd.pre_exec(move || {
+                if dup2_raw(b, 50) < 0 || dup2_raw(c, 51) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = cmd.spawn().expect("spawn demo-consumer");
+        drop((b_theirs, c_theirs));
+        Consumer { child, _buffers: buffers, control }
+    }
+
+    fn send(&self, json: &str) {
+        rustix::net::send(&self.control, json.as_bytes(), rustix::net::SendFlags::NOSIGNAL).expect("send");
+    }
+
+    /// Its exit status and stderr, waiting at most `limit`.
+    fn finish(mut self, limit: std::time::Duration) -> (Option<i32>, String, std::time::Duration) {
+        let t = std::time::Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                let mut err = String::new();
+                if let Some(mut e) = self.child.stderr.take() {
+                    let _ = std::io::Read::read_to_string(&mut e, &mut err);
+                }
+                return (status.code(), err, t.elapsed());
+            }
+            if t.elapsed() > limit {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("the consumer did not exit within {limit:?}");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+}
+
+/// `dup2` through rustix (async-signal-safe: a plain syscall).
+fn dup2_raw(from: i32, to: i32) -> i32 {
+    // SAFETY: both numbers are open fds of this (forked) process; dup2 makes `to` a
+    // duplicate of `from` without CLOEXEC.
+    unsafe {
+        let from = std::os::fd::BorrowedFd::borrow_raw(from);
+        let mut to = std::mem::ManuallyDrop::new(std::os::fd::OwnedFd::from_raw_fd(to));
+        match rustix::io::dup2(from, &mut to) {
+            Ok(()) => 0,
+            Err(_) => -1,
+        }
+    }
+}
+
+#[test]
+fn a_hostile_producer_gets_a_clear_error_from_the_consumer_not_a_panic() {
+    // sample_every = 0 once made the consumer divide by zero.
+    for (bad, expect) in [
+        (r#"{"type":"start","mode":"copy","fourcc":"AR24","width":64,"height":64,"frames":4,"pool":2,"sample_every":0}"#, "sample_every is 0"),
+        (r#"{"type":"start","mode":"copy","fourcc":"AR24","width":64,"height":64,"frames":4,"pool":0,"sample_every":1}"#, "pool of 0"),
+        (r#"{"type":"start","mode":"copy","fourcc":"AR24","width":4000000,"height":64,"frames":4,"pool":2,"sample_every":1}"#, "frame is outside"),
+        (r#"{"type":"nonsense"}"#, "control message"),
+    ] {
+        let consumer = Consumer::start("5");
+        consumer.send(bad);
+        let (code, stderr, _) = consumer.finish(std::time::Duration::from_secs(20));
+        assert_eq!(code, Some(1), "{bad}: {stderr}");
+        assert!(stderr.contains(expect), "{bad}: {stderr}");
+        assert!(!stderr.contains("panicked"), "{stderr}");
+    }
+}
+
+#[test]
+fn a_stalled_producer_is_named_within_the_timeout() {
+    let consumer = Consumer::start("1");
+    // Say nothing at all: the consumer's first wait for a Start times out.
+    let (code, stderr, took) = consumer.finish(std::time::Duration::from_secs(20));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("the producer did not answer within 1s"), "{stderr}");
+    assert!(took < std::time::Duration::from_secs(10), "{took:?}");
+}
+
+#[test]
+fn a_stopped_consumer_is_named_within_the_timeout() {
+    let out = out_dir("stopped");
+    let mut demo = Command::new(env!("CARGO_BIN_EXE_dmabridge"))
+        .args(["demo", "--frames", "10000", "--width", "64", "--height", "64", "--peer-timeout", "2", "--out"])
+        .arg(&out)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run dmabridge demo");
+    // Find its consumer and stop it (SIGSTOP: alive, but silent).
+    let children = format!("/proc/{0}/task/{0}/children", demo.id());
+    let t = std::time::Instant::now();
+    let consumer = loop {
+        let pids = std::fs::read_to_string(&children).unwrap_or_default();
+        if let Some(pid) = pids.split_whitespace().next().and_then(|p| p.parse::<i32>().ok()) {
+            break pid;
+        }
+        assert!(t.elapsed() < std::time::Duration::from_secs(20), "no consumer process appeared");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    // Let the frames start flowing, then stop the consumer.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let pid = rustix::process::Pid::from_raw(consumer).expect("a pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::STOP).expect("SIGSTOP the consumer");
+    let stopped_at = std::time::Instant::now();
+    let mut finished = None;
+    while stopped_at.elapsed() < std::time::Duration::from_secs(30) {
+        if let Some(status) = demo.try_wait().expect("wait") {
+            finished = Some(status);
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let status = match finished {
+        Some(s) => s,
+        None => {
+            let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+            let _ = demo.kill();
+            panic!("the producer hung on a stopped consumer");
+        }
+    };
+    let mut stderr = String::new();
+    if let Some(mut e) = demo.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+    }
+    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("the consumer did not answer within 2s"), "{stderr}");
+    assert!(stopped_at.elapsed() < std::time::Duration::from_secs(15), "{:?}", stopped_at.elapsed());
+    // The producer killed the stopped consumer on its way out.
+    assert!(!std::path::Path::new(&format!("/proc/{consumer}/status")).exists() || {
+        let s = std::fs::read_to_string(format!("/proc/{consumer}/status")).unwrap_or_default();
+        s.contains("State:\tZ") || s.is_empty()
+    });
+    let _ = std::fs::remove_dir_all(&out);
 }
 
 fn bench(extra: &[&str]) -> Output {

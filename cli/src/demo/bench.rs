@@ -4,21 +4,21 @@
 //! Every path runs as an embedding host's frame loop would: the host owns its command
 //! buffers and submits them itself, with at most [`FRAMES_IN_FLIGHT`] frames in flight
 //! (it waits for a command buffer's previous frame only when it comes round again), and a
-//! frame's time is the loop's total time over its frames. What one frame covers, per path
-//! (the frame source is a linear dma-buf: an exported image where the device exports, else a
-//! memfd):
+//! frame's time is the loop's total time over its frames. A frame's time is what it costs to
+//! make a producer's frame ready for the host's shaders; the host's own use of it (its draw)
+//! is the same for every path and not part of it. Per path (the frame source is a linear
+//! dma-buf: an exported image where the device exports, else a memfd):
 //! - **zero-copy**: handoff (descriptor + fds over a Unix socket and back into a
 //!   [`DmaBuf`]), the cached import ([`ImportCache`], a hit after the first frame), the
-//!   acquire recorded into the host's command buffer, the first sample (a 16x16 compute
-//!   dispatch that samples the frame), the release, and the host's submit. Only where the
-//!   import is explicit: without the modifier extension, or for NV12 on lavapipe
-//!   (single-plane modifiers only), there is no zero-copy import and no entry.
+//!   acquire and release recorded into the host's command buffer, and the host's submit.
+//!   Only where the import is explicit: without the modifier extension, or for NV12 on
+//!   lavapipe (single-plane modifiers only), there is no zero-copy import and no entry.
 //! - **copy-gpu**: the same handoff, a cached buffer import of the fd, then a GPU copy
-//!   (`vkCmdCopyBufferToImage`, one region per plane) into a device-local image, the barrier
-//!   and the first sample (through a YCbCr conversion for NV12).
+//!   (`vkCmdCopyBufferToImage`, one region per plane) into a device-local image and the
+//!   barrier to the host's sampling, in the host's command buffer, and its submit.
 //! - **copy-cpu**: the same handoff, then the CPU maps the fd and memcpys the frame into a
 //!   host-visible staging buffer (the classic upload), which the GPU copies into the image
-//!   before the barrier and the first sample.
+//!   before the barrier.
 
 use std::collections::HashMap;
 use std::os::fd::AsFd;
@@ -27,8 +27,8 @@ use std::time::Instant;
 use dmabridge::ash::vk;
 use dmabridge::image::buffer_barrier;
 use dmabridge::{
-    Binding, BufferLocation, Completion, ComputePipeline, DeviceImage, Engine, ExportRequest, ExportedImage, GpuBuffer, HostTimeline,
-    ImageAccess, ImportCache, ImportPath, ImportedBuffer, SampledView, Sampler, SubmitOptions, VkError, YcbcrOutput,
+    BufferLocation, Completion, DeviceImage, Engine, ExportRequest, ExportedImage, GpuBuffer, HostTimeline, ImageAccess, ImportCache,
+    ImportPath, ImportedBuffer, SubmitOptions, VkError,
 };
 use dmabridge_interop::dmabuf::{recv, send_buffer, socketpair, BufferIdentity, DmaBuf, PlaneDesc, Received};
 use dmabridge_interop::negotiate::{negotiate_with, Member, NegotiateOptions};
@@ -36,8 +36,7 @@ use dmabridge_interop::tiling::LinearPlane;
 use dmabridge_interop::{format_info, Fourcc, Layout, Modifier, TileLayout};
 use serde::Serialize;
 
-use super::producer::dispatch;
-use super::{DemoError, Mode, COMPOSITE_SPV, FRAME_TIMEOUT};
+use super::{DemoError, Mode, FRAME_TIMEOUT};
 
 /// Frames a benchmark loop keeps in flight, as a host engine's frame loop would.
 pub const FRAMES_IN_FLIGHT: usize = 3;
@@ -190,49 +189,6 @@ impl Source {
     }
 }
 
-/// The "first sample": the demo's composite shader over a 16x16 corner, no output.
-struct Sampling {
-    // Declared first so it is dropped before the sampler it holds immutably.
-    pipe: ComputePipeline,
-    sampler: Sampler,
-    sum: GpuBuffer,
-}
-
-impl Sampling {
-    fn new(engine: &Engine, format: vk::Format, multi_planar: bool) -> Result<Self, DemoError> {
-        let sampler = Sampler::new(engine, format, multi_planar, YcbcrOutput::Bt709Limited)?;
-        let pipe = ComputePipeline::new(engine, COMPOSITE_SPV, &[Binding::Sampler(sampler.sampler()), Binding::StorageBuffer, Binding::StorageBuffer], 28, 4)?;
-        let sum = GpuBuffer::new(engine, 64, BufferLocation::Readback)?;
-        Ok(Sampling { pipe, sampler, sum })
-    }
-
-    /// A set for `view` (freed with the pipeline).
-    fn set_for(&self, view: &SampledView) -> Result<vk::DescriptorSet, DemoError> {
-        let set = self.pipe.allocate_set()?;
-        // SAFETY: a fresh set; the view is of a SAMPLED image with the sampler's conversion,
-        // in SHADER_READ_ONLY_OPTIMAL whenever the set is used; the sum buffer outlives the set.
-        unsafe {
-            self.pipe.write_image(set, 0, view.view());
-            self.pipe.write_buffer(set, 1, self.sum.buffer());
-            self.pipe.write_buffer(set, 2, self.sum.buffer());
-        }
-        Ok(set)
-    }
-
-    fn record(&self, device: &dmabridge::ash::Device, cmd: vk::CommandBuffer, set: vk::DescriptorSet, view: &SampledView, (w, h): (u32, u32), until: Completion) -> Result<(), DemoError> {
-        dispatch(&self.pipe, cmd, set, &[16, 16, 0, 0, w, h, 0], (16, 16), until)?;
-        let host = buffer_barrier(self.sum.buffer(), vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, vk::QUEUE_FAMILY_IGNORED, vk::QUEUE_FAMILY_IGNORED);
-        // SAFETY: recording state; the sum buffer belongs to this device.
-        unsafe {
-            device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[], &[host], &[]);
-        }
-        self.sum.track(until);
-        self.sampler.track(until);
-        view.track(until);
-        Ok(())
-    }
-}
-
 /// The host side of a benchmark loop: its own command pool and buffers, a
 /// [`HostTimeline`], and its own submits on the engine's queue (under its lock).
 struct HostLoop {
@@ -373,11 +329,9 @@ pub fn measure(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, opts
 
 fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, opts: &BenchOptions) -> Result<Option<PathResult>, DemoError> {
     let entry = dmabridge::vk_format::to_vk(fourcc).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no Vulkan format")))?;
-    let multi_planar = entry.vk_planes > 1;
     let source = Source::new(engine, fourcc, w, h, path == "zero-copy")?;
     let (a, b) = socketpair()?;
     let reps = opts.reps(source.bytes);
-    let sampling = Sampling::new(engine, entry.vk_format, multi_planar)?;
     let device = engine.device();
     let (ours, foreign) = (engine.queue_family(), engine.foreign_queue_family());
     let mut host = HostLoop::new(engine)?;
@@ -385,7 +339,6 @@ fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, op
     match path {
         "zero-copy" => {
             let mut cache = ImportCache::new(engine, 2);
-            let mut state: Option<(SampledView, vk::DescriptorSet)> = None;
             // One warm-up frame (the cache miss, the view), then the batches.
             for batch in 0..=BATCHES {
                 let n = if batch == 0 { 1 } else { reps };
@@ -396,20 +349,12 @@ fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, op
                     if image.path() != ImportPath::Explicit {
                         return Ok(None);
                     }
-                    if state.is_none() {
-                        // SAFETY: the cache keeps the image alive for the whole loop; it has
-                        // SAMPLED usage and this format.
-                        let view = unsafe { sampling.sampler.view(image.image(), image.vk_format())? };
-                        let set = sampling.set_for(&view)?;
-                        state = Some((view, set));
-                    }
-                    let (view, set) = state.as_ref().map(|(v, s)| (v, *s)).ok_or_else(|| DemoError::Protocol("no view".into()))?;
                     host.frame(|cmd, until| {
                         // SAFETY: the host's command buffer, recording, submitted signalling `until`.
-                        unsafe { image.record_acquire(cmd, ImageAccess::SAMPLED_COMPUTE, until) };
-                        sampling.record(device, cmd, set, view, (w, h), until)?;
-                        // SAFETY: as above.
-                        unsafe { image.record_release(cmd, ImageAccess::SAMPLED_COMPUTE, until) };
+                        unsafe {
+                            image.record_acquire(cmd, ImageAccess::SAMPLED_COMPUTE, until);
+                            image.record_release(cmd, ImageAccess::SAMPLED_COMPUTE, until);
+                        }
                         Ok(())
                     })?;
                 }
@@ -421,9 +366,6 @@ fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, op
         }
         "copy-gpu" | "copy-cpu" => {
             let target = DeviceImage::new(engine, entry.vk_format, (w, h), vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_DST)?;
-            // SAFETY: the target lives for the whole loop; SAMPLED usage and this format.
-            let view = unsafe { sampling.sampler.view(target.image(), entry.vk_format)? };
-            let set = sampling.set_for(&view)?;
             let mut imports: HashMap<BufferIdentity, ImportedBuffer> = HashMap::new();
             // One staging buffer per frame in flight: the CPU writes one while the GPU reads another.
             let mut staging: Vec<GpuBuffer> = if path == "copy-cpu" {
@@ -478,7 +420,6 @@ fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, op
                             }
                             target.record_transition(cmd, ImageAccess::SAMPLED_COMPUTE, false, until);
                         }
-                        sampling.record(device, cmd, set, &view, (w, h), until)?;
                         match staging.get(slot) {
                             Some(st) => st.track(until),
                             None => {

@@ -52,6 +52,17 @@ pub struct DemoArgs {
     /// any message fails the demo.
     #[arg(long)]
     validation: bool,
+    /// Seconds either process waits for the other before it gives up with an error naming it.
+    #[arg(long, default_value_t = super::control::DEFAULT_PEER_TIMEOUT.as_secs_f64(), value_parser = peer_timeout)]
+    peer_timeout: f64,
+}
+
+fn peer_timeout(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(0.01..=3600.0).contains(&v) {
+        return Err(format!("{v} s: expected 0.01 to 3600 seconds"));
+    }
+    Ok(v)
 }
 
 #[derive(clap::Args)]
@@ -62,6 +73,8 @@ pub struct ConsumerArgs {
     control_fd: RawFd,
     #[arg(long)]
     validation: bool,
+    #[arg(long, default_value_t = super::control::DEFAULT_PEER_TIMEOUT.as_secs_f64(), value_parser = peer_timeout)]
+    peer_timeout: f64,
 }
 
 fn validation_wanted(flag: bool) -> bool {
@@ -97,6 +110,7 @@ pub fn run(args: &DemoArgs) -> ExitCode {
         out_dir: out.clone(),
         corrupt_frame: args.corrupt_frame,
         validation,
+        peer_timeout: std::time::Duration::from_secs_f64(args.peer_timeout),
     };
     let exe = match std::env::current_exe() {
         Ok(e) => e,
@@ -118,6 +132,7 @@ pub fn run(args: &DemoArgs) -> ExitCode {
         if validation {
             cmd.arg("--validation");
         }
+        cmd.arg("--peer-timeout").arg(args.peer_timeout.to_string());
         let child = cmd.spawn();
         drop((b, c));
         child
@@ -217,7 +232,7 @@ pub fn run_consumer(args: &ConsumerArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match consumer::run(buffers, control, args.validation) {
+    match consumer::run(buffers, control, args.validation, std::time::Duration::from_secs_f64(args.peer_timeout)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("dmabridge demo-consumer: {e}");

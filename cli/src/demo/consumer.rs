@@ -15,7 +15,7 @@ use dmabridge::{
 use dmabridge_interop::dmabuf::{fd_count, recv, send_release, Received};
 use dmabridge_interop::{FormatSet, Fourcc};
 
-use super::control::{recv_msg, send_msg, ConsumerReport, Mismatch, ToConsumer, ToProducer, WireParticipant};
+use super::control::{recv_msg, send_msg, ConsumerReport, Mismatch, Peer, ToConsumer, ToProducer, WireParticipant};
 use super::producer::{dispatch, read_u32, wire_formats};
 use super::report::{write_contact_sheet, Thumb};
 use super::{DemoError, Mode, Percentiles, COMPOSITE_SPV, DEMO_FORMATS, FRAME_TIMEOUT};
@@ -38,20 +38,26 @@ pub fn consumer_formats(engine: &Engine) -> Result<FormatSet, DemoError> {
 
 /// Runs the consumer process over the inherited sockets. Failures are reported to the
 /// producer on the control socket before they are returned.
-pub fn run(buffers: OwnedFd, control: OwnedFd, validation: bool) -> Result<(), DemoError> {
-    let result = serve(buffers.as_fd(), control.as_fd(), validation);
+pub fn run(buffers: OwnedFd, control: OwnedFd, validation: bool, peer_timeout: std::time::Duration) -> Result<(), DemoError> {
+    let peer = Peer { name: "producer", timeout: peer_timeout };
+    peer.apply(&buffers)?;
+    peer.apply(&control)?;
+    let result = serve(buffers.as_fd(), control.as_fd(), validation, &peer);
     if let Err(e) = &result {
-        let _ = send_msg(control.as_fd(), &ToProducer::Failed { error: e.to_string() });
+        let mut error = e.to_string();
+        error.truncate(super::control::MAX_TEXT);
+        let _ = send_msg(control.as_fd(), &peer, &ToProducer::Failed { error });
     }
     result
 }
 
-fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool) -> Result<(), DemoError> {
+fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool, peer: &Peer) -> Result<(), DemoError> {
     let engine = Engine::new(&EngineOptions { validation, ..EngineOptions::from_env() })?;
     let fds_before = fd_count()?;
     let formats = consumer_formats(&engine)?;
     send_msg(
         control,
+        peer,
         &ToProducer::Caps {
             participant: WireParticipant {
                 name: "consumer".into(),
@@ -67,7 +73,7 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool) -> 
     let out_dir = {
         let sum = GpuBuffer::new(&engine, 8, BufferLocation::Readback)?;
         loop {
-            match recv_msg::<ToConsumer>(control)? {
+            match recv_msg::<ToConsumer>(control, peer)? {
                 ToConsumer::Start { mode, fourcc, width, height, frames, pool, sample_every } => {
                     let Some(fourcc) = DEMO_FORMATS.into_iter().find(|f| f.trimmed() == fourcc) else {
                         return Err(DemoError::Protocol(format!("the producer sends {fourcc}; this consumer composites AR24 or NV12")));
@@ -84,13 +90,13 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool) -> 
                         28,
                         64,
                     )?;
-                    let ctx = ModeCtx { engine: &engine, sampler: &sampler, composite: &composite, buffers, control, yuv: nv12 };
+                    let ctx = ModeCtx { engine: &engine, sampler: &sampler, composite: &composite, buffers, control, peer, yuv: nv12 };
                     let (report, mode_thumbs) = ctx.run(&sum, mode, (width, height), frames, pool, sample_every)?;
                     drop(composite);
                     drop(sampler);
                     let timing = Percentiles::of(&report.frame_us);
                     thumbs.push((mode, mode_thumbs));
-                    send_msg(control, &ToProducer::ModeDone { report, timing })?;
+                    send_msg(control, peer, &ToProducer::ModeDone { report, timing })?;
                 }
                 ToConsumer::Bye { out_dir } => break out_dir,
                 other => return Err(DemoError::Protocol(format!("unexpected {other:?}"))),
@@ -116,6 +122,7 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool) -> 
     }
     send_msg(
         control,
+        peer,
         &ToProducer::Final { leaked_fds: fds_after as i64 - fds_before as i64, fds_before, fds_after, contact_sheet: sheet },
     )?;
     Ok(())
@@ -127,6 +134,7 @@ struct ModeCtx<'a> {
     composite: &'a ComputePipeline,
     buffers: BorrowedFd<'a>,
     control: BorrowedFd<'a>,
+    peer: &'a Peer,
     yuv: bool,
 }
 
@@ -149,12 +157,13 @@ impl ModeCtx<'_> {
         let mut thumbs = Vec::new();
         let result = (|| -> Result<(), DemoError> {
             for expected_index in 0..frames {
-                let (id, buf) = match recv(self.buffers)? {
-                    Received::Buffer { id, buf } => (id, buf),
+                let (id, buf) = match recv(self.buffers).map_err(|e| self.peer.handoff_error(e))? {
+                    Received::Buffer { id, buf } if id < u64::from(pool) => (id, buf),
+                    Received::Buffer { id, .. } => return Err(DemoError::Protocol(format!("buffer {id} is not in the producer's pool of {pool}"))),
                     Received::Release { id } => return Err(DemoError::Protocol(format!("the producer released buffer {id}"))),
                 };
                 let t0 = Instant::now();
-                let (index, checksum) = match recv_msg::<ToConsumer>(self.control)? {
+                let (index, checksum) = match recv_msg::<ToConsumer>(self.control, self.peer)? {
                     ToConsumer::Frame { index, id: fid, checksum } if fid == id => (index, checksum),
                     other => return Err(DemoError::Protocol(format!("expected frame info for buffer {id}, got {other:?}"))),
                 };
@@ -196,14 +205,14 @@ impl ModeCtx<'_> {
                 if sample {
                     thumbs.push(Thumb::from_rgba(out.bytes()?, w, h));
                 }
-                send_release(self.buffers, id)?;
+                send_release(self.buffers, id).map_err(|e| self.peer.handoff_error(e))?;
                 if cache.stats().evictions != 0 {
                     // Views are keyed by image handle; an evicted import's handle may be reused.
                     return Err(DemoError::Protocol(format!("the producer uses more buffers than its pool of {pool}")));
                 }
                 report.frame_us.push(t0.elapsed().as_secs_f64() * 1e6);
             }
-            match recv_msg::<ToConsumer>(self.control)? {
+            match recv_msg::<ToConsumer>(self.control, self.peer)? {
                 ToConsumer::End => Ok(()),
                 other => Err(DemoError::Protocol(format!("expected the end of {}, got {other:?}", mode.name()))),
             }

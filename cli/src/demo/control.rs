@@ -1,7 +1,13 @@
 //! The demo's control channel: JSON messages, one per `SOCK_SEQPACKET` record, beside the
 //! buffer socket that carries descriptors and fds in the interop wire format.
+//!
+//! The other process is not trusted: every message is decoded with a size cap and then
+//! range-checked ([`ControlMessage::check`]) before anything uses it, and both sockets have
+//! receive and send timeouts, so that a peer that stops answering gives an error naming it
+//! ([`DemoError::PeerStalled`]) instead of a hang.
 
 use std::os::fd::AsFd;
+use std::time::Duration;
 
 use rustix::io::Errno;
 use rustix::net::{recv, send, RecvFlags, SendFlags};
@@ -12,6 +18,71 @@ use super::{DemoError, Mode, Percentiles};
 
 /// The largest control message (a mode report with 10 000 frame times fits).
 pub const MAX_CONTROL_LEN: usize = 200 * 1024;
+
+/// Most frames per mode (the CLI's `--frames` range).
+pub const MAX_FRAMES: u32 = 10_000;
+/// Largest pool of buffers a producer may announce.
+pub const MAX_POOL: u32 = 64;
+/// Frame extents the demo takes (the CLI's `--width`/`--height` range).
+pub const EXTENTS: std::ops::RangeInclusive<u32> = 16..=8192;
+/// Longest text field (names, paths, errors) in a message.
+pub const MAX_TEXT: usize = 4096;
+/// Most formats a participant may list.
+pub const MAX_FORMATS: usize = 256;
+
+/// The default of `--peer-timeout`: how long either process waits for the other.
+pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The process at the other end of the sockets, for errors that name it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub name: &'static str,
+    pub timeout: Duration,
+}
+
+impl Peer {
+    /// Sets the receive and send timeouts of `socket` to this peer's.
+    pub fn apply(&self, socket: impl AsFd) -> Result<(), DemoError> {
+        use rustix::net::sockopt::{set_socket_timeout, Timeout};
+        for which in [Timeout::Recv, Timeout::Send] {
+            set_socket_timeout(socket.as_fd(), which, Some(self.timeout)).map_err(|e| DemoError::Io(e.into()))?;
+        }
+        Ok(())
+    }
+
+    /// What a failed receive or send from this peer means: a timeout names the peer.
+    pub fn error(&self, e: Errno) -> DemoError {
+        if e == Errno::AGAIN || e == Errno::WOULDBLOCK {
+            DemoError::PeerStalled { peer: self.name, after: self.timeout }
+        } else {
+            DemoError::Io(e.into())
+        }
+    }
+
+    /// [`Peer::error`] for the buffer socket's handoff errors.
+    pub fn handoff_error(&self, e: dmabridge_interop::dmabuf::HandoffError) -> DemoError {
+        use dmabridge_interop::dmabuf::HandoffError;
+        match &e {
+            HandoffError::Recv(io) | HandoffError::Send(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
+                DemoError::PeerStalled { peer: self.name, after: self.timeout }
+            }
+            _ => DemoError::Handoff(e),
+        }
+    }
+}
+
+/// A message of the control channel: decoded, then checked before use.
+pub trait ControlMessage: Serialize + DeserializeOwned {
+    /// Every count, size and index in range.
+    fn check(&self) -> Result<(), String>;
+}
+
+fn text(what: &str, s: &str) -> Result<(), String> {
+    if s.len() > MAX_TEXT {
+        return Err(format!("{what} is {} bytes long (at most {MAX_TEXT})", s.len()));
+    }
+    Ok(())
+}
 
 /// One format a participant accepts: fourcc and modifier (`None`: implicit).
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -74,7 +145,79 @@ pub enum ToProducer {
     Failed { error: String },
 }
 
-pub fn send_msg<T: Serialize>(socket: impl AsFd, msg: &T) -> Result<(), DemoError> {
+impl ControlMessage for ToConsumer {
+    fn check(&self) -> Result<(), String> {
+        match self {
+            ToConsumer::Start { fourcc, width, height, frames, pool, sample_every, .. } => {
+                text("the format", fourcc)?;
+                if !EXTENTS.contains(width) || !EXTENTS.contains(height) {
+                    return Err(format!("a {width}x{height} frame is outside {}..={} on a side", EXTENTS.start(), EXTENTS.end()));
+                }
+                if !(1..=MAX_FRAMES).contains(frames) {
+                    return Err(format!("{frames} frames (1..={MAX_FRAMES})"));
+                }
+                if !(1..=MAX_POOL).contains(pool) {
+                    return Err(format!("a pool of {pool} buffers (1..={MAX_POOL})"));
+                }
+                if *sample_every == 0 {
+                    return Err("sample_every is 0".into());
+                }
+                Ok(())
+            }
+            ToConsumer::Frame { .. } | ToConsumer::End => Ok(()),
+            ToConsumer::Bye { out_dir } => text("the output directory", out_dir),
+        }
+    }
+}
+
+impl ControlMessage for ToProducer {
+    fn check(&self) -> Result<(), String> {
+        match self {
+            ToProducer::Caps { participant: p } => {
+                text("the participant's name", &p.name)?;
+                text("the device's name", &p.device)?;
+                if p.formats.len() > MAX_FORMATS {
+                    return Err(format!("{} formats (at most {MAX_FORMATS})", p.formats.len()));
+                }
+                for f in &p.formats {
+                    text("a fourcc", &f.fourcc)?;
+                    text("a modifier", f.modifier.as_deref().unwrap_or(""))?;
+                }
+                if p.min_buffers > MAX_POOL {
+                    return Err(format!("min_buffers {} (at most {MAX_POOL})", p.min_buffers));
+                }
+                Ok(())
+            }
+            ToProducer::ModeDone { report, timing } => {
+                if report.frame_us.len() > MAX_FRAMES as usize || report.mismatches.len() > MAX_FRAMES as usize {
+                    return Err(format!("a report of {} frames and {} mismatches", report.frame_us.len(), report.mismatches.len()));
+                }
+                if report.verified > MAX_FRAMES || report.max_held > MAX_POOL {
+                    return Err(format!("{} verified frames, {} held at once", report.verified, report.max_held));
+                }
+                let finite = |v: f64| v.is_finite() && v >= 0.0;
+                if !report.frame_us.iter().copied().all(finite) || !finite(timing.median) || !finite(timing.p99) {
+                    return Err("a frame time that is negative or not a number".into());
+                }
+                text("the import path", &report.import_path)
+            }
+            ToProducer::Final { contact_sheet, .. } => text("the contact sheet's path", contact_sheet.as_deref().unwrap_or("")),
+            ToProducer::Failed { error } => text("the error", error),
+        }
+    }
+}
+
+/// Decodes and checks one control message.
+pub fn decode<T: ControlMessage>(bytes: &[u8]) -> Result<T, DemoError> {
+    if bytes.len() > MAX_CONTROL_LEN {
+        return Err(DemoError::Protocol(format!("a {}-byte control message is too long", bytes.len())));
+    }
+    let msg: T = serde_json::from_slice(bytes)?;
+    msg.check().map_err(|e| DemoError::Protocol(format!("out of range: {e}")))?;
+    Ok(msg)
+}
+
+pub fn send_msg<T: ControlMessage>(socket: impl AsFd, peer: &Peer, msg: &T) -> Result<(), DemoError> {
     let bytes = serde_json::to_vec(msg)?;
     if bytes.len() > MAX_CONTROL_LEN {
         return Err(DemoError::Protocol(format!("a {}-byte control message is too long", bytes.len())));
@@ -84,25 +227,48 @@ pub fn send_msg<T: Serialize>(socket: impl AsFd, msg: &T) -> Result<(), DemoErro
             Ok(n) if n == bytes.len() => return Ok(()),
             Ok(n) => return Err(DemoError::Protocol(format!("short send: {n} of {} bytes", bytes.len()))),
             Err(Errno::INTR) => continue,
-            Err(e) => return Err(DemoError::Io(e.into())),
+            Err(e) => return Err(peer.error(e)),
         }
     }
 }
 
-pub fn recv_msg<T: DeserializeOwned>(socket: impl AsFd) -> Result<T, DemoError> {
+/// The next control message from `peer`, decoded and checked; an error after the peer's
+/// timeout.
+pub fn recv_msg<T: ControlMessage>(socket: impl AsFd, peer: &Peer) -> Result<T, DemoError> {
     let mut buf = vec![0u8; MAX_CONTROL_LEN + 1];
     let n = loop {
         match recv(socket.as_fd(), &mut buf, RecvFlags::empty()) {
             Ok((_, total)) => break total,
             Err(Errno::INTR) => continue,
-            Err(e) => return Err(DemoError::Io(e.into())),
+            Err(e) => return Err(peer.error(e)),
         }
     };
     if n == 0 {
-        return Err(DemoError::Protocol("the peer closed the control socket".into()));
+        return Err(DemoError::Protocol(format!("the {} closed the control socket", peer.name)));
     }
     if n > MAX_CONTROL_LEN {
         return Err(DemoError::Protocol("control message too long".into()));
     }
-    Ok(serde_json::from_slice(&buf[..n])?)
+    decode(&buf[..n])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_range_messages_are_refused() {
+        let start = |sample_every: u32, pool: u32, width: u32| {
+            serde_json::to_vec(&ToConsumer::Start { mode: Mode::Copy, fourcc: "AR24".into(), width, height: 64, frames: 10, pool, sample_every })
+                .unwrap()
+        };
+        assert!(decode::<ToConsumer>(&start(1, 4, 64)).is_ok());
+        for bad in [start(0, 4, 64), start(1, 0, 64), start(1, 65, 64), start(1, 4, 1 << 20)] {
+            assert!(matches!(decode::<ToConsumer>(&bad), Err(DemoError::Protocol(_))));
+        }
+        assert!(matches!(decode::<ToConsumer>(b"{\"type\":\"frame\"}"), Err(DemoError::Json(_))));
+        assert!(matches!(decode::<ToProducer>(&vec![b' '; MAX_CONTROL_LEN + 1]), Err(DemoError::Protocol(_))));
+        let nan = br#"{"type":"mode-done","report":{"verified":1,"mismatches":[],"frame_us":[1.0],"import_path":"x","cache_hits":0,"cache_misses":0,"cache_evictions":0,"max_held":1},"timing":{"median":-1.0,"p99":1.0}}"#;
+        assert!(matches!(decode::<ToProducer>(nan), Err(DemoError::Protocol(_))));
+    }
 }

@@ -116,6 +116,9 @@ pub enum DemoError {
     Json(#[from] serde_json::Error),
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// The other process did not answer within its timeout (stopped, or hung).
+    #[error("the {peer} did not answer within {after:?} (stopped or hung?)")]
+    PeerStalled { peer: &'static str, after: std::time::Duration },
     #[error("the consumer process failed: {0}")]
     Consumer(String),
     #[error("cannot write {path}: {detail}")]
@@ -163,6 +166,8 @@ pub struct DemoConfig {
     /// Damage this frame after its checksum was taken (a test of the verification).
     pub corrupt_frame: Option<u32>,
     pub validation: bool,
+    /// How long either process waits for the other before giving up.
+    pub peer_timeout: std::time::Duration,
 }
 
 /// Median and 99th percentile of per-frame times, in microseconds.

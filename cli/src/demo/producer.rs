@@ -16,7 +16,7 @@ use dmabridge_interop::negotiate::{negotiate_with, ConversionKind, Domain, Membe
 use dmabridge_interop::{format_info, Format, FormatSet, Fourcc, Layout, Modifier};
 use serde_json::{json, Value};
 
-use super::control::{recv_msg, send_msg, ConsumerReport, ToConsumer, ToProducer, WireFormat, WireParticipant};
+use super::control::{recv_msg, send_msg, ConsumerReport, Peer, ToConsumer, ToProducer, WireFormat, WireParticipant};
 use dmabridge::image::buffer_barrier;
 
 use super::{DemoConfig, DemoError, Mode, Percentiles, Push, DEMO_FORMATS, FRAME_TIMEOUT, PATTERN_NV12_SPV, PATTERN_SPV};
@@ -268,15 +268,15 @@ impl Pool {
     }
 
     /// A slot the consumer does not hold, waiting for releases when there is none.
-    fn take(&mut self, buffers: BorrowedFd<'_>) -> Result<usize, DemoError> {
+    fn take(&mut self, buffers: BorrowedFd<'_>, peer: &Peer) -> Result<usize, DemoError> {
         while self.free.is_empty() {
-            self.wait_release(buffers)?;
+            self.wait_release(buffers, peer)?;
         }
         self.free.pop().ok_or_else(|| DemoError::Protocol("no free buffer".into()))
     }
 
-    fn wait_release(&mut self, buffers: BorrowedFd<'_>) -> Result<(), DemoError> {
-        match recv(buffers)? {
+    fn wait_release(&mut self, buffers: BorrowedFd<'_>, peer: &Peer) -> Result<(), DemoError> {
+        match recv(buffers).map_err(|e| peer.handoff_error(e))? {
             Received::Release { id } => {
                 let i = usize::try_from(id).map_err(|_| DemoError::Protocol(format!("release of unknown buffer {id}")))?;
                 if !self.held.remove(&i) {
@@ -320,13 +320,21 @@ pub fn run(
 ) -> Result<DemoOutcome, DemoError> {
     let engine = Engine::new(&EngineOptions { validation: config.validation, ..EngineOptions::from_env() })?;
     let fds_before = fd_count()?;
+    let peer = Peer { name: "consumer", timeout: config.peer_timeout };
     let (outcome, child) = {
         let (buf_ours, buf_theirs) = socketpair()?;
         let (ctl_ours, ctl_theirs) = socketpair()?;
+        peer.apply(&buf_ours)?;
+        peer.apply(&ctl_ours)?;
         let mut child = spawn(buf_theirs.as_fd(), ctl_theirs.as_fd())?;
         drop((buf_theirs, ctl_theirs));
-        let result = drive(&engine, config, buf_ours.as_fd(), ctl_ours.as_fd()).map_err(|e| consumer_reason(ctl_ours.as_fd()).unwrap_or(e));
+        let result = drive(&engine, config, &peer, buf_ours.as_fd(), ctl_ours.as_fd())
+            .map_err(|e| consumer_reason(ctl_ours.as_fd(), &peer).unwrap_or(e));
         drop((buf_ours, ctl_ours));
+        if result.is_err() {
+            // A consumer that stopped or misbehaves is not waited for.
+            let _ = child.kill();
+        }
         let status = child.wait()?;
         (result, status)
     };
@@ -354,10 +362,10 @@ pub fn run(
 }
 
 /// After a failure: the consumer's own account of it, if it sent one before it exited.
-fn consumer_reason(control: BorrowedFd<'_>) -> Option<DemoError> {
+fn consumer_reason(control: BorrowedFd<'_>, peer: &Peer) -> Option<DemoError> {
     rustix::io::ioctl_fionbio(control, true).ok()?;
     loop {
-        match recv_msg::<ToProducer>(control) {
+        match recv_msg::<ToProducer>(control, peer) {
             Ok(ToProducer::Failed { error }) => return Some(DemoError::Consumer(error)),
             Ok(_) => continue,
             Err(_) => return None,
@@ -365,8 +373,8 @@ fn consumer_reason(control: BorrowedFd<'_>) -> Option<DemoError> {
     }
 }
 
-fn drive(engine: &Engine, config: &DemoConfig, buffers: BorrowedFd<'_>, control: BorrowedFd<'_>) -> Result<(DemoOutcome, i64), DemoError> {
-    let consumer_wire = match recv_msg::<ToProducer>(control)? {
+fn drive(engine: &Engine, config: &DemoConfig, peer: &Peer, buffers: BorrowedFd<'_>, control: BorrowedFd<'_>) -> Result<(DemoOutcome, i64), DemoError> {
+    let consumer_wire = match recv_msg::<ToProducer>(control, peer)? {
         ToProducer::Caps { participant } => participant,
         ToProducer::Failed { error } => return Err(DemoError::Consumer(error)),
         other => return Err(DemoError::Protocol(format!("expected the consumer's capabilities, got {other:?}"))),
@@ -416,13 +424,13 @@ fn drive(engine: &Engine, config: &DemoConfig, buffers: BorrowedFd<'_>, control:
                 continue;
             }
         };
-        let r = run_mode(engine, config, &plan, &pipeline, &sum, buffers, control, frame_bytes)?;
+        let r = run_mode(engine, config, &plan, &pipeline, &sum, (buffers, control, peer), frame_bytes)?;
         summary.insert(mode.key().into(), r.json.clone());
         results.push(r);
     }
     drop((pipeline, sum));
-    send_msg(control, &ToConsumer::Bye { out_dir: config.out_dir.to_string_lossy().into_owned() })?;
-    let (consumer_leaked, sheet, c_before, c_after) = match recv_msg::<ToProducer>(control)? {
+    send_msg(control, peer, &ToConsumer::Bye { out_dir: config.out_dir.to_string_lossy().into_owned() })?;
+    let (consumer_leaked, sheet, c_before, c_after) = match recv_msg::<ToProducer>(control, peer)? {
         ToProducer::Final { leaked_fds, contact_sheet, fds_before, fds_after } => (leaked_fds, contact_sheet, fds_before, fds_after),
         ToProducer::Failed { error } => return Err(DemoError::Consumer(error)),
         other => return Err(DemoError::Protocol(format!("expected the consumer's final report, got {other:?}"))),
@@ -451,8 +459,7 @@ fn run_mode(
     plan: &Plan,
     pipeline: &ComputePipeline,
     sum: &GpuBuffer,
-    buffers: BorrowedFd<'_>,
-    control: BorrowedFd<'_>,
+    (buffers, control, peer): (BorrowedFd<'_>, BorrowedFd<'_>, &Peer),
     frame_bytes: u64,
 ) -> Result<ModeResult, DemoError> {
     let (w, h) = (config.width, config.height);
@@ -474,6 +481,7 @@ fn run_mode(
     let sample_every = (config.frames / 6).max(1);
     send_msg(
         control,
+        peer,
         &ToConsumer::Start {
             mode: plan.mode,
             fourcc: plan.fourcc.trimmed(),
@@ -489,7 +497,7 @@ fn run_mode(
     let mut producer_us = Vec::with_capacity(config.frames as usize);
     let result = (|| -> Result<(), DemoError> {
         for index in 0..config.frames {
-            let slot_index = pool.take(buffers)?;
+            let slot_index = pool.take(buffers, peer)?;
             let t0 = Instant::now();
             let slot = &mut pool.slots[slot_index];
             let corrupt = config.corrupt_frame == Some(index);
@@ -506,15 +514,15 @@ fn run_mode(
             submitted.wait(FRAME_TIMEOUT)?;
             slot.used = true;
             let checksum = read_u32(sum, 0)?;
-            send_buffer(buffers, slot_index as u64, &slot.dmabuf)?;
+            send_buffer(buffers, slot_index as u64, &slot.dmabuf).map_err(|e| peer.handoff_error(e))?;
             pool.held.insert(slot_index);
             pool.max_held = pool.max_held.max(pool.held.len());
-            send_msg(control, &ToConsumer::Frame { index, id: slot_index as u64, checksum })?;
+            send_msg(control, peer, &ToConsumer::Frame { index, id: slot_index as u64, checksum })?;
             producer_us.push(t0.elapsed().as_secs_f64() * 1e6);
         }
         // Every buffer comes back before the pool goes.
         while !pool.held.is_empty() {
-            pool.wait_release(buffers)?;
+            pool.wait_release(buffers, peer)?;
         }
         Ok(())
     })();
@@ -522,8 +530,8 @@ fn run_mode(
     drop(pool);
     drop(render);
     result?;
-    send_msg(control, &ToConsumer::End)?;
-    let (report, consumer_timing): (ConsumerReport, Percentiles) = match recv_msg::<ToProducer>(control)? {
+    send_msg(control, peer, &ToConsumer::End)?;
+    let (report, consumer_timing): (ConsumerReport, Percentiles) = match recv_msg::<ToProducer>(control, peer)? {
         ToProducer::ModeDone { report, timing } => (report, timing),
         ToProducer::Failed { error } => return Err(DemoError::Consumer(error)),
         other => return Err(DemoError::Protocol(format!("expected a mode report, got {other:?}"))),

@@ -84,13 +84,24 @@ pub(crate) enum Garbage {
     Memory(vk::DeviceMemory),
     /// Memory from the engine's allocator.
     Allocation(gpu_allocator::vulkan::Allocation),
-    Semaphore(vk::Semaphore),
+    /// A binary semaphore of a submission's sync_file fences, back to its pool once the
+    /// submission is done (its payload is unsignalled again then).
+    PooledSemaphore(vk::Semaphore, SemaphoreKind),
     DescriptorPool(vk::DescriptorPool),
     Sampler(vk::Sampler),
     YcbcrConversion(vk::SamplerYcbcrConversion),
     Pipeline(vk::Pipeline),
     PipelineLayout(vk::PipelineLayout),
     DescriptorSetLayout(vk::DescriptorSetLayout),
+}
+
+/// The binary semaphores the engine keeps for sync_file fences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SemaphoreKind {
+    /// Exportable as SYNC_FD: signalled by a submission that hands out a fence.
+    Export,
+    /// Plain: holds an imported fence, temporarily, for one wait.
+    Import,
 }
 
 /// The points a resource was last used at, one per timeline.
@@ -133,6 +144,8 @@ pub(crate) struct Submitter {
     graveyard: Mutex<Vec<(Vec<Completion>, Vec<Garbage>)>>,
     /// Timelines handed to hosts ([`HostTimeline`]), destroyed with the engine.
     host_timelines: Mutex<Vec<vk::Semaphore>>,
+    /// Binary semaphores no submission uses, per kind, for the next sync_file fence.
+    free_binaries: Mutex<Vec<(vk::Semaphore, SemaphoreKind)>>,
 }
 
 fn timeline_semaphore(device: &ash::Device) -> Result<vk::Semaphore, VkError> {
@@ -164,6 +177,7 @@ impl Submitter {
             reached: AtomicU64::new(0),
             graveyard: Mutex::new(Vec::new()),
             host_timelines: Mutex::new(Vec::new()),
+            free_binaries: Mutex::new(Vec::new()),
         })
     }
 
@@ -191,7 +205,7 @@ impl Submitter {
     /// Destroys what `uses` no longer needs now, or later once it is no longer in use.
     pub(crate) fn retire(&self, device: &ash::Device, allocator: &crate::memory::Memory, uses: Vec<Completion>, garbage: Vec<Garbage>) {
         if uses.iter().all(|c| self.is_reached(device, c)) {
-            destroy(device, allocator, garbage);
+            self.destroy(device, allocator, garbage);
         } else {
             self.graveyard.lock().unwrap_or_else(PoisonError::into_inner).push((uses, garbage));
         }
@@ -216,7 +230,7 @@ impl Submitter {
             ready
         };
         for g in ready {
-            destroy(device, allocator, g);
+            self.destroy(device, allocator, g);
         }
     }
 
@@ -258,7 +272,42 @@ impl Submitter {
             for s in self.host_timelines.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
                 device.destroy_semaphore(s, None);
             }
+            for (s, _) in self.free_binaries.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
+                device.destroy_semaphore(s, None);
+            }
         }
+    }
+}
+
+impl Submitter {
+    /// A binary semaphore of `kind` from the pool, or a new one.
+    fn binary(&self, device: &ash::Device, kind: SemaphoreKind) -> Result<vk::Semaphore, VkError> {
+        {
+            let mut free = self.free_binaries.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Some(i) = free.iter().position(|(_, k)| *k == kind) {
+                return Ok(free.swap_remove(i).0);
+            }
+        }
+        let mut export = vk::ExportSemaphoreCreateInfo::default().handle_types(vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD);
+        let mut info = vk::SemaphoreCreateInfo::default();
+        if kind == SemaphoreKind::Export {
+            info = info.push_next(&mut export);
+        }
+        // SAFETY: the device reports SYNC_FD semaphores exportable (the SyncFile capability,
+        // checked by the caller; VUID-VkExportSemaphoreCreateInfo-handleTypes-01124).
+        unsafe { device.create_semaphore(&info, None) }.vk("vkCreateSemaphore")
+    }
+
+    /// Destroys `garbage`, whose GPU work is complete (pooled semaphores go back to the pool).
+    fn destroy(&self, device: &ash::Device, allocator: &crate::memory::Memory, garbage: Vec<Garbage>) {
+        let mut rest = Vec::with_capacity(garbage.len());
+        for g in garbage {
+            match g {
+                Garbage::PooledSemaphore(s, kind) => self.free_binaries.lock().unwrap_or_else(PoisonError::into_inner).push((s, kind)),
+                other => rest.push(other),
+            }
+        }
+        destroy(device, allocator, rest);
     }
 }
 
@@ -275,7 +324,7 @@ fn destroy(device: &ash::Device, allocator: &crate::memory::Memory, garbage: Vec
                 Garbage::Buffer(x) => device.destroy_buffer(x, None),
                 Garbage::Memory(x) => device.free_memory(x, None),
                 Garbage::Allocation(a) => allocator.free(a),
-                Garbage::Semaphore(x) => device.destroy_semaphore(x, None),
+                Garbage::PooledSemaphore(x, _) => device.destroy_semaphore(x, None),
                 Garbage::DescriptorPool(x) => device.destroy_descriptor_pool(x, None),
                 Garbage::Sampler(x) => device.destroy_sampler(x, None),
                 Garbage::YcbcrConversion(x) => device.destroy_sampler_ycbcr_conversion(x, None),
@@ -431,7 +480,7 @@ impl Engine {
                 return Err(SubmitError::from(e).into());
             }
         };
-        let mut binaries = Vec::new();
+        let mut binaries: Vec<(vk::Semaphore, SemaphoreKind)> = Vec::new();
         let result = self.queue_submit(&mut state, cmd, completion, options, &mut binaries);
         let sync_file = match result {
             Ok(fd) => fd,
@@ -440,9 +489,14 @@ impl Engine {
                 // submission are unused.
                 state.idle.push(cmd);
                 drop(state);
-                for s in binaries {
-                    // SAFETY: semaphores of this device that no submitted batch refers to.
-                    unsafe { device.destroy_semaphore(s, None) };
+                for (s, kind) in binaries {
+                    if kind == SemaphoreKind::Export {
+                        submitter.free_binaries.lock().unwrap_or_else(PoisonError::into_inner).push((s, kind));
+                    } else {
+                        // SAFETY: a semaphore of this device that no submitted batch refers to;
+                        // an import may have left a payload in it, so it is not reused.
+                        unsafe { device.destroy_semaphore(s, None) };
+                    }
                 }
                 return Err(e.into());
             }
@@ -451,21 +505,22 @@ impl Engine {
         state.busy.push_back((value, cmd));
         drop(state);
         if !binaries.is_empty() {
-            shared.retire(vec![completion], binaries.into_iter().map(Garbage::Semaphore).collect());
+            shared.retire(vec![completion], binaries.into_iter().map(|(s, k)| Garbage::PooledSemaphore(s, k)).collect());
         }
         submitter.collect(device, &shared.memory);
         Ok((output, Submission { engine: self.clone(), completion, sync_file }))
     }
 
     /// `vkQueueSubmit` of `cmd` signalling `completion`, with the options' waits and fences.
-    /// Binary semaphores it makes are pushed to `binaries` (destroyed by the caller).
+    /// Binary semaphores it takes from the pool are pushed to `binaries` (returned to it by
+    /// the caller once the submission is done, or at once when it failed).
     fn queue_submit(
         &self,
         state: &mut QueueState,
         cmd: vk::CommandBuffer,
         completion: Completion,
         options: SubmitOptions,
-        binaries: &mut Vec<vk::Semaphore>,
+        binaries: &mut Vec<(vk::Semaphore, SemaphoreKind)>,
     ) -> Result<Option<OwnedFd>, SubmitError> {
         let shared = self.shared();
         let device = shared.device();
@@ -473,7 +528,7 @@ impl Engine {
         let mut wait_values: Vec<u64> = options.waits.iter().map(|c| c.value).collect();
         for fd in options.wait_sync_files {
             let semaphore = self.import_sync_file(fd)?;
-            binaries.push(semaphore);
+            binaries.push((semaphore, SemaphoreKind::Import));
             wait_semaphores.push(semaphore);
             // Ignored for binary semaphores.
             wait_values.push(0);
@@ -491,12 +546,8 @@ impl Engine {
             signal_values.push(0);
         }
         let export = if options.export_sync_file {
-            let mut export = vk::ExportSemaphoreCreateInfo::default().handle_types(vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD);
-            let info = vk::SemaphoreCreateInfo::default().push_next(&mut export);
-            // SAFETY: the device reports SYNC_FD semaphores exportable (the SyncFile
-            // capability; VUID-VkExportSemaphoreCreateInfo-handleTypes-01124).
-            let s = unsafe { device.create_semaphore(&info, None) }.vk("vkCreateSemaphore")?;
-            binaries.push(s);
+            let s = shared.submitter.binary(device, SemaphoreKind::Export)?;
+            binaries.push((s, SemaphoreKind::Export));
             signal_semaphores.push(s);
             signal_values.push(0);
             Some(s)
@@ -539,8 +590,7 @@ impl Engine {
         let shared = self.shared();
         let device = shared.device();
         let fd_fn = shared.sync_file_fn().ok_or(SubmitError::NoSyncFile(Capability::SyncFile))?;
-        // SAFETY: plain object creation.
-        let semaphore = unsafe { device.create_semaphore(&vk::SemaphoreCreateInfo::default(), None) }.vk("vkCreateSemaphore")?;
+        let semaphore = shared.submitter.binary(device, SemaphoreKind::Import)?;
         let info = vk::ImportSemaphoreFdInfoKHR::default()
             .semaphore(semaphore)
             .flags(vk::SemaphoreImportFlags::TEMPORARY)
@@ -555,8 +605,8 @@ impl Engine {
                 Ok(semaphore)
             }
             Err(e) => {
-                // SAFETY: unused semaphore of this device.
-                unsafe { device.destroy_semaphore(semaphore, None) };
+                // The import failed and left the semaphore as it was: back to the pool.
+                shared.submitter.free_binaries.lock().unwrap_or_else(PoisonError::into_inner).push((semaphore, SemaphoreKind::Import));
                 Err(e.into())
             }
         }

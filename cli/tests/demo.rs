@@ -243,13 +243,21 @@ fn a_stopped_consumer_is_named_within_the_timeout() {
         if let Some(pid) = pids.split_whitespace().next().and_then(|p| p.parse::<i32>().ok()) {
             break pid;
         }
-        assert!(t.elapsed() < std::time::Duration::from_secs(20), "no consumer process appeared");
+        if t.elapsed() > std::time::Duration::from_secs(20) {
+            let _ = demo.kill();
+            let _ = demo.wait();
+            panic!("no consumer process appeared");
+        }
         std::thread::sleep(std::time::Duration::from_millis(20));
     };
     // Let the frames start flowing, then stop the consumer.
     std::thread::sleep(std::time::Duration::from_millis(1500));
     let pid = rustix::process::Pid::from_raw(consumer).expect("a pid");
-    rustix::process::kill_process(pid, rustix::process::Signal::STOP).expect("SIGSTOP the consumer");
+    if let Err(e) = rustix::process::kill_process(pid, rustix::process::Signal::STOP) {
+        let _ = demo.kill();
+        let _ = demo.wait();
+        panic!("cannot stop the consumer: {e}");
+    }
     let stopped_at = std::time::Instant::now();
     let mut finished = None;
     while stopped_at.elapsed() < std::time::Duration::from_secs(30) {
@@ -264,6 +272,7 @@ fn a_stopped_consumer_is_named_within_the_timeout() {
         None => {
             let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
             let _ = demo.kill();
+            let _ = demo.wait();
             panic!("the producer hung on a stopped consumer");
         }
     };

@@ -17,7 +17,6 @@ use dmabridge_interop::dmabuf::{
     DescriptorError, DmaBuf, HandoffError, ImportLimits, PlaneDesc, Received,
 };
 use dmabridge_interop::{Fourcc, Layout, Modifier};
-use rustix::fs::{memfd_create, MemfdFlags};
 use rustix::io::Errno;
 use rustix::mm::{MapFlags, ProtFlags};
 
@@ -34,9 +33,7 @@ const W: u32 = 64;
 const H: u32 = 48;
 
 fn memfd(size: u64) -> OwnedFd {
-    let fd = memfd_create("handoff", MemfdFlags::CLOEXEC).unwrap();
-    rustix::fs::ftruncate(&fd, size).unwrap();
-    fd
+    dmabridge_interop::dmabuf::sealed_memfd_of_size("handoff", size).unwrap()
 }
 
 fn pattern(plane: usize, seed: u8, len: usize) -> Vec<u8> {

@@ -37,8 +37,8 @@ pub use descriptor::{
     BufferIdentity, DescriptorError, DmaBuf, FileId, PlaneDesc, PlaneIdentity, PlaneRef, MAX_PLANES,
 };
 pub use handoff::{
-    recv, send_buffer, send_buffer_read_only, send_raw, send_release, socketpair, HandoffError,
-    Received,
+    recv, recv_fenced, send_buffer, send_buffer_read_only, send_buffer_with_fence, send_raw,
+    send_release, send_release_with_fence, socketpair, FencedReceived, HandoffError, Received,
 };
 
 use std::io;

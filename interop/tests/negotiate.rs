@@ -89,7 +89,7 @@ fn seed_vapostproc_to_glupload_gives_nv12_x_tiled_only() {
     assert_eq!(r.exit_code(), 0);
     let json = r.to_json();
     assert!(
-        json.starts_with(r#"{"outcome":"shared","format":"NV12","modifiers":["0x0100000000000001"],"implicit":false,"buffers":1,"alignment":1,"groups":[{"participants":["vapostproc","glupload"],"format":"NV12","modifiers":["0x0100000000000001"],}],"conversions":[],"conflicts":[]}"#),
+        json.starts_with(r#"{"outcome":"shared","format":"NV12","modifiers":["0x0100000000000001"],"implicit":false,"buffers":1,"alignment":1,"groups":[{"participants":["vapostproc","glupload"],"format":"NV12","modifiers":["0x0100000000000001"],"sync":"cpu-wait"}],"conversions":[],"conflicts":[],"sync":"cpu-wait"}"#),
         "{json}"
     );
 }
@@ -696,7 +696,7 @@ fn samsung_tiled_decoder_to_linear_display_is_a_detile_copy() {
     let r = Report::new(&n);
     assert_eq!(r.exit_code(), 0);
     let json = r.to_json();
-    assert!(json.starts_with(r#"{"outcome":"copy","format":"NV12","modifiers":["0x0400000000000001"],"implicit":false,"buffers":1,"alignment":1,"groups":[{"participants":["dec"],"format":"NV12","modifiers":["0x0400000000000001"]},{"participants":["display"],"format":"NV12","modifiers":["0x0000000000000000"]}],"conversions":[{"from_group":0,"to_group":1,"kind":"detile samsung-64x32 -> linear"}],"conflicts":[{"#), "{json}");
+    assert!(json.starts_with(r#"{"outcome":"copy","format":"NV12","modifiers":["0x0400000000000001"],"implicit":false,"buffers":1,"alignment":1,"groups":[{"participants":["dec"],"format":"NV12","modifiers":["0x0400000000000001"],"sync":"cpu-wait"},{"participants":["display"],"format":"NV12","modifiers":["0x0000000000000000"],"sync":"cpu-wait"}],"conversions":[{"from_group":0,"to_group":1,"kind":"detile samsung-64x32 -> linear"}],"conflicts":[{"#), "{json}");
 }
 
 #[test]
@@ -1219,6 +1219,69 @@ fn generated_negotiations_hold_their_invariants() {
         shared_n > 10 && copy_n > 5 && impossible_n > 10,
         "{shared_n} {copy_n} {impossible_n}"
     );
+}
+
+// ---- sync methods (issue #11) ----
+
+fn syncing(name: &str, methods: &[SyncMethod]) -> Participant {
+    p(name, &[nv12()]).with_sync(SyncMethods::of(methods.iter().copied()))
+}
+
+fn json_of(n: &Negotiation) -> serde_json::Value {
+    serde_json::from_str(&Report::new(n).to_json()).unwrap()
+}
+
+use dmabridge_interop::sync::{SyncMethod, SyncMethods};
+
+#[test]
+fn the_best_sync_method_everyone_supports_is_chosen() {
+    use SyncMethod::*;
+    for (a, b, want) in [
+        (&[SyncFile, ImplicitBridge][..], &[SyncFile][..], "sync-file"),
+        (&[SyncFile, ImplicitBridge][..], &[ImplicitBridge][..], "implicit-bridge"),
+        (&[SyncFile][..], &[ImplicitBridge][..], "cpu-wait"),
+        (&[][..], &[SyncFile, ImplicitBridge][..], "cpu-wait"),
+    ] {
+        let n = negotiate(&members(vec![syncing("a", a), syncing("b", b)])).unwrap();
+        let Outcome::Shared(alloc) = &n.outcome else { panic!("{:?}", n.outcome) };
+        assert_eq!(alloc.sync.name(), want, "{a:?} with {b:?}");
+        let v = json_of(&n);
+        assert_eq!(v["sync"], want);
+        assert_eq!(v["groups"][0]["sync"], want);
+        assert!(human(&n).contains(&format!("sync: {want}")), "{}", human(&n));
+    }
+    // Parties that say nothing can still always wait on the CPU.
+    let n = negotiate(&members(vec![p("a", &[nv12()]), p("b", &[nv12()])])).unwrap();
+    assert_eq!(json_of(&n)["sync"], "cpu-wait");
+}
+
+#[test]
+fn peer_defaults_meet_at_their_best_common_method() {
+    use dmabridge_interop::peers::{egl, kms, v4l2, wayland};
+    let kms_plane = syncing("plane", &[]).with_sync(kms::SYNC_METHODS);
+    let egl_importer = syncing("egl", &[]).with_sync(egl::SYNC_METHODS);
+    let compositor = syncing("weston", &[]).with_sync(wayland::SYNC_METHODS);
+    let decoder = syncing("v4l2", &[]).with_sync(v4l2::SYNC_METHODS);
+    let sync_of = |parts: Vec<Participant>| json_of(&negotiate(&members(parts)).unwrap())["sync"].clone();
+    assert_eq!(sync_of(vec![kms_plane.clone(), egl_importer.clone()]), "sync-file");
+    assert_eq!(sync_of(vec![kms_plane.clone(), compositor.clone()]), "implicit-bridge");
+    assert_eq!(sync_of(vec![egl_importer, compositor, decoder]), "cpu-wait");
+}
+
+#[test]
+fn copy_groups_sync_on_their_own_and_impossible_names_none() {
+    use SyncMethod::*;
+    let dec = at_1080p(p("dec", &[Format::explicit(Fourcc::NV12, SAMSUNG)]).with_sync(SyncMethods::ALL));
+    let display = at_1080p(p("display", &[nv12()]).with_sync(SyncMethods::of([ImplicitBridge]))).constrain(|c| c.read_only = true);
+    let n = negotiate(&members(vec![dec, display])).unwrap();
+    let Outcome::Copy { plan, .. } = &n.outcome else { panic!("{:?}", n.outcome) };
+    assert_eq!(plan.groups[0].allocation.sync, SyncFile);
+    assert_eq!(plan.groups[1].allocation.sync, ImplicitBridge);
+    let v = json_of(&n);
+    assert_eq!((v["sync"].clone(), v["groups"][1]["sync"].clone()), ("sync-file".into(), "implicit-bridge".into()));
+
+    let n = negotiate(&members(vec![p("a", &[nv12()]).constrain(|c| c.align = 3)])).unwrap();
+    assert_eq!(json_of(&n)["sync"], serde_json::Value::Null);
 }
 
 // ---- bounds (issue #12) ----

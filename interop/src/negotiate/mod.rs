@@ -10,7 +10,9 @@
 //! - [`negotiate()`]: all of the above, giving an [`Outcome`]; [`Report`] is its JSON.
 //! - [`limits`]: how many participants and how deep a nesting of groups it takes on.
 //! - [`spec`]: participants and constraints from command-line text.
-
+//!
+//! Every allocation also names how its participants synchronise ([`crate::sync`]): the best
+//! method all of them support, sync-file > implicit-bridge > cpu-wait.
 //!
 //! Modifiers: `LINEAR` (zero) is an explicit layout like any other; INVALID never appears
 //! as a value here, it is [`crate::Layout::Implicit`] in a participant's list and

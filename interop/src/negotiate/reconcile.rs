@@ -11,6 +11,7 @@ use super::constraints::{merge, MergeRules, Merged};
 use super::implicit::{AllocationRequest, ModifierSupport};
 use super::limits::MAX_PARTICIPANTS;
 use super::participant::{CpuAccess, Domain, ExtentRange, Participant};
+use crate::sync::SyncMethod;
 use crate::{Format, FormatSet, Fourcc, Layout, Modifier};
 
 /// The layouts an allocation may use: a chain is fully explicit or fully implicit, so
@@ -60,6 +61,9 @@ pub struct Allocation {
     pub participants: Vec<String>,
     /// The participants that may write it (not read-only).
     pub writers: Vec<String>,
+    /// How the participants synchronise access: the best method all of them support
+    /// ([`crate::sync::SyncMethods::best_common`]).
+    pub sync: SyncMethod,
 }
 
 impl Allocation {
@@ -81,6 +85,7 @@ impl Allocation {
             domain: m.domain,
             participants,
             writers: m.writers,
+            sync: m.sync,
         }
     }
 

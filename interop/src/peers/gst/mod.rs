@@ -43,8 +43,10 @@ pub const MAX_LIST_LEN: usize = 8192;
 pub const MAX_DRM_FORMATS: usize = 4096;
 /// Most elementary steps [`Caps::intersect`] takes (value comparisons, values produced):
 /// generic lists intersect pairwise, and a list against a list of lists multiplies, so the
-/// work is bounded here rather than by the input size. Real caps take a few thousand.
-pub const MAX_INTERSECT_STEPS: usize = 1 << 22;
+/// work is bounded here rather than by the input size. Each step may leave a value behind
+/// (a hundred bytes or so), so this also bounds the memory: about 25 MB at worst. Real caps
+/// take a few thousand steps (two templates of 100-format lists: 10^4 per structure pair).
+pub const MAX_INTERSECT_STEPS: usize = 1 << 18;
 
 /// How a GStreamer element synchronises on `memory:DMABuf` buffers: it relies on the
 /// dma-buf's implicit fences (GStreamer's buffers carry no fences), or the producer finished

@@ -266,7 +266,9 @@ impl<'a> CheckedImport<'a> {
 
     /// A private copy of plane `plane`'s bytes (`offset..end`), read with `pread`, refusing
     /// more than `max` bytes before allocating. A file that shrank since the check gives
-    /// [`ReadError::ShortRead`], never a signal. `None` past the last plane.
+    /// [`ReadError::ShortRead`], never a signal. `None` past the last plane. This is the copy
+    /// path for planes that are not [`FdClass::is_fixed_size`]; real dma-bufs have no `read`
+    /// (an [`ReadError::Io`]), and need none: their size is fixed, so they are mapped.
     pub fn read_plane(&self, plane: usize, max: u64) -> Option<Result<Vec<u8>, ReadError>> {
         let p = self.planes.get(plane)?;
         let fd = self.buf.plane(plane)?.fd;

@@ -1,5 +1,5 @@
 //! Cross-process handoff: a [`DmaBuf`] and its fds in one Unix-socket message (`SCM_RIGHTS`),
-//! in the [`wire`](super::wire) format, and the "release buffer N" return message, each
+//! in the [`wire`] format, and the "release buffer N" return message, each
 //! optionally with a fence (a sync_file fd) that says when the sender's GPU work is done.
 //!
 //! Fences: [`send_buffer_with_fence`] and [`send_release_with_fence`] send one;

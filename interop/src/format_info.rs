@@ -14,6 +14,38 @@ pub struct PlaneInfo {
     pub vsub: u8,
 }
 
+/// How a format subsamples chroma, as the image's extent sees it: the width must be a multiple
+/// of `h` and the height a multiple of `v`, because one chroma sample covers an `h` x `v`
+/// block of pixels. Vulkan requires exactly that of the formats it calls `_422` and `_420`
+/// (VUID-VkImageCreateInfo-format-04712/04713), and so do packed 4:2:2 formats, whose
+/// two-pixel macropixel cannot be cut in half even though their one plane is not subsampled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Subsampling {
+    /// Pixels per chroma sample along a row.
+    pub h: u8,
+    /// Rows per chroma sample.
+    pub v: u8,
+}
+
+impl Subsampling {
+    /// 4:4:4, and every RGB format: no constraint on the extent.
+    pub const NONE: Subsampling = Subsampling { h: 1, v: 1 };
+    /// 4:2:2: even width.
+    pub const S422: Subsampling = Subsampling { h: 2, v: 1 };
+    /// 4:2:0: even width and even height.
+    pub const S420: Subsampling = Subsampling { h: 2, v: 2 };
+
+    /// Names as the 4:x:y notation writes them, for messages.
+    pub const fn name(self) -> &'static str {
+        match (self.h, self.v) {
+            (1, 1) => "4:4:4",
+            (2, 1) => "4:2:2",
+            (2, 2) => "4:2:0",
+            _ => "subsampled",
+        }
+    }
+}
+
 /// Static facts about one fourcc.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FormatInfo {
@@ -21,6 +53,8 @@ pub struct FormatInfo {
     pub planes: &'static [PlaneInfo],
     pub is_yuv: bool,
     pub has_alpha: bool,
+    /// The chroma block every extent must be a whole number of (see [`Subsampling`]).
+    pub subsampling: Subsampling,
 }
 
 impl FormatInfo {
@@ -43,14 +77,21 @@ impl FormatInfo {
         self.plane_width(plane, width) as u64 * self.planes[plane].cpp as u64
     }
 
-    /// Bytes of a tightly packed copy of `plane`.
+    /// Bytes of a tightly packed copy of `plane`. Saturates at `u64::MAX` (extents near
+    /// 2^32 x 2^32), a size no buffer has, so a caller's size check fails instead of wrapping.
     pub fn packed_plane_size(&self, plane: usize, width: u32, height: u32) -> u64 {
-        self.min_stride(plane, width) * self.plane_height(plane, height) as u64
+        self.min_stride(plane, width).saturating_mul(self.plane_height(plane, height) as u64)
     }
 
-    /// Bytes of all planes, tightly packed and concatenated.
+    /// Bytes of all planes, tightly packed and concatenated; saturating like
+    /// [`FormatInfo::packed_plane_size`].
     pub fn packed_size(&self, width: u32, height: u32) -> u64 {
-        (0..self.plane_count()).map(|p| self.packed_plane_size(p, width, height)).sum()
+        (0..self.plane_count()).fold(0u64, |sum, p| sum.saturating_add(self.packed_plane_size(p, width, height)))
+    }
+
+    /// Whether `width` x `height` is a whole number of chroma blocks.
+    pub fn extent_fits_subsampling(&self, width: u32, height: u32) -> bool {
+        width % u32::from(self.subsampling.h) == 0 && height % u32::from(self.subsampling.v) == 0
     }
 }
 
@@ -68,11 +109,11 @@ const SEMI_420_16: &[PlaneInfo] = &[p(2, 1, 1), p(4, 2, 2)];
 const PLANAR_420_8: &[PlaneInfo] = &[p(1, 1, 1), p(1, 2, 2), p(1, 2, 2)];
 
 const fn rgb(fourcc: Fourcc, planes: &'static [PlaneInfo], has_alpha: bool) -> FormatInfo {
-    FormatInfo { fourcc, planes, is_yuv: false, has_alpha }
+    FormatInfo { fourcc, planes, is_yuv: false, has_alpha, subsampling: Subsampling::NONE }
 }
 
-const fn yuv(fourcc: Fourcc, planes: &'static [PlaneInfo]) -> FormatInfo {
-    FormatInfo { fourcc, planes, is_yuv: true, has_alpha: false }
+const fn yuv(fourcc: Fourcc, planes: &'static [PlaneInfo], subsampling: Subsampling) -> FormatInfo {
+    FormatInfo { fourcc, planes, is_yuv: true, has_alpha: false, subsampling }
 }
 
 /// Every fourcc dmabridge knows the plane layout of.
@@ -95,16 +136,17 @@ pub static FORMAT_INFO: &[FormatInfo] = &[
     rgb(Fourcc::R8, ONE_1, false),
     rgb(Fourcc::R16, ONE_2, false),
     rgb(Fourcc::GR88, ONE_2, false),
-    yuv(Fourcc::NV12, SEMI_420_8),
-    yuv(Fourcc::NV21, SEMI_420_8),
-    yuv(Fourcc::NV16, SEMI_422_8),
-    yuv(Fourcc::P010, SEMI_420_16),
-    yuv(Fourcc::P016, SEMI_420_16),
-    yuv(Fourcc::YUV420, PLANAR_420_8),
-    yuv(Fourcc::YVU420, PLANAR_420_8),
-    // Packed 4:2:2: one plane, a Y and half a chroma pair per pixel.
-    yuv(Fourcc::YUYV, ONE_2),
-    yuv(Fourcc::UYVY, ONE_2),
+    yuv(Fourcc::NV12, SEMI_420_8, Subsampling::S420),
+    yuv(Fourcc::NV21, SEMI_420_8, Subsampling::S420),
+    yuv(Fourcc::NV16, SEMI_422_8, Subsampling::S422),
+    yuv(Fourcc::P010, SEMI_420_16, Subsampling::S420),
+    yuv(Fourcc::P016, SEMI_420_16, Subsampling::S420),
+    yuv(Fourcc::YUV420, PLANAR_420_8, Subsampling::S420),
+    yuv(Fourcc::YVU420, PLANAR_420_8, Subsampling::S420),
+    // Packed 4:2:2: one plane, a Y and half a chroma pair per pixel; the plane is not
+    // subsampled, the image is.
+    yuv(Fourcc::YUYV, ONE_2, Subsampling::S422),
+    yuv(Fourcc::UYVY, ONE_2, Subsampling::S422),
 ];
 
 /// The plane layout of `fourcc`, if dmabridge knows it.
@@ -146,6 +188,45 @@ mod tests {
                 assert!(pl.cpp.is_power_of_two() && pl.hsub.is_power_of_two() && pl.vsub.is_power_of_two());
             }
         }
+    }
+
+    #[test]
+    fn subsampling_agrees_with_the_planes() {
+        for i in FORMAT_INFO {
+            let s = i.subsampling;
+            assert!([Subsampling::NONE, Subsampling::S422, Subsampling::S420].contains(&s), "{}", i.fourcc);
+            if !i.is_yuv {
+                assert_eq!(s, Subsampling::NONE, "{}: RGB is never subsampled", i.fourcc);
+            }
+            match i.planes.get(1) {
+                // Planar: the chroma planes say it.
+                Some(chroma) => assert_eq!((chroma.hsub, chroma.vsub), (s.h, s.v), "{}", i.fourcc),
+                // Packed YUV: one 2-byte sample per pixel, chroma shared by two pixels.
+                None if i.is_yuv => assert_eq!((s, i.planes[0].cpp), (Subsampling::S422, 2), "{}", i.fourcc),
+                None => {}
+            }
+        }
+    }
+
+    #[test]
+    fn odd_extents_fit_only_unsubsampled_formats() {
+        for i in FORMAT_INFO {
+            let (h, v) = (u32::from(i.subsampling.h), u32::from(i.subsampling.v));
+            assert!(i.extent_fits_subsampling(64, 48), "{}", i.fourcc);
+            assert_eq!(i.extent_fits_subsampling(33, 48), h == 1, "{}", i.fourcc);
+            assert_eq!(i.extent_fits_subsampling(64, 33), v == 1, "{}", i.fourcc);
+            assert!(i.extent_fits_subsampling(u32::MAX - 1, u32::MAX - 1), "{}", i.fourcc);
+        }
+        assert_eq!(Subsampling::S420.name(), "4:2:0");
+    }
+
+    #[test]
+    fn sizes_saturate_instead_of_wrapping() {
+        for i in FORMAT_INFO {
+            assert!(i.packed_size(u32::MAX, u32::MAX) >= i.packed_plane_size(0, u32::MAX, u32::MAX));
+        }
+        let wide = format_info(Fourcc::ABGR16161616F).unwrap();
+        assert_eq!(wide.packed_size(u32::MAX, u32::MAX), u64::MAX);
     }
 
     #[test]

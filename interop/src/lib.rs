@@ -4,8 +4,9 @@
 //! format modifiers (with `INVALID` lifted into [`Layout::Implicit`]), ordered format
 //! sets, and the static plane layout of each format. On top of that it reads peers'
 //! format lists ([`peers`]), reconciles participants ([`negotiate`]), describes and passes
-//! dma-bufs ([`dmabuf`]) and holds the CPU reference of every layout conversion
-//! ([`tiling`]). An engine with no Vulkan at all can use all of it.
+//! dma-bufs ([`dmabuf`]), names how the parties synchronise ([`sync`]) and holds the CPU
+//! reference of every layout conversion ([`tiling`]). An engine with no Vulkan at all can use
+//! all of it.
 
 pub mod dmabuf;
 pub mod format;
@@ -14,11 +15,12 @@ pub mod fourcc;
 pub mod modifier;
 pub mod negotiate;
 pub mod peers;
+pub mod sync;
 pub mod tile_layout;
 pub mod tiling;
 
 pub use format::{Format, FormatSet, Layout};
-pub use format_info::{format_info, FormatInfo, PlaneInfo, FORMAT_INFO};
+pub use format_info::{format_info, FormatInfo, PlaneInfo, Subsampling, FORMAT_INFO};
 pub use fourcc::{Fourcc, FourccParseError};
 pub use modifier::{Modifier, ModifierParseError, NvidiaBlockLinear, Vendor};
 pub use tile_layout::{TileLayout, TileLayoutParseError};

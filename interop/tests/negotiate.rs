@@ -31,7 +31,8 @@ fn shared(parts: &[Participant]) -> Allocation {
 fn conflicts(parts: &[Participant]) -> Vec<Conflict> {
     match reconcile(parts) {
         Ok(a) => panic!("expected conflicts, got {a:?}"),
-        Err(Conflicts(c)) => c,
+        Err(ReconcileError::Conflicts(Conflicts(c))) => c,
+        Err(e) => panic!("expected conflicts, got {e}"),
     }
 }
 
@@ -83,12 +84,12 @@ fn seed_vapostproc_to_glupload_gives_nv12_x_tiled_only() {
                 Format::linear(BGRA),
             ],
         ),
-    ]));
+    ])).unwrap();
     let r = Report::new(&n);
     assert_eq!(r.exit_code(), 0);
     let json = r.to_json();
     assert!(
-        json.starts_with(r#"{"outcome":"shared","format":"NV12","modifiers":["0x0100000000000001"],"implicit":false,"buffers":1,"alignment":1,"groups":[{"participants":["vapostproc","glupload"],"format":"NV12","modifiers":["0x0100000000000001"]}],"conversions":[],"conflicts":[]}"#),
+        json.starts_with(r#"{"outcome":"shared","format":"NV12","modifiers":["0x0100000000000001"],"implicit":false,"buffers":1,"alignment":1,"groups":[{"participants":["vapostproc","glupload"],"format":"NV12","modifiers":["0x0100000000000001"],"sync":"cpu-wait"}],"conversions":[],"conflicts":[],"sync":"cpu-wait"}"#),
         "{json}"
     );
 }
@@ -292,7 +293,7 @@ fn a_party_that_also_accepts_implicit_joins_an_implicit_chain() {
             Format::implicit(Fourcc::NV12),
         ],
     );
-    let n = negotiate(&members(vec![gpu, media]));
+    let n = negotiate(&members(vec![gpu, media])).unwrap();
     let Outcome::Shared(a) = &n.outcome else {
         panic!("{:?}", n.outcome)
     };
@@ -370,7 +371,7 @@ fn an_alignment_that_is_not_a_power_of_two_is_its_owners_conflict() {
     let n = negotiate(&members(vec![
         p("a", &[nv12()]),
         p("b", &[nv12()]).constrain(|c| c.align = 100),
-    ]));
+    ])).unwrap();
     assert!(matches!(n.outcome, Outcome::Impossible(_)));
     let r = Report::new(&n);
     assert_eq!(r.exit_code(), 2);
@@ -525,7 +526,7 @@ fn fallback_group_first_child_fails_second_wins() {
             Member::from(p("enc-nv12", &[nv12()]).constrain(|c| c.min_buffers = 4)),
         ],
     );
-    let n = negotiate(&[display.into(), group.into()]);
+    let n = negotiate(&[display.into(), group.into()]).unwrap();
     let Outcome::Shared(a) = &n.outcome else {
         panic!("{:?}", n.outcome)
     };
@@ -545,7 +546,7 @@ fn fallback_group_prefers_its_first_child() {
             Member::from(p("second", &[nv12()])),
         ],
     );
-    let n = negotiate(&[display.into(), group.into()]);
+    let n = negotiate(&[display.into(), group.into()]).unwrap();
     let Outcome::Shared(a) = &n.outcome else {
         panic!("{:?}", n.outcome)
     };
@@ -566,7 +567,7 @@ fn nested_groups_are_expanded_in_order() {
         "outer",
         [Member::from(inner), Member::from(p("o2", &[nv12()]))],
     );
-    let n = negotiate(&[p("sink", &[nv12()]).into(), outer.into()]);
+    let n = negotiate(&[p("sink", &[nv12()]).into(), outer.into()]).unwrap();
     assert_eq!(n.participants, vec!["sink", "i2"]);
     assert_eq!(
         combinations(&[Member::from(FallbackGroup::new(
@@ -599,7 +600,7 @@ fn fallback_combinations_are_capped_and_the_cap_is_reported() {
             allow_copy: false,
             ..Default::default()
         },
-    );
+    ).unwrap();
     assert!(n.cap_hit);
     assert_eq!(n.combinations_tried, MAX_COMBINATIONS);
     let Outcome::Impossible(c) = &n.outcome else {
@@ -624,7 +625,7 @@ fn fallback_combinations_are_capped_and_the_cap_is_reported() {
             max_combinations: 2,
             allow_copy: false,
         },
-    );
+    ).unwrap();
     assert!(n.cap_hit && matches!(n.outcome, Outcome::Impossible(_)));
     let n = negotiate_with(
         &ms,
@@ -632,7 +633,7 @@ fn fallback_combinations_are_capped_and_the_cap_is_reported() {
             max_combinations: 3,
             allow_copy: false,
         },
-    );
+    ).unwrap();
     assert!(!n.cap_hit && matches!(n.outcome, Outcome::Shared(_)));
 }
 
@@ -641,7 +642,7 @@ fn an_empty_group_is_impossible() {
     let n = negotiate(&[
         p("a", &[nv12()]).into(),
         FallbackGroup::new("empty", []).into(),
-    ]);
+    ]).unwrap();
     let Outcome::Impossible(c) = &n.outcome else {
         panic!("{:?}", n.outcome)
     };
@@ -664,7 +665,7 @@ fn samsung_tiled_decoder_to_linear_display_is_a_detile_copy() {
     let dec = at_1080p(p("dec", &[Format::explicit(Fourcc::NV12, SAMSUNG)]));
     let display =
         p("display", &[Format::linear(Fourcc::ARGB8888), nv12()]).constrain(|c| c.read_only = true);
-    let n = negotiate(&members(vec![dec, display]));
+    let n = negotiate(&members(vec![dec, display])).unwrap();
     let Outcome::Copy { plan, conflicts } = &n.outcome else {
         panic!("{:?}", n.outcome)
     };
@@ -695,7 +696,7 @@ fn samsung_tiled_decoder_to_linear_display_is_a_detile_copy() {
     let r = Report::new(&n);
     assert_eq!(r.exit_code(), 0);
     let json = r.to_json();
-    assert!(json.starts_with(r#"{"outcome":"copy","format":"NV12","modifiers":["0x0400000000000001"],"implicit":false,"buffers":1,"alignment":1,"groups":[{"participants":["dec"],"format":"NV12","modifiers":["0x0400000000000001"]},{"participants":["display"],"format":"NV12","modifiers":["0x0000000000000000"]}],"conversions":[{"from_group":0,"to_group":1,"kind":"detile samsung-64x32 -> linear"}],"conflicts":[{"#), "{json}");
+    assert!(json.starts_with(r#"{"outcome":"copy","format":"NV12","modifiers":["0x0400000000000001"],"implicit":false,"buffers":1,"alignment":1,"groups":[{"participants":["dec"],"format":"NV12","modifiers":["0x0400000000000001"],"sync":"cpu-wait"},{"participants":["display"],"format":"NV12","modifiers":["0x0000000000000000"],"sync":"cpu-wait"}],"conversions":[{"from_group":0,"to_group":1,"kind":"detile samsung-64x32 -> linear"}],"conflicts":[{"#), "{json}");
 }
 
 #[test]
@@ -711,7 +712,7 @@ fn the_plan_with_the_fewest_bytes_wins() {
         ],
     )
     .constrain(|c| c.read_only = true);
-    let n = negotiate(&members(vec![dec.clone(), display]));
+    let n = negotiate(&members(vec![dec.clone(), display])).unwrap();
     let Outcome::Copy { plan, .. } = &n.outcome else {
         panic!("{:?}", n.outcome)
     };
@@ -727,7 +728,7 @@ fn the_plan_with_the_fewest_bytes_wins() {
 
     // Only RGBA8: then the colour conversion is the way.
     let rgba = p("display", &[Format::linear(Fourcc::ABGR8888)]).constrain(|c| c.read_only = true);
-    let n = negotiate(&members(vec![dec, rgba]));
+    let n = negotiate(&members(vec![dec, rgba])).unwrap();
     let Outcome::Copy { plan, .. } = &n.outcome else {
         panic!("{:?}", n.outcome)
     };
@@ -745,7 +746,7 @@ fn participants_that_can_share_stay_together() {
         .constrain(|c| c.read_only = true);
     let display = p("display", &[nv12()]).constrain(|c| c.read_only = true);
     let enc = p("enc", &[nv12()]).constrain(|c| c.read_only = true);
-    let n = negotiate(&members(vec![dec, vpu, display, enc]));
+    let n = negotiate(&members(vec![dec, vpu, display, enc])).unwrap();
     let Outcome::Copy { plan, .. } = &n.outcome else {
         panic!("{:?}", n.outcome)
     };
@@ -766,7 +767,7 @@ fn a_domain_split_is_a_linear_copy() {
         c.cpu_access = CpuAccess::Read;
         c.read_only = true;
     });
-    let n = negotiate(&members(vec![gpu, cpu]));
+    let n = negotiate(&members(vec![gpu, cpu])).unwrap();
     let Outcome::Copy { plan, conflicts } = &n.outcome else {
         panic!("{:?}", n.outcome)
     };
@@ -778,7 +779,7 @@ fn a_domain_split_is_a_linear_copy() {
 fn no_conversion_between_the_groups_is_impossible() {
     let a = p("a", &[nv12()]);
     let b = p("b", &[Format::linear(Fourcc::YUYV)]);
-    let n = negotiate(&members(vec![a, b]));
+    let n = negotiate(&members(vec![a, b])).unwrap();
     let Outcome::Impossible(c) = &n.outcome else {
         panic!("{:?}", n.outcome)
     };
@@ -793,7 +794,7 @@ fn no_conversion_between_the_groups_is_impossible() {
 fn implicit_layouts_are_never_converted() {
     let media = p("media", &[Format::implicit(Fourcc::NV12)]);
     let gpu = p("gpu", &[nv12()]).constrain(|c| c.read_only = true);
-    let n = negotiate(&members(vec![media, gpu]));
+    let n = negotiate(&members(vec![media, gpu])).unwrap();
     assert!(
         matches!(n.outcome, Outcome::Impossible(_)),
         "{:?}",
@@ -872,13 +873,13 @@ fn human_summary_names_the_outcome() {
     let n = negotiate(&members(vec![
         vapostproc(),
         p("glupload", &[Format::explicit(Fourcc::NV12, X_TILED)]),
-    ]));
+    ])).unwrap();
     let h = human(&n);
     assert!(
         h.starts_with("shared: NV12 with 0x0100000000000001 (I915_X_TILED)"),
         "{h}"
     );
-    let n = negotiate(&members(vec![p("a", &[nv12()]).constrain(|c| c.align = 3)]));
+    let n = negotiate(&members(vec![p("a", &[nv12()]).constrain(|c| c.align = 3)])).unwrap();
     assert!(
         human(&n).contains("align [a]: 3 is not a power of two"),
         "{}",
@@ -919,7 +920,7 @@ fn seed_example_from_caps_and_drm_format_text() {
         ExtentRange::new(16, 16384),
         "caps extents become constraints"
     );
-    let n = negotiate(&members(parts));
+    let n = negotiate(&members(parts)).unwrap();
     let r = Report::new(&n);
     assert_eq!(r.format.as_deref(), Some("NV12"));
     assert_eq!(r.modifiers, vec![X_TILED]);
@@ -1021,7 +1022,7 @@ fn v4l2_tiled_decoder_and_a_linear_display_plan_a_detile() {
         ],
     )
     .unwrap();
-    let n = negotiate(&members(parts));
+    let n = negotiate(&members(parts)).unwrap();
     let r = Report::new(&n);
     assert_eq!(r.outcome, OutcomeName::Copy);
     assert_eq!(r.conversions[0].kind, "detile samsung-64x32 -> linear");
@@ -1123,7 +1124,7 @@ fn generated_negotiations_hold_their_invariants() {
                 ms.push(random_participant(&mut rng, format!("p{i}")).into());
             }
         }
-        let neg = negotiate(&ms);
+        let neg = negotiate(&ms).unwrap();
         let report = Report::new(&neg);
         let json = report.to_json();
         assert!(json.starts_with("{\"outcome\":"), "round {round}: {json}");
@@ -1218,4 +1219,144 @@ fn generated_negotiations_hold_their_invariants() {
         shared_n > 10 && copy_n > 5 && impossible_n > 10,
         "{shared_n} {copy_n} {impossible_n}"
     );
+}
+
+// ---- sync methods (issue #11) ----
+
+fn syncing(name: &str, methods: &[SyncMethod]) -> Participant {
+    p(name, &[nv12()]).with_sync(SyncMethods::of(methods.iter().copied()))
+}
+
+fn json_of(n: &Negotiation) -> serde_json::Value {
+    serde_json::from_str(&Report::new(n).to_json()).unwrap()
+}
+
+use dmabridge_interop::sync::{SyncMethod, SyncMethods};
+
+#[test]
+fn the_best_sync_method_everyone_supports_is_chosen() {
+    use SyncMethod::*;
+    for (a, b, want) in [
+        (&[SyncFile, ImplicitBridge][..], &[SyncFile][..], "sync-file"),
+        (&[SyncFile, ImplicitBridge][..], &[ImplicitBridge][..], "implicit-bridge"),
+        (&[SyncFile][..], &[ImplicitBridge][..], "cpu-wait"),
+        (&[][..], &[SyncFile, ImplicitBridge][..], "cpu-wait"),
+    ] {
+        let n = negotiate(&members(vec![syncing("a", a), syncing("b", b)])).unwrap();
+        let Outcome::Shared(alloc) = &n.outcome else { panic!("{:?}", n.outcome) };
+        assert_eq!(alloc.sync.name(), want, "{a:?} with {b:?}");
+        let v = json_of(&n);
+        assert_eq!(v["sync"], want);
+        assert_eq!(v["groups"][0]["sync"], want);
+        assert!(human(&n).contains(&format!("sync: {want}")), "{}", human(&n));
+    }
+    // Parties that say nothing can still always wait on the CPU.
+    let n = negotiate(&members(vec![p("a", &[nv12()]), p("b", &[nv12()])])).unwrap();
+    assert_eq!(json_of(&n)["sync"], "cpu-wait");
+}
+
+#[test]
+fn peer_defaults_meet_at_their_best_common_method() {
+    use dmabridge_interop::peers::{egl, kms, v4l2, wayland};
+    let kms_plane = syncing("plane", &[]).with_sync(kms::SYNC_METHODS);
+    let egl_importer = syncing("egl", &[]).with_sync(egl::SYNC_METHODS);
+    let compositor = syncing("weston", &[]).with_sync(wayland::SYNC_METHODS);
+    let decoder = syncing("v4l2", &[]).with_sync(v4l2::SYNC_METHODS);
+    let sync_of = |parts: Vec<Participant>| json_of(&negotiate(&members(parts)).unwrap())["sync"].clone();
+    assert_eq!(sync_of(vec![kms_plane.clone(), egl_importer.clone()]), "sync-file");
+    assert_eq!(sync_of(vec![kms_plane.clone(), compositor.clone()]), "implicit-bridge");
+    assert_eq!(sync_of(vec![egl_importer, compositor, decoder]), "cpu-wait");
+}
+
+#[test]
+fn copy_groups_sync_on_their_own_and_impossible_names_none() {
+    use SyncMethod::*;
+    let dec = at_1080p(p("dec", &[Format::explicit(Fourcc::NV12, SAMSUNG)]).with_sync(SyncMethods::ALL));
+    let display = at_1080p(p("display", &[nv12()]).with_sync(SyncMethods::of([ImplicitBridge]))).constrain(|c| c.read_only = true);
+    let n = negotiate(&members(vec![dec, display])).unwrap();
+    let Outcome::Copy { plan, .. } = &n.outcome else { panic!("{:?}", n.outcome) };
+    assert_eq!(plan.groups[0].allocation.sync, SyncFile);
+    assert_eq!(plan.groups[1].allocation.sync, ImplicitBridge);
+    let v = json_of(&n);
+    assert_eq!((v["sync"].clone(), v["groups"][1]["sync"].clone()), ("sync-file".into(), "implicit-bridge".into()));
+
+    let n = negotiate(&members(vec![p("a", &[nv12()]).constrain(|c| c.align = 3)])).unwrap();
+    assert_eq!(json_of(&n)["sync"], serde_json::Value::Null);
+}
+
+// ---- bounds (issue #12) ----
+
+#[test]
+fn too_many_participants_or_too_deep_groups_are_typed_errors() {
+    let many: Vec<Participant> = (0..=MAX_PARTICIPANTS).map(|i| p(&format!("p{i}"), &[nv12()])).collect();
+    assert_eq!(
+        negotiate(&members(many.clone())),
+        Err(NegotiateError::TooManyParticipants { count: MAX_PARTICIPANTS + 1, max: MAX_PARTICIPANTS })
+    );
+    assert_eq!(
+        reconcile(&many).unwrap_err(),
+        ReconcileError::TooManyParticipants { count: MAX_PARTICIPANTS + 1, max: MAX_PARTICIPANTS }
+    );
+    // Group children count: one group of MAX + 1 alternatives is too many participants.
+    let group = FallbackGroup::new("g", many.iter().cloned().map(Member::from));
+    assert!(matches!(negotiate(&[group.into()]), Err(NegotiateError::TooManyParticipants { .. })));
+    // Exactly the maximum is negotiated.
+    assert!(negotiate(&members(many[..MAX_PARTICIPANTS].to_vec())).is_ok());
+    assert!(reconcile(&many[..MAX_PARTICIPANTS]).is_ok());
+
+    let mut deep = Member::from(p("leaf", &[nv12()]));
+    for i in 0..=MAX_GROUP_DEPTH {
+        deep = FallbackGroup::new(format!("g{i}"), [deep]).into();
+    }
+    assert_eq!(negotiate(&[deep]), Err(NegotiateError::GroupsTooDeep { max: MAX_GROUP_DEPTH }));
+    let e = negotiate(&members(many)).unwrap_err().to_string();
+    assert!(e.contains("4097") && e.contains("4096"), "{e}");
+}
+
+/// Half the participants take only NV12, half only AR24: every one of one half blocks the
+/// other half's format. The report used to name every other participant in each blocker's
+/// conflict, so it grew with the square of the count.
+fn split_negotiation(n: usize) -> (usize, usize) {
+    let parts: Vec<Participant> = (0..n)
+        .map(|i| {
+            let f = if i % 2 == 0 { nv12() } else { Format::linear(Fourcc::ARGB8888) };
+            p(&format!("participant-{i:05}"), &[f])
+        })
+        .collect();
+    let neg = negotiate(&members(parts)).unwrap();
+    assert!(matches!(neg.outcome, Outcome::Impossible(_)), "{:?}", neg.outcome);
+    (Report::new(&neg).to_json().len(), human(&neg).len())
+}
+
+#[test]
+fn the_report_grows_linearly_with_the_participants() {
+    let (json_1k, human_1k) = split_negotiation(1000);
+    let (json_2k, human_2k) = split_negotiation(2000);
+    let (json_ratio, human_ratio) = (json_2k as f64 / json_1k as f64, human_2k as f64 / human_1k as f64);
+    println!("report sizes: JSON {json_1k} -> {json_2k} bytes ({json_ratio:.2}x), human {human_1k} -> {human_2k} bytes ({human_ratio:.2}x)");
+    assert!(json_ratio < 2.5, "JSON: {json_1k} -> {json_2k} bytes ({json_ratio:.2}x)");
+    assert!(human_ratio < 2.5, "human: {human_1k} -> {human_2k} bytes ({human_ratio:.2}x)");
+    // And per participant it stays small: a conflict names a few others, not all of them.
+    assert!(json_2k / 2000 < 1024, "{} bytes per participant", json_2k / 2000);
+}
+
+#[test]
+fn conflicts_name_a_few_others_and_count_the_rest() {
+    let mut parts: Vec<Participant> = (0..20).map(|i| p(&format!("p{i}"), &[nv12()])).collect();
+    parts.push(p("odd", &[Format::linear(Fourcc::P010)]));
+    let c = conflicts(&parts);
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].participants, ["odd"]);
+    assert!(c[0].fix.contains("{p0, p1, p2, p3, p4, p5, p6, p7, and 12 more}"), "{}", c[0].fix);
+}
+
+#[test]
+fn blockers_across_the_implicit_divide_share_one_conflict() {
+    // Two explicit-only displays against implicit-only decoders that everyone else follows.
+    let imp = |n: &str| p(n, &[Format::implicit(Fourcc::NV12)]);
+    let exp = |n: &str| p(n, &[Format::explicit(Fourcc::NV12, X_TILED)]);
+    let c = conflicts(&[imp("dec1"), imp("dec2"), imp("dec3"), exp("disp1"), exp("disp2")]);
+    let divide: Vec<&Conflict> = c.iter().filter(|c| c.constraint == ConstraintKind::Implicit).collect();
+    assert_eq!(divide.len(), 1, "{c:?}");
+    assert_eq!(divide[0].participants, ["dec1", "dec2", "dec3", "disp1", "disp2"]);
 }

@@ -86,7 +86,7 @@ fn vapostproc_to_glupload_negotiates_nv12_x_tiled() {
     let src = Caps::parse(SEED_VAPOSTPROC_SRC).unwrap();
     let sink = Caps::parse(SEED_GLUPLOAD_SINK).unwrap();
     assert_eq!(sink.drm_formats(), None, "absent drm-format means anything");
-    let template = src.intersect(&sink).unwrap();
+    let template = src.intersect(&sink).unwrap().unwrap();
     assert_eq!(template.drm_formats(), src.drm_formats());
     assert_eq!(template.width(), Some(IntRange { min: 16, max: 16384 }));
 
@@ -96,7 +96,7 @@ fn vapostproc_to_glupload_negotiates_nv12_x_tiled() {
     assert_eq!(src.drm_formats().unwrap().intersection(&answer).iter().copied().collect::<Vec<_>>(), expected);
 
     let answer_caps = Caps::parse(&format!("video/x-raw(memory:DMABuf) {SEED_GLUPLOAD_ANSWER}")).unwrap();
-    let fixed = template.intersect(&answer_caps).unwrap();
+    let fixed = template.intersect(&answer_caps).unwrap().unwrap();
     assert_eq!(fixed.drm_formats().unwrap().iter().copied().collect::<Vec<_>>(), expected);
     assert_eq!(
         fixed.to_string(),
@@ -145,18 +145,18 @@ fn intersection_of_ranges_values_and_structures() {
     let a = Caps::parse("video/x-raw(memory:DMABuf), width=(int)[ 1, 1920 ], framerate=(fraction)30/1").unwrap();
     let b =
         Caps::parse("video/x-raw(memory:DMABuf), width=(int)[ 640, 4096 ], framerate=(fraction)[ 0/1, 60/1 ]").unwrap();
-    let ab = a.intersect(&b).unwrap();
+    let ab = a.intersect(&b).unwrap().unwrap();
     assert_eq!(ab.to_string(), "video/x-raw(memory:DMABuf), width=(int)[ 640, 1920 ], framerate=(fraction)30/1");
     let c = Caps::parse("video/x-raw(memory:DMABuf), width=(int){ 320, 1280, 8000 }").unwrap();
-    assert_eq!(a.intersect(&c).unwrap().width(), Some(IntRange { min: 320, max: 1280 }));
+    assert_eq!(a.intersect(&c).unwrap().unwrap().width(), Some(IntRange { min: 320, max: 1280 }));
     let d = Caps::parse("video/x-raw(memory:DMABuf), width=(int)[ 2000, 4096 ]").unwrap();
-    assert_eq!(a.intersect(&d), None);
+    assert_eq!(a.intersect(&d), Ok(None));
     let sys = Caps::parse("video/x-raw, width=(int)[ 1, 1920 ]").unwrap();
-    assert_eq!(a.intersect(&sys), None, "DMABuf and system memory do not meet");
+    assert_eq!(a.intersect(&sys), Ok(None), "DMABuf and system memory do not meet");
     let e = Caps::parse("video/x-raw(memory:DMABuf), drm-format=(string){ NV12, AR24 }").unwrap();
     let f = Caps::parse("video/x-raw(memory:DMABuf), drm-format=(string)P010").unwrap();
-    assert_eq!(e.intersect(&f), None);
-    assert_eq!(Caps::any().intersect(&e), Some(e.clone()));
+    assert_eq!(e.intersect(&f), Ok(None));
+    assert_eq!(Caps::any().intersect(&e), Ok(Some(e.clone())));
 }
 
 #[test]
@@ -207,15 +207,46 @@ fn hostile_caps_are_bounded() {
     assert!(matches!(Caps::parse(&deep), Err(GstError::TooDeep { .. })));
     let long = format!("video/x-raw, a={}", "x".repeat(gst::MAX_CAPS_LEN));
     assert!(matches!(Caps::parse(&long), Err(GstError::TooLong { .. })));
-    let wide = format!(
-        "video/x-raw(memory:DMABuf), drm-format={{ {} }}",
-        (0..5000).map(|i| format!("N{:03}:0x{:016x}", i % 1000, i + 1)).collect::<Vec<_>>().join(", ")
-    );
-    assert_eq!(Caps::parse(&wide).unwrap().drm_formats().unwrap().len(), 5000);
+    let wide = |n: usize| {
+        format!(
+            "video/x-raw(memory:DMABuf), drm-format={{ {} }}",
+            (0..n).map(|i| format!("N{:03}:0x{:016x}", i % 1000, i + 1)).collect::<Vec<_>>().join(", ")
+        )
+    };
+    assert_eq!(Caps::parse(&wide(gst::MAX_DRM_FORMATS)).unwrap().drm_formats().unwrap().len(), gst::MAX_DRM_FORMATS);
+    assert!(matches!(
+        Caps::parse(&wide(gst::MAX_DRM_FORMATS + 1)),
+        Err(GstError::TooManyDrmFormats { max: gst::MAX_DRM_FORMATS, .. })
+    ));
+    let structures = |n: usize| vec!["video/x-raw"; n].join("; ");
+    assert_eq!(Caps::parse(&structures(gst::MAX_CAPS_STRUCTURES)).unwrap().structures().len(), gst::MAX_CAPS_STRUCTURES);
+    assert!(matches!(
+        Caps::parse(&structures(gst::MAX_CAPS_STRUCTURES + 1)),
+        Err(GstError::TooManyStructures { .. })
+    ));
+    let list = |n: usize| format!("video/x-raw, a={{ {} }}", vec!["1"; n].join(", "));
+    assert!(Caps::parse(&list(gst::MAX_LIST_LEN)).is_ok());
+    assert!(matches!(Caps::parse(&list(gst::MAX_LIST_LEN + 1)), Err(GstError::ListTooLong { .. })));
     // Many fields: duplicate detection must not be quadratic.
     let many = format!("video/x-raw{}", (0..25_000).map(|i| format!(", f{i}=1")).collect::<String>());
     assert!(many.len() <= gst::MAX_CAPS_LEN);
-    assert_eq!(Caps::parse(&many).unwrap().structures()[0].fields().len(), 25_000);
+    let many = Caps::parse(&many).unwrap();
+    assert_eq!(many.structures()[0].fields().len(), 25_000);
+    // ... but intersecting it with itself pairs every field with every other: refused.
+    assert!(matches!(many.intersect(&many), Err(GstError::IntersectionTooLarge { .. })));
+}
+
+#[test]
+fn intersecting_lists_of_lists_is_bounded() {
+    // A list of 4096 ones against a list of 4096 lists: the result would hold 16 million
+    // values (each element of one side kept once per element of the other).
+    let ones = vec!["1"; 4096].join(", ");
+    let a = Caps::parse(&format!("video/x-raw, a={{ {ones} }}")).unwrap();
+    let b = Caps::parse(&format!("video/x-raw, a={{ {} }}", vec![format!("{{ {ones} }}"); 2].join(", "))).unwrap();
+    assert!(matches!(a.intersect(&b), Err(GstError::IntersectionTooLarge { max: gst::MAX_INTERSECT_STEPS })));
+    // Real caps are far below the bound.
+    let small = Caps::parse("video/x-raw, a={ 1, 2, 3 }").unwrap();
+    assert!(small.intersect(&small).unwrap().is_some());
 }
 
 #[test]

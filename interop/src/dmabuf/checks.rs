@@ -3,18 +3,41 @@
 //!
 //! The order follows wlroots' `vulkan_texture_from_dmabuf` (render/vulkan/texture.c): what the
 //! format is, whether the device takes it, how big it may be and how many planes it has come
-//! first, because every later check needs them. Then come the checks that read the fds.
+//! first, because every later check needs them. Then come the checks that read the fds:
+//! what kind of file each one is (a directory or a socket is no buffer, and a file its
+//! sender can truncate is no buffer to map), then whether the layout fits in them.
 //! lavapipe imports a dma-buf by mmapping it, so a layout that passes the driver but runs past
-//! the end of the file faults inside Mesa: these checks are a security boundary.
+//! the end of the file faults inside Mesa, and so does a file that shrinks after the check:
+//! these checks are a security boundary.
+//!
+//! The order, fixed (each number is the `Check N` of its [`ImportCheckError`] variants):
+//!
+//! 1. the fourcc is known ([`format_info`]);
+//! 2. the device imports this format+layout for this usage ([`DeviceFacts::import_facts`]);
+//! 3. the extent is within the device's maximum for it;
+//! 4. the extent is a whole number of chroma blocks: an even width where the format
+//!    subsamples chroma horizontally (4:2:0, 4:2:2, packed YUYV/UYVY), an even height where
+//!    it subsamples vertically (4:2:0), as Vulkan requires of those formats;
+//! 5. the plane count equals the device's memory-plane count for it;
+//! 6. each format plane's stride is at least its row of samples (`min_stride`);
+//! 7. each plane's fd is a dma-buf or a regular file ([`classify`]); then, if
+//!    [`ImportOptions::require_fixed_size`], each one's size is fixed ([`FdClass`]);
+//! 8. each plane's `offset + stride x rows` is computed without overflow and is at most the
+//!    size of its fd (`fstat`, or `lseek(SEEK_END)` for a dma-buf);
+//! 9. the disjoint rules: planes are disjoint exactly when they are not all in one file (by
+//!    dev+ino); a disjoint buffer needs a device that supports disjoint import; planes that
+//!    share a file (disjoint or not) must not share bytes.
 
 use std::collections::HashMap;
 use std::io;
 use std::os::fd::BorrowedFd;
 
-use rustix::fs::{fcntl_get_seals, fstat, seek, FileType, SealFlags, SeekFrom};
+use rustix::fs::{fstat, seek, SeekFrom};
 
 use super::descriptor::{DmaBuf, FileId};
-use crate::{format_info, Format, Fourcc, Layout, Modifier};
+use super::fd_kind::{classify, FdClass, FdClassError, FdTrust, NotFixedReason};
+use super::pread::{read_at, ReadError};
+use crate::{format_info, Format, Fourcc, Layout, Modifier, Subsampling};
 
 /// What a device says about importing one format+layout for the usage at hand: from
 /// `VkDrmFormatModifierPropertiesEXT` and `VkImageFormatProperties` (or the equivalent
@@ -89,6 +112,18 @@ impl DeviceFacts for ImportLimits {
     }
 }
 
+/// How strict the fd checks are. The default trusts nothing and lets a shrinkable file pass
+/// (it is then marked [`FdClass::Shrinkable`] and must be copied with `pread`, never mapped:
+/// see [`CheckedImport::zero_copy_safe`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct ImportOptions {
+    /// Whether regular files that are not sealed count as fixed-size ([`FdTrust`]).
+    pub trust: FdTrust,
+    /// Refuse (check 7, [`ImportCheckError::NotFixedSize`]) any plane whose file can shrink:
+    /// for a caller that only imports zero-copy and has no copy path.
+    pub require_fixed_size: bool,
+}
+
 /// Why a layout may not be imported. The variants are in the order the checks run, and the
 /// first failing check is the one reported.
 #[derive(Debug, thiserror::Error)]
@@ -108,7 +143,21 @@ pub enum ImportCheckError {
         max_width: u32,
         max_height: u32,
     },
-    /// Check 4.
+    /// Check 4: the format subsamples chroma horizontally and the width is odd.
+    #[error("{format} is {} (one chroma sample per {} pixels of a row), so the width must be a multiple of {}; got {width}", subsampling.name(), subsampling.h, subsampling.h)]
+    OddWidth {
+        format: Format,
+        width: u32,
+        subsampling: Subsampling,
+    },
+    /// Check 4: the format subsamples chroma vertically and the height is odd.
+    #[error("{format} is {} (one chroma row per {} rows), so the height must be a multiple of {}; got {height}", subsampling.name(), subsampling.v, subsampling.v)]
+    OddHeight {
+        format: Format,
+        height: u32,
+        subsampling: Subsampling,
+    },
+    /// Check 5.
     #[error(
         "the buffer has {got} planes but {format} has {expected} memory planes on this device"
     )]
@@ -117,13 +166,21 @@ pub enum ImportCheckError {
         got: usize,
         expected: usize,
     },
-    /// Check 5.
+    /// Check 6.
     #[error("plane {plane}: stride {stride} is less than the {min} bytes of one row")]
     StrideTooSmall { plane: usize, stride: u64, min: u64 },
-    /// Check 6: the size of the fd could not be read.
+    /// Check 7: the fd is not a buffer (a directory, socket, pipe, device...), or could not
+    /// be examined.
+    #[error("plane {plane}: {source}")]
+    FdKind { plane: usize, source: FdClassError },
+    /// Check 7, only with [`ImportOptions::require_fixed_size`]: the file can shrink, so
+    /// mapping it could fault.
+    #[error("plane {plane}: the fd's size is not fixed: {reason}; zero-copy import needs a dma-buf or a memfd sealed with F_SEAL_SHRINK (dmabuf::sealed_memfd), otherwise copy it")]
+    NotFixedSize { plane: usize, reason: NotFixedReason },
+    /// Check 8: the size of the fd could not be read.
     #[error("plane {plane}: could not read the size of its fd: {source}")]
     FdSize { plane: usize, source: io::Error },
-    /// Check 6: offset + stride x rows does not fit in 64 bits.
+    /// Check 8: offset + stride x rows does not fit in 64 bits.
     #[error("plane {plane}: offset {offset} + stride {stride} x {rows} rows overflows 64 bits")]
     Overflow {
         plane: usize,
@@ -131,7 +188,7 @@ pub enum ImportCheckError {
         stride: u64,
         rows: u32,
     },
-    /// Check 6.
+    /// Check 8.
     #[error("plane {plane}: bytes {offset}..{end} run past the end of its {fd_size}-byte fd")]
     PastEndOfFd {
         plane: usize,
@@ -139,16 +196,16 @@ pub enum ImportCheckError {
         end: u64,
         fd_size: u64,
     },
-    /// Check 7: planes in different files, but the device needs them in one.
+    /// Check 9: planes in different files, but the device needs them in one.
     #[error("the planes are in different files (disjoint), which the device does not support for {format}")]
     DisjointUnsupported { format: Format },
-    /// Check 7: two planes in one file share bytes.
+    /// Check 9: two planes in one file share bytes.
     #[error("planes {a} and {b} are in the same file and overlap")]
     PlanesOverlap { a: usize, b: usize },
 }
 
 /// One plane as checked: the byte range `offset..end` (`end = offset + stride x rows`) lies
-/// inside a file of `file_size` bytes.
+/// inside a file of `file_size` bytes (at the time of the check; see `class`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckedPlane {
     pub offset: u64,
@@ -157,11 +214,10 @@ pub struct CheckedPlane {
     pub end: u64,
     pub file: FileId,
     pub file_size: u64,
-    /// Whether the file cannot shrink below `file_size` after the check: a dma-buf (size fixed
-    /// at export) or a memfd sealed with `F_SEAL_SHRINK`. An unsealed memfd can be truncated by
-    /// whoever else holds it, after which touching the mapping raises SIGBUS; a consumer that
-    /// does not trust the producer should require this or copy.
-    pub size_fixed: bool,
+    /// What the file is, and so whether `file_size` holds after the check
+    /// ([`FdClass::is_fixed_size`]). An unsealed memfd can be truncated by whoever else holds
+    /// it, after which touching a mapping of it raises SIGBUS.
+    pub class: FdClass,
 }
 
 impl CheckedPlane {
@@ -200,38 +256,57 @@ impl<'a> CheckedImport<'a> {
         self.disjoint
     }
 
-    /// Whether no plane's file can shrink after the check ([`CheckedPlane::size_fixed`]).
-    pub fn sizes_fixed(&self) -> bool {
-        self.planes.iter().all(|p| p.size_fixed)
+    /// Whether every plane's file has a fixed size ([`FdClass::is_fixed_size`]), so that the
+    /// planes may be imported zero-copy (mapped). When this is false, copy the planes with
+    /// [`CheckedImport::read_plane`] instead: a mapping could fault when the sender shrinks
+    /// the file.
+    pub fn zero_copy_safe(&self) -> bool {
+        self.planes.iter().all(|p| p.class.is_fixed_size())
+    }
+
+    /// A private copy of plane `plane`'s bytes (`offset..end`), read with `pread`, refusing
+    /// more than `max` bytes before allocating. A file that shrank since the check gives
+    /// [`ReadError::ShortRead`], never a signal. `None` past the last plane. This is the copy
+    /// path for planes that are not [`FdClass::is_fixed_size`]; real dma-bufs have no `read`
+    /// (an [`ReadError::Io`]), and need none: their size is fixed, so they are mapped.
+    pub fn read_plane(&self, plane: usize, max: u64) -> Option<Result<Vec<u8>, ReadError>> {
+        let p = self.planes.get(plane)?;
+        let fd = self.buf.plane(plane)?.fd;
+        Some(read_at(fd, p.offset, p.size(), max))
     }
 }
 
-/// Runs the seven checks, in this order, stopping at the first failure:
-///
-/// 1. the fourcc is known ([`format_info`]);
-/// 2. the device imports this format+layout for this usage ([`DeviceFacts::import_facts`]);
-/// 3. the extent is within the device's maximum for it;
-/// 4. the plane count equals the device's memory-plane count for it;
-/// 5. each format plane's stride is at least its row of samples (`min_stride`);
-/// 6. each plane's `offset + stride x rows` is computed without overflow and is at most the
-///    size of its fd (`fstat`, or `lseek(SEEK_END)` for non-regular files such as dma-bufs);
-/// 7. the disjoint rules: planes are disjoint exactly when they are not all in one file (by
-///    dev+ino); a disjoint buffer needs a device that supports disjoint import; planes that
-///    share a file (disjoint or not) must not share bytes.
+/// Runs the checks in the order of the module docs, stopping at the first failure, with the
+/// default [`ImportOptions`] (nothing trusted, shrinkable files allowed and marked).
 ///
 /// Memory planes beyond the format's planes (a vendor modifier's metadata planes) have no
-/// known row size, so check 5 skips them and check 6 counts the image's full height of rows.
+/// known row size, so check 6 skips them and check 8 counts the image's full height of rows.
 ///
-/// The fds are borrowed from `buf`, only `fstat`ed (and, for non-regular files, seeked to the
-/// end and back). The result borrows `buf`.
+/// The fds are borrowed from `buf` and only `fstatfs`ed, `fstat`ed and asked for their
+/// seals (and, for dma-bufs, seeked to the end and back). The result borrows `buf`.
 pub fn check_import<'a>(
     buf: &'a DmaBuf,
     device: &dyn DeviceFacts,
 ) -> Result<CheckedImport<'a>, ImportCheckError> {
+    check_import_with(buf, device, ImportOptions::default())
+}
+
+/// [`check_import`] with explicit [`ImportOptions`].
+pub fn check_import_with<'a>(
+    buf: &'a DmaBuf,
+    device: &dyn DeviceFacts,
+    options: ImportOptions,
+) -> Result<CheckedImport<'a>, ImportCheckError> {
     let format = buf.format();
-    let result = run_checks(buf, device, format);
-    if let Err(e) = &result {
-        tracing::debug!(%format, width = buf.width(), height = buf.height(), error = %e, "dma-buf layout rejected");
+    let result = run_checks(buf, device, format, options);
+    match &result {
+        Err(e) => {
+            tracing::debug!(%format, width = buf.width(), height = buf.height(), error = %e, "dma-buf layout rejected")
+        }
+        Ok(c) if !c.zero_copy_safe() => {
+            tracing::debug!(%format, "dma-buf layout accepted, but a plane's file can shrink: copy, do not map")
+        }
+        Ok(_) => {}
     }
     result
 }
@@ -240,6 +315,7 @@ fn run_checks<'a>(
     buf: &'a DmaBuf,
     device: &dyn DeviceFacts,
     format: Format,
+    options: ImportOptions,
 ) -> Result<CheckedImport<'a>, ImportCheckError> {
     // 1
     let info = format_info(buf.fourcc()).ok_or(ImportCheckError::UnknownFormat {
@@ -261,6 +337,14 @@ fn run_checks<'a>(
         });
     }
     // 4
+    let subsampling = info.subsampling;
+    if width % u32::from(subsampling.h) != 0 {
+        return Err(ImportCheckError::OddWidth { format, width, subsampling });
+    }
+    if height % u32::from(subsampling.v) != 0 {
+        return Err(ImportCheckError::OddHeight { format, height, subsampling });
+    }
+    // 5
     if buf.plane_count() != facts.memory_plane_count {
         return Err(ImportCheckError::PlaneCount {
             format,
@@ -268,7 +352,7 @@ fn run_checks<'a>(
             expected: facts.memory_plane_count,
         });
     }
-    // 5
+    // 6
     for (i, p) in buf.planes().enumerate().take(info.plane_count()) {
         let min = info.min_stride(i, width);
         if p.stride < min {
@@ -279,10 +363,28 @@ fn run_checks<'a>(
             });
         }
     }
-    // 6
-    let mut sizes: Vec<(FileId, u64, bool)> = Vec::with_capacity(buf.plane_count());
-    let mut planes = Vec::with_capacity(buf.plane_count());
+    // 7: one classification per file; planes in one file share it.
+    let mut classes: Vec<FdClass> = Vec::with_capacity(buf.plane_count());
     for (i, p) in buf.planes().enumerate() {
+        let earlier = buf.planes().zip(&classes).find(|(q, _)| q.file == p.file);
+        let class = match earlier {
+            Some((_, &class)) => class,
+            None => classify(p.fd, options.trust)
+                .map_err(|source| ImportCheckError::FdKind { plane: i, source })?,
+        };
+        classes.push(class);
+    }
+    if options.require_fixed_size {
+        for (plane, class) in classes.iter().enumerate() {
+            if let FdClass::Shrinkable(reason) = *class {
+                return Err(ImportCheckError::NotFixedSize { plane, reason });
+            }
+        }
+    }
+    // 8
+    let mut sizes: Vec<(FileId, u64)> = Vec::with_capacity(buf.plane_count());
+    let mut planes = Vec::with_capacity(buf.plane_count());
+    for ((i, p), &class) in buf.planes().enumerate().zip(&classes) {
         let rows = if i < info.plane_count() {
             info.plane_height(i, height)
         } else {
@@ -298,13 +400,13 @@ fn run_checks<'a>(
                 stride: p.stride,
                 rows,
             })?;
-        let (file_size, size_fixed) = match sizes.iter().find(|(f, _, _)| *f == p.file) {
-            Some(&(_, size, fixed)) => (size, fixed),
+        let file_size = match sizes.iter().find(|(f, _)| *f == p.file) {
+            Some(&(_, size)) => size,
             None => {
-                let (size, fixed) = fd_size(p.fd)
+                let size = fd_size(p.fd, class)
                     .map_err(|source| ImportCheckError::FdSize { plane: i, source })?;
-                sizes.push((p.file, size, fixed));
-                (size, fixed)
+                sizes.push((p.file, size));
+                size
             }
         };
         if end > file_size {
@@ -322,10 +424,10 @@ fn run_checks<'a>(
             end,
             file: p.file,
             file_size,
-            size_fixed,
+            class,
         });
     }
-    // 7
+    // 9
     let disjoint = buf.disjoint();
     if disjoint && !facts.disjoint {
         return Err(ImportCheckError::DisjointUnsupported { format });
@@ -348,22 +450,18 @@ fn run_checks<'a>(
     })
 }
 
-/// The size of the file behind `fd` (borrowed), and whether that size is fixed. Regular
-/// files (memfds) report their size in `fstat` and can shrink unless sealed with
-/// `F_SEAL_SHRINK`; a dma-buf is an anonymous inode whose size, fixed at export, only
-/// `lseek(SEEK_END)` reports. Seeking moves the offset shared by every dup of the fd, so it is
-/// put back.
-fn fd_size(fd: BorrowedFd<'_>) -> io::Result<(u64, bool)> {
-    let st = fstat(fd)?;
-    if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile {
-        let size = u64::try_from(st.st_size)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "negative file size"))?;
-        // Files without sealing support answer EINVAL: they are simply not sealed.
-        let sealed = fcntl_get_seals(fd).is_ok_and(|s| s.contains(SealFlags::SHRINK));
-        return Ok((size, sealed));
+/// The size of the file behind `fd` (borrowed), which [`classify`] put in `class`. Regular
+/// files report their size in `fstat`; a dma-buf is an anonymous inode whose size, fixed at
+/// export, only `lseek(SEEK_END)` reports. Seeking moves the offset shared by every dup of
+/// the fd, so it is put back.
+fn fd_size(fd: BorrowedFd<'_>, class: FdClass) -> io::Result<u64> {
+    if class != FdClass::DmaBuf {
+        let st = fstat(fd)?;
+        return u64::try_from(st.st_size)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "negative file size"));
     }
     let here = seek(fd, SeekFrom::Current(0))?;
     let end = seek(fd, SeekFrom::End(0));
     seek(fd, SeekFrom::Start(here))?;
-    Ok((end?, true))
+    Ok(end?)
 }

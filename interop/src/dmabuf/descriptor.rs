@@ -311,7 +311,8 @@ impl DmaBuf {
     /// Limits: it needs a re-openable file (memfd, tmpfs). A real dma-buf is an anonymous inode
     /// and fails with [`DescriptorError::Reopen`]; export those read-only at the source. A peer
     /// with the same uid can itself re-open `/proc/<pid>/fd/N` writable, as the file's mode
-    /// allows; a memfd producer that needs a hard guarantee should add `F_SEAL_FUTURE_WRITE`.
+    /// allows. Memfds from [`sealed_memfd`](super::sealed_memfd) carry `F_SEAL_SEAL`, so no
+    /// write seal can be added to them afterwards (by the producer or by a hostile peer).
     pub fn reopen_read_only(&self) -> Result<DmaBuf, DescriptorError> {
         let mut planes = Vec::with_capacity(self.planes.len());
         for (i, p) in self.planes.iter().enumerate() {

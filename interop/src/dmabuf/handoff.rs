@@ -1,5 +1,12 @@
 //! Cross-process handoff: a [`DmaBuf`] and its fds in one Unix-socket message (`SCM_RIGHTS`),
-//! in the [`wire`](super::wire) format, and the "release buffer N" return message.
+//! in the [`wire`] format, and the "release buffer N" return message, each
+//! optionally with a fence (a sync_file fd) that says when the sender's GPU work is done.
+//!
+//! Fences: [`send_buffer_with_fence`] and [`send_release_with_fence`] send one;
+//! [`recv_fenced`] hands it to the receiver as an [`OwnedFd`] ([`FencedReceived`]). The older
+//! [`send_buffer`]/[`send_release`]/[`recv`] carry none; [`recv`] refuses a message that has
+//! one ([`HandoffError::UnexpectedFence`]), because a receiver that ignores a fence would
+//! read a buffer before it is written or reuse one still being read.
 //!
 //! Use a `SOCK_SEQPACKET` socket ([`socketpair`] makes a pair): each message is one record,
 //! so a rejected message is consumed whole and the next one reads cleanly. `SOCK_STREAM`
@@ -21,8 +28,9 @@ use rustix::net::{
     SendFlags, SocketFlags, SocketType,
 };
 
-use super::descriptor::{DescriptorError, DmaBuf, PlaneDesc, MAX_PLANES};
-use super::wire::{self, BufferMsg, Message, WireError, HEADER_LEN, MAX_MESSAGE_LEN};
+use super::descriptor::{DescriptorError, DmaBuf, PlaneDesc};
+use super::fd_kind::is_anon_inode;
+use super::wire::{self, BufferMsg, Message, WireError, HEADER_LEN, MAX_FDS, MAX_MESSAGE_LEN};
 
 /// Room for this many fds per received message: more than any valid message carries, so a
 /// peer that sends a few too many gets a precise [`HandoffError::FdCount`]; beyond that the
@@ -58,6 +66,33 @@ pub enum HandoffError {
         "the message says read_only={claimed}, but the fds' access modes say read_only={actual}"
     )]
     ReadOnlyMismatch { claimed: bool, actual: bool },
+    /// The fd sent as a fence is a file, a socket or a device, not a sync_file.
+    #[error("the fence that came with the message is not a sync_file (not an anonymous inode)")]
+    FenceNotSyncFile,
+    /// The fence fd could not be examined.
+    #[error("could not examine the fence that came with the message: {0}")]
+    FenceStat(io::Error),
+    /// [`recv`] got a fenced message; only [`recv_fenced`] can hand the fence over.
+    #[error("message {id} carries a fence, which this receiver does not handle (use recv_fenced)")]
+    UnexpectedFence { id: u64 },
+}
+
+/// What [`recv_fenced`] got. Every fd in it belongs to the receiver.
+#[derive(Debug)]
+pub enum FencedReceived {
+    /// A buffer, as in [`Received::Buffer`], and the fence (a sync_file) that signals when
+    /// its contents are ready, if the sender sent one.
+    Buffer {
+        id: u64,
+        buf: DmaBuf,
+        acquire_fence: Option<OwnedFd>,
+    },
+    /// The peer is done with buffer `id`; if it sent a fence, the buffer may be reused only
+    /// once that fence has signalled.
+    Release {
+        id: u64,
+        release_fence: Option<OwnedFd>,
+    },
 }
 
 /// What [`recv`] got.
@@ -86,8 +121,19 @@ pub fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
 /// Sends `buf` as buffer `id`: its geometry in the bytes, a dup of each plane's fd in the
 /// control message (the kernel dups them into the peer; `buf` keeps and still owns its fds).
 /// The message says whether the fds are read-only and the planes disjoint, and the receiver
-/// checks both against the fds it gets.
+/// checks both against the fds it gets. No fence: the contents are ready when it is sent.
 pub fn send_buffer(socket: impl AsFd, id: u64, buf: &DmaBuf) -> Result<(), HandoffError> {
+    send_buffer_with_fence(socket, id, buf, None)
+}
+
+/// [`send_buffer`], plus an acquire fence: a sync_file (borrowed; the peer gets its own
+/// copy) that signals when the contents are written. `None` sends no fence.
+pub fn send_buffer_with_fence(
+    socket: impl AsFd,
+    id: u64,
+    buf: &DmaBuf,
+    acquire_fence: Option<BorrowedFd<'_>>,
+) -> Result<(), HandoffError> {
     let msg = Message::Buffer(BufferMsg {
         id,
         fourcc: buf.fourcc(),
@@ -97,11 +143,12 @@ pub fn send_buffer(socket: impl AsFd, id: u64, buf: &DmaBuf) -> Result<(), Hando
         read_only: buf.read_only(),
         disjoint: buf.disjoint(),
         planes: buf.planes().map(|p| (p.offset, p.stride)).collect(),
+        acquire_fence: acquire_fence.is_some(),
     });
     let bytes = wire::encode(&msg)?;
-    let fds: Vec<BorrowedFd<'_>> = buf.planes().map(|p| p.fd).collect();
+    let fds: Vec<BorrowedFd<'_>> = buf.planes().map(|p| p.fd).chain(acquire_fence).collect();
     send_raw(socket.as_fd(), &bytes, &fds)?;
-    tracing::debug!(id, format = %buf.format(), planes = fds.len(), read_only = buf.read_only(), "sent dma-buf");
+    tracing::debug!(id, format = %buf.format(), planes = buf.plane_count(), read_only = buf.read_only(), fence = acquire_fence.is_some(), "sent dma-buf");
     Ok(())
 }
 
@@ -114,11 +161,26 @@ pub fn send_buffer_read_only(socket: impl AsFd, id: u64, buf: &DmaBuf) -> Result
     send_buffer(socket, id, &ro)
 }
 
-/// Tells the peer that buffer `id` (which it sent) may be reused. Carries no fds.
+/// Tells the peer that buffer `id` (which it sent) may be reused now. Carries no fds.
 pub fn send_release(socket: impl AsFd, id: u64) -> Result<(), HandoffError> {
-    let bytes = wire::encode(&Message::Release { id })?;
-    send_raw(socket.as_fd(), &bytes, &[])?;
-    tracing::trace!(id, "sent release");
+    send_release_with_fence(socket, id, None)
+}
+
+/// Tells the peer that buffer `id` may be reused once `release_fence` (a sync_file,
+/// borrowed; the peer gets its own copy) signals; `None` means at once.
+pub fn send_release_with_fence(
+    socket: impl AsFd,
+    id: u64,
+    release_fence: Option<BorrowedFd<'_>>,
+) -> Result<(), HandoffError> {
+    let msg = Message::Release {
+        id,
+        release_fence: release_fence.is_some(),
+    };
+    let bytes = wire::encode(&msg)?;
+    let fds: Vec<BorrowedFd<'_>> = release_fence.into_iter().collect();
+    send_raw(socket.as_fd(), &bytes, &fds)?;
+    tracing::trace!(id, fence = release_fence.is_some(), "sent release");
     Ok(())
 }
 
@@ -163,14 +225,33 @@ pub fn send_raw(
     Ok(())
 }
 
-/// Receives one message and validates all of it: the wire format ([`wire::decode`]), the fd
-/// count against the declared planes, the descriptor's structure, and the message's disjoint
-/// and read-only claims against the fds' files and access modes. Blocks unless the socket is
-/// non-blocking (then `EAGAIN` comes back as [`HandoffError::Recv`]).
+/// Receives one message without a fence: [`recv_fenced`], refusing (and closing) a fence
+/// with [`HandoffError::UnexpectedFence`].
 ///
 /// fd ownership: on success the fds belong to the returned [`DmaBuf`]; on any error every fd
 /// that arrived with the message has been closed.
 pub fn recv(socket: impl AsFd) -> Result<Received, HandoffError> {
+    match recv_fenced(socket)? {
+        FencedReceived::Buffer { id, buf, acquire_fence: None } => Ok(Received::Buffer { id, buf }),
+        FencedReceived::Release { id, release_fence: None } => Ok(Received::Release { id }),
+        FencedReceived::Buffer { id, .. } | FencedReceived::Release { id, .. } => {
+            let e = HandoffError::UnexpectedFence { id };
+            tracing::warn!(error = %e, "rejected a handoff message");
+            Err(e)
+        }
+    }
+}
+
+/// Receives one message and validates all of it: the wire format ([`wire::decode`]), the fd
+/// count against the declared planes and fence, the descriptor's structure, the message's
+/// disjoint and read-only claims against the fds' files and access modes, and that a fence
+/// is an anonymous inode (as a sync_file is). Blocks unless the socket is non-blocking (then
+/// `EAGAIN` comes back as [`HandoffError::Recv`]).
+///
+/// fd ownership: on success the plane fds belong to the returned [`DmaBuf`] and the fence to
+/// the returned [`OwnedFd`]; on any error every fd that arrived with the message has been
+/// closed.
+pub fn recv_fenced(socket: impl AsFd) -> Result<FencedReceived, HandoffError> {
     let socket = socket.as_fd();
     let ty = socket_type(socket).map_err(|e| HandoffError::SocketType(e.into()))?;
     let mut fds = Vec::new();
@@ -188,7 +269,7 @@ pub fn recv(socket: impl AsFd) -> Result<Received, HandoffError> {
     result
 }
 
-fn assemble(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Received, HandoffError> {
+fn assemble(bytes: &[u8], mut fds: Vec<OwnedFd>) -> Result<FencedReceived, HandoffError> {
     let msg = wire::decode(bytes)?;
     if fds.len() != msg.fd_count() {
         return Err(HandoffError::FdCount {
@@ -196,10 +277,20 @@ fn assemble(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Received, HandoffError> {
             received: fds.len(),
         });
     }
+    // The wire puts the fence last; the count was just checked, so it is there.
+    let fence = if msg.has_fence() { fds.pop() } else { None };
+    if let Some(f) = &fence {
+        if !is_anon_inode(f.as_fd()).map_err(HandoffError::FenceStat)? {
+            return Err(HandoffError::FenceNotSyncFile);
+        }
+    }
     match msg {
-        Message::Release { id } => {
-            tracing::trace!(id, "received release");
-            Ok(Received::Release { id })
+        Message::Release { id, .. } => {
+            tracing::trace!(id, fence = fence.is_some(), "received release");
+            Ok(FencedReceived::Release {
+                id,
+                release_fence: fence,
+            })
         }
         Message::Buffer(b) => {
             let planes = fds
@@ -220,8 +311,12 @@ fn assemble(bytes: &[u8], fds: Vec<OwnedFd>) -> Result<Received, HandoffError> {
                     actual: buf.read_only(),
                 });
             }
-            tracing::debug!(id = b.id, format = %buf.format(), planes = buf.plane_count(), "received dma-buf");
-            Ok(Received::Buffer { id: b.id, buf })
+            tracing::debug!(id = b.id, format = %buf.format(), planes = buf.plane_count(), fence = fence.is_some(), "received dma-buf");
+            Ok(FencedReceived::Buffer {
+                id: b.id,
+                buf,
+                acquire_fence: fence,
+            })
         }
     }
 }
@@ -312,5 +407,6 @@ fn fill(
     Ok(())
 }
 
-// Keep the constant honest: a valid message never carries more fds than it has planes.
-const _: () = assert!(RECV_FD_SLOTS > MAX_PLANES);
+// Keep the constant honest: a valid message never carries more fds than its planes and a
+// fence, and one more than that must still arrive to be reported precisely.
+const _: () = assert!(RECV_FD_SLOTS > MAX_FDS);

@@ -4,29 +4,41 @@
 //! - [`DmaBuf`]: the crate's equivalent of GStreamer's `GstVideoMeta` plus the fds (seed 000):
 //!   fourcc, [`Layout`](crate::Layout), extent, and 1 to 4 planes of {fd, offset, stride}. It
 //!   owns its fds. [`BufferIdentity`] keys import caches on file identity plus layout.
-//! - [`check_import`]: the seven checks, in a fixed order, that make a layout safe to give to a
-//!   driver that will mmap the fd (lavapipe does). Its [`CheckedImport`] proves they ran.
+//! - [`check_import`]: the nine checks, in a fixed order, that make a layout safe to give to a
+//!   driver that will mmap the fd (lavapipe does). Its [`CheckedImport`] proves they ran and
+//!   says, per plane, what kind of file it is ([`FdClass`]): only fixed-size files (dma-bufs,
+//!   memfds sealed with `F_SEAL_SHRINK`, files the caller trusts) may be mapped; the others
+//!   are copied with `pread` ([`read_at`], [`CheckedImport::read_plane`]).
+//! - [`sealed_memfd`]: the one way to make a memfd, sealed so its size is final.
 //! - [`wire`] and [`handoff`]: a versioned, length-checked message format and the
-//!   `SCM_RIGHTS` transport that carries descriptors (and "release buffer N") between processes.
+//!   `SCM_RIGHTS` transport that carries descriptors (and "release buffer N") between
+//!   processes, each optionally with a fence.
 //! - [`fd_count`]: the number of open fds, for leak accounting in tests and demos.
 //!
-//! No memfd or dma-buf is ever mapped here; everything is `fstat`, `fcntl` and socket calls.
+//! No memfd or dma-buf is ever mapped here; everything is `fstat`, `fcntl`, `pread` and
+//! socket calls.
 
 mod checks;
 mod descriptor;
+pub mod fd_kind;
 pub mod handoff;
+pub mod memfd;
+pub mod pread;
 pub mod wire;
 
 pub use checks::{
-    check_import, CheckedImport, CheckedPlane, DeviceFacts, ImportCheckError, ImportFacts,
-    ImportLimits,
+    check_import, check_import_with, CheckedImport, CheckedPlane, DeviceFacts, ImportCheckError,
+    ImportFacts, ImportLimits, ImportOptions,
 };
+pub use fd_kind::{classify, FdClass, FdClassError, FdTrust, FileKind, NotFixedReason};
+pub use memfd::{sealed_memfd, sealed_memfd_of_size, MemfdError, MEMFD_SEALS};
+pub use pread::{read_at, read_exact_at, ReadError};
 pub use descriptor::{
     BufferIdentity, DescriptorError, DmaBuf, FileId, PlaneDesc, PlaneIdentity, PlaneRef, MAX_PLANES,
 };
 pub use handoff::{
-    recv, send_buffer, send_buffer_read_only, send_raw, send_release, socketpair, HandoffError,
-    Received,
+    recv, recv_fenced, send_buffer, send_buffer_read_only, send_buffer_with_fence, send_raw,
+    send_release, send_release_with_fence, socketpair, FencedReceived, HandoffError, Received,
 };
 
 use std::io;

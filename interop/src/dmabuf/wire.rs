@@ -6,10 +6,13 @@
 //!
 //! ```text
 //! header   0  magic      4 bytes  "DMBF"
-//!          4  version    u16      1
+//!          4  version    u16      2
 //!          6  kind       u16      1 = buffer, 2 = release
 //!          8  body_len   u32      bytes after the header; must match the kind exactly
-//!         12  fd_count   u32      fds sent with the message; must match the planes
+//!         12  fd_count   u16      fds sent with the message: the planes, plus 1 with a fence
+//!         14  fd_flags   u16      bit 0: the LAST fd is a fence (a sync_file): the acquire
+//!                                 fence of a buffer, the release fence of a release; other
+//!                                 bits must be 0
 //! buffer   0  id         u64      the sender's name for the buffer (release uses it)
 //!          8  fourcc     u32      kept opaque here; the import checks judge it
 //!         12  flags      u32      bit 0 read-only, bit 1 disjoint; other bits must be 0
@@ -19,17 +22,24 @@
 //!         32  planes     u32      1..=4
 //!         36  reserved   u32      must be 0
 //!         40  per plane: offset u64, stride u64
-//! release  0  id         u64      "I am done with buffer id": fd_count must be 0
+//! release  0  id         u64      "I am done with buffer id"; fd_count is 1 with a release
+//!                                 fence, else 0
 //! ```
 //!
-//! A decoder that meets a newer version refuses it rather than guessing ([`WireError::Version`]).
+//! A fence tells the receiver when the buffer's contents (acquire) or the buffer itself
+//! (release) may be used: it signals when the sender's GPU work on it is done. Without one,
+//! the sender finished before sending (see [`crate::sync::SyncMethod`]).
+//!
+//! Version 1 had no fences and a 32-bit `fd_count` where version 2 has `fd_count` and
+//! `fd_flags`. A decoder that meets another version refuses it rather than guessing
+//! ([`WireError::Version`]); both ends must run the same wire version.
 
 use crate::{Fourcc, Layout, Modifier};
 
 use super::descriptor::MAX_PLANES;
 
 pub const MAGIC: [u8; 4] = *b"DMBF";
-pub const VERSION: u16 = 1;
+pub const VERSION: u16 = 2;
 pub const HEADER_LEN: usize = 16;
 pub const KIND_BUFFER: u16 = 1;
 pub const KIND_RELEASE: u16 = 2;
@@ -38,10 +48,16 @@ pub const PLANE_LEN: usize = 16;
 pub const RELEASE_LEN: usize = 8;
 /// The longest valid message: a buffer with [`MAX_PLANES`] planes.
 pub const MAX_MESSAGE_LEN: usize = HEADER_LEN + BUFFER_FIXED_LEN + MAX_PLANES * PLANE_LEN;
+/// The most fds a valid message carries: [`MAX_PLANES`] planes and a fence.
+pub const MAX_FDS: usize = MAX_PLANES + 1;
 
 pub const FLAG_READ_ONLY: u32 = 1 << 0;
 pub const FLAG_DISJOINT: u32 = 1 << 1;
 const KNOWN_FLAGS: u32 = FLAG_READ_ONLY | FLAG_DISJOINT;
+
+/// Header `fd_flags` bit: the last fd of the message is a fence.
+pub const FD_FLAG_FENCE: u16 = 1 << 0;
+const KNOWN_FD_FLAGS: u16 = FD_FLAG_FENCE;
 
 /// Why bytes are not a valid message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -50,8 +66,8 @@ pub enum WireError {
     Truncated { need: usize, got: usize },
     #[error("bad magic {0:02x?}: not a dmabridge handoff message")]
     Magic([u8; 4]),
-    #[error("wire version {0} is not supported (this side speaks {VERSION})")]
-    Version(u16),
+    #[error("the peer speaks handoff wire version {got}, this side speaks {supported}: both ends must run the same dmabridge wire version")]
+    Version { got: u16, supported: u16 },
     #[error("unknown message kind {0}")]
     Kind(u16),
     #[error("header says the body is {declared} bytes, but {actual} arrived")]
@@ -68,8 +84,12 @@ pub enum WireError {
     PlaneCount(u32),
     #[error("message declares {declared} fds but {expected} are required")]
     FdCount { declared: u32, expected: u32 },
+    #[error("message declares {declared} fds; no message carries more than {MAX_FDS}")]
+    TooManyFds { declared: u16 },
     #[error("unknown flag bits {0:#x}")]
     Flags(u32),
+    #[error("unknown header fd flag bits {0:#x}")]
+    FdFlags(u16),
     #[error("reserved field is {0:#x}, must be 0")]
     Reserved(u32),
 }
@@ -86,23 +106,36 @@ pub struct BufferMsg {
     pub disjoint: bool,
     /// (offset, stride) per plane; 1..=4 entries.
     pub planes: Vec<(u64, u64)>,
+    /// Whether an acquire fence follows the planes' fds.
+    pub acquire_fence: bool,
 }
 
 /// A decoded message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {
-    /// A buffer; `planes.len()` fds come with it, one per plane, in plane order.
+    /// A buffer; `planes.len()` fds come with it, one per plane, in plane order, then the
+    /// acquire fence if `acquire_fence`.
     Buffer(BufferMsg),
-    /// The peer is done with the buffer it was sent as `id`.
-    Release { id: u64 },
+    /// The peer is done with the buffer it was sent as `id`; with `release_fence`, one fd
+    /// comes with it, which signals when the peer's last GPU access to it is done.
+    Release { id: u64, release_fence: bool },
 }
 
 impl Message {
+    /// Whether the last fd of the message is a fence.
+    pub fn has_fence(&self) -> bool {
+        match self {
+            Message::Buffer(b) => b.acquire_fence,
+            Message::Release { release_fence, .. } => *release_fence,
+        }
+    }
+
     /// How many fds must accompany this message.
     pub fn fd_count(&self) -> usize {
+        let fence = usize::from(self.has_fence());
         match self {
-            Message::Buffer(b) => b.planes.len(),
-            Message::Release { .. } => 0,
+            Message::Buffer(b) => b.planes.len() + fence,
+            Message::Release { .. } => fence,
         }
     }
 }
@@ -118,7 +151,7 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, WireError> {
             }
             // n <= 4, so these casts are exact.
             let body = BUFFER_FIXED_LEN + n * PLANE_LEN;
-            header(&mut out, KIND_BUFFER, body as u32, n as u32);
+            header(&mut out, KIND_BUFFER, body as u32, msg);
             out.extend_from_slice(&b.id.to_le_bytes());
             out.extend_from_slice(&b.fourcc.code().to_le_bytes());
             let flags = if b.read_only { FLAG_READ_ONLY } else { 0 }
@@ -134,20 +167,23 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, WireError> {
                 out.extend_from_slice(&stride.to_le_bytes());
             }
         }
-        Message::Release { id } => {
-            header(&mut out, KIND_RELEASE, RELEASE_LEN as u32, 0);
+        Message::Release { id, .. } => {
+            header(&mut out, KIND_RELEASE, RELEASE_LEN as u32, msg);
             out.extend_from_slice(&id.to_le_bytes());
         }
     }
     Ok(out)
 }
 
-fn header(out: &mut Vec<u8>, kind: u16, body_len: u32, fd_count: u32) {
+fn header(out: &mut Vec<u8>, kind: u16, body_len: u32, msg: &Message) {
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&VERSION.to_le_bytes());
     out.extend_from_slice(&kind.to_le_bytes());
     out.extend_from_slice(&body_len.to_le_bytes());
-    out.extend_from_slice(&fd_count.to_le_bytes());
+    // At most MAX_FDS (5): the caller checked the plane count.
+    out.extend_from_slice(&(msg.fd_count() as u16).to_le_bytes());
+    let fd_flags = if msg.has_fence() { FD_FLAG_FENCE } else { 0 };
+    out.extend_from_slice(&fd_flags.to_le_bytes());
 }
 
 /// A parsed header, before the body is looked at.
@@ -155,12 +191,15 @@ fn header(out: &mut Vec<u8>, kind: u16, body_len: u32, fd_count: u32) {
 pub struct Header {
     pub kind: u16,
     pub body_len: u32,
-    pub fd_count: u32,
+    /// Declared fds, including a fence.
+    pub fd_count: u16,
+    /// Whether the last fd is a fence.
+    pub fence: bool,
 }
 
-/// Parses and checks the header: magic, version, kind, and a body length that is one this
-/// kind can have (so a reader of a byte stream knows how much more to read, at most
-/// [`MAX_MESSAGE_LEN`] in all).
+/// Parses and checks the header: magic, version, kind, a body length that is one this kind
+/// can have (so a reader of a byte stream knows how much more to read, at most
+/// [`MAX_MESSAGE_LEN`] in all), clean fd flags, and an fd count of at most [`MAX_FDS`].
 pub fn decode_header(bytes: &[u8]) -> Result<Header, WireError> {
     let mut r = Reader { bytes, pos: 0 };
     let magic = r.array::<4>()?;
@@ -169,11 +208,29 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, WireError> {
     }
     let version = r.u16()?;
     if version != VERSION {
-        return Err(WireError::Version(version));
+        return Err(WireError::Version {
+            got: version,
+            supported: VERSION,
+        });
     }
     let kind = r.u16()?;
     let body_len = r.u32()?;
-    let fd_count = r.u32()?;
+    let fd_count = r.u16()?;
+    let fd_flags = r.u16()?;
+    if fd_flags & !KNOWN_FD_FLAGS != 0 {
+        return Err(WireError::FdFlags(fd_flags & !KNOWN_FD_FLAGS));
+    }
+    let fence = fd_flags & FD_FLAG_FENCE != 0;
+    // The bounds the header alone allows; decode then matches the count to the body.
+    if usize::from(fd_count) > MAX_FDS {
+        return Err(WireError::TooManyFds { declared: fd_count });
+    }
+    if fence && fd_count == 0 {
+        return Err(WireError::FdCount {
+            declared: 0,
+            expected: 1,
+        });
+    }
     match kind {
         KIND_BUFFER => {
             let ok =
@@ -199,12 +256,14 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, WireError> {
         kind,
         body_len,
         fd_count,
+        fence,
     })
 }
 
 /// Decodes one whole message (header and body, nothing after it) and checks every field:
 /// lengths agree with each other and with `bytes`, the plane count is 1..=4, the declared fd
-/// count equals the plane count (0 for a release), flags and reserved fields are clean.
+/// count equals the plane count plus the fence (for a release: the fence), flags and
+/// reserved fields are clean.
 /// Whether the declared fd count matches the fds that actually arrived is the transport's
 /// check; whether offsets and strides fit the files is [`check_import`](super::check_import)'s.
 pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
@@ -228,13 +287,17 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
     };
     match h.kind {
         KIND_RELEASE => {
-            if h.fd_count != 0 {
+            let expected = u32::from(h.fence);
+            if u32::from(h.fd_count) != expected {
                 return Err(WireError::FdCount {
-                    declared: h.fd_count,
-                    expected: 0,
+                    declared: u32::from(h.fd_count),
+                    expected,
                 });
             }
-            Ok(Message::Release { id: r.u64()? })
+            Ok(Message::Release {
+                id: r.u64()?,
+                release_fence: h.fence,
+            })
         }
         _ => {
             let id = r.u64()?;
@@ -256,10 +319,12 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
                     declared: h.body_len,
                 });
             }
-            if h.fd_count != n {
+            // n <= 4, so this cannot overflow.
+            let expected = n + u32::from(h.fence);
+            if u32::from(h.fd_count) != expected {
                 return Err(WireError::FdCount {
-                    declared: h.fd_count,
-                    expected: n,
+                    declared: u32::from(h.fd_count),
+                    expected,
                 });
             }
             if flags & !KNOWN_FLAGS != 0 {
@@ -281,6 +346,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
                 read_only: flags & FLAG_READ_ONLY != 0,
                 disjoint: flags & FLAG_DISJOINT != 0,
                 planes,
+                acquire_fence: h.fence,
             }))
         }
     }
@@ -328,6 +394,7 @@ mod tests {
             read_only: true,
             disjoint: false,
             planes: vec![(0, 64), (4096, 64)],
+            acquire_fence: false,
         })
     }
 
@@ -337,8 +404,47 @@ mod tests {
         let bytes = encode(&m).unwrap();
         assert_eq!(bytes.len(), HEADER_LEN + BUFFER_FIXED_LEN + 2 * PLANE_LEN);
         assert_eq!(decode(&bytes).unwrap(), m);
-        let r = Message::Release { id: 99 };
-        assert_eq!(decode(&encode(&r).unwrap()).unwrap(), r);
+        for release_fence in [false, true] {
+            let r = Message::Release { id: 99, release_fence };
+            assert_eq!(decode(&encode(&r).unwrap()).unwrap(), r);
+        }
+    }
+
+    #[test]
+    fn fences_are_counted_and_flagged_in_the_header() {
+        let Message::Buffer(mut b) = sample() else {
+            unreachable!()
+        };
+        b.acquire_fence = true;
+        let m = Message::Buffer(b);
+        assert_eq!(m.fd_count(), 3);
+        let bytes = encode(&m).unwrap();
+        assert_eq!(&bytes[12..16], &[3, 0, 1, 0]);
+        assert_eq!(decode(&bytes).unwrap(), m);
+        let h = decode_header(&bytes).unwrap();
+        assert_eq!((h.fd_count, h.fence), (3, true));
+        // The fence flag without the fd it announces, and an fd too many, are refused.
+        let mut short = bytes.clone();
+        short[12] = 2;
+        assert_eq!(decode(&short), Err(WireError::FdCount { declared: 2, expected: 3 }));
+        let mut release = encode(&Message::Release { id: 1, release_fence: true }).unwrap();
+        release[12] = 0;
+        assert!(matches!(decode(&release), Err(WireError::FdCount { declared: 0, .. })));
+        let mut unknown = bytes.clone();
+        unknown[14] = 0b11;
+        assert_eq!(decode(&unknown), Err(WireError::FdFlags(0b10)));
+        let mut many = bytes;
+        many[12] = 200;
+        assert_eq!(decode_header(&many), Err(WireError::TooManyFds { declared: 200 }));
+    }
+
+    #[test]
+    fn another_wire_version_is_refused_by_name() {
+        let mut bytes = encode(&sample()).unwrap();
+        bytes[4..6].copy_from_slice(&1u16.to_le_bytes());
+        assert_eq!(decode(&bytes), Err(WireError::Version { got: 1, supported: 2 }));
+        let msg = decode(&bytes).unwrap_err().to_string();
+        assert!(msg.contains("version 1") && msg.contains("speaks 2"), "{msg}");
     }
 
     #[test]

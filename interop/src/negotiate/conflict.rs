@@ -112,18 +112,38 @@ impl fmt::Display for Conflict {
     }
 }
 
-/// `{a, b}` as the fixes write a set of participants.
+/// Most participants a detail or fix text names in one set before it says how many more:
+/// with thousands of participants, one conflict per blocker each naming every other
+/// participant made the report grow with the square of their number.
+pub const MAX_NAMES_SHOWN: usize = 8;
+
+/// `{a, b}` as the fixes write a set of participants; `{a, ..., h, and 12 more}` past
+/// [`MAX_NAMES_SHOWN`].
 pub(crate) fn set_of(names: &[&str]) -> String {
-    format!("{{{}}}", names.join(", "))
+    let shown = names.iter().take(MAX_NAMES_SHOWN).copied().collect::<Vec<_>>().join(", ");
+    match names.len().saturating_sub(MAX_NAMES_SHOWN) {
+        0 => format!("{{{shown}}}"),
+        more => format!("{{{shown}, and {more} more}}"),
+    }
 }
 
-/// Names in first-seen order, each once.
+/// Names in first-seen order, each once (in linear time).
 pub(crate) fn dedup<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<&'a str> {
-    let mut out: Vec<&str> = Vec::new();
-    for n in names {
-        if !out.contains(&n) {
-            out.push(n);
-        }
+    let mut seen = std::collections::HashSet::new();
+    names.into_iter().filter(|n| seen.insert(*n)).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sets_of_names_are_capped() {
+        assert_eq!(set_of(&[]), "{}");
+        assert_eq!(set_of(&["a", "b"]), "{a, b}");
+        let many: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+        let refs: Vec<&str> = many.iter().map(String::as_str).collect();
+        assert_eq!(set_of(&refs), "{p0, p1, p2, p3, p4, p5, p6, p7, and 12 more}");
+        assert_eq!(dedup(["a", "b", "a", "c", "b"]), ["a", "b", "c"]);
     }
-    out
 }

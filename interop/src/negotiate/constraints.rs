@@ -3,6 +3,7 @@
 
 use super::conflict::{dedup, set_of, Conflict, ConstraintKind};
 use super::participant::{CpuAccess, Domain, ExtentRange, Participant, Usage};
+use crate::sync::{SyncMethod, SyncMethods};
 
 /// The constraints of several participants, merged.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +19,8 @@ pub struct Merged {
     pub domain: Domain,
     /// Participants that are not read-only, in input order.
     pub writers: Vec<String>,
+    /// The best sync method every participant supports (cpu-wait at worst, which all do).
+    pub sync: SyncMethod,
 }
 
 /// Which merge rules apply. A buffer that a conversion fills needs no writer among its
@@ -120,6 +123,8 @@ pub(crate) fn merge(parts: &[&Participant], rules: MergeRules) -> (Merged, Vec<C
         ));
     }
 
+    let sync = SyncMethods::best_common(parts.iter().map(|p| &p.sync));
+
     (
         Merged {
             buffers,
@@ -130,6 +135,7 @@ pub(crate) fn merge(parts: &[&Participant], rules: MergeRules) -> (Merged, Vec<C
             cpu_access,
             domain,
             writers,
+            sync,
         },
         conflicts,
     )

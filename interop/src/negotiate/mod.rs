@@ -8,7 +8,11 @@
 //! - [`groups`]: fallback groups of ordered alternatives, capped at [`MAX_COMBINATIONS`].
 //! - [`copy_plan`]: groups joined by the conversions #5 provides.
 //! - [`negotiate()`]: all of the above, giving an [`Outcome`]; [`Report`] is its JSON.
+//! - [`limits`]: how many participants and how deep a nesting of groups it takes on.
 //! - [`spec`]: participants and constraints from command-line text.
+//!
+//! Every allocation also names how its participants synchronise ([`crate::sync`]): the best
+//! method all of them support, sync-file > implicit-bridge > cpu-wait.
 //!
 //! Modifiers: `LINEAR` (zero) is an explicit layout like any other; INVALID never appears
 //! as a value here, it is [`crate::Layout::Implicit`] in a participant's list and
@@ -20,6 +24,7 @@ pub mod constraints;
 pub mod copy_plan;
 pub mod groups;
 pub mod implicit;
+pub mod limits;
 pub mod outcome;
 pub mod participant;
 mod peer_loaders;
@@ -27,7 +32,7 @@ pub mod reconcile;
 pub mod report;
 pub mod spec;
 
-pub use conflict::{Conflict, ConstraintKind};
+pub use conflict::{Conflict, ConstraintKind, MAX_NAMES_SHOWN};
 pub use constraints::Merged;
 pub use copy_plan::{
     Conversion, ConversionKind, CopyGroup, CopyPlan, CopyPlanError, MAX_COPY_PARTICIPANTS,
@@ -37,12 +42,13 @@ pub use implicit::{
     upgrade_or_validate, AllocatedAs, AllocationRequest, AllocationResult, ImplicitRuleError,
     ModifierSupport,
 };
-pub use outcome::{negotiate, negotiate_with, NegotiateOptions, Negotiation, Outcome};
+pub use limits::{MAX_GROUP_DEPTH, MAX_PARTICIPANTS};
+pub use outcome::{negotiate, negotiate_with, NegotiateError, NegotiateOptions, Negotiation, Outcome};
 pub use participant::{
     Candidates, ConstraintParseError, Constraints, CpuAccess, Domain, ExtentRange, Participant,
     Usage,
 };
-pub use reconcile::{reconcile, Allocation, ChainLayout, Conflicts};
+pub use reconcile::{reconcile, Allocation, ChainLayout, Conflicts, ReconcileError};
 pub use report::{human, OutcomeName, Report, ReportConversion, ReportGroup};
 pub use spec::{
     build_participants, build_participants_with, ConstraintKey, ConstraintSpec, ParticipantSpec,

@@ -8,8 +8,22 @@ use tracing::{debug, info};
 use super::conflict::{Conflict, ConstraintKind};
 use super::constraints::MergeRules;
 use super::copy_plan::{plan_copy, CopyPlan, CopyPlanError};
-use super::groups::{combinations, for_each_selection, Member, MAX_COMBINATIONS};
+use super::groups::{for_each_selection, leaves, Member, MAX_COMBINATIONS};
+use super::limits::{MAX_GROUP_DEPTH, MAX_PARTICIPANTS};
+use super::participant::Participant;
 use super::reconcile::{reconcile_refs, Allocation, Conflicts};
+
+/// Why a negotiation was not attempted. (Once attempted, it always gives a [`Negotiation`]:
+/// failing to agree is [`Outcome::Impossible`], not an error.)
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NegotiateError {
+    /// More participants than [`MAX_PARTICIPANTS`], counting every fallback-group child.
+    #[error("{count} participants (counting every fallback-group child) are more than the {max} dmabridge negotiates among")]
+    TooManyParticipants { count: usize, max: usize },
+    /// Fallback groups nested deeper than [`MAX_GROUP_DEPTH`].
+    #[error("fallback groups nest deeper than {max} levels")]
+    GroupsTooDeep { max: usize },
+}
 
 /// What the negotiation decided.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -56,8 +70,27 @@ impl Default for NegotiateOptions {
 }
 
 /// [`negotiate_with`] with the default options.
-pub fn negotiate(members: &[Member]) -> Negotiation {
+pub fn negotiate(members: &[Member]) -> Result<Negotiation, NegotiateError> {
     negotiate_with(members, NegotiateOptions::default())
+}
+
+/// Each member's choices ([`leaves`]), refused beyond [`MAX_PARTICIPANTS`] participants in
+/// all or [`MAX_GROUP_DEPTH`] levels of groups.
+fn choices(members: &[Member]) -> Result<Vec<Vec<&Participant>>, NegotiateError> {
+    let mut count = 0usize;
+    let mut out = Vec::with_capacity(members.len().min(MAX_PARTICIPANTS));
+    for m in members {
+        let l = leaves(m, MAX_GROUP_DEPTH).ok_or(NegotiateError::GroupsTooDeep { max: MAX_GROUP_DEPTH })?;
+        count = count.saturating_add(l.len());
+        if count > MAX_PARTICIPANTS {
+            // Count the rest without keeping it, for an exact number in the error.
+            let rest: u64 = members.iter().map(Member::combinations).fold(0, u64::saturating_add);
+            let count = usize::try_from(rest).unwrap_or(usize::MAX);
+            return Err(NegotiateError::TooManyParticipants { count, max: MAX_PARTICIPANTS });
+        }
+        out.push(l);
+    }
+    Ok(out)
 }
 
 /// Negotiates among `members`, in preference order.
@@ -66,14 +99,19 @@ pub fn negotiate(members: &[Member]) -> Negotiation {
 /// first that reconciles onto one buffer wins. If none does, the selections whose
 /// conflicts a copy could resolve are tried, in the same order, for a copy plan. The
 /// reported conflicts are those of the most preferred selection.
-pub fn negotiate_with(members: &[Member], opts: NegotiateOptions) -> Negotiation {
-    let total = combinations(members);
+///
+/// The time taken and the size of the result are linear in the participants' lists times
+/// [`NegotiateOptions::max_combinations`]; more than [`MAX_PARTICIPANTS`] participants or
+/// groups nested deeper than [`MAX_GROUP_DEPTH`] are refused up front.
+pub fn negotiate_with(members: &[Member], opts: NegotiateOptions) -> Result<Negotiation, NegotiateError> {
+    let choices = choices(members)?;
+    let total = choices.iter().fold(1u64, |n, c| n.saturating_mul(c.len() as u64));
     let mut tried = 0usize;
     let mut cap_hit = false;
     let mut shared: Option<(Allocation, Vec<String>)> = None;
     let mut first: Option<(Conflicts, Vec<String>)> = None;
     let mut copyable: Vec<usize> = Vec::new();
-    let _ = for_each_selection(members, &mut |sel| {
+    let _ = for_each_selection(&choices, &mut |sel| {
         if tried >= opts.max_combinations {
             cap_hit = true;
             return ControlFlow::Break(());
@@ -99,12 +137,12 @@ pub fn negotiate_with(members: &[Member], opts: NegotiateOptions) -> Negotiation
     debug!(tried, total, cap_hit, "selections tried for sharing");
     if let Some((alloc, participants)) = shared {
         info!(fourcc = %alloc.fourcc.trimmed(), layout = %alloc.layout, "shared buffer");
-        return Negotiation {
+        return Ok(Negotiation {
             outcome: Outcome::Shared(alloc),
             combinations_tried: tried,
             cap_hit,
             participants,
-        };
+        });
     }
     let Some((Conflicts(mut conflicts), participants)) = first else {
         let c = Conflict::new(
@@ -113,12 +151,12 @@ pub fn negotiate_with(members: &[Member], opts: NegotiateOptions) -> Negotiation
             "a fallback group has no children, so no selection of participants exists",
             "give every group at least one child",
         );
-        return Negotiation {
+        return Ok(Negotiation {
             outcome: Outcome::Impossible(vec![c]),
             combinations_tried: 0,
             cap_hit,
             participants: vec![],
-        };
+        });
     };
     if cap_hit {
         conflicts.push(Conflict::new(
@@ -132,16 +170,16 @@ pub fn negotiate_with(members: &[Member], opts: NegotiateOptions) -> Negotiation
         ));
     }
     if opts.allow_copy && !copyable.is_empty() {
-        match find_copy(members, &copyable) {
+        match find_copy(&choices, &copyable) {
             Ok((plan, sel_names, index)) => {
                 info!(groups = plan.groups.len(), bytes = plan.bytes_per_frame, "copy plan");
-                let why = if index == 0 { conflicts } else { reconcile_why(members, index) };
-                return Negotiation {
+                let why = if index == 0 { conflicts } else { reconcile_why(&choices, index) };
+                return Ok(Negotiation {
                     outcome: Outcome::Copy { plan, conflicts: why },
                     combinations_tried: tried,
                     cap_hit,
                     participants: sel_names,
-                };
+                });
             }
             Err(e) => conflicts.push(Conflict::new(
                 participants.iter().map(String::as_str),
@@ -152,28 +190,28 @@ pub fn negotiate_with(members: &[Member], opts: NegotiateOptions) -> Negotiation
         }
     }
     info!(conflicts = conflicts.len(), "no allocation");
-    Negotiation {
+    Ok(Negotiation {
         outcome: Outcome::Impossible(conflicts),
         combinations_tried: tried,
         cap_hit,
         participants,
-    }
+    })
 }
 
-fn names(sel: &[&super::participant::Participant]) -> Vec<String> {
+fn names(sel: &[&Participant]) -> Vec<String> {
     sel.iter().map(|p| p.name.clone()).collect()
 }
 
 /// The first copy plan among the selections numbered in `copyable` (ascending), with the
 /// selection's names and number; else the error for the most preferred of them.
 fn find_copy(
-    members: &[Member],
+    choices: &[Vec<&Participant>],
     copyable: &[usize],
 ) -> Result<(CopyPlan, Vec<String>, usize), CopyPlanError> {
     let mut index = 0usize;
     let mut found = None;
     let mut first_err = None;
-    let _ = for_each_selection(members, &mut |sel| {
+    let _ = for_each_selection(choices, &mut |sel| {
         let i = index;
         index += 1;
         if copyable.binary_search(&i).is_err() {
@@ -198,10 +236,10 @@ fn find_copy(
 }
 
 /// The sharing conflicts of selection number `index`.
-fn reconcile_why(members: &[Member], index: usize) -> Vec<Conflict> {
+fn reconcile_why(choices: &[Vec<&Participant>], index: usize) -> Vec<Conflict> {
     let mut i = 0usize;
     let mut out = Vec::new();
-    let _ = for_each_selection(members, &mut |sel| {
+    let _ = for_each_selection(choices, &mut |sel| {
         if i == index {
             if let Err(Conflicts(c)) = reconcile_refs(sel, MergeRules { fed_by_copy: false }) {
                 out = c;

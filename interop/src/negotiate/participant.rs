@@ -4,6 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::sync::SyncMethods;
 use crate::{Format, FormatSet};
 
 /// What a participant does with the buffer. Informational except where it contradicts
@@ -335,6 +336,11 @@ pub struct Participant {
     pub formats: Candidates,
     pub usage: Usage,
     pub constraints: Constraints,
+    /// How it can synchronise access to a shared buffer. A participant that says nothing
+    /// supports only the CPU wait ([`SyncMethods::CPU_WAIT`]), which every dmabridge
+    /// exchange can do; a participant built from a peer's list gets that kind of peer's
+    /// methods (`peers::*::SYNC_METHODS`, [`crate::peers::SYNC_DEFAULTS`]).
+    pub sync: SyncMethods,
 }
 
 impl Participant {
@@ -345,6 +351,7 @@ impl Participant {
             formats: Candidates::Only(formats),
             usage: Usage::NONE,
             constraints: Constraints::default(),
+            sync: SyncMethods::CPU_WAIT,
         }
     }
 
@@ -355,6 +362,7 @@ impl Participant {
             formats: Candidates::Any,
             usage: Usage::NONE,
             constraints: Constraints::default(),
+            sync: SyncMethods::CPU_WAIT,
         }
     }
 
@@ -365,6 +373,12 @@ impl Participant {
 
     pub fn with_constraints(mut self, constraints: Constraints) -> Self {
         self.constraints = constraints;
+        self
+    }
+
+    /// The sync methods it supports (the CPU wait is always among them).
+    pub fn with_sync(mut self, sync: SyncMethods) -> Self {
+        self.sync = sync;
         self
     }
 

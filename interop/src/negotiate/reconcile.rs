@@ -1,7 +1,7 @@
 //! Reconciliation of one buffer: one format every participant accepts, and the merged
 //! constraints. On failure, a conflict list that names who is in the way.
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::fmt;
 
 use tracing::debug;
@@ -9,7 +9,9 @@ use tracing::debug;
 use super::conflict::{dedup, set_of, Conflict, ConstraintKind};
 use super::constraints::{merge, MergeRules, Merged};
 use super::implicit::{AllocationRequest, ModifierSupport};
+use super::limits::MAX_PARTICIPANTS;
 use super::participant::{CpuAccess, Domain, ExtentRange, Participant};
+use crate::sync::SyncMethod;
 use crate::{Format, FormatSet, Fourcc, Layout, Modifier};
 
 /// The layouts an allocation may use: a chain is fully explicit or fully implicit, so
@@ -59,6 +61,9 @@ pub struct Allocation {
     pub participants: Vec<String>,
     /// The participants that may write it (not read-only).
     pub writers: Vec<String>,
+    /// How the participants synchronise access: the best method all of them support
+    /// ([`crate::sync::SyncMethods::best_common`]).
+    pub sync: SyncMethod,
 }
 
 impl Allocation {
@@ -80,6 +85,7 @@ impl Allocation {
             domain: m.domain,
             participants,
             writers: m.writers,
+            sync: m.sync,
         }
     }
 
@@ -93,10 +99,31 @@ impl Allocation {
     }
 }
 
-/// Why reconciliation failed: every conflict found, not just the first.
+/// Why no buffer suits everyone: every conflict found, not just the first.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{} conflict(s): {}", .0.len(), .0.iter().map(|c| c.to_string()).collect::<Vec<_>>().join("; "))]
 pub struct Conflicts(pub Vec<Conflict>);
+
+/// Why [`reconcile`] gave no allocation.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ReconcileError {
+    /// More than [`MAX_PARTICIPANTS`] participants: refused before any work.
+    #[error("{count} participants are more than the {max} dmabridge reconciles")]
+    TooManyParticipants { count: usize, max: usize },
+    /// The participants cannot share one buffer, for these reasons.
+    #[error(transparent)]
+    Conflicts(#[from] Conflicts),
+}
+
+impl ReconcileError {
+    /// The conflicts, when that is why.
+    pub fn conflicts(&self) -> Option<&[Conflict]> {
+        match self {
+            ReconcileError::Conflicts(Conflicts(c)) => Some(c),
+            ReconcileError::TooManyParticipants { .. } => None,
+        }
+    }
+}
 
 impl Conflicts {
     /// Whether a copy between separate buffers could resolve every one of them.
@@ -112,9 +139,15 @@ impl Conflicts {
 /// layouts are then every common layout of that fourcc: explicit modifiers if any is
 /// common (an implicit allocation would then be legal too, but explicit tells every
 /// importer the exact layout), else implicit.
-pub fn reconcile(parts: &[Participant]) -> Result<Allocation, Conflicts> {
+///
+/// Time and the size of the conflicts are linear in the participants' lists; more than
+/// [`MAX_PARTICIPANTS`] participants are refused.
+pub fn reconcile(parts: &[Participant]) -> Result<Allocation, ReconcileError> {
+    if parts.len() > MAX_PARTICIPANTS {
+        return Err(ReconcileError::TooManyParticipants { count: parts.len(), max: MAX_PARTICIPANTS });
+    }
     let refs: Vec<&Participant> = parts.iter().collect();
-    reconcile_refs(&refs, MergeRules { fed_by_copy: false })
+    Ok(reconcile_refs(&refs, MergeRules { fed_by_copy: false })?)
 }
 
 pub(crate) fn reconcile_refs(
@@ -216,43 +249,36 @@ fn choose_format(parts: &[&Participant]) -> Result<(Fourcc, ChainLayout), Vec<Co
 
 /// Finds the format that the fewest participants block (the first, in preference order,
 /// among equals): those participants are the smallest set whose removal leaves a common
-/// format. Each of them gets a conflict saying what it lacks.
+/// format. Each of them gets a conflict saying what it lacks, except that the blockers on
+/// the wrong side of the implicit/explicit divide share one conflict.
+///
+/// Linear in the lists: formats are counted in one pass, each participant's support for the
+/// target fourcc is computed once, and a conflict names at most a few of the others
+/// ([`set_of`]), so neither the work nor the report grows with the square of the number of
+/// participants.
 fn explain(parts: &[&Participant], lists: &[(usize, &FormatSet)]) -> Vec<Conflict> {
-    let mut seen: HashSet<Format> = HashSet::new();
+    // Sets hold no repeats, so this counts each list once per format.
+    let mut held: HashMap<Format, usize> = HashMap::new();
+    for (_, set) in lists {
+        for f in set.iter() {
+            *held.entry(*f).or_default() += 1;
+        }
+    }
     let mut best: Option<(Format, usize)> = None;
     'outer: for (_, set) in lists {
         for f in set.iter() {
-            if !seen.insert(*f) {
-                continue;
-            }
-            // Count only as far as it can still beat the best so far.
-            let limit = best.map_or(usize::MAX, |(_, n)| n);
-            let mut count = 0;
-            for (_, s) in lists {
-                if !s.contains(f) {
-                    count += 1;
-                    if count >= limit {
-                        break;
-                    }
-                }
-            }
-            if count < limit {
-                best = Some((*f, count));
-                if count <= 1 {
+            let n = held.get(f).copied().unwrap_or(0);
+            if best.map_or(true, |(_, most)| n > most) {
+                best = Some((*f, n));
+                // No format is held by every list (or there would be no conflict): one
+                // blocker is the fewest there can be.
+                if n + 1 >= lists.len() {
                     break 'outer;
                 }
             }
         }
     }
-    let best = best.map(|(f, _)| {
-        let blockers: Vec<usize> = lists
-            .iter()
-            .filter(|(_, s)| !s.contains(&f))
-            .map(|(i, _)| *i)
-            .collect();
-        (f, blockers)
-    });
-    let Some((target, blockers)) = best else {
+    let Some((target, _)) = best else {
         // Every list is empty.
         let empty: Vec<&str> = lists.iter().map(|(i, _)| parts[*i].name.as_str()).collect();
         return vec![Conflict::new(
@@ -262,15 +288,56 @@ fn explain(parts: &[&Participant], lists: &[(usize, &FormatSet)]) -> Vec<Conflic
             format!("give {} at least one format", set_of(&empty)),
         )];
     };
-    let others: Vec<&str> = (0..parts.len())
-        .filter(|i| !blockers.contains(i))
-        .map(|i| parts[i].name.as_str())
-        .collect();
-    debug!(%target, blockers = blockers.len(), "no common format");
-    blockers
-        .iter()
-        .map(|&b| blocker_conflict(parts, b, target, &others))
-        .collect()
+    let mut blocks = vec![false; parts.len()];
+    for (i, set) in lists {
+        if !set.contains(&target) {
+            blocks[*i] = true;
+        }
+    }
+    let others: Vec<&str> =
+        parts.iter().zip(&blocks).filter(|(_, b)| !**b).map(|(p, _)| p.name.as_str()).collect();
+    let fourcc = target.fourcc;
+    let support: Vec<Option<ModifierSupport>> = parts.iter().map(|p| support_of(p, fourcc)).collect();
+    // The others that cannot change side of the implicit/explicit divide.
+    let stuck = |implicit_only: bool| -> Vec<&str> {
+        parts
+            .iter()
+            .zip(&blocks)
+            .zip(&support)
+            .filter(|((_, b), s)| {
+                !**b && match s {
+                    Some(ModifierSupport::ImplicitOnly) => implicit_only,
+                    Some(ModifierSupport::ExplicitOnly(_)) => !implicit_only,
+                    _ => false,
+                }
+            })
+            .map(|((p, _), _)| p.name.as_str())
+            .collect()
+    };
+    let (stuck_implicit, stuck_explicit) = (stuck(true), stuck(false));
+    debug!(%target, blockers = blocks.iter().filter(|b| **b).count(), "no common format");
+    let mut conflicts = Vec::new();
+    // Blockers on the wrong side of the divide: (implicit-only side, explicit-only side).
+    let (mut divide_imp, mut divide_exp): (Vec<&str>, Vec<&str>) = (Vec::new(), Vec::new());
+    for (b, p) in parts.iter().enumerate().filter(|(b, _)| blocks[*b]) {
+        let name = p.name.as_str();
+        match (&support[b], target.layout) {
+            (Some(ModifierSupport::ExplicitOnly(_)), Layout::Implicit) if !stuck_implicit.is_empty() => {
+                divide_exp.push(name);
+            }
+            (Some(ModifierSupport::ImplicitOnly), Layout::Explicit(_)) if !stuck_explicit.is_empty() => {
+                divide_imp.push(name);
+            }
+            _ => conflicts.push(blocker_conflict(p, support[b].as_ref(), target, &others)),
+        }
+    }
+    if !divide_exp.is_empty() {
+        conflicts.push(implicit_conflict(&stuck_implicit, &divide_exp, &fourcc.trimmed()));
+    }
+    if !divide_imp.is_empty() {
+        conflicts.push(implicit_conflict(&divide_imp, &stuck_explicit, &fourcc.trimmed()));
+    }
+    conflicts
 }
 
 fn support_of(p: &Participant, fourcc: Fourcc) -> Option<ModifierSupport> {
@@ -279,16 +346,15 @@ fn support_of(p: &Participant, fourcc: Fourcc) -> Option<ModifierSupport> {
         .and_then(|s| ModifierSupport::from_layouts(s.layouts(fourcc)))
 }
 
-/// What participant `b` lacks for `target`, which all of `others` accept.
-fn blocker_conflict(parts: &[&Participant], b: usize, target: Format, others: &[&str]) -> Conflict {
-    let p = parts[b];
+/// What participant `p`, with `support` for the target's fourcc, lacks for `target`, which
+/// all of `others` accept.
+fn blocker_conflict(p: &Participant, support: Option<&ModifierSupport>, target: Format, others: &[&str]) -> Conflict {
     let name = p.name.as_str();
-    let fourcc = target.fourcc;
-    let f = fourcc.trimmed();
+    let f = target.fourcc.trimmed();
     let copy = format!("copy between {{{name}}} and {}", set_of(others));
-    let Some(support) = support_of(p, fourcc) else {
+    let Some(support) = support else {
         let own: Vec<String> = p.formats.as_set().map_or_else(Vec::new, |s| {
-            s.fourccs().into_iter().map(|c| c.trimmed()).collect()
+            s.fourccs().into_iter().take(5).map(|c| c.trimmed()).collect()
         });
         let shown = own.iter().take(4).cloned().collect::<Vec<_>>().join("/");
         let detail = if own.is_empty() {
@@ -306,46 +372,18 @@ fn blocker_conflict(parts: &[&Participant], b: usize, target: Format, others: &[
         };
         return Conflict::new([name], ConstraintKind::Format, detail, fix);
     };
-    // The parties among the others that cannot change side of the implicit/explicit divide.
-    let stuck_with = |want_implicit_only: bool| -> Vec<&str> {
-        parts
-            .iter()
-            .filter(|q| others.contains(&q.name.as_str()))
-            .filter(|q| match support_of(q, fourcc) {
-                Some(ModifierSupport::ImplicitOnly) => want_implicit_only,
-                Some(ModifierSupport::ExplicitOnly(_)) => !want_implicit_only,
-                _ => false,
-            })
-            .map(|q| q.name.as_str())
-            .collect()
+    let mods: Vec<String> = match support {
+        ModifierSupport::ImplicitOnly => vec!["implicit".to_owned()],
+        ModifierSupport::ExplicitOnly(m) | ModifierSupport::Either(m) => {
+            m.iter().take(4).map(|m| m.display_name()).collect()
+        }
     };
-    match (&support, target.layout) {
-        (ModifierSupport::ExplicitOnly(_), Layout::Implicit) if !stuck_with(true).is_empty() => {
-            let imp = stuck_with(true);
-            implicit_conflict(&imp, &[name], &f)
-        }
-        (ModifierSupport::ImplicitOnly, Layout::Explicit(_)) if !stuck_with(false).is_empty() => {
-            let exp = stuck_with(false);
-            implicit_conflict(&[name], &exp, &f)
-        }
-        _ => {
-            let mods: Vec<String> = match &support {
-                ModifierSupport::ImplicitOnly => vec!["implicit".to_owned()],
-                ModifierSupport::ExplicitOnly(m) | ModifierSupport::Either(m) => {
-                    m.iter().take(4).map(|m| m.display_name()).collect()
-                }
-            };
-            Conflict::new(
-                [name],
-                ConstraintKind::Modifier,
-                format!(
-                    "{name} accepts {f} only as {}, and the others share {target}",
-                    mods.join("/")
-                ),
-                format!("let {name} accept {target}, or {copy}"),
-            )
-        }
-    }
+    Conflict::new(
+        [name],
+        ConstraintKind::Modifier,
+        format!("{name} accepts {f} only as {}, and the others share {target}", mods.join("/")),
+        format!("let {name} accept {target}, or {copy}"),
+    )
 }
 
 fn implicit_conflict(implicit_only: &[&str], explicit_only: &[&str], f: &str) -> Conflict {

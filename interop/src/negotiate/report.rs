@@ -11,12 +11,20 @@
 //!   each other group, and `conflicts` says why one collection was not enough.
 //! - `impossible`: `format`, `buffers` and `alignment` are `null`, `modifiers`, `groups`
 //!   and `conversions` are empty, `implicit` is false, and `conflicts` is not empty.
+//! - `sync` (last): how the participants synchronise, `"sync-file"`, `"implicit-bridge"` or
+//!   `"cpu-wait"`: the best method all of them support (for `copy`, group 0's; each group
+//!   has its own `sync`); `null` when `impossible`.
+//!
+//! The document grows linearly with the number of participants: each is named in its own
+//! group or conflict, and a conflict names at most
+//! [`MAX_NAMES_SHOWN`](super::MAX_NAMES_SHOWN) of the others.
 
 use std::fmt::Write as _;
 
 use super::conflict::Conflict;
 use super::outcome::{Negotiation, Outcome};
 use super::reconcile::Allocation;
+use crate::sync::SyncMethod;
 use crate::Modifier;
 
 /// The three outcomes, as the JSON names them.
@@ -42,6 +50,8 @@ pub struct Report {
     pub groups: Vec<ReportGroup>,
     pub conversions: Vec<ReportConversion>,
     pub conflicts: Vec<Conflict>,
+    /// `"sync-file"`, `"implicit-bridge"` or `"cpu-wait"`; `null` when impossible.
+    pub sync: Option<SyncMethod>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -49,6 +59,7 @@ pub struct ReportGroup {
     pub participants: Vec<String>,
     pub format: String,
     pub modifiers: Vec<Modifier>,
+    pub sync: SyncMethod,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -63,6 +74,7 @@ fn group_of(a: &Allocation) -> ReportGroup {
         participants: a.participants.clone(),
         format: a.fourcc.trimmed(),
         modifiers: a.layout.modifiers().to_vec(),
+        sync: a.sync,
     }
 }
 
@@ -78,6 +90,7 @@ impl Report {
             groups: vec![],
             conversions: vec![],
             conflicts: vec![],
+            sync: None,
         };
         let top = |a: &Allocation| Report {
             format: Some(a.fourcc.trimmed()),
@@ -85,6 +98,7 @@ impl Report {
             implicit: a.layout.is_implicit(),
             buffers: Some(a.buffers),
             alignment: Some(a.align),
+            sync: Some(a.sync),
             ..empty.clone()
         };
         match &n.outcome {
@@ -197,6 +211,7 @@ pub fn human(n: &Negotiation) -> String {
                 a.participants.join(", "),
                 a.writers.join(", ")
             );
+            let _ = writeln!(s, "  sync: {}", a.sync);
         }
         Outcome::Copy { plan, conflicts: c } => {
             let (w, h) = plan.cost_extent;
@@ -210,12 +225,13 @@ pub fn human(n: &Negotiation) -> String {
                 let a = &g.allocation;
                 let _ = writeln!(
                     s,
-                    "  group {i} [{}]: {} with {}, buffers {}, alignment {}",
+                    "  group {i} [{}]: {} with {}, buffers {}, alignment {}, sync {}",
                     a.participants.join(", "),
                     a.fourcc.trimmed(),
                     mods(a.layout.modifiers()),
                     a.buffers,
-                    a.align
+                    a.align,
+                    a.sync
                 );
             }
             for cv in &plan.conversions {

@@ -18,10 +18,24 @@
 //!   is (wlroots assumes the same); with no explicit modifiers there is nothing to go on and
 //!   it is taken as not external-only.
 //! - A driver listing `DRM_FORMAT_MOD_INVALID` itself gets the same implicit entry.
+//!
+//! Bounds: at most [`MAX_EGL_MODIFIERS`] modifiers per format and [`MAX_EGL_ENTRIES`]
+//! entries in all; Mesa's drivers answer with tens of formats and modifiers.
 
 use std::collections::HashMap;
 
+use crate::sync::{SyncMethod, SyncMethods};
 use crate::{Format, FormatSet, Fourcc, Layout, Modifier};
+
+/// Most modifiers one `eglQueryDmaBufModifiersEXT` answer may hold.
+pub const MAX_EGL_MODIFIERS: usize = 4096;
+/// Most format+layout entries an [`EglFormats`] holds.
+pub const MAX_EGL_ENTRIES: usize = 1 << 16;
+
+/// How an EGL display synchronises: `EGL_ANDROID_native_fence_sync` turns its work into a
+/// sync_file and waits for one, and its drivers honour a dma-buf's implicit fences.
+pub const SYNC_METHODS: SyncMethods =
+    SyncMethods::CPU_WAIT.with(SyncMethod::SyncFile).with(SyncMethod::ImplicitBridge);
 
 /// Why an answer was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,6 +44,10 @@ pub enum EglError {
     ExternalOnlyLength { format: Fourcc, modifiers: usize, external_only: usize },
     #[error("EGL listed format 0 (DRM_FORMAT_INVALID)")]
     ZeroFormat,
+    #[error("EGL format {format}: {count} modifiers, more than the {max} dmabridge reads")]
+    TooManyModifiers { format: Fourcc, count: usize, max: usize },
+    #[error("EGL answers add up to more than {max} format+modifier entries")]
+    TooManyEntries { max: usize },
 }
 
 /// One modifier of an `eglQueryDmaBufModifiersEXT` answer.
@@ -88,6 +106,9 @@ impl EglFormats {
         if fourcc.code() == 0 {
             return Err(EglError::ZeroFormat);
         }
+        if modifiers.len() > MAX_EGL_MODIFIERS {
+            return Err(EglError::TooManyModifiers { format: fourcc, count: modifiers.len(), max: MAX_EGL_MODIFIERS });
+        }
         if modifiers.len() != external_only.len() {
             return Err(EglError::ExternalOnlyLength {
                 format: fourcc,
@@ -100,18 +121,26 @@ impl EglFormats {
             .zip(external_only)
             .map(|(&m, &e)| EglModifier { modifier: Modifier::from_raw(m), external_only: e != 0 })
             .collect();
-        self.add_format(fourcc, &mods);
-        Ok(())
+        self.add_format(fourcc, &mods)
     }
 
-    /// One format with its modifiers (see the module docs for the implicit entry).
-    pub fn add_format(&mut self, fourcc: Fourcc, modifiers: &[EglModifier]) {
+    /// One format with its modifiers (see the module docs for the implicit entry). Nothing is
+    /// added when the bounds would be passed.
+    pub fn add_format(&mut self, fourcc: Fourcc, modifiers: &[EglModifier]) -> Result<(), EglError> {
+        if modifiers.len() > MAX_EGL_MODIFIERS {
+            return Err(EglError::TooManyModifiers { format: fourcc, count: modifiers.len(), max: MAX_EGL_MODIFIERS });
+        }
+        // The format's entries plus its implicit one, if all are new.
+        if self.entries.len() + modifiers.len() + 1 > MAX_EGL_ENTRIES {
+            return Err(EglError::TooManyEntries { max: MAX_EGL_ENTRIES });
+        }
         let explicit: Vec<&EglModifier> = modifiers.iter().filter(|m| !m.modifier.is_invalid()).collect();
         for m in &explicit {
             self.add(Format::new(fourcc, m.modifier), m.external_only);
         }
         let implicit_external = !explicit.is_empty() && explicit.iter().all(|m| m.external_only);
         self.add(Format { fourcc, layout: Layout::Implicit }, implicit_external);
+        Ok(())
     }
 
     /// Repeated pairs keep their first place; external-only wins if any answer said so.
@@ -203,6 +232,26 @@ mod tests {
         let mut egl = EglFormats::new();
         egl.add_query_answer(Fourcc::NV12.code() as i32, &[Modifier::INVALID.raw()], &[0]).unwrap();
         assert_eq!(egl.entries(), &[EglEntry { format: Format::implicit(Fourcc::NV12), external_only: false }]);
+    }
+
+    #[test]
+    fn bounds() {
+        let mods: Vec<u64> = (1..=MAX_EGL_MODIFIERS as u64 + 1).collect();
+        let ext = vec![0u32; mods.len()];
+        let mut egl = EglFormats::new();
+        assert!(matches!(
+            egl.add_query_answer(Fourcc::NV12.code() as i32, &mods, &ext),
+            Err(EglError::TooManyModifiers { count, .. }) if count == MAX_EGL_MODIFIERS + 1
+        ));
+        let (mods, ext) = (&mods[..MAX_EGL_MODIFIERS], &ext[..MAX_EGL_MODIFIERS]);
+        let mut code = 1i32;
+        while egl.entries().len() + MAX_EGL_MODIFIERS < MAX_EGL_ENTRIES {
+            egl.add_query_answer(code, mods, ext).unwrap();
+            code += 1;
+        }
+        let before = egl.entries().len();
+        assert_eq!(egl.add_query_answer(code, mods, ext), Err(EglError::TooManyEntries { max: MAX_EGL_ENTRIES }));
+        assert_eq!(egl.entries().len(), before, "nothing half-added");
     }
 
     #[test]

@@ -19,11 +19,33 @@
 //! arrays run past its end or whose sizes do not fit the `u32` a blob length is. A modifier
 //! of `DRM_FORMAT_MOD_INVALID` becomes [`Layout::Implicit`]; a format no modifier entry
 //! covers is not in the result, since the plane then advertises no layout for it.
+//!
+//! ## Bounds
+//! A blob's arrays are compact and its pairs are not: each 24-byte modifier entry can claim
+//! 64 formats, so a few megabytes of blob can claim tens of millions of format+modifier
+//! pairs. The parser counts everything the header and the masks claim and refuses a blob
+//! beyond [`MAX_IN_FORMATS_FORMATS`], [`MAX_IN_FORMATS_MODIFIERS`] or
+//! [`MAX_IN_FORMATS_PAIRS`] before it allocates anything for it. Real planes stay far below:
+//! an i915 or amdgpu plane lists tens of formats, a few hundred modifier entries and a few
+//! thousand pairs.
 
+use crate::sync::{SyncMethod, SyncMethods};
 use crate::{Format, FormatSet, Fourcc, Layout, Modifier};
 
 /// `FORMAT_BLOB_CURRENT`, the only version the kernel has defined.
 pub const FORMAT_BLOB_VERSION: u32 = 1;
+/// Most formats a blob may list (`count_formats`).
+pub const MAX_IN_FORMATS_FORMATS: u32 = 4096;
+/// Most modifier entries a blob may hold (`count_modifiers`).
+pub const MAX_IN_FORMATS_MODIFIERS: u32 = 16384;
+/// Most format+modifier pairs the masks may claim in all (duplicates counted).
+pub const MAX_IN_FORMATS_PAIRS: u64 = 65536;
+
+/// How a KMS plane synchronises with the buffers it scans out: atomic commits take an
+/// explicit `IN_FENCE_FD` (a sync_file) and wait for the buffer's implicit fences when none
+/// is given; both are on top of the CPU wait every dmabridge exchange supports.
+pub const SYNC_METHODS: SyncMethods =
+    SyncMethods::CPU_WAIT.with(SyncMethod::SyncFile).with(SyncMethod::ImplicitBridge);
 const HEADER_LEN: u32 = 24;
 const FORMAT_LEN: u32 = 4;
 const MODIFIER_LEN: u32 = 24;
@@ -51,6 +73,12 @@ pub enum KmsError {
     ArraysOverlap { formats_start: u32, formats_end: u32, modifiers_start: u32, modifiers_end: u32 },
     #[error("IN_FORMATS modifier entry {entry} ({modifier:?}) sets bit {bit} at offset {offset}: format {offset}+{bit} is past the {count_formats} formats")]
     MaskBitPastFormats { entry: u32, modifier: Modifier, bit: u32, offset: u32, count_formats: u32 },
+    #[error("IN_FORMATS blob lists {count} formats, more than the {max} dmabridge reads")]
+    TooManyFormats { count: u32, max: u32 },
+    #[error("IN_FORMATS blob has {count} modifier entries, more than the {max} dmabridge reads")]
+    TooManyModifiers { count: u32, max: u32 },
+    #[error("IN_FORMATS blob's modifier masks claim more than {max} format+modifier pairs (at least {pairs}); real planes have a few thousand")]
+    TooManyPairs { pairs: u64, max: u64 },
 }
 
 fn u32_at(blob: &[u8], at: u32) -> Option<u32> {
@@ -109,6 +137,12 @@ pub fn parse_in_formats(blob: &[u8]) -> Result<FormatSet, KmsError> {
     }
     let (count_formats, formats_offset) = (header(2)?, header(3)?);
     let (count_modifiers, modifiers_offset) = (header(4)?, header(5)?);
+    if count_formats > MAX_IN_FORMATS_FORMATS {
+        return Err(KmsError::TooManyFormats { count: count_formats, max: MAX_IN_FORMATS_FORMATS });
+    }
+    if count_modifiers > MAX_IN_FORMATS_MODIFIERS {
+        return Err(KmsError::TooManyModifiers { count: count_modifiers, max: MAX_IN_FORMATS_MODIFIERS });
+    }
     let formats = span(len, "format", count_formats, formats_offset, FORMAT_LEN, 4)?;
     let modifiers = span(len, "modifier", count_modifiers, modifiers_offset, MODIFIER_LEN, 8)?;
     let disjoint = formats.start == formats.end
@@ -127,6 +161,33 @@ pub fn parse_in_formats(blob: &[u8]) -> Result<FormatSet, KmsError> {
     // array would be cut off.
     let past_end = |array, start: u32| KmsError::Truncated { array, start, end: u64::from(start) + 8, len: blob.len() };
 
+    // First pass, no allocation: every mask bit names a listed format, and the pairs they
+    // add up to are within bounds.
+    let entry_at = |entry: u32| -> Result<(u64, u32, Modifier), KmsError> {
+        let at = modifiers.start + entry * MODIFIER_LEN;
+        let mask = u64_at(blob, at).ok_or(past_end("modifier", at))?;
+        let offset = u32_at(blob, at + 8).ok_or(past_end("modifier", at))?;
+        let modifier = Modifier::from_raw(u64_at(blob, at + 16).ok_or(past_end("modifier", at))?);
+        Ok((mask, offset, modifier))
+    };
+    let mut pairs = 0u64;
+    for entry in 0..count_modifiers {
+        let (mask, offset, modifier) = entry_at(entry)?;
+        if mask != 0 {
+            let top = 63 - mask.leading_zeros();
+            if offset.checked_add(top).map_or(true, |i| i >= count_formats) {
+                let bit = (0..64u32)
+                    .find(|b| mask & (1u64 << b) != 0 && offset.checked_add(*b).map_or(true, |i| i >= count_formats))
+                    .unwrap_or(top);
+                return Err(KmsError::MaskBitPastFormats { entry, modifier, bit, offset, count_formats });
+            }
+        }
+        pairs += u64::from(mask.count_ones());
+        if pairs > MAX_IN_FORMATS_PAIRS {
+            return Err(KmsError::TooManyPairs { pairs, max: MAX_IN_FORMATS_PAIRS });
+        }
+    }
+
     let fourccs = (0..count_formats)
         .map(|i| u32_at(blob, formats.start + i * FORMAT_LEN).map(Fourcc::from_code))
         .collect::<Option<Vec<_>>>()
@@ -135,10 +196,7 @@ pub fn parse_in_formats(blob: &[u8]) -> Result<FormatSet, KmsError> {
     // many formats and modifier entries it claims.
     let mut layouts: Vec<Vec<Layout>> = vec![Vec::new(); fourccs.len()];
     for entry in 0..count_modifiers {
-        let at = modifiers.start + entry * MODIFIER_LEN;
-        let mask = u64_at(blob, at).ok_or(past_end("modifier", at))?;
-        let offset = u32_at(blob, at + 8).ok_or(past_end("modifier", at))?;
-        let modifier = Modifier::from_raw(u64_at(blob, at + 16).ok_or(past_end("modifier", at))?);
+        let (mask, offset, modifier) = entry_at(entry)?;
         for bit in (0..64u32).filter(|b| mask & (1u64 << b) != 0) {
             let slot = offset
                 .checked_add(bit)
@@ -357,14 +415,17 @@ mod tests {
 
     #[test]
     fn counts_that_overflow() {
+        // Counts within the bounds, at an offset where the array's end passes 2^32.
         let mut b = sample();
-        b.header[4] = u32::MAX / 8;
+        b.header[4] = 1000;
+        b.header[5] = 0xffff_fff8;
         assert_eq!(
             parse_in_formats(&b.bytes()),
-            Err(KmsError::CountOverflow { array: "modifier", count: u32::MAX / 8, offset: 40 })
+            Err(KmsError::CountOverflow { array: "modifier", count: 1000, offset: 0xffff_fff8 })
         );
         let mut b = sample();
-        b.header[2] = 0x4000_0000;
+        b.header[2] = MAX_IN_FORMATS_FORMATS;
+        b.header[3] = 0xffff_fffc;
         assert!(matches!(parse_in_formats(&b.bytes()), Err(KmsError::CountOverflow { array: "format", .. })));
         // A count that fits a u32 size but not the blob truncates the array; no overflow.
         let mut b = sample();
@@ -381,6 +442,35 @@ mod tests {
         );
         let b = Blob::new(&[Fourcc::XRGB8888], &[(1 << 63, u32::MAX, Y)]);
         assert!(matches!(parse_in_formats(&b.bytes()), Err(KmsError::MaskBitPastFormats { bit: 63, .. })));
+    }
+
+    #[test]
+    fn counts_beyond_the_bounds_are_refused_before_reading_the_arrays() {
+        let mut b = sample();
+        b.header[2] = MAX_IN_FORMATS_FORMATS + 1;
+        assert_eq!(
+            parse_in_formats(&b.bytes()),
+            Err(KmsError::TooManyFormats { count: MAX_IN_FORMATS_FORMATS + 1, max: MAX_IN_FORMATS_FORMATS })
+        );
+        let mut b = sample();
+        b.header[4] = u32::MAX;
+        assert!(matches!(parse_in_formats(&b.bytes()), Err(KmsError::TooManyModifiers { .. })));
+    }
+
+    #[test]
+    fn masks_claiming_too_many_pairs_are_refused() {
+        // 64 formats, and (MAX / 64) + 1 entries each claiming all 64: one pair too many.
+        let formats: Vec<Fourcc> = (0..64u32).map(|i| Fourcc::from_code(0x3030_3030 + i)).collect();
+        let n = (MAX_IN_FORMATS_PAIRS / 64) as usize + 1;
+        let entries: Vec<(u64, u32, Modifier)> = (0..n).map(|i| (u64::MAX, 0, Modifier::from_raw(i as u64))).collect();
+        let b = Blob::new(&formats, &entries);
+        assert_eq!(
+            parse_in_formats(&b.bytes()),
+            Err(KmsError::TooManyPairs { pairs: MAX_IN_FORMATS_PAIRS + 64, max: MAX_IN_FORMATS_PAIRS })
+        );
+        // Exactly at the bound parses (and repeats of a pair count but collapse).
+        let b = Blob::new(&formats, &entries[..n - 1]);
+        assert_eq!(parse_in_formats(&b.bytes()).map(|s| s.len()), Ok(MAX_IN_FORMATS_PAIRS as usize));
     }
 
     #[test]

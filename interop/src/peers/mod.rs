@@ -9,8 +9,14 @@
 //!
 //! Every reader turns the wire's `DRM_FORMAT_MOD_INVALID` into [`crate::Layout::Implicit`] and
 //! returns a typed error (one enum per module) for malformed input; none of them panics or
-//! does unbounded work on hostile input. Each byte/text parser has a fuzz target in
-//! `interop/fuzz`, whose corpus `tests/fuzz_corpus.rs` replays.
+//! does unbounded work on hostile input. Every count a peer controls has a documented bound
+//! (a `pub const MAX_...` in its module), checked before anything is allocated for it. Each
+//! byte/text parser has a fuzz target in `interop/fuzz`, whose corpus `tests/fuzz_corpus.rs`
+//! replays.
+//!
+//! Each module also says how its kind of peer synchronises (`SYNC_METHODS`, a
+//! [`SyncMethods`](crate::sync::SyncMethods)): what a participant built from its list
+//! supports in negotiation. [`SYNC_DEFAULTS`] is the table of them.
 
 pub mod egl;
 pub mod gst;
@@ -29,6 +35,15 @@ pub use wayland::{
     V3Formats, WaylandError,
 };
 
+/// How each kind of peer synchronises, by module: the `SYNC_METHODS` of each, in one table.
+pub static SYNC_DEFAULTS: &[(&str, crate::sync::SyncMethods)] = &[
+    ("kms", kms::SYNC_METHODS),
+    ("wayland", wayland::SYNC_METHODS),
+    ("gst", gst::SYNC_METHODS),
+    ("v4l2", v4l2::SYNC_METHODS),
+    ("egl", egl::SYNC_METHODS),
+];
+
 /// Cuts peer-supplied text down for an error message, so that a hostile megabyte of input
 /// does not become a megabyte of stderr.
 pub(crate) fn clip(s: &str) -> String {
@@ -39,5 +54,27 @@ pub(crate) fn clip(s: &str) -> String {
         let mut t: String = s.chars().take(MAX).collect();
         t.push('…');
         t
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sync::SyncMethod;
+
+    #[test]
+    fn sync_defaults_cover_every_peer_module_and_always_allow_the_cpu_wait() {
+        let names: Vec<&str> = SYNC_DEFAULTS.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names, ["kms", "wayland", "gst", "v4l2", "egl"]);
+        for (peer, methods) in SYNC_DEFAULTS {
+            assert!(methods.contains(SyncMethod::CpuWait), "{peer}");
+        }
+        let best = |n: &str| SYNC_DEFAULTS.iter().find(|(p, _)| *p == n).map(|(_, m)| m.best());
+        // Only parties with an explicit fence API prefer sync_files.
+        assert_eq!(best("kms"), Some(SyncMethod::SyncFile));
+        assert_eq!(best("egl"), Some(SyncMethod::SyncFile));
+        assert_eq!(best("wayland"), Some(SyncMethod::ImplicitBridge));
+        assert_eq!(best("gst"), Some(SyncMethod::ImplicitBridge));
+        assert_eq!(best("v4l2"), Some(SyncMethod::CpuWait));
     }
 }

@@ -14,9 +14,20 @@
 //! but name different things: V4L2 `XR24` (XBGR32) happens to be DRM `XR24`, V4L2 `NV12` is
 //! DRM `NV12`, but V4L2 `RGBP` is DRM `RG16`. The table is the only place they meet.
 
+use crate::sync::SyncMethods;
 use crate::{format_info, Format, FormatSet, Fourcc, Modifier, TileLayout};
 
 use super::clip;
+
+/// Most pixel formats one [`formats_of`] list may name; a device enumerates a few dozen.
+pub const MAX_V4L2_FORMATS: usize = 256;
+/// Longest text [`formats_of_list`] reads.
+pub const MAX_V4L2_LIST_LEN: usize = 4096;
+
+/// How a V4L2 device synchronises: it has no fences at all. A buffer is done when `DQBUF`
+/// returns it (the CPU waits), and it is handed back with `QBUF` when the consumer is done;
+/// drivers attach no implicit fences to the dma-bufs either, so only the CPU wait is sure.
+pub const SYNC_METHODS: SyncMethods = SyncMethods::CPU_WAIT;
 
 /// Where a V4L2 pixel format lands in dmabridge's vocabulary.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -160,6 +171,10 @@ pub enum V4l2Error {
     PlaneTooSmall { name: &'static str, plane: usize, size: u64, need: u64 },
     #[error("V4L2 {name}: plane sizes overflow 64 bits")]
     Overflow { name: &'static str },
+    #[error("more than {max} V4L2 pixel formats in one list")]
+    TooManyFormats { max: usize },
+    #[error("V4L2 format list is {len} bytes, more than the {max} dmabridge reads")]
+    ListTooLong { len: usize, max: usize },
 }
 
 /// Finds a pixel format by V4L2 code (`NM12`, exact case), by name (`NV12M`, any case) or
@@ -194,6 +209,9 @@ pub struct V4l2Formats {
 
 /// Reads the `PIXFMT[,PIXFMT]` of `dmabridge negotiate --v4l2`.
 pub fn formats_of<S: AsRef<str>>(pixfmts: &[S]) -> Result<V4l2Formats, V4l2Error> {
+    if pixfmts.len() > MAX_V4L2_FORMATS {
+        return Err(V4l2Error::TooManyFormats { max: MAX_V4L2_FORMATS });
+    }
     let mut out = V4l2Formats::default();
     for p in pixfmts {
         let p = p.as_ref();
@@ -219,6 +237,12 @@ pub fn formats_of<S: AsRef<str>>(pixfmts: &[S]) -> Result<V4l2Formats, V4l2Error
 
 /// Splits `NV12,NM12` into its elements (for the CLI).
 pub fn formats_of_list(list: &str) -> Result<V4l2Formats, V4l2Error> {
+    if list.len() > MAX_V4L2_LIST_LEN {
+        return Err(V4l2Error::ListTooLong { len: list.len(), max: MAX_V4L2_LIST_LEN });
+    }
+    if list.split(',').nth(MAX_V4L2_FORMATS).is_some() {
+        return Err(V4l2Error::TooManyFormats { max: MAX_V4L2_FORMATS });
+    }
     formats_of(&list.split(',').collect::<Vec<_>>())
 }
 
@@ -393,6 +417,15 @@ mod tests {
         assert_eq!(f.unmapped.len(), 1);
         assert_eq!(formats_of(&["NV12", "XXXX"]), Err(V4l2Error::UnknownPixelFormat("XXXX".into())));
         assert_eq!(formats_of_list("NV12M,YM12").unwrap().drm.len(), 2);
+    }
+
+    #[test]
+    fn list_bounds() {
+        let at_max = vec!["NV12"; MAX_V4L2_FORMATS].join(",");
+        assert_eq!(formats_of_list(&at_max).unwrap().drm.len(), 1);
+        assert_eq!(formats_of_list(&format!("{at_max},NV12")), Err(V4l2Error::TooManyFormats { max: MAX_V4L2_FORMATS }));
+        let long = "N".repeat(MAX_V4L2_LIST_LEN + 1);
+        assert!(matches!(formats_of_list(&long), Err(V4l2Error::ListTooLong { .. })));
     }
 
     fn fmt(pixfmt: &[u8; 4], w: u32, h: u32, planes: &[(u32, u32)]) -> V4l2PlaneFormat {

@@ -9,13 +9,36 @@
 //! `DRM_FORMAT_MOD_INVALID` in either form means the compositor accepts the format with an
 //! implicit modifier; it becomes [`Layout::Implicit`]. The table may repeat pairs; the sets
 //! built from it drop repeats and keep first (preferred) positions.
+//!
+//! ## Bounds
+//! The table is a file the compositor maps for us, of any size it likes, and the events
+//! keep coming as long as it sends them. Tranche indices are `u16`, so a table of more than
+//! [`MAX_FORMAT_TABLE_ENTRIES`] entries has entries no tranche can name and is refused;
+//! tranches are at most [`MAX_TRANCHES`] per feedback and [`MAX_TRANCHE_INDICES`] indices
+//! each, and v3 events at most [`MAX_V3_PAIRS`] distinct pairs. Real compositors send a few
+//! hundred pairs in two or three tranches.
 
 use std::collections::HashMap;
 
+use crate::sync::{SyncMethod, SyncMethods};
 use crate::{Format, FormatSet, Fourcc, Layout, Modifier};
 
 /// Bytes per format-table entry.
 pub const TABLE_ENTRY_LEN: usize = 16;
+/// Most entries of a format table: every one a `u16` index can name.
+pub const MAX_FORMAT_TABLE_ENTRIES: usize = 1 << 16;
+/// Most tranches in one feedback.
+pub const MAX_TRANCHES: usize = 64;
+/// Most indices in one tranche (over all its `tranche_formats` events).
+pub const MAX_TRANCHE_INDICES: usize = 1 << 16;
+/// Most distinct format+modifier pairs (and bare formats) v1-v3 events may announce.
+pub const MAX_V3_PAIRS: usize = 1 << 16;
+
+/// How a compositor synchronises through linux-dmabuf alone: it waits for a client buffer's
+/// implicit fences (and attaches its own while it reads). Explicit sync needs the separate
+/// `linux-drm-syncobj-v1` protocol, whose timeline syncobjs are not sync_files, so it is not
+/// counted here.
+pub const SYNC_METHODS: SyncMethods = SyncMethods::CPU_WAIT.with(SyncMethod::ImplicitBridge);
 
 /// Why a table, index array or event sequence was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -34,12 +57,24 @@ pub enum WaylandError {
     MissingMainDevice,
     #[error("tranche {tranche} ended without a tranche_target_device event")]
     MissingTargetDevice { tranche: usize },
+    #[error("format table has {entries} entries; a tranche's u16 indices reach only {max}")]
+    TableTooLarge { entries: usize, max: usize },
+    #[error("tranche {tranche} has more than {max} format indices")]
+    TooManyIndices { tranche: usize, max: usize },
+    #[error("feedback has more than {max} tranches")]
+    TooManyTranches { max: usize },
+    #[error("v3 events announce more than {max} distinct formats and modifiers")]
+    TooManyV3Pairs { max: usize },
 }
 
 /// Reads a v4 format table, keeping repeats so that tranche indices still line up.
 pub fn parse_format_table(table: &[u8]) -> Result<Vec<Format>, WaylandError> {
     if table.len() % TABLE_ENTRY_LEN != 0 {
         return Err(WaylandError::TableLength { len: table.len() });
+    }
+    let entries = table.len() / TABLE_ENTRY_LEN;
+    if entries > MAX_FORMAT_TABLE_ENTRIES {
+        return Err(WaylandError::TableTooLarge { entries, max: MAX_FORMAT_TABLE_ENTRIES });
     }
     Ok(table
         .chunks_exact(TABLE_ENTRY_LEN)
@@ -81,10 +116,14 @@ fn ne_u64(b: &[u8]) -> u64 {
     u64::from_ne_bytes(a)
 }
 
-/// Reads a tranche's `formats` array (native-endian `u16` indices).
+/// Reads a tranche's `formats` array (native-endian `u16` indices), at most
+/// [`MAX_TRANCHE_INDICES`] of them.
 pub fn tranche_indices(array: &[u8]) -> Result<Vec<u16>, WaylandError> {
     if array.len() % 2 != 0 {
         return Err(WaylandError::OddIndexArray { len: array.len() });
+    }
+    if array.len() / 2 > MAX_TRANCHE_INDICES {
+        return Err(WaylandError::TooManyIndices { tranche: 0, max: MAX_TRANCHE_INDICES });
     }
     Ok(array.chunks_exact(2).map(ne_u16).collect())
 }
@@ -203,9 +242,19 @@ impl FeedbackBuilder {
         Ok(())
     }
 
-    /// `tranche_formats`; several events for one tranche add up.
+    /// `tranche_formats`; several events for one tranche add up (to at most
+    /// [`MAX_TRANCHE_INDICES`]).
     pub fn tranche_formats(&mut self, array: &[u8]) -> Result<(), WaylandError> {
-        self.indices.extend(tranche_indices(array)?);
+        let tranche = self.tranches.len();
+        let too_many = WaylandError::TooManyIndices { tranche, max: MAX_TRANCHE_INDICES };
+        let indices = tranche_indices(array).map_err(|e| match e {
+            WaylandError::TooManyIndices { .. } => too_many.clone(),
+            other => other,
+        })?;
+        if self.indices.len() + indices.len() > MAX_TRANCHE_INDICES {
+            return Err(too_many);
+        }
+        self.indices.extend(indices);
         Ok(())
     }
 
@@ -214,6 +263,9 @@ impl FeedbackBuilder {
     }
 
     pub fn tranche_done(&mut self) -> Result<(), WaylandError> {
+        if self.tranches.len() >= MAX_TRANCHES {
+            return Err(WaylandError::TooManyTranches { max: MAX_TRANCHES });
+        }
         let target_device =
             self.target.take().ok_or(WaylandError::MissingTargetDevice { tranche: self.tranches.len() })?;
         self.tranches.push(Tranche {
@@ -254,6 +306,8 @@ pub fn modifier_to_hi_lo(m: Modifier) -> (u32, u32) {
 pub struct V3Formats {
     order: Vec<Fourcc>,
     layouts: HashMap<Fourcc, FormatSet>,
+    /// Distinct formats plus distinct pairs so far, for [`MAX_V3_PAIRS`].
+    pairs: usize,
 }
 
 impl V3Formats {
@@ -261,20 +315,34 @@ impl V3Formats {
         Self::default()
     }
 
-    pub fn format(&mut self, format: u32) {
-        self.entry(Fourcc::from_code(format));
+    /// A `format` event. Fails once [`MAX_V3_PAIRS`] formats and pairs are known.
+    pub fn format(&mut self, format: u32) -> Result<(), WaylandError> {
+        self.entry(Fourcc::from_code(format)).map(|_| ())
     }
 
-    pub fn modifier(&mut self, format: u32, hi: u32, lo: u32) {
+    /// A `modifier` event. Fails once [`MAX_V3_PAIRS`] formats and pairs are known.
+    pub fn modifier(&mut self, format: u32, hi: u32, lo: u32) -> Result<(), WaylandError> {
         let fourcc = Fourcc::from_code(format);
-        self.entry(fourcc).insert(Format::new(fourcc, modifier_from_hi_lo(hi, lo)));
+        let pair = Format::new(fourcc, modifier_from_hi_lo(hi, lo));
+        let known = self.layouts.get(&fourcc).is_some_and(|s| s.contains(&pair));
+        if !known && self.pairs >= MAX_V3_PAIRS {
+            return Err(WaylandError::TooManyV3Pairs { max: MAX_V3_PAIRS });
+        }
+        if self.entry(fourcc)?.insert(pair) {
+            self.pairs += 1;
+        }
+        Ok(())
     }
 
-    fn entry(&mut self, fourcc: Fourcc) -> &mut FormatSet {
+    fn entry(&mut self, fourcc: Fourcc) -> Result<&mut FormatSet, WaylandError> {
         if !self.layouts.contains_key(&fourcc) {
+            if self.pairs >= MAX_V3_PAIRS {
+                return Err(WaylandError::TooManyV3Pairs { max: MAX_V3_PAIRS });
+            }
+            self.pairs += 1;
             self.order.push(fourcc);
         }
-        self.layouts.entry(fourcc).or_default()
+        Ok(self.layouts.entry(fourcc).or_default())
     }
 
     /// Formats in order of first announcement.
@@ -400,15 +468,48 @@ mod tests {
     }
 
     #[test]
+    fn bounds() {
+        let big = vec![0u8; (MAX_FORMAT_TABLE_ENTRIES + 1) * TABLE_ENTRY_LEN];
+        assert_eq!(
+            parse_format_table(&big),
+            Err(WaylandError::TableTooLarge { entries: MAX_FORMAT_TABLE_ENTRIES + 1, max: MAX_FORMAT_TABLE_ENTRIES })
+        );
+        assert_eq!(parse_format_table(&big[TABLE_ENTRY_LEN..]).map(|t| t.len()), Ok(MAX_FORMAT_TABLE_ENTRIES));
+
+        let mut b = FeedbackBuilder::new();
+        let half = indices(&vec![0u16; MAX_TRANCHE_INDICES / 2]);
+        b.tranche_formats(&half).unwrap();
+        b.tranche_formats(&half).unwrap();
+        assert_eq!(b.tranche_formats(&indices(&[0])), Err(WaylandError::TooManyIndices { tranche: 0, max: MAX_TRANCHE_INDICES }));
+        for _ in 0..MAX_TRANCHES {
+            b.tranche_target_device(&1u64.to_ne_bytes()).unwrap();
+            b.tranche_done().unwrap();
+        }
+        b.tranche_target_device(&1u64.to_ne_bytes()).unwrap();
+        assert_eq!(b.tranche_done(), Err(WaylandError::TooManyTranches { max: MAX_TRANCHES }));
+
+        let mut v3 = V3Formats::new();
+        for i in 0..MAX_V3_PAIRS as u32 - 1 {
+            v3.modifier(1, 0, i).unwrap();
+        }
+        // A repeat is not a new pair; the one that would be is refused.
+        v3.modifier(1, 0, 0).unwrap();
+        assert_eq!(v3.modifier(1, 0, u32::MAX), Err(WaylandError::TooManyV3Pairs { max: MAX_V3_PAIRS }));
+        assert_eq!(v3.format(2), Err(WaylandError::TooManyV3Pairs { max: MAX_V3_PAIRS }));
+        v3.format(1).unwrap();
+        assert_eq!(v3.formats().len(), MAX_V3_PAIRS - 1);
+    }
+
+    #[test]
     fn v3_events() {
         assert_eq!(modifier_from_hi_lo(0x0100_0000, 2), Y);
         assert_eq!(modifier_to_hi_lo(Modifier::INVALID), (0x00ff_ffff, 0xffff_ffff));
         let mut v3 = V3Formats::new();
-        v3.format(Fourcc::ARGB8888.code());
-        v3.format(Fourcc::NV12.code());
-        v3.modifier(Fourcc::ARGB8888.code(), 0x0100_0000, 2);
-        v3.modifier(Fourcc::ARGB8888.code(), 0x00ff_ffff, 0xffff_ffff);
-        v3.format(Fourcc::XRGB8888.code());
+        v3.format(Fourcc::ARGB8888.code()).unwrap();
+        v3.format(Fourcc::NV12.code()).unwrap();
+        v3.modifier(Fourcc::ARGB8888.code(), 0x0100_0000, 2).unwrap();
+        v3.modifier(Fourcc::ARGB8888.code(), 0x00ff_ffff, 0xffff_ffff).unwrap();
+        v3.format(Fourcc::XRGB8888.code()).unwrap();
         assert_eq!(
             v3.formats().iter().copied().collect::<Vec<_>>(),
             vec![

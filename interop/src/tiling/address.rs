@@ -40,13 +40,15 @@ pub struct PlaneAddress {
     pub pitch: u64,
 }
 
-/// Offset of byte `(x, y)` inside an i915 Y-tile (`x < 128`, `y < 32`).
+/// Offset of byte `(x, y)` inside an i915 Y-tile (`x < 128`, `y < 32`). Other inputs give a
+/// meaningless number, never a panic (the arithmetic wraps).
 pub const fn i915y_in_tile(x: u32, y: u32) -> u32 {
-    (x / 16) * 512 + y * 16 + x % 16
+    (x / 16).wrapping_mul(512).wrapping_add(y.wrapping_mul(16)).wrapping_add(x % 16)
 }
 
 /// Offset of byte `(x, y)` inside an NVIDIA GOB (64 bytes x 8 rows): 16-byte x 2-row
-/// sectors, as `DRM_FORMAT_MOD_NVIDIA_16BX2_BLOCK` defines them.
+/// sectors, as `DRM_FORMAT_MOD_NVIDIA_16BX2_BLOCK` defines them. Only `x % 64` and `y % 8`
+/// matter.
 pub const fn nvidia_gob_offset(x: u32, y: u32) -> u32 {
     ((x % 64) / 32) * 256 + ((y % 8) / 2) * 64 + ((x % 32) / 16) * 32 + (y % 2) * 16 + x % 16
 }
@@ -54,13 +56,15 @@ pub const fn nvidia_gob_offset(x: u32, y: u32) -> u32 {
 /// Index of tile `(tx, ty)` in memory, for GStreamer's `GST_VIDEO_TILE_MODE_ZFLIPZ_2X2`
 /// (`gst_video_tile_get_index`): pairs of tile rows are walked in a Z, flipped Z, Z... of
 /// 2x2 tiles; the last row of an odd number of tile rows is plain row-major.
-/// `tiles_x` must be even (the geometry pads the plane to 128 bytes to ensure it).
+/// `tiles_x` must be even (the geometry pads the plane to 128 bytes to ensure it). Every
+/// input gives a number without panicking: u32 operands cannot overflow the u64 arithmetic.
 pub const fn zflipz_tile_index(tx: u32, ty: u32, tiles_x: u32, tiles_y: u32) -> u64 {
-    let (tx, ty, tiles_x) = (tx as u64, ty as u64, tiles_x as u64);
-    let mut index = (ty & !1) * tiles_x + tx;
-    if ty & 1 == 1 {
+    let (tx, ty64, tiles_x) = (tx as u64, ty as u64, tiles_x as u64);
+    // < 2^32 * 2^32 - 2^32 + 2^32 + 2^32: fits in u64.
+    let mut index = (ty64 & !1) * tiles_x + tx;
+    if ty64 & 1 == 1 {
         index += 2 + (tx & !3);
-    } else if tiles_y & 1 == 0 || ty as u32 != tiles_y - 1 {
+    } else if tiles_y & 1 == 0 || ty != tiles_y.wrapping_sub(1) {
         index += (tx + 2) & !3;
     }
     index
@@ -81,24 +85,45 @@ impl PlaneAddress {
 
     /// Byte offset of `(x, y)` from the start of the plane. `x` and `y` must lie inside the
     /// padded plane; then the result is below the plane size, which the geometry checked.
+    /// Outside it the result means nothing, but the arithmetic wraps rather than panics (and
+    /// a zero tile size counts as one); [`PlaneAddress::checked_offset`] checks instead.
     pub fn offset(&self, x: u32, y: u32) -> u64 {
         if self.kind == AddressKind::Linear {
-            return y as u64 * self.pitch + x as u64;
+            return (y as u64).wrapping_mul(self.pitch).wrapping_add(x as u64);
         }
-        let (tw, th) = (self.tile_width, self.tile_height);
+        let (tw, th) = (self.tile_width.max(1), self.tile_height.max(1));
         let (tx, ty, ix, iy) = (x / tw, y / th, x % tw, y % th);
         let tile_bytes = tw as u64 * th as u64;
+        let row_major = (ty as u64).wrapping_mul(self.tiles_x as u64).wrapping_add(tx as u64);
         let (tile_index, inner) = match self.kind {
-            AddressKind::Linear | AddressKind::RowMajorTiles => {
-                (ty as u64 * self.tiles_x as u64 + tx as u64, iy * tw + ix)
+            AddressKind::Linear | AddressKind::RowMajorTiles => (row_major, iy as u64 * tw as u64 + ix as u64),
+            AddressKind::I915Y => (row_major, i915y_in_tile(ix, iy) as u64),
+            AddressKind::SamsungZFlipZ => {
+                (zflipz_tile_index(tx, ty, self.tiles_x, self.tiles_y), iy as u64 * tw as u64 + ix as u64)
             }
-            AddressKind::I915Y => (ty as u64 * self.tiles_x as u64 + tx as u64, i915y_in_tile(ix, iy)),
-            AddressKind::SamsungZFlipZ => (zflipz_tile_index(tx, ty, self.tiles_x, self.tiles_y), iy * tw + ix),
-            AddressKind::NvidiaBlock => {
-                (ty as u64 * self.tiles_x as u64 + tx as u64, (iy / 8) * 512 + nvidia_gob_offset(ix, iy))
-            }
+            AddressKind::NvidiaBlock => (row_major, (iy / 8) as u64 * 512 + nvidia_gob_offset(ix, iy) as u64),
         };
-        tile_index * tile_bytes + inner as u64
+        tile_index.wrapping_mul(tile_bytes).wrapping_add(inner)
+    }
+
+    /// [`PlaneAddress::offset`], or `None` when `(x, y)` lies outside the padded plane
+    /// (`tiles_x * tile_width` bytes by `tiles_y * tile_height` rows; `pitch` bytes by any
+    /// rows for linear) or the address does not fit in 64 bits.
+    pub fn checked_offset(&self, x: u32, y: u32) -> Option<u64> {
+        if self.kind == AddressKind::Linear {
+            if u64::from(x) >= self.pitch {
+                return None;
+            }
+            return u64::from(y).checked_mul(self.pitch)?.checked_add(u64::from(x));
+        }
+        let (tw, th) = (self.tile_width, self.tile_height);
+        if tw == 0 || th == 0 || x / tw >= self.tiles_x || y / th >= self.tiles_y {
+            return None;
+        }
+        // tiles_x * tiles_y tiles of tw * th bytes: the plane's size must fit for any byte to.
+        let tiles = u64::from(self.tiles_x).checked_mul(u64::from(self.tiles_y))?;
+        tiles.checked_mul(u64::from(tw) * u64::from(th))?;
+        Some(self.offset(x, y))
     }
 
     /// Length of the runs of bytes that are contiguous in memory along a row, starting at
@@ -149,6 +174,29 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn hostile_coordinates_and_sizes_do_not_panic() {
+        for kind in [
+            AddressKind::Linear,
+            AddressKind::RowMajorTiles,
+            AddressKind::I915Y,
+            AddressKind::SamsungZFlipZ,
+            AddressKind::NvidiaBlock,
+        ] {
+            for (tw, th, tx, ty, pitch) in [(0, 0, 0, 0, 0), (u32::MAX, u32::MAX, u32::MAX, u32::MAX, u64::MAX), (64, 8, 1, 0, 1)] {
+                let a = PlaneAddress { kind, tile_width: tw, tile_height: th, tiles_x: tx, tiles_y: ty, pitch };
+                for (x, y) in [(0, 0), (u32::MAX, u32::MAX), (63, 7), (64, 8)] {
+                    let _ = a.offset(x, y);
+                    if let Some(o) = a.checked_offset(x, y) {
+                        assert_eq!(o, a.offset(x, y));
+                    }
+                }
+            }
+        }
+        assert_eq!(zflipz_tile_index(u32::MAX, u32::MAX, u32::MAX, 0), zflipz_tile_index(u32::MAX, u32::MAX, u32::MAX, 0));
+        let _ = i915y_in_tile(u32::MAX, u32::MAX);
     }
 
     #[test]

@@ -29,8 +29,8 @@
 //! formulas in f64 without quantised coefficients; the fixed-point results stay within
 //! ±1 of it (tested over a grid for all four matrix/range combinations).
 
-use super::geometry::{check_linear, tiled_size};
-use super::{LinearPlane, TilingError};
+use super::geometry::{check_linear, packed_planes, tiled_size};
+use super::{alloc_output, LinearPlane, TilingError};
 use crate::{Fourcc, TileLayout};
 
 /// YCbCr matrix coefficients.
@@ -317,9 +317,70 @@ pub fn rgba_to_nv12(
     Ok(())
 }
 
+/// [`yuv_to_rgba`] from a tightly packed NV12/P010 image ([`packed_planes`]) into a new,
+/// tightly packed RGBA8 image: the input is checked, then the output against
+/// [`MAX_CPU_FRAME_BYTES`](super::MAX_CPU_FRAME_BYTES), before the output is allocated.
+pub fn yuv_to_rgba_vec(
+    fourcc: Fourcc,
+    matrix: ColourMatrix,
+    range: ColourRange,
+    width: u32,
+    height: u32,
+    src: &[u8],
+) -> Result<Vec<u8>, ColourError> {
+    if fourcc != Fourcc::NV12 && fourcc != Fourcc::P010 {
+        return Err(ColourError::Unsupported { from: fourcc, to: Fourcc::ABGR8888 });
+    }
+    let sg = tiled_size(TileLayout::Linear, fourcc, width, height)?;
+    let src_planes = packed_planes(fourcc, width, height)?;
+    check_linear(&sg, &src_planes, src.len(), "YUV source")?;
+    let dst_plane = packed_planes(Fourcc::ABGR8888, width, height)?[0];
+    let dg = tiled_size(TileLayout::Linear, Fourcc::ABGR8888, width, height)?;
+    let mut out = alloc_output("RGBA image", dg.size)?;
+    yuv_to_rgba(fourcc, matrix, range, width, height, src, &src_planes, &mut out, dst_plane)?;
+    Ok(out)
+}
+
+/// [`rgba_to_nv12`] from a tightly packed RGBA8 image into a new, tightly packed NV12 image,
+/// checking the input and the output size before allocating, as [`yuv_to_rgba_vec`] does.
+pub fn rgba_to_nv12_vec(
+    matrix: ColourMatrix,
+    range: ColourRange,
+    width: u32,
+    height: u32,
+    src: &[u8],
+) -> Result<Vec<u8>, ColourError> {
+    let sg = tiled_size(TileLayout::Linear, Fourcc::ABGR8888, width, height)?;
+    let src_plane = packed_planes(Fourcc::ABGR8888, width, height)?[0];
+    check_linear(&sg, &[src_plane], src.len(), "RGBA source")?;
+    let dg = tiled_size(TileLayout::Linear, Fourcc::NV12, width, height)?;
+    let dst_planes = packed_planes(Fourcc::NV12, width, height)?;
+    let mut out = alloc_output("NV12 image", dg.size)?;
+    rgba_to_nv12(matrix, range, width, height, src, src_plane, &mut out, &dst_planes)?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn vec_forms_check_before_allocating() {
+        let (m, r) = (ColourMatrix::Bt709, ColourRange::Limited);
+        assert!(matches!(
+            yuv_to_rgba_vec(Fourcc::NV12, m, r, 200_000, 200_000, &[]),
+            Err(ColourError::Layout(TilingError::BufferTooSmall { .. }))
+        ));
+        assert!(matches!(
+            rgba_to_nv12_vec(m, r, 200_000, 200_000, &[]),
+            Err(ColourError::Layout(TilingError::BufferTooSmall { .. }))
+        ));
+        assert!(matches!(yuv_to_rgba_vec(Fourcc::R8, m, r, 2, 2, &[0; 4]), Err(ColourError::Unsupported { .. })));
+        let nv12 = vec![128u8; 6 * 4 + 6 * 2];
+        let rgba = yuv_to_rgba_vec(Fourcc::NV12, m, r, 6, 4, &nv12).unwrap();
+        assert_eq!(rgba.len(), 6 * 4 * 4);
+        assert_eq!(rgba_to_nv12_vec(m, r, 6, 4, &rgba).unwrap().len(), nv12.len());
+    }
 
     #[test]
     fn grey_and_extremes() {

@@ -5,8 +5,8 @@
 //! address arithmetic lives in one place ([`super::address`]).
 
 use super::address::PlaneAddress;
-use super::geometry::{check_linear, tiled_size, TiledGeometry};
-use super::{LinearPlane, TilingError};
+use super::geometry::{check_linear, packed_planes, tiled_size, TiledGeometry};
+use super::{alloc_output, LinearPlane, TilingError};
 use crate::{Fourcc, TileLayout};
 
 /// Which way bytes move between the linear and the tiled buffer.
@@ -46,23 +46,12 @@ fn convert(
     tiled_len: usize,
 ) -> Result<TiledGeometry, TilingError> {
     let geometry = tiled_size(layout, fourcc, width, height)?;
-    let what = match direction {
-        Direction::LinearToTiled => "linear source",
-        Direction::TiledToLinear => "linear destination",
+    let (linear_what, tiled_what) = match direction {
+        Direction::LinearToTiled => ("linear source", "tiled destination"),
+        Direction::TiledToLinear => ("linear destination", "tiled source"),
     };
-    check_linear(&geometry, linear, linear_len, what)?;
-    if (tiled_len as u64) < geometry.size {
-        let plane = geometry.planes.len() - 1;
-        return Err(TilingError::BufferTooSmall {
-            what: match direction {
-                Direction::LinearToTiled => "tiled destination",
-                Direction::TiledToLinear => "tiled source",
-            },
-            plane,
-            needed: geometry.size,
-            got: tiled_len as u64,
-        });
-    }
+    check_linear(&geometry, linear, linear_len, linear_what)?;
+    check_tiled_len(&geometry, tiled_len, tiled_what)?;
     Ok(geometry)
 }
 
@@ -102,10 +91,47 @@ pub fn detile(
     Ok(g)
 }
 
+/// Tiled -> linear into a new, tightly packed linear image ([`packed_planes`]): `src` is
+/// checked to hold the whole tiled buffer, and the output against
+/// [`MAX_CPU_FRAME_BYTES`](super::MAX_CPU_FRAME_BYTES), before the output is allocated.
+pub fn detile_to_vec(layout: TileLayout, fourcc: Fourcc, width: u32, height: u32, src: &[u8]) -> Result<Vec<u8>, TilingError> {
+    let g = tiled_size(layout, fourcc, width, height)?;
+    check_tiled_len(&g, src.len(), "tiled source")?;
+    let packed = packed_planes(fourcc, width, height)?;
+    let linear = tiled_size(TileLayout::Linear, fourcc, width, height)?;
+    let mut out = alloc_output("linear image", linear.size)?;
+    detile(layout, fourcc, width, height, src, &mut out, &packed)?;
+    Ok(out)
+}
+
+/// Linear (tightly packed, [`packed_planes`]) -> tiled into a new buffer of
+/// [`tiled_size`] bytes: `src` is checked to hold the whole linear image, and the output
+/// against [`MAX_CPU_FRAME_BYTES`](super::MAX_CPU_FRAME_BYTES), before the output is
+/// allocated.
+pub fn tile_to_vec(layout: TileLayout, fourcc: Fourcc, width: u32, height: u32, src: &[u8]) -> Result<Vec<u8>, TilingError> {
+    let g = tiled_size(layout, fourcc, width, height)?;
+    let packed = packed_planes(fourcc, width, height)?;
+    check_linear(&g, &packed, src.len(), "linear source")?;
+    let mut out = alloc_output("tiled image", g.size)?;
+    tile(layout, fourcc, width, height, src, &packed, &mut out)?;
+    Ok(out)
+}
+
+fn check_tiled_len(g: &TiledGeometry, len: usize, what: &'static str) -> Result<(), TilingError> {
+    if (len as u64) < g.size {
+        return Err(TilingError::BufferTooSmall {
+            what,
+            plane: g.planes.len().saturating_sub(1),
+            needed: g.size,
+            got: len as u64,
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::tiling::packed_planes;
 
     #[test]
     fn i915x_is_row_major_inside_tiles() {
@@ -143,5 +169,36 @@ mod tests {
             tile(TileLayout::Nv12_4L4, Fourcc::NV12, 16, 16, &src, &huge, &mut dst),
             Err(TilingError::BufferTooSmall { .. })
         ));
+    }
+
+    #[test]
+    fn to_vec_checks_the_input_before_allocating_the_output() {
+        // 200000 x 200000 NV12: a 60 GB output, refused by the input check (the input is
+        // empty), then by the cap with an input claimed big enough.
+        let (w, h) = (200_000, 200_000);
+        assert!(matches!(
+            detile_to_vec(TileLayout::I915Y, Fourcc::NV12, w, h, &[]),
+            Err(TilingError::BufferTooSmall { what: "tiled source", .. })
+        ));
+        assert!(matches!(
+            tile_to_vec(TileLayout::I915Y, Fourcc::NV12, w, h, &[]),
+            Err(TilingError::BufferTooSmall { what: "linear source", .. })
+        ));
+        assert!(matches!(
+            alloc_output("x", crate::tiling::MAX_CPU_FRAME_BYTES + 1),
+            Err(TilingError::FrameTooLarge { .. })
+        ));
+    }
+
+    #[test]
+    fn to_vec_round_trips() {
+        let (w, h) = (70u32, 38u32);
+        let n = tiled_size(TileLayout::Linear, Fourcc::NV12, w, h).unwrap().size as usize;
+        let linear: Vec<u8> = (0..n).map(|i| (i * 7 % 253) as u8).collect();
+        for layout in TileLayout::ALL {
+            let tiled = tile_to_vec(layout, Fourcc::NV12, w, h, &linear).unwrap();
+            assert_eq!(tiled.len() as u64, tiled_size(layout, Fourcc::NV12, w, h).unwrap().size);
+            assert_eq!(detile_to_vec(layout, Fourcc::NV12, w, h, &tiled).unwrap(), linear, "{layout}");
+        }
     }
 }

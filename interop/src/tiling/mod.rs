@@ -9,9 +9,11 @@
 //! - [`address`]: the byte address of `(x, y)` inside a tiled plane, one small pure function
 //!   per layout family, used by both directions and mirrored in the shader.
 //! - [`cpu`]: [`tile`] (linear -> tiled) and [`detile`] (tiled -> linear), with an explicit
-//!   offset and stride per linear plane.
+//!   offset and stride per linear plane; [`tile_to_vec`] and [`detile_to_vec`] allocate the
+//!   output themselves, after checking the input and [`MAX_CPU_FRAME_BYTES`].
 //! - [`colour`]: NV12/P010 -> RGBA8 and RGBA8 -> NV12 in fixed point, BT.601/BT.709,
-//!   limited/full range, with the rounding documented there.
+//!   limited/full range, with the rounding documented there (and `_vec` forms that
+//!   allocate their output the same way).
 //! - [`gpu`]: the push constants and dispatch sizes of the shaders, computed from the same
 //!   geometry so that the engine cannot disagree with the CPU reference.
 //!
@@ -27,8 +29,8 @@ pub mod geometry;
 pub mod gpu;
 
 pub use address::{AddressKind, PlaneAddress};
-pub use colour::{rgba_to_nv12, yuv_to_rgba, ColourError, ColourMatrix, ColourRange};
-pub use cpu::{detile, tile};
+pub use colour::{rgba_to_nv12, rgba_to_nv12_vec, yuv_to_rgba, yuv_to_rgba_vec, ColourError, ColourMatrix, ColourRange};
+pub use cpu::{detile, detile_to_vec, tile, tile_to_vec};
 pub use geometry::{packed_planes, tiled_size, PlaneGeometry, TiledGeometry};
 
 use crate::{Fourcc, TileLayout};
@@ -41,6 +43,12 @@ pub struct LinearPlane {
     /// Bytes from the start of one row to the start of the next (at least the row's width).
     pub stride: u64,
 }
+
+/// The largest output a CPU conversion allocates: 1 GiB, a 16384 x 16384 RGBA8 frame (the
+/// largest extent Vulkan devices commonly allow). Sizes are computed with checked arithmetic
+/// and compared with this before any allocation, so a hostile extent (200000 x 200000) is a
+/// [`TilingError::FrameTooLarge`], not an abort.
+pub const MAX_CPU_FRAME_BYTES: u64 = 1 << 30;
 
 /// Why a layout conversion was refused. Nothing is written when one of these is returned.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -61,4 +69,22 @@ pub enum TilingError {
     StrideTooSmall { plane: usize, stride: u64, row_bytes: u64 },
     #[error("{what} buffer is {got} bytes, but plane {plane} needs {needed}")]
     BufferTooSmall { what: &'static str, plane: usize, needed: u64, got: u64 },
+    #[error("the {what} would be {bytes} bytes, more than the {max} the CPU path allocates")]
+    FrameTooLarge { what: &'static str, bytes: u64, max: u64 },
+    #[error("could not allocate the {bytes}-byte {what}")]
+    OutOfMemory { what: &'static str, bytes: u64 },
+}
+
+/// A zeroed output buffer of `bytes` for a CPU conversion: refused beyond
+/// [`MAX_CPU_FRAME_BYTES`], and allocated fallibly, so that neither a huge size nor a
+/// failed allocation aborts the process.
+pub(crate) fn alloc_output(what: &'static str, bytes: u64) -> Result<Vec<u8>, TilingError> {
+    if bytes > MAX_CPU_FRAME_BYTES {
+        return Err(TilingError::FrameTooLarge { what, bytes, max: MAX_CPU_FRAME_BYTES });
+    }
+    let n = usize::try_from(bytes).map_err(|_| TilingError::OutOfMemory { what, bytes })?;
+    let mut out = Vec::new();
+    out.try_reserve_exact(n).map_err(|_| TilingError::OutOfMemory { what, bytes })?;
+    out.resize(n, 0);
+    Ok(out)
 }

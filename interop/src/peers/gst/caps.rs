@@ -8,7 +8,7 @@
 use std::fmt;
 
 use super::syntax::Parser;
-use super::{parse_drm_format, GstError};
+use super::{parse_drm_format, GstError, MAX_DRM_FORMATS, MAX_INTERSECT_STEPS};
 use crate::{Format, FormatSet};
 
 const DMABUF_FEATURE: &str = "memory:DMABuf";
@@ -139,29 +139,36 @@ impl Caps {
     /// What both accept, as GStreamer negotiation computes it (seed 000: "the negotiation
     /// here in fact has no special operation except finding the intersection"): structures
     /// pairwise, fields present in both intersected, fields present in one kept. `drm-format`
-    /// lists intersect as formats, in `self`'s order of preference. `None` when nothing is
-    /// left.
+    /// lists intersect as formats, in `self`'s order of preference. `Ok(None)` when nothing
+    /// is left.
     ///
-    /// Generic lists intersect pairwise (quadratic in their lengths); `drm-format` lists use
-    /// a hash set.
-    pub fn intersect(&self, other: &Caps) -> Option<Caps> {
+    /// Generic lists intersect pairwise (quadratic in their lengths, and a list against a
+    /// list of lists multiplies); `drm-format` lists use a hash set. The work is bounded by
+    /// [`MAX_INTERSECT_STEPS`](super::MAX_INTERSECT_STEPS), past which the result is
+    /// [`GstError::IntersectionTooLarge`].
+    pub fn intersect(&self, other: &Caps) -> Result<Option<Caps>, GstError> {
         if self.any {
-            return Some(other.clone());
+            return Ok(Some(other.clone()));
         }
         if other.any {
-            return Some(self.clone());
+            return Ok(Some(self.clone()));
         }
-        let mut out = Vec::new();
+        let mut budget = Budget::new();
+        let mut out: Vec<CapsStructure> = Vec::new();
         for a in &self.structures {
             for b in &other.structures {
-                if let Some(s) = a.intersect(b) {
+                if let Some(s) = a.intersect(b, &mut budget) {
+                    budget.spend(out.len());
                     if !out.contains(&s) {
                         out.push(s);
                     }
                 }
+                if budget.exhausted() {
+                    return Err(GstError::IntersectionTooLarge { max: MAX_INTERSECT_STEPS });
+                }
             }
         }
-        (!out.is_empty()).then_some(Caps { any: false, structures: out })
+        Ok((!out.is_empty()).then_some(Caps { any: false, structures: out }))
     }
 
     /// The `gst-inspect-1.0` layout: the structure name on a line, then one field per line.
@@ -266,8 +273,12 @@ impl CapsStructure {
             return Err(GstError::DrmFormatOutsideDmaBuf { structure: super::clip(&self.name) });
         }
         let not_string = |found: String| GstError::DrmFormatNotString { structure: super::clip(&self.name), found };
+        let elements = drm_elements(value).map_err(not_string)?;
+        if elements.len() > MAX_DRM_FORMATS {
+            return Err(GstError::TooManyDrmFormats { structure: super::clip(&self.name), max: MAX_DRM_FORMATS });
+        }
         let mut set = FormatSet::new();
-        for element in drm_elements(value).map_err(not_string)? {
+        for element in elements {
             set.insert(parse_drm_format(element)?);
         }
         if set.is_empty() {
@@ -294,16 +305,17 @@ impl CapsStructure {
         self.name == other.name && norm(&self.features) == norm(&other.features)
     }
 
-    fn intersect(&self, other: &CapsStructure) -> Option<CapsStructure> {
-        if !self.same_kind(other) {
+    fn intersect(&self, other: &CapsStructure, budget: &mut Budget) -> Option<CapsStructure> {
+        budget.spend(1 + self.fields.len() * other.fields.len());
+        if budget.exhausted() || !self.same_kind(other) {
             return None;
         }
         let mut fields = Vec::with_capacity(self.fields.len() + other.fields.len());
         for f in &self.fields {
             let value = match other.get(&f.name) {
                 None => f.value.clone(),
-                Some(_) if f.name == DRM_FORMAT => intersect_drm(&f.value, other.drm.as_ref()?)?,
-                Some(theirs) => f.value.intersect(theirs, 0)?,
+                Some(_) if f.name == DRM_FORMAT => intersect_drm(&f.value, other.drm.as_ref()?, budget)?,
+                Some(theirs) => f.value.intersect(theirs, 0, budget)?,
             };
             fields.push(Field { name: f.name.clone(), value });
         }
@@ -349,8 +361,30 @@ pub(super) fn drm_elements(value: &Value) -> Result<Vec<&str>, String> {
     }
 }
 
+/// The work counter of one [`Caps::intersect`]: once spent, every step gives up.
+pub(super) struct Budget {
+    steps: usize,
+}
+
+impl Budget {
+    fn new() -> Self {
+        Budget { steps: 0 }
+    }
+
+    fn spend(&mut self, n: usize) {
+        self.steps = self.steps.saturating_add(n);
+    }
+
+    fn exhausted(&self) -> bool {
+        self.steps > MAX_INTERSECT_STEPS
+    }
+}
+
 /// Keeps the elements of `ours` (as written) whose format `theirs` lists.
-fn intersect_drm(ours: &Value, theirs: &FormatSet) -> Option<Value> {
+fn intersect_drm(ours: &Value, theirs: &FormatSet, budget: &mut Budget) -> Option<Value> {
+    if let ValueBody::List(items) = &ours.body {
+        budget.spend(items.len());
+    }
     let keep = |v: &Value| match &v.body {
         ValueBody::Scalar { text, .. } => parse_drm_format(text).is_ok_and(|f: Format| theirs.contains(&f)),
         _ => false,
@@ -487,17 +521,20 @@ impl Value {
         self.tag.clone().or_else(|| other.tag.clone())
     }
 
-    /// What `self` and `other` both allow; `None` when nothing.
-    pub(super) fn intersect(&self, other: &Value, depth: usize) -> Option<Value> {
-        if depth > super::MAX_NESTING {
+    /// What `self` and `other` both allow; `None` when nothing (or when `budget` ran out,
+    /// which the caller checks).
+    pub(super) fn intersect(&self, other: &Value, depth: usize, budget: &mut Budget) -> Option<Value> {
+        budget.spend(1);
+        if depth > super::MAX_NESTING || budget.exhausted() {
             return None;
         }
         if let ValueBody::List(items) = &self.body {
-            let kept = items.iter().filter_map(|v| v.with_tag(&self.tag).intersect(other, depth + 1)).collect();
+            let kept = items.iter().filter_map(|v| v.with_tag(&self.tag).intersect(other, depth + 1, budget)).collect();
             return collapse(self.tag.clone(), kept);
         }
         if let ValueBody::List(items) = &other.body {
-            let kept = items.iter().filter_map(|v| self.intersect(&v.with_tag(&other.tag), depth + 1)).collect();
+            let kept =
+                items.iter().filter_map(|v| self.intersect(&v.with_tag(&other.tag), depth + 1, budget)).collect();
             return collapse(self.tag.clone().or_else(|| other.tag.clone()), kept);
         }
         if !self.same_type(other) {

@@ -23,15 +23,35 @@ mod syntax;
 
 pub use caps::{Caps, CapsStructure, Field, IntRange, Value, ValueBody};
 
+use crate::sync::{SyncMethod, SyncMethods};
 use crate::{Format, FormatSet, Fourcc, FourccParseError, Layout, Modifier};
 
 use super::clip;
 
-/// Longest caps string [`Caps::parse`] reads. Real caps are a few KiB; the bound keeps the
-/// work on hostile input proportional to something small.
+/// Longest caps string [`Caps::parse`] (and drm-format list [`parse_drm_format_list`])
+/// reads. Real caps are a few KiB; the bound keeps the work on hostile input proportional
+/// to something small.
 pub const MAX_CAPS_LEN: usize = 256 * 1024;
 /// Deepest nesting of `{ }`, `[ ]` and `< >` [`Caps::parse`] accepts; it bounds recursion.
 pub const MAX_NESTING: usize = 16;
+/// Most structures in one caps. gst-inspect templates have a handful.
+pub const MAX_CAPS_STRUCTURES: usize = 64;
+/// Most elements of one `{ }` list, `< >` array or `[ ]` range.
+pub const MAX_LIST_LEN: usize = 8192;
+/// Most `drm-format` values in one structure, one [`parse_drm_format_value`] or one
+/// [`parse_drm_format_list`]. Drivers list a few hundred format+modifier pairs.
+pub const MAX_DRM_FORMATS: usize = 4096;
+/// Most elementary steps [`Caps::intersect`] takes (value comparisons, values produced):
+/// generic lists intersect pairwise, and a list against a list of lists multiplies, so the
+/// work is bounded here rather than by the input size. Each step may leave a value behind
+/// (a hundred bytes or so), so this also bounds the memory: about 25 MB at worst. Real caps
+/// take a few thousand steps (two templates of 100-format lists: 10^4 per structure pair).
+pub const MAX_INTERSECT_STEPS: usize = 1 << 18;
+
+/// How a GStreamer element synchronises on `memory:DMABuf` buffers: it relies on the
+/// dma-buf's implicit fences (GStreamer's buffers carry no fences), or the producer finished
+/// before pushing the buffer.
+pub const SYNC_METHODS: SyncMethods = SyncMethods::CPU_WAIT.with(SyncMethod::ImplicitBridge);
 
 /// Why a `drm-format` value or a caps string was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -76,6 +96,14 @@ pub enum GstError {
     DrmFormatOutsideDmaBuf { structure: String },
     #[error("caps: drm-format in {structure:?} is an empty list")]
     EmptyDrmFormatList { structure: String },
+    #[error("caps have more than {max} structures")]
+    TooManyStructures { max: usize },
+    #[error("caps: the list opened at byte {at} has more than {max} elements")]
+    ListTooLong { at: usize, max: usize },
+    #[error("more than {max} drm-format values{}", if structure.is_empty() { String::new() } else { format!(" in {structure:?}") })]
+    TooManyDrmFormats { structure: String, max: usize },
+    #[error("intersecting these caps takes more than {max} steps (lists of lists multiply); real caps take a few thousand")]
+    IntersectionTooLarge { max: usize },
 }
 
 /// Parses one `drm-format` value (see the module docs for the rules).
@@ -111,11 +139,17 @@ pub fn print_drm_format(f: Format) -> String {
 /// syntax of `dmabridge negotiate --drm-formats`. Order is preference; repeats are dropped.
 /// Blanks around elements are ignored.
 pub fn parse_drm_format_list(text: &str) -> Result<FormatSet, GstError> {
+    if text.len() > MAX_CAPS_LEN {
+        return Err(GstError::TooLong { len: text.len(), max: MAX_CAPS_LEN });
+    }
     if text.trim().is_empty() {
         return Err(GstError::EmptyDrmFormat);
     }
     let mut set = FormatSet::new();
-    for element in text.split(',') {
+    for (i, element) in text.split(',').enumerate() {
+        if i >= MAX_DRM_FORMATS {
+            return Err(GstError::TooManyDrmFormats { structure: String::new(), max: MAX_DRM_FORMATS });
+        }
         let element = element.trim();
         if element.is_empty() {
             return Err(GstError::EmptyListElement { text: clip(text) });
@@ -131,6 +165,9 @@ pub fn parse_drm_format_value(text: &str) -> Result<FormatSet, GstError> {
     let value = syntax::Parser::new(text)?.lone_value()?;
     let elements =
         caps::drm_elements(&value).map_err(|found| GstError::DrmFormatNotString { structure: String::new(), found })?;
+    if elements.len() > MAX_DRM_FORMATS {
+        return Err(GstError::TooManyDrmFormats { structure: String::new(), max: MAX_DRM_FORMATS });
+    }
     let mut set = FormatSet::new();
     for e in elements {
         set.insert(parse_drm_format(e)?);
@@ -218,6 +255,16 @@ mod tests {
         assert!(matches!(parse_drm_format("NV123:0x0100000000000002"), Err(GstError::Fourcc { .. })));
         assert!(matches!(parse_drm_format(":0x0100000000000002"), Err(GstError::Fourcc { .. })));
         assert_eq!(parse_drm_format(""), Err(GstError::EmptyDrmFormat));
+    }
+
+    #[test]
+    fn list_bounds() {
+        let at_max = vec!["NV12"; MAX_DRM_FORMATS].join(",");
+        assert_eq!(parse_drm_format_list(&at_max).map(|s| s.len()), Ok(1));
+        let over = format!("{at_max},NV12");
+        assert!(matches!(parse_drm_format_list(&over), Err(GstError::TooManyDrmFormats { .. })));
+        let long = format!("NV12{}", " ".repeat(MAX_CAPS_LEN));
+        assert!(matches!(parse_drm_format_list(&long), Err(GstError::TooLong { .. })));
     }
 
     #[test]

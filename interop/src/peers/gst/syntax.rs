@@ -2,7 +2,7 @@
 //! is ASCII), never indexes past the end, and bounds its recursion by [`MAX_NESTING`].
 
 use super::caps::{Caps, CapsStructure, Field, Value, ValueBody};
-use super::{GstError, MAX_CAPS_LEN, MAX_NESTING};
+use super::{GstError, MAX_CAPS_LEN, MAX_CAPS_STRUCTURES, MAX_LIST_LEN, MAX_NESTING};
 
 pub(super) struct Parser<'a> {
     text: &'a str,
@@ -113,6 +113,9 @@ impl<'a> Parser<'a> {
         }
         let mut structures = Vec::new();
         loop {
+            if structures.len() >= MAX_CAPS_STRUCTURES {
+                return Err(GstError::TooManyStructures { max: MAX_CAPS_STRUCTURES });
+            }
             structures.push(self.structure()?);
             self.blanks();
             match self.peek() {
@@ -268,6 +271,9 @@ impl<'a> Parser<'a> {
         loop {
             if self.peek().is_none() {
                 return Err(GstError::Unclosed { at: open_at, open: open as char });
+            }
+            if items.len() >= MAX_LIST_LEN {
+                return Err(GstError::ListTooLong { at: open_at, max: MAX_LIST_LEN });
             }
             items.push(self.value(depth + 1)?);
             self.blanks();

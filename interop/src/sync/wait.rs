@@ -1,0 +1,108 @@
+//! Waiting on the CPU for a fence: `poll` for `POLLIN` on a sync_file, which becomes
+//! readable when the fence signals.
+
+use std::io;
+use std::os::fd::BorrowedFd;
+use std::time::{Duration, Instant};
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use rustix::ioctl::{ioctl, opcode, Opcode, Updater};
+
+/// `struct sync_file_info` (`include/uapi/linux/sync_file.h`), asked for no fence list.
+#[repr(C)]
+#[derive(Debug, Default)]
+struct SyncFileInfo {
+    name: [u8; 32],
+    status: i32,
+    flags: u32,
+    num_fences: u32,
+    pad: u32,
+    sync_fence_info: u64,
+}
+
+/// `SYNC_IOC_FILE_INFO` = `_IOWR('>', 4, struct sync_file_info)` = 0xc0383e04: answered by
+/// sync_files only, so it tells a fence from any other fd.
+pub const SYNC_IOC_FILE_INFO: Opcode = opcode::read_write::<SyncFileInfo>(b'>', 4);
+
+/// Why a wait ended without the fence signalling.
+#[derive(Debug, thiserror::Error)]
+pub enum WaitError {
+    /// The fd is not a sync_file (`SYNC_IOC_FILE_INFO` answered `ENOTTY`).
+    #[error("the fd is not a sync_file fence")]
+    NotASyncFile,
+    /// The fence did not signal in time.
+    #[error("the fence did not signal within {timeout:?}")]
+    Timeout { timeout: Duration },
+    /// `POLLHUP`: the other end is gone and nothing will ever become readable.
+    #[error("the fd hung up (its other end is closed) before it became readable")]
+    HungUp,
+    /// `POLLERR`.
+    #[error("the fd reported an error condition")]
+    ErrorCondition,
+    /// `POLLNVAL`: the fd is not open.
+    #[error("the fd is not open")]
+    NotOpen,
+    /// `poll` or the sync_file query failed.
+    #[error("{op} failed: {source}")]
+    Io { op: &'static str, source: io::Error },
+}
+
+/// Waits up to `timeout` for the sync_file `fence` (borrowed) to signal. An fd that is not a
+/// sync_file is refused before any wait ([`WaitError::NotASyncFile`]): a regular file, say,
+/// polls readable at once and would pass for a signalled fence.
+pub fn wait_sync_file(fence: BorrowedFd<'_>, timeout: Duration) -> Result<(), WaitError> {
+    let mut info = SyncFileInfo::default();
+    // SAFETY: the opcode is the kernel's _IOWR('>', 4, struct sync_file_info) and `info` is
+    // that struct (#[repr(C)], 56 bytes), borrowed mutably for the call; num_fences = 0 asks
+    // for no fence array, so the kernel writes nothing through sync_fence_info. Other files
+    // match no handler and answer ENOTTY.
+    match unsafe { ioctl(fence, Updater::<SYNC_IOC_FILE_INFO, _>::new(&mut info)) } {
+        Ok(()) => {}
+        Err(Errno::NOTTY) | Err(Errno::INVAL) => return Err(WaitError::NotASyncFile),
+        Err(e) => return Err(WaitError::Io { op: "SYNC_IOC_FILE_INFO", source: e.into() }),
+    }
+    poll_readable(fence, timeout)
+}
+
+/// Waits up to `timeout` for `fd` (borrowed) to poll readable: the wait of
+/// [`wait_sync_file`] without its check that the fd is a fence.
+pub fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> Result<(), WaitError> {
+    let deadline = Instant::now().checked_add(timeout);
+    loop {
+        let left = deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
+        let ts = Timespec {
+            tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
+            tv_nsec: left.subsec_nanos().into(),
+        };
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        match poll(&mut fds, Some(&ts)) {
+            Ok(0) => return Err(WaitError::Timeout { timeout }),
+            Ok(_) => {
+                let r = fds[0].revents();
+                return if r.contains(PollFlags::NVAL) {
+                    Err(WaitError::NotOpen)
+                } else if r.contains(PollFlags::IN) {
+                    Ok(())
+                } else if r.contains(PollFlags::ERR) {
+                    Err(WaitError::ErrorCondition)
+                } else {
+                    Err(WaitError::HungUp)
+                };
+            }
+            Err(Errno::INTR) => continue,
+            Err(e) => return Err(WaitError::Io { op: "poll", source: e.into() }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn request_number_matches_the_kernel_header() {
+        assert_eq!(std::mem::size_of::<SyncFileInfo>(), 56);
+        assert_eq!(SYNC_IOC_FILE_INFO as u64, 0xc038_3e04);
+    }
+}

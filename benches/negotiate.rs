@@ -51,7 +51,7 @@ fn bench(c: &mut Criterion) {
 
     let members: Vec<Member> = parts.iter().cloned().map(Member::from).collect();
     c.bench_function("negotiate + JSON, 8 x 100 x 20", |b| {
-        b.iter(|| Report::new(&negotiate(black_box(&members))).to_json())
+        b.iter(|| negotiate(black_box(&members)).map(|n| Report::new(&n).to_json()))
     });
 
     // No common format: the explanation path (who blocks what).

@@ -147,7 +147,13 @@ pub fn run_with(
             }
         };
     let members: Vec<Member> = parts.into_iter().map(Member::from).collect();
-    let negotiation = negotiate(&members);
+    let negotiation = match negotiate(&members) {
+        Ok(n) => n,
+        Err(e) => {
+            let _ = writeln!(std::io::stderr().lock(), "dmabridge negotiate: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let report = Report::new(&negotiation);
     let text = if args.json {
         report.to_json() + "\n"

@@ -150,11 +150,17 @@ impl Dispatch<zwp_linux_dmabuf_v1::ZwpLinuxDmabufV1, ()> for State {
         match event {
             zwp_linux_dmabuf_v1::Event::Format { format } => {
                 state.v3_events += 1;
-                state.v3.format(format);
+                if let Err(e) = state.v3.format(format) {
+                    state.feedback_error.get_or_insert(e.into());
+                }
             }
             zwp_linux_dmabuf_v1::Event::Modifier { format, modifier_hi, modifier_lo } => {
                 state.v3_events += 1;
-                state.v3.modifier(format, modifier_hi, modifier_lo);
+                // A compositor that announces more pairs than dmabridge keeps is an error,
+                // reported by `connect`, not a process that grows without bound.
+                if let Err(e) = state.v3.modifier(format, modifier_hi, modifier_lo) {
+                    state.feedback_error.get_or_insert(e.into());
+                }
             }
             _ => {}
         }

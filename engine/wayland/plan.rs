@@ -104,6 +104,8 @@ pub enum PlanReason {
 pub enum PlanError {
     #[error("the compositor offers none of [{}]", .0.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", "))]
     NoFourcc(Vec<Fourcc>),
+    #[error(transparent)]
+    Negotiation(#[from] dmabridge_interop::negotiate::NegotiateError),
 }
 
 /// The Vulkan producer: what `engine` can export for `usage`, for each of `fourccs` in
@@ -128,7 +130,8 @@ pub fn plan(producer: &Participant, compositor: &Participant, fourccs: &[Fourcc]
     }
     let offered = compositor.formats.as_set().cloned().unwrap_or_default();
     let members: Vec<Member> = vec![producer.clone().into(), compositor.clone().into()];
-    let n = negotiate(&members);
+    // Two participants are within every bound of the negotiation.
+    let n = negotiate(&members).map_err(PlanError::Negotiation)?;
     match n.outcome {
         Outcome::Shared(allocation) if fourccs.contains(&allocation.fourcc) => {
             info!(fourcc = %allocation.fourcc, layout = ?allocation.layout, "zero-copy");

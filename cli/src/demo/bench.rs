@@ -486,7 +486,8 @@ pub fn negotiate_us(engine: &Engine, reps: usize) -> Result<f64, DemoError> {
     let members = [Member::from(producer), Member::from(consumer)];
     let t = Instant::now();
     for _ in 0..reps {
-        std::hint::black_box(negotiate_with(std::hint::black_box(&members), NegotiateOptions::default()));
+        std::hint::black_box(negotiate_with(std::hint::black_box(&members), NegotiateOptions::default()))
+            .map_err(|e| DemoError::Protocol(e.to_string()))?;
     }
     Ok(t.elapsed().as_secs_f64() * 1e6 / reps.max(1) as f64)
 }

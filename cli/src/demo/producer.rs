@@ -159,7 +159,7 @@ pub fn plan_mode(producer: &Participant, consumer: &Participant, mode: Mode, fou
     }
     let members = [Member::from(producer.clone()), Member::from(consumer)];
     let opts = NegotiateOptions { allow_copy: mode == Mode::Copy, ..NegotiateOptions::default() };
-    let n = negotiate_with(&members, opts);
+    let n = negotiate_with(&members, opts).map_err(|e| e.to_string())?;
     let report: Value = serde_json::from_str(&Report::new(&n).to_json()).unwrap_or(Value::Null);
     let conflicts = |c: &[dmabridge_interop::negotiate::Conflict]| c.iter().map(|c| c.to_string()).collect::<Vec<_>>().join("; ");
     match (mode, n.outcome) {

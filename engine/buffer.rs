@@ -43,6 +43,9 @@ pub enum BufferError {
     /// No memory type can import the fd for a buffer.
     #[error("no memory type can import this fd as a buffer")]
     NoMemoryType,
+    /// The fd holds no buffer (a directory, a socket...), or can shrink under a mapping.
+    #[error("the fd cannot be mapped as a buffer: {0}")]
+    NotMappable(String),
 }
 
 /// Where a [`GpuBuffer`] lives.
@@ -201,11 +204,18 @@ impl std::fmt::Debug for ImportedBuffer {
 
 impl ImportedBuffer {
     /// Imports the first `len` bytes of the file behind `fd` for `usage`. The fd is
-    /// borrowed: a dup goes to Vulkan. The fd's size is checked first; the caller is
-    /// responsible for it not shrinking (a sealed memfd or a dma-buf: see the import checks).
+    /// borrowed: a dup goes to Vulkan. The file must be one that cannot shrink under the
+    /// mapping (a dma-buf, or a memfd sealed with `F_SEAL_SHRINK`), and hold `len` bytes:
+    /// both are checked first.
     pub fn import(engine: &Engine, fd: BorrowedFd<'_>, len: u64, usage: vk::BufferUsageFlags) -> Result<ImportedBuffer, BufferError> {
         if !engine.has_capability(Capability::DmaBufImport) {
             return Err(BufferError::Unsupported(Capability::DmaBufImport));
+        }
+        match dmabridge_interop::dmabuf::classify(fd, dmabridge_interop::dmabuf::FdTrust::Untrusted) {
+            Ok(class) if class.is_fixed_size() => {}
+            Ok(dmabridge_interop::dmabuf::FdClass::Shrinkable(reason)) => return Err(BufferError::NotMappable(reason.to_string())),
+            Ok(other) => return Err(BufferError::NotMappable(format!("a {other}"))),
+            Err(e) => return Err(BufferError::NotMappable(e.to_string())),
         }
         let fd_size = fd_size(fd)?;
         if len > fd_size {

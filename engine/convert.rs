@@ -15,7 +15,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use ash::vk;
-use dmabridge_interop::dmabuf::{check_import, DmaBuf, FileId, ImportCheckError, ImportFacts};
+use dmabridge_interop::dmabuf::{check_import, read_exact_at, DmaBuf, FileId, ImportCheckError, ImportFacts, ReadError};
 use dmabridge_interop::negotiate::ConversionKind;
 use dmabridge_interop::tiling::gpu::{
     plane_dispatches, rgba_to_nv12_dispatch, yuv_to_rgba_dispatch, ColourPushConstants, Dispatch, GpuParamError, TilePushConstants,
@@ -74,6 +74,9 @@ pub enum ConvertError {
     /// The padded tiles run past the fd.
     #[error("plane {plane}: the padded tiles reach byte {end}, past the {fd_size}-byte fd")]
     TilesPastEndOfFd { plane: usize, end: u64, fd_size: u64 },
+    /// A plane's file could not be read (it can shrink, so it is read, not mapped).
+    #[error("plane {plane}: {source}")]
+    Read { plane: usize, source: ReadError },
 }
 
 /// A buffer a conversion reads or writes: dmabridge's own or one over a dma-buf's memory.
@@ -710,6 +713,23 @@ impl Converter {
         }
         // Planes must fit where the caller wants them.
         dmabridge_interop::tiling::gpu::plane_dispatches(TileLayout::Linear, fourcc, w, h, 0, planes, false)?;
+        if !checked.zero_copy_safe() {
+            // A file that can shrink is never mapped: its tiles are read into memory
+            // dmabridge owns, then detiled from there.
+            let mut staged = GpuBuffer::new(&self.engine, g.size, BufferLocation::Upload)?;
+            let bytes = staged.bytes_mut()?;
+            for (i, (c, p)) in checked.planes().iter().zip(&g.planes).enumerate() {
+                let fd = buf.plane(i).map(|pl| pl.fd).ok_or(ConvertError::NotTiled(layout))?;
+                let dst = bytes.get_mut(p.offset as usize..(p.offset + p.size) as usize).ok_or(ConvertError::Read {
+                    plane: i,
+                    source: ReadError::Overflow { offset: p.offset, len: p.size },
+                })?;
+                read_exact_at(fd, c.offset, dst).map_err(|source| ConvertError::Read { plane: i, source })?;
+            }
+            let frame = TiledFrame { layout: tile, fourcc, extent: (w, h) };
+            let s = self.detile(frame, &staged, dst, planes, options)?;
+            return Ok((tile, s));
+        }
         // One storage buffer per distinct file, covering every plane in it.
         let mut files: Vec<(FileId, ImportedBuffer)> = Vec::new();
         let mut plane_file = Vec::with_capacity(plane_count);

@@ -11,8 +11,15 @@
 //!   with `bufferRowLength` from the stride. Only LINEAR (or, in the implicit world,
 //!   implicit) layouts can be copied this way; tiled ones need the conversion pipelines.
 //!
-//! Nothing reaches the driver before [`check_import`] has passed: lavapipe mmaps the fd, so
-//! a layout that overruns the file would crash inside Mesa.
+//! - **ReadCopy**: a file that can shrink under a mapping (an unsealed memfd, a regular file
+//!   nobody vouched for: [`FdClass::Shrinkable`]) is never handed to Vulkan. Every acquisition
+//!   reads its planes with `pread` into memory dmabridge owns and copies that into the image,
+//!   so a sender that truncates the file gets a clean error, not a SIGBUS in the receiver.
+//!   A caller that requires zero-copy ([`ImportOptions::require_zero_copy`]) gets an error
+//!   naming the missing seal instead.
+//!
+//! Nothing reaches the driver before [`check_import_with`] has passed: lavapipe mmaps the fd,
+//! so a layout that overruns the file would crash inside Mesa.
 //!
 //! # Handing frames over
 //! A dma-buf's memory belongs to its producer between frames. Before each use the consumer
@@ -25,10 +32,12 @@ use std::os::fd::{AsRawFd, IntoRawFd};
 use std::sync::Arc;
 
 use ash::vk;
-use dmabridge_interop::dmabuf::{check_import, CheckedImport, DmaBuf, FileId, ImportCheckError, ImportFacts};
+use dmabridge_interop::dmabuf::{
+    check_import_with, read_exact_at, CheckedImport, DmaBuf, FdClass, FdTrust, FileId, ImportCheckError, ImportFacts, ReadError,
+};
 use dmabridge_interop::{format_info, Format, Fourcc, Layout, Modifier};
 
-use crate::buffer::{import_memory, BufferError, ImportedBuffer};
+use crate::buffer::{import_memory, BufferError, BufferLocation, GpuBuffer, ImportedBuffer};
 use crate::caps::{CapsError, CapsQuery};
 use crate::error::{VkError, VkResultExt};
 use crate::image::{
@@ -48,6 +57,9 @@ pub enum ImportPath {
     Explicit,
     /// The dma-buf was imported as buffers and is copied into a device image on acquire.
     BufferCopy,
+    /// The file can shrink, so it is read with `pread` into dmabridge's memory on every
+    /// acquire and copied into a device image; Vulkan never maps it.
+    ReadCopy,
     /// `OPAQUE_FD` memory of another instance of the same driver: zero copies.
     OpaqueFd,
 }
@@ -57,6 +69,7 @@ impl std::fmt::Display for ImportPath {
         f.write_str(match self {
             ImportPath::Explicit => "explicit (zero-copy)",
             ImportPath::BufferCopy => "buffer-copy (fallback)",
+            ImportPath::ReadCopy => "read-copy (the fd can shrink: pread, never mapped)",
             ImportPath::OpaqueFd => "opaque-fd (zero-copy, same driver)",
         })
     }
@@ -114,14 +127,56 @@ pub enum ImportError {
     /// Submitting or waiting failed.
     #[error(transparent)]
     Submit(#[from] SubmitError),
+    /// The caller required zero-copy and this buffer cannot be imported so.
+    #[error("zero-copy import is not possible: {0}")]
+    NotZeroCopy(String),
+    /// A plane's file could not be read (the read-copy path): it shrank, or was never that long.
+    #[error("plane {plane}: {source}")]
+    Read { plane: usize, source: ReadError },
+    /// A cached import's file is not what it was when it was checked.
+    #[error("plane {plane}: the buffer changed since it was imported: {detail}")]
+    Changed { plane: usize, detail: String },
 }
 
-/// The copy path's buffers over the dma-buf's files, and the regions that copy them into the image.
+/// How [`Engine::import_dmabuf_with`] may import.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct ImportOptions {
+    /// Whether regular files that are not sealed count as fixed-size (the caller vouches
+    /// that nobody truncates them): see [`FdTrust`].
+    pub trust: FdTrust,
+    /// Refuse every path but a zero-copy one, naming what stands in the way (a missing
+    /// `F_SEAL_SHRINK`, a layout the device cannot import explicitly).
+    pub require_zero_copy: bool,
+}
+
+/// Where the copy paths' bytes come from.
+enum Source {
+    /// Buffers over the dma-buf's files (mapped by the driver), one per distinct file.
+    Mapped(Vec<(FileId, ImportedBuffer)>),
+    /// The descriptor's own dups, read with `pread` on every acquisition; `planes[i]` is the
+    /// byte range of plane i in its file.
+    Read { buf: DmaBuf, planes: Vec<(u64, u64)> },
+}
+
+/// The copy paths' source, and the regions that copy it into the device image.
 struct CopySource {
-    files: Vec<(FileId, ImportedBuffer)>,
+    source: Source,
+    /// Per plane: the index of its buffer (mapped) or its offset in the staging buffer (read),
+    /// and the region (whose `buffer_offset` is relative to that).
     regions: Vec<(usize, vk::BufferImageCopy)>,
     /// The device-local image the frame is copied into.
     target: DeviceImage,
+}
+
+impl CopySource {
+    fn track(&self, until: Completion) {
+        self.target.track(until);
+        if let Source::Mapped(files) = &self.source {
+            for (_, b) in files {
+                b.track(until);
+            }
+        }
+    }
 }
 
 struct Inner {
@@ -140,6 +195,9 @@ struct Inner {
     copy: Option<CopySource>,
     usage: vk::ImageUsageFlags,
     disjoint: bool,
+    /// Per plane, as checked at import: where its bytes end in its file, and what the file is.
+    checked: Vec<(u64, FdClass)>,
+    trust: FdTrust,
     tracked: Tracked,
 }
 
@@ -155,10 +213,7 @@ impl Drop for Inner {
             // The copy path's image and buffers retire themselves when the fields drop; every
             // use of the import (a consumer's sampling, too) is a use of them.
             for u in &uses {
-                copy.target.track(*u);
-                for (_, b) in &copy.files {
-                    b.track(*u);
-                }
+                copy.track(*u);
             }
         }
         self.engine.shared().retire(uses, garbage);
@@ -238,6 +293,25 @@ impl ImportedImage {
         self.0.tracked.uses.add(until);
     }
 
+    /// Checks `buf` (a new descriptor of the same files) against what the import checked:
+    /// each plane's file is still the same kind (a seal cannot be lost, but a file can be
+    /// replaced) and still holds the plane's bytes. What the import cache runs on every hit.
+    pub fn recheck(&self, buf: &DmaBuf) -> Result<(), ImportError> {
+        for (i, (end, class)) in self.0.checked.iter().enumerate() {
+            let fd = buf.plane(i).map(|p| p.fd).ok_or(ImportError::Changed { plane: i, detail: "the plane is gone".into() })?;
+            let now = dmabridge_interop::dmabuf::classify(fd, self.0.trust)
+                .map_err(|e| ImportError::Changed { plane: i, detail: e.to_string() })?;
+            if now != *class {
+                return Err(ImportError::Changed { plane: i, detail: format!("the file was a {class} and is a {now} now") });
+            }
+            let size = crate::buffer::fd_size(fd).map_err(|e| ImportError::Changed { plane: i, detail: e.to_string() })?;
+            if size < *end {
+                return Err(ImportError::Changed { plane: i, detail: format!("the file shrank to {size} bytes; the plane ends at {end}") });
+            }
+        }
+        Ok(())
+    }
+
     /// The queue family the memory is acquired from and released to.
     fn foreign_family(&self) -> u32 {
         match self.0.path {
@@ -252,8 +326,11 @@ impl ImportedImage {
 
     /// Records the acquisition of the frame's current contents for the use `to`: the queue
     /// family ownership transfer from the producer's side (explicit and opaque imports), or
-    /// the copy of the dma-buf's bytes into the device image (copy path). Recording it again
-    /// without a release in between is a plain layout transition.
+    /// the copy of the dma-buf's bytes into the device image (copy paths; the read-copy path
+    /// reads the file now, on the CPU). Recording it again without a release in between is a
+    /// plain layout transition.
+    ///
+    /// An error (a file that shrank, on the read-copy path) leaves nothing recorded.
     ///
     /// # Safety
     /// - `cmd` is a command buffer of this image's engine's device, in the recording state,
@@ -263,21 +340,32 @@ impl ImportedImage {
     ///   image are submitted in the order they were recorded;
     /// - the producer finished writing the frame before the submission executes (it waited,
     ///   or the submission waits for its fence).
-    pub unsafe fn record_acquire(&self, cmd: vk::CommandBuffer, to: ImageAccess, until: Completion) {
+    pub unsafe fn record_acquire(&self, cmd: vk::CommandBuffer, to: ImageAccess, until: Completion) -> Result<(), ImportError> {
         let device = self.0.engine.device();
         let state = self.0.tracked.get();
         let (ours, foreign) = (self.0.engine.queue_family(), self.foreign_family());
         if let Some(copy) = &self.0.copy {
-            let acquire: Vec<vk::BufferMemoryBarrier> = copy
-                .files
+            // The bytes to copy: the mapped files (acquired from the producer's side around the
+            // copy), or a staging buffer filled by pread now.
+            let (buffers, staging): (Vec<vk::Buffer>, Option<GpuBuffer>) = match &copy.source {
+                Source::Mapped(files) => (files.iter().map(|(_, b)| b.buffer()).collect(), None),
+                Source::Read { buf, planes } => {
+                    let staging = read_planes(&self.0.engine, buf, planes)?;
+                    (vec![staging.buffer()], Some(staging))
+                }
+            };
+            let external = staging.is_none();
+            let acquire: Vec<vk::BufferMemoryBarrier> = buffers
                 .iter()
-                .map(|(_, b)| buffer_barrier(b.buffer(), vk::AccessFlags::empty(), vk::AccessFlags::TRANSFER_READ, foreign, ours))
+                .filter(|_| external)
+                .map(|b| buffer_barrier(*b, vk::AccessFlags::empty(), vk::AccessFlags::TRANSFER_READ, foreign, ours))
                 .collect();
-            let release: Vec<vk::BufferMemoryBarrier> = copy
-                .files
+            let release: Vec<vk::BufferMemoryBarrier> = buffers
                 .iter()
-                .map(|(_, b)| buffer_barrier(b.buffer(), vk::AccessFlags::TRANSFER_READ, vk::AccessFlags::empty(), ours, foreign))
+                .filter(|_| external)
+                .map(|b| buffer_barrier(*b, vk::AccessFlags::TRANSFER_READ, vk::AccessFlags::empty(), ours, foreign))
                 .collect();
+            let host_writes = [vk::MemoryBarrier::default().src_access_mask(vk::AccessFlags::HOST_WRITE).dst_access_mask(vk::AccessFlags::TRANSFER_READ)];
             let aspect = vk::ImageAspectFlags::COLOR;
             // The whole image is overwritten: its old contents are discarded.
             let to_dst = image_barrier(
@@ -288,44 +376,30 @@ impl ImportedImage {
                 vk::AccessFlags::MEMORY_READ,
                 vk::AccessFlags::TRANSFER_WRITE,
             );
-            let to_use = image_barrier(
-                self.0.image,
-                aspect,
-                vk::ImageLayout::TRANSFER_DST_OPTIMAL,
-                to.layout,
-                vk::AccessFlags::TRANSFER_WRITE,
-                to.access,
-            );
+            let to_use =
+                image_barrier(self.0.image, aspect, vk::ImageLayout::TRANSFER_DST_OPTIMAL, to.layout, vk::AccessFlags::TRANSFER_WRITE, to.access);
+            let memory: &[vk::MemoryBarrier] = if external { &[] } else { &host_writes };
+            let src_stages = if external { vk::PipelineStageFlags::ALL_COMMANDS } else { vk::PipelineStageFlags::ALL_COMMANDS | vk::PipelineStageFlags::HOST };
             // SAFETY: the caller's contract for `cmd`; every handle belongs to this device; the
-            // regions lie inside the buffers (checked against the fd sizes) and the image's
-            // planes (VUID-vkCmdCopyBufferToImage-pRegions-06218, -06223); the buffers are
-            // external memory, so they may be acquired from and released to the foreign
-            // family (VUID-VkBufferMemoryBarrier-srcQueueFamilyIndex-04088).
+            // regions lie inside the buffers (checked against the fd sizes, or the staging
+            // buffer sized from them) and the image's planes (VUID-vkCmdCopyBufferToImage-pRegions-06218,
+            // -06223); the mapped buffers are external memory, so they may be acquired from
+            // and released to the foreign family (VUID-VkBufferMemoryBarrier-srcQueueFamilyIndex-04088).
             unsafe {
-                record_barrier(
-                    device,
-                    cmd,
-                    (vk::PipelineStageFlags::ALL_COMMANDS, vk::PipelineStageFlags::TRANSFER),
-                    &[],
-                    &acquire,
-                    &[to_dst],
-                );
+                record_barrier(device, cmd, (src_stages, vk::PipelineStageFlags::TRANSFER), memory, &acquire, &[to_dst]);
                 for (src, region) in &copy.regions {
-                    device.cmd_copy_buffer_to_image(
-                        cmd,
-                        copy.files[*src].1.buffer(),
-                        self.0.image,
-                        vk::ImageLayout::TRANSFER_DST_OPTIMAL,
-                        std::slice::from_ref(region),
-                    );
+                    device.cmd_copy_buffer_to_image(cmd, buffers[*src], self.0.image, vk::ImageLayout::TRANSFER_DST_OPTIMAL, std::slice::from_ref(region));
                 }
-                record_barrier(device, cmd, (vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::BOTTOM_OF_PIPE), &[], &release, &[]);
+                if external {
+                    record_barrier(device, cmd, (vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::BOTTOM_OF_PIPE), &[], &release, &[]);
+                }
                 record_barrier(device, cmd, (vk::PipelineStageFlags::TRANSFER, to.stages), &[], &[], &[to_use]);
             }
-            for (_, b) in &copy.files {
-                b.track(until);
+            copy.track(until);
+            if let Some(staging) = staging {
+                // Dropped now; its memory goes once the copy is done.
+                staging.track(until);
             }
-            copy.target.track(until);
             self.0.tracked.set(ImageState { layout: to.layout, owned: true });
         } else {
             let barrier = if state.owned {
@@ -350,6 +424,7 @@ impl ImportedImage {
             self.0.tracked.set(ImageState { layout: to.layout, owned: true });
         }
         self.track(until);
+        Ok(())
     }
 
     /// Records the release of the frame back to its producer after the use `from` (the
@@ -377,8 +452,7 @@ impl ImportedImage {
     pub fn acquire(&self, to: ImageAccess, options: SubmitOptions) -> Result<Submission, ImportError> {
         let (_, s) = self.0.engine.submit(options, |cmd, until| {
             // SAFETY: the engine's own command buffer, recording, submitted on its queue with `until`.
-            unsafe { self.record_acquire(cmd, to, until) };
-            Ok::<(), ImportError>(())
+            unsafe { self.record_acquire(cmd, to, until) }
         })?;
         Ok(s)
     }
@@ -424,10 +498,18 @@ impl Building<'_> {
 }
 
 impl Engine {
-    /// Checks `buf`'s layout, then imports it for `usage`: explicitly where the device can,
-    /// else through the buffer-copy path. The descriptor's fds are only borrowed (dups go
-    /// to Vulkan, which owns them from then on).
+    /// [`Engine::import_dmabuf_with`] with the default options: nothing trusted, copy
+    /// paths allowed.
     pub fn import_dmabuf(&self, buf: &DmaBuf, usage: vk::ImageUsageFlags) -> Result<ImportedImage, ImportError> {
+        self.import_dmabuf_with(buf, usage, ImportOptions::default())
+    }
+
+    /// Checks `buf`'s layout and its fds, then imports it for `usage`: explicitly where the
+    /// device can and the files cannot shrink, else through a copy path (see the module
+    /// docs). The descriptor's fds are only borrowed (dups go to Vulkan, or to the
+    /// read-copy path's own copy of the descriptor).
+    pub fn import_dmabuf_with(&self, buf: &DmaBuf, usage: vk::ImageUsageFlags, options: ImportOptions) -> Result<ImportedImage, ImportError> {
+        let checks = dmabridge_interop::dmabuf::ImportOptions { trust: options.trust, require_fixed_size: options.require_zero_copy };
         let entry = vk_format::to_vk(buf.fourcc()).ok_or(ImportError::UnknownFourcc(buf.fourcc()))?;
         if !self.has_capability(Capability::DmaBufImport) || self.external_memory_fd().is_none() {
             return Err(ImportError::Unsupported(Capability::DmaBufImport));
@@ -448,14 +530,33 @@ impl Engine {
             Layout::Implicit => false,
         };
         if explicit {
-            let checked = check_import(buf, &|f: Format| match f.layout {
-                Layout::Explicit(m) if f.fourcc == buf.fourcc() => explicit_facts(m),
-                _ => None,
-            })?;
-            self.import_explicit(&checked, entry, usage)
+            let checked = check_import_with(
+                buf,
+                &|f: Format| match f.layout {
+                    Layout::Explicit(m) if f.fourcc == buf.fourcc() => explicit_facts(m),
+                    _ => None,
+                },
+                checks,
+            )?;
+            if checked.zero_copy_safe() {
+                self.import_explicit(&checked, entry, usage, options.trust)
+            } else if buf.layout() == Layout::Explicit(Modifier::LINEAR) {
+                self.import_by_copy(&checked, entry, usage, options.trust)
+            } else {
+                // Tiled bytes read into memory are still tiled: no copy makes them an image.
+                Err(ImportError::NotZeroCopy(not_fixed(&checked)))
+            }
         } else {
+            if options.require_zero_copy {
+                let why = if self.has_modifiers() {
+                    format!("the device does not import {} explicitly for this usage", buf.format())
+                } else {
+                    "the device has no VK_EXT_image_drm_format_modifier: it imports dma-bufs only by copying".to_owned()
+                };
+                return Err(ImportError::NotZeroCopy(why));
+            }
             let copy_facts = self.copy_path_facts(buf, entry, usage);
-            let checked = check_import(buf, &|f: Format| {
+            let checked = check_import_with(buf, &|f: Format| {
                 if f.fourcc != buf.fourcc() {
                     return None;
                 }
@@ -465,11 +566,11 @@ impl Engine {
                     Layout::Implicit if !self.has_modifiers() => copy_facts,
                     _ => None,
                 }
-            });
+            }, checks);
             match checked {
                 Err(ImportCheckError::LayoutNotAllowed { .. }) if copy_facts.is_some() => Err(ImportError::NeedsConversion(buf.layout())),
                 Err(e) => Err(e.into()),
-                Ok(checked) => self.import_by_copy(&checked, entry, usage),
+                Ok(checked) => self.import_by_copy(&checked, entry, usage, options.trust),
             }
         }
     }
@@ -539,6 +640,8 @@ impl Engine {
             copy: None,
             usage: share.usage,
             disjoint: false,
+            checked: Vec::new(),
+            trust: FdTrust::Untrusted,
             tracked: Tracked::new(false),
         })))
     }
@@ -562,7 +665,13 @@ impl Engine {
         Some(ImportFacts { memory_plane_count: planes, max_width: props.max_extent.width, max_height: props.max_extent.height, disjoint: true })
     }
 
-    fn import_explicit(&self, checked: &CheckedImport<'_>, entry: &'static VkFormatEntry, usage: vk::ImageUsageFlags) -> Result<ImportedImage, ImportError> {
+    fn import_explicit(
+        &self,
+        checked: &CheckedImport<'_>,
+        entry: &'static VkFormatEntry,
+        usage: vk::ImageUsageFlags,
+        trust: FdTrust,
+    ) -> Result<ImportedImage, ImportError> {
         let buf = checked.dmabuf();
         let Layout::Explicit(modifier) = buf.layout() else {
             return Err(ImportError::NeedsConversion(buf.layout()));
@@ -649,16 +758,27 @@ impl Engine {
             copy: None,
             usage,
             disjoint,
+            checked: checked.planes().iter().map(|p| (p.end, p.class)).collect(),
+            trust,
             tracked: Tracked::new(false),
         })))
     }
 
-    fn import_by_copy(&self, checked: &CheckedImport<'_>, entry: &'static VkFormatEntry, usage: vk::ImageUsageFlags) -> Result<ImportedImage, ImportError> {
+    fn import_by_copy(
+        &self,
+        checked: &CheckedImport<'_>,
+        entry: &'static VkFormatEntry,
+        usage: vk::ImageUsageFlags,
+        trust: FdTrust,
+    ) -> Result<ImportedImage, ImportError> {
         let buf = checked.dmabuf();
         let info = format_info(buf.fourcc()).ok_or(ImportError::UnknownFourcc(buf.fourcc()))?;
         let usage = usage | vk::ImageUsageFlags::TRANSFER_DST;
         let target = DeviceImage::new(self, entry.vk_format, (buf.width(), buf.height()), usage)?;
+        let mapped = checked.zero_copy_safe();
         let mut files: Vec<(FileId, ImportedBuffer)> = Vec::new();
+        let mut read_planes: Vec<(u64, u64)> = Vec::new();
+        let mut staging_len = 0u64;
         let mut regions = Vec::new();
         for (i, p) in checked.planes().iter().enumerate() {
             // YV12 keeps V before U: its plane 1 is Vulkan's plane 2 (Cr) and vice versa.
@@ -672,7 +792,18 @@ impl Engine {
             if p.offset % block != 0 {
                 return Err(ImportError::OffsetNotTexelAligned { plane: i, offset: p.offset, texel: block });
             }
-            let src = match files.iter().position(|(f, _)| *f == p.file) {
+            // Where the plane's first byte is in the buffer the copy reads: its offset in its
+            // file (mapped), or where the read-copy path puts it in its staging buffer.
+            let (src, buffer_offset) = if !mapped {
+                let at = staging_len;
+                read_planes.push((p.offset, p.size()));
+                staging_len = at
+                    .checked_add(p.size())
+                    .map(|e| e.div_ceil(16) * 16)
+                    .ok_or(ImportError::Read { plane: i, source: ReadError::Overflow { offset: at, len: p.size() } })?;
+                (0, at)
+            } else {
+                let src = match files.iter().position(|(f, _)| *f == p.file) {
                 Some(s) => s,
                 None => {
                     let size = checked.planes().iter().filter(|q| q.file == p.file).map(|q| q.end).max().unwrap_or(p.end);
@@ -683,13 +814,15 @@ impl Engine {
                     files.push((p.file, ImportedBuffer::import(self, fd, size, vk::BufferUsageFlags::TRANSFER_SRC)?));
                     files.len() - 1
                 }
+                };
+                (src, p.offset)
             };
             let row_length =
                 u32::try_from(p.stride / texel).map_err(|_| ImportError::StrideNotTexelAligned { plane: i, stride: p.stride, texel })?;
             regions.push((
                 src,
                 vk::BufferImageCopy {
-                    buffer_offset: p.offset,
+                    buffer_offset,
                     buffer_row_length: row_length,
                     buffer_image_height: 0,
                     image_subresource: vk::ImageSubresourceLayers {
@@ -707,11 +840,18 @@ impl Engine {
                 },
             ));
         }
-        tracing::debug!(fourcc = %buf.fourcc(), "imported through the buffer-copy path");
+        let (path, source) = if mapped {
+            tracing::debug!(fourcc = %buf.fourcc(), "imported through the buffer-copy path");
+            (ImportPath::BufferCopy, Source::Mapped(files))
+        } else {
+            tracing::debug!(fourcc = %buf.fourcc(), "a file can shrink: imported through the read-copy path");
+            let own = buf.try_clone().map_err(|e| ImportError::Dup { plane: 0, source: std::io::Error::other(e) })?;
+            (ImportPath::ReadCopy, Source::Read { buf: own, planes: read_planes })
+        };
         let image = target.image();
         Ok(ImportedImage(Arc::new(Inner {
             engine: self.clone(),
-            path: ImportPath::BufferCopy,
+            path,
             fourcc: buf.fourcc(),
             layout: buf.layout(),
             entry,
@@ -720,10 +860,43 @@ impl Engine {
             image,
             owned_image: false,
             memories: Vec::new(),
-            copy: Some(CopySource { files, regions, target }),
+            copy: Some(CopySource { source, regions, target }),
             usage,
             disjoint: false,
+            checked: checked.planes().iter().map(|p| (p.end, p.class)).collect(),
+            trust,
             tracked: Tracked::new(true),
         })))
     }
+}
+
+/// Why a checked buffer is not zero-copy: the first plane whose file can shrink.
+fn not_fixed(checked: &CheckedImport<'_>) -> String {
+    checked
+        .planes()
+        .iter()
+        .enumerate()
+        .find_map(|(i, p)| match p.class {
+            FdClass::Shrinkable(reason) => Some(format!("plane {i}: {reason}")),
+            _ => None,
+        })
+        .unwrap_or_else(|| "a plane's file can shrink".into())
+}
+
+/// The read-copy path: every plane's bytes (`planes[i]`: offset and length in its file),
+/// read with `pread` into a new staging buffer, each at the next 16-byte boundary.
+fn read_planes(engine: &Engine, buf: &DmaBuf, planes: &[(u64, u64)]) -> Result<GpuBuffer, ImportError> {
+    let total = planes.iter().try_fold(0u64, |at, (_, len)| at.checked_add(*len).map(|e| e.div_ceil(16) * 16));
+    let total = total.ok_or(ImportError::Read { plane: 0, source: ReadError::Overflow { offset: 0, len: u64::MAX } })?;
+    let mut staging = GpuBuffer::new(engine, total, BufferLocation::Upload)?;
+    let bytes = staging.bytes_mut()?;
+    let mut at = 0usize;
+    for (i, (offset, len)) in planes.iter().enumerate() {
+        let fd = buf.plane(i).map(|p| p.fd).ok_or(ImportError::Dup { plane: i, source: std::io::Error::other("no such plane") })?;
+        let n = *len as usize;
+        let dst = bytes.get_mut(at..at + n).ok_or(ImportError::Read { plane: i, source: ReadError::Overflow { offset: *offset, len: *len } })?;
+        read_exact_at(fd, *offset, dst).map_err(|source| ImportError::Read { plane: i, source })?;
+        at = (at + n).div_ceil(16) * 16;
+    }
+    Ok(staging)
 }

@@ -6,8 +6,10 @@
 //! files alive and the identity valid. Dropping an entry (eviction, [`ImportCache::forget`],
 //! or dropping the cache) drops that descriptor and the Vulkan objects together.
 //!
-//! On a hit the newly received descriptor is dropped at once (its fds are dups of files the
-//! entry already holds). The cache hands out clones of its [`ImportedImage`]s: an evicted
+//! On a hit the files are checked again ([`ImportedImage::recheck`]: still the same kind of
+//! file, still long enough), then the newly received descriptor is dropped (its fds are dups
+//! of files the entry already holds). A hit that fails the recheck evicts the entry and
+//! returns the error. The cache hands out clones of its [`ImportedImage`]s: an evicted
 //! import stays alive while the caller holds it, and its Vulkan objects wait for the GPU
 //! work that uses them. A copy-path entry copies the producer's new bytes each time it is
 //! acquired ([`ImportedImage::record_acquire`]); an explicit one aliases the memory.
@@ -17,7 +19,7 @@ use std::collections::HashMap;
 use ash::vk;
 use dmabridge_interop::dmabuf::{BufferIdentity, DmaBuf};
 
-use crate::import::{ImportError, ImportedImage};
+use crate::import::{ImportError, ImportOptions, ImportedImage};
 use crate::Engine;
 
 /// Counters, for benchmarks and tests.
@@ -40,7 +42,7 @@ struct Entry {
 pub struct ImportCache {
     engine: Engine,
     capacity: usize,
-    entries: HashMap<(BufferIdentity, vk::ImageUsageFlags), Entry>,
+    entries: HashMap<(BufferIdentity, vk::ImageUsageFlags, ImportOptions), Entry>,
     clock: u64,
     stats: CacheStats,
 }
@@ -52,18 +54,29 @@ impl ImportCache {
         ImportCache { engine: engine.clone(), capacity: capacity.max(1), entries: HashMap::new(), clock: 0, stats: CacheStats::default() }
     }
 
-    /// The import of `buf` for `usage`: cached, or imported now. Takes ownership of `buf`;
-    /// on a hit it is dropped (closing its fds), on a miss the entry keeps it.
+    /// [`ImportCache::import_with`] with the default options.
     pub fn import(&mut self, buf: DmaBuf, usage: vk::ImageUsageFlags) -> Result<ImportedImage, ImportError> {
+        self.import_with(buf, usage, ImportOptions::default())
+    }
+
+    /// The import of `buf` for `usage`: cached (after [`ImportedImage::recheck`]), or
+    /// imported now ([`Engine::import_dmabuf_with`]). Takes ownership of `buf`; on a hit it is
+    /// dropped (closing its fds), on a miss the entry keeps it.
+    pub fn import_with(&mut self, buf: DmaBuf, usage: vk::ImageUsageFlags, options: ImportOptions) -> Result<ImportedImage, ImportError> {
         use std::collections::hash_map::Entry as Slot;
         self.clock += 1;
-        let key = (buf.identity(), usage);
+        let key = (buf.identity(), usage, options);
         if !self.entries.contains_key(&key) && self.entries.len() >= self.capacity {
             self.evict_oldest();
         }
         match self.entries.entry(key) {
             Slot::Occupied(slot) => {
                 self.stats.hits += 1;
+                if let Err(e) = slot.get().image.recheck(&buf) {
+                    slot.remove();
+                    self.stats.evictions += 1;
+                    return Err(e);
+                }
                 drop(buf);
                 let entry = slot.into_mut();
                 entry.last_used = self.clock;
@@ -71,7 +84,7 @@ impl ImportCache {
             }
             Slot::Vacant(slot) => {
                 self.stats.misses += 1;
-                let image = self.engine.import_dmabuf(&buf, usage)?;
+                let image = self.engine.import_dmabuf_with(&buf, usage, options)?;
                 Ok(slot.insert(Entry { image, _dmabuf: buf, last_used: self.clock }).image.clone())
             }
         }
@@ -80,7 +93,7 @@ impl ImportCache {
     /// Drops the entry for a buffer the producer destroyed (any usage). Returns whether one was held.
     pub fn forget(&mut self, identity: &BufferIdentity) -> bool {
         let before = self.entries.len();
-        self.entries.retain(|(id, _), _| id != identity);
+        self.entries.retain(|(id, _, _), _| id != identity);
         before != self.entries.len()
     }
 

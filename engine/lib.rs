@@ -27,7 +27,7 @@
 //! let point = timeline.next();
 //! let image = cache.import(buf, vk::ImageUsageFlags::SAMPLED)?; // a hit after the first frame
 //! // SAFETY: `cmd` is the host's, recording, and its submission signals `point`.
-//! unsafe { image.record_acquire(cmd, ImageAccess::SAMPLED_FRAGMENT, point) };
+//! unsafe { image.record_acquire(cmd, ImageAccess::SAMPLED_FRAGMENT, point) }?;
 //! // ... the host's own draw that samples image.image() ...
 //! // SAFETY: as above.
 //! unsafe { image.record_release(cmd, ImageAccess::SAMPLED_FRAGMENT, point) };
@@ -74,7 +74,7 @@ pub use device::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions,
 pub use error::VkError;
 pub use export::{ExportError, ExportRequest, ExportedImage, OpaqueFd, Shared};
 pub use image::{DeviceImage, ImageAccess, ImageError};
-pub use import::{ImportError, ImportPath, ImportedImage};
+pub use import::{ImportError, ImportOptions, ImportPath, ImportedImage};
 pub use import_cache::{CacheStats, ImportCache};
 pub use memory::MemoryError;
 pub use negotiation::{Direction, ParticipantRequest};

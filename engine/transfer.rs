@@ -45,6 +45,9 @@ pub enum TransferError {
     /// Submitting or waiting failed.
     #[error(transparent)]
     Submit(#[from] SubmitError),
+    /// Acquiring the frame failed (a file that shrank, on the read-copy path).
+    #[error(transparent)]
+    Import(#[from] Box<crate::import::ImportError>),
 }
 
 /// One copy region per plane of `fourcc`, between an image and a buffer whose planes lie at
@@ -219,7 +222,7 @@ impl ImportedImage {
         let buffer = GpuBuffer::new(engine, total, BufferLocation::Readback)?;
         let (_, s) = engine.submit(options, |cmd, until| {
             // SAFETY: the engine's own command buffer, recording, submitted with `until`.
-            unsafe { self.record_acquire(cmd, ImageAccess::TRANSFER_SRC, until) };
+            unsafe { self.record_acquire(cmd, ImageAccess::TRANSFER_SRC, until) }.map_err(Box::new)?;
             let host = buffer_barrier(
                 buffer.buffer(),
                 vk::AccessFlags::TRANSFER_WRITE,

@@ -70,7 +70,7 @@ fn produce(socket: OwnedFd) -> Result<(), String> {
     let size = (WIDTH * HEIGHT * 4) as usize;
     let mut pool = Vec::with_capacity(POOL);
     for _ in 0..POOL {
-        pool.push(sealed_memfd(size as u64).map_err(|e| e.to_string())?);
+        pool.push(dmabridge::interop::dmabuf::sealed_memfd_of_size("embed-host-frame", size as u64).map_err(|e| e.to_string())?);
     }
     let mut free: VecDeque<usize> = (0..POOL).collect();
     let mut frame = vec![0u8; size];
@@ -103,15 +103,6 @@ fn produce(socket: OwnedFd) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// A memfd of `size` bytes that cannot shrink or grow: a dma-buf stand-in.
-fn sealed_memfd(size: u64) -> std::io::Result<OwnedFd> {
-    use rustix::fs::{fcntl_add_seals, ftruncate, memfd_create, MemfdFlags, SealFlags};
-    let fd = memfd_create("embed-host-frame", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
-    ftruncate(&fd, size)?;
-    fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW)?;
-    Ok(fd)
 }
 
 /// What the host keeps per frame in flight.
@@ -304,7 +295,7 @@ fn frame_loop(engine: &Engine, device: &ash::Device, family: u32) -> Result<(), 
             unsafe { device.begin_command_buffer(cmd, &vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT)) }?;
             // SAFETY: `cmd` is recording, will be submitted on the engine's queue family
             // signalling `point`, and the producer wrote the frame before sending it.
-            unsafe { image.record_acquire(cmd, ImageAccess::SAMPLED_COMPUTE, point) };
+            unsafe { image.record_acquire(cmd, ImageAccess::SAMPLED_COMPUTE, point) }?;
             let push: [u32; 4] = [WIDTH, HEIGHT, GRID.0, GRID.1];
             // SAFETY: as above; the set's image and buffer outlive the submission (tracked
             // below and by the view).

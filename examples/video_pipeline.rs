@@ -71,15 +71,6 @@ struct Converted {
     submission: Submission,
 }
 
-/// A memfd of `bytes` that cannot shrink or grow: a dma-buf stand-in.
-fn sealed_memfd(bytes: &[u8]) -> std::io::Result<std::os::fd::OwnedFd> {
-    use rustix::fs::{fcntl_add_seals, memfd_create, MemfdFlags, SealFlags};
-    let fd = memfd_create("video-pipeline-frame", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
-    rustix::io::pwrite(&fd, bytes, 0)?;
-    fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW)?;
-    Ok(fd)
-}
-
 /// The producer: tiles each frame into a free buffer of its pool and hands it on.
 fn produce(to_converter: SyncSender<Decoded>, released: Receiver<usize>) -> Result<u32, Error> {
     let g = tiled_size(LAYOUT, Fourcc::NV12, WIDTH, HEIGHT)?;
@@ -89,7 +80,7 @@ fn produce(to_converter: SyncSender<Decoded>, released: Receiver<usize>) -> Resu
     let mut pool: Vec<std::os::fd::OwnedFd> = Vec::with_capacity(POOL);
     let mut tiled = vec![0u8; g.size as usize];
     for _ in 0..POOL {
-        pool.push(sealed_memfd(&tiled)?);
+        pool.push(dmabridge::interop::dmabuf::sealed_memfd("video-pipeline-frame", &tiled)?);
     }
     let mut free: Vec<usize> = (0..POOL).rev().collect();
     let mut held = [false; POOL];

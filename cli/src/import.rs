@@ -7,9 +7,9 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::process::ExitCode;
 
 use dmabridge::ash::vk;
-use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
+use dmabridge::interop::dmabuf::{DmaBuf, FdTrust, PlaneDesc};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
-use dmabridge::{Converter, Engine, EngineOptions, ImportError};
+use dmabridge::{Converter, Engine, EngineOptions, ImportError, ImportOptions};
 
 #[derive(clap::Args)]
 pub struct ImportArgs {
@@ -24,6 +24,13 @@ pub struct ImportArgs {
     /// Where to write the planes' visible rows, tightly packed and concatenated.
     #[arg(long)]
     out: std::path::PathBuf,
+    /// Fail unless the import is zero-copy: a file that can shrink (an unsealed memfd) or a
+    /// layout the device only copies is an error naming why, instead of a copy.
+    #[arg(long)]
+    require_zero_copy: bool,
+    /// Treat unsealed regular files as fixed-size (you vouch that nobody truncates them).
+    #[arg(long)]
+    trust_files: bool,
 }
 
 /// One plane as given on the command line.
@@ -88,7 +95,11 @@ pub fn run(args: &ImportArgs) -> ExitCode {
         Ok(e) => e,
         Err(e) => return fail(e.to_string()),
     };
-    let bytes = match engine.import_dmabuf(&buf, vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC) {
+    let options = ImportOptions {
+        trust: if args.trust_files { FdTrust::TrustRegularFiles } else { FdTrust::Untrusted },
+        require_zero_copy: args.require_zero_copy,
+    };
+    let bytes = match engine.import_dmabuf_with(&buf, vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC, options) {
         Ok(image) => {
             println!("path: {}", image.path());
             match image.read_back() {
@@ -98,7 +109,7 @@ pub fn run(args: &ImportArgs) -> ExitCode {
         }
         // A tiled layout no Vulkan driver samples (a V4L2 decoder's, a foreign GPU's):
         // the copy fallback detiles it on the GPU.
-        Err(ImportError::NeedsConversion(_)) => {
+        Err(ImportError::NeedsConversion(_)) if !args.require_zero_copy => {
             let detiled = Converter::new(&engine).map_err(|e| e.to_string()).and_then(|c| {
                 let (out, layout) = c.detile_dmabuf(&buf, dmabridge::READBACK_TIMEOUT).map_err(|e| e.to_string())?;
                 Ok((out.bytes().map_err(|e| e.to_string())?.to_vec(), layout))

@@ -11,7 +11,6 @@
 //! Exit status: 0, 1 for bad input or any failure (with a message), 3 when
 //! `DMABRIDGE_VALIDATION=1` and the validation layer reported a problem.
 
-use std::os::fd::OwnedFd;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -94,21 +93,8 @@ fn build(args: &ViewArgs) -> Result<DmaBuf, String> {
         planes.push((offset, info.min_stride(i, args.frame.width)));
         offset += info.packed_plane_size(i, args.frame.width, args.frame.height);
     }
-    let fd = memfd_with(&bytes).map_err(|e| format!("cannot make a memfd for the frame: {e}"))?;
+    let fd = dmabridge::interop::dmabuf::sealed_memfd("dmabridge-view", &bytes).map_err(|e| format!("cannot make a memfd for the frame: {e}"))?;
     DmaBuf::in_one_file(fourcc, Layout::from_wire(modifier), args.frame.width, args.frame.height, fd, &planes).map_err(|e| e.to_string())
-}
-
-/// A memfd holding `bytes`, sealed against resizing: its size cannot change after the
-/// import checks (lavapipe maps it).
-fn memfd_with(bytes: &[u8]) -> std::io::Result<OwnedFd> {
-    use rustix::fs::{fcntl_add_seals, memfd_create, MemfdFlags, SealFlags};
-    use std::io::Write as _;
-    let fd = memfd_create("dmabridge-view", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
-    let mut file = std::fs::File::from(fd);
-    file.write_all(bytes)?;
-    let fd = OwnedFd::from(file);
-    fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW)?;
-    Ok(fd)
 }
 
 /// winit's side: the window and what happened to it since the last look.

@@ -228,6 +228,8 @@ pub enum PresentError {
     Vk(#[from] VkError),
     #[error(transparent)]
     Submit(#[from] SubmitError),
+    #[error("acquiring the frame failed: {0}")]
+    Import(#[from] crate::import::ImportError),
     #[error("internal error: {0}")]
     Internal(&'static str),
 }
@@ -516,7 +518,7 @@ impl Presenter {
             // SAFETY: the engine's command buffer, recording, submitted on its queue with
             // `until`; the frame is acquired for sampling in the fragment shader, the layout
             // the descriptor names (VUID-vkCmdDraw-None-09600).
-            unsafe { frame.record_acquire(cmd, ImageAccess::SAMPLED_FRAGMENT, until) };
+            unsafe { frame.record_acquire(cmd, ImageAccess::SAMPLED_FRAGMENT, until) }?;
             // SAFETY: recording state; the framebuffer belongs to the acquired image and the
             // render pass; viewport and scissor lie inside the framebuffer (fit_rect stays
             // within the extent); the pipeline's layout matches the bound set and the 4-byte

@@ -29,7 +29,7 @@ use wayland_protocols::xdg::shell::client::{xdg_surface, xdg_toplevel};
 use super::client::{Client, ParamsResult};
 use super::formats::{compositor_participant, CompositorFormats};
 use super::plan::{copy_plan, plan, producer_participant, Plan, PlanError, PlanReason};
-use super::upload::{memfd, write_planes, Staging, UploadError};
+use super::upload::{write_planes, Staging, UploadError};
 use super::{Display, WaylandError};
 use crate::export::{ExportError, ExportRequest, ExportedImage};
 use crate::Engine;
@@ -112,7 +112,7 @@ pub enum SinkError {
     #[error("describing a buffer failed: {0}")]
     Descriptor(#[from] DescriptorError),
     #[error("allocating a buffer failed: {0}")]
-    Alloc(std::io::Error),
+    Alloc(#[from] dmabridge_interop::dmabuf::MemfdError),
     #[error("the allocation breaks the implicit-modifier rules: {0}")]
     Implicit(#[from] ImplicitRuleError),
     #[error("a {0}-plane buffer cannot be described to linux-dmabuf (offsets and strides are 32-bit)")]
@@ -499,7 +499,8 @@ fn own_buffer(fourcc: Fourcc, layout: Layout, width: u32, height: u32) -> Result
         planes.push((offset, stride));
         offset += (stride * u64::from(info.plane_height(i, height))).div_ceil(COPY_ALIGN) * COPY_ALIGN;
     }
-    let fd = memfd(offset).map_err(SinkError::Alloc)?;
+    // Sealed: the compositor maps it, and must not be exposed to a shrinking file.
+    let fd = dmabridge_interop::dmabuf::sealed_memfd_of_size("dmabridge-wayland", offset)?;
     Ok(DmaBuf::in_one_file(fourcc, layout, width, height, fd, &planes)?)
 }
 

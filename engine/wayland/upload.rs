@@ -1,8 +1,6 @@
 //! Putting a packed frame into a buffer: the Vulkan producer's transfer into an exported
 //! image (zero-copy path), or a copy into the sink's own memfd (copy path).
 
-use std::os::fd::OwnedFd;
-
 use dmabridge_interop::dmabuf::DmaBuf;
 use dmabridge_interop::tiling::LinearPlane;
 use dmabridge_interop::{format_info, Fourcc};
@@ -103,12 +101,4 @@ pub(crate) fn write_planes(buf: &DmaBuf, frame: &[u8]) -> Result<(), UploadError
         }
     }
     Ok(())
-}
-
-/// A memfd of `size` bytes for the copy path (a dma-buf stand-in every importer here takes).
-pub(crate) fn memfd(size: u64) -> std::io::Result<OwnedFd> {
-    use rustix::fs::{ftruncate, memfd_create, MemfdFlags};
-    let fd = memfd_create("dmabridge-wayland", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)?;
-    ftruncate(&fd, size)?;
-    Ok(fd)
 }

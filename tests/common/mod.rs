@@ -50,19 +50,12 @@ pub fn assert_clean(engine: &Engine) {
     );
 }
 
-use std::io::Write as _;
 use std::os::fd::OwnedFd;
 
 /// A memfd (a dma-buf stand-in: lavapipe imports any mmap-able fd) holding `bytes`,
 /// sealed against shrinking so its size cannot change after the layout checks.
 pub fn memfd_with(bytes: &[u8]) -> OwnedFd {
-    use rustix::fs::{fcntl_add_seals, memfd_create, MemfdFlags, SealFlags};
-    let fd = memfd_create("dmabridge-test", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).expect("memfd");
-    let mut file = std::fs::File::from(fd);
-    file.write_all(bytes).expect("fill memfd");
-    let fd = OwnedFd::from(file);
-    fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).expect("seal");
-    fd
+    dmabridge::interop::dmabuf::sealed_memfd("dmabridge-test", bytes).expect("sealed memfd")
 }
 
 /// Deterministic bytes that differ from row to row and plane to plane.

@@ -144,15 +144,6 @@ pub struct Source {
     pub bytes: u64,
 }
 
-/// A sealed memfd of `size` bytes.
-pub fn memfd(size: u64) -> Result<std::os::fd::OwnedFd, DemoError> {
-    use rustix::fs::{fcntl_add_seals, ftruncate, memfd_create, MemfdFlags, SealFlags};
-    let fd = memfd_create("dmabridge-bench", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).map_err(|e| DemoError::Io(e.into()))?;
-    ftruncate(&fd, size).map_err(|e| DemoError::Io(e.into()))?;
-    fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).map_err(|e| DemoError::Io(e.into()))?;
-    Ok(fd)
-}
-
 impl Source {
     pub fn new(engine: &Engine, fourcc: Fourcc, w: u32, h: u32, export: bool) -> Result<Source, DemoError> {
         let info = format_info(fourcc).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no plane table")))?;
@@ -175,7 +166,7 @@ impl Source {
         }
         // Planes packed one after the other in one memfd, tightly.
         let total = info.packed_size(w, h);
-        let fd = memfd(total)?;
+        let fd = dmabridge_interop::dmabuf::sealed_memfd_of_size("dmabridge-bench", total)?;
         let mut planes = Vec::new();
         let mut offset = 0;
         for i in 0..info.plane_count() {
@@ -352,7 +343,7 @@ fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, op
                     host.frame(|cmd, until| {
                         // SAFETY: the host's command buffer, recording, submitted signalling `until`.
                         unsafe {
-                            image.record_acquire(cmd, ImageAccess::SAMPLED_COMPUTE, until);
+                            image.record_acquire(cmd, ImageAccess::SAMPLED_COMPUTE, until)?;
                             image.record_release(cmd, ImageAccess::SAMPLED_COMPUTE, until);
                         }
                         Ok(())
@@ -494,7 +485,7 @@ pub fn negotiate_us(engine: &Engine, reps: usize) -> Result<f64, DemoError> {
 
 /// Mean µs of one descriptor handoff (send + receive + validation, fds closed after).
 pub fn handoff_us(reps: usize) -> Result<f64, DemoError> {
-    let fd = memfd(1280 * 720 * 4)?;
+    let fd = dmabridge_interop::dmabuf::sealed_memfd_of_size("dmabridge-bench", 1280 * 720 * 4)?;
     let buf = DmaBuf::new(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 1280, 720, vec![PlaneDesc { fd, offset: 0, stride: 1280 * 4 }])?;
     let (a, b) = socketpair()?;
     let t = Instant::now();

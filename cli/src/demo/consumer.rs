@@ -255,7 +255,7 @@ impl ModeCtx<'_> {
         let (_, submitted) = engine.submit(SubmitOptions::default(), |cmd, until| {
             // SAFETY: the engine's command buffer, recording, signalling `until`; the producer
             // waited for its frame before sending it (cpu-wait).
-            unsafe { image.record_acquire(cmd, ImageAccess::SAMPLED_COMPUTE, until) };
+            unsafe { image.record_acquire(cmd, ImageAccess::SAMPLED_COMPUTE, until) }?;
             // SAFETY: recording state; the sum buffer has TRANSFER_DST usage.
             unsafe {
                 device.cmd_fill_buffer(cmd, sum.buffer(), 0, 8, 0);

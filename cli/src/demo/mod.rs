@@ -109,6 +109,8 @@ pub enum DemoError {
     #[error(transparent)]
     Descriptor(#[from] dmabridge_interop::dmabuf::DescriptorError),
     #[error(transparent)]
+    Memfd(#[from] dmabridge_interop::dmabuf::MemfdError),
+    #[error(transparent)]
     Vk(#[from] VkError),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),

@@ -2,7 +2,7 @@
 //! holds them, a compute shader that renders each frame, and the handoff.
 
 use std::collections::BTreeSet;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::process::Child;
 use std::time::Instant;
 
@@ -201,16 +201,6 @@ struct Slot {
     used: bool,
 }
 
-/// A memfd of `size` bytes, sealed against resizing: the producer's own "dma-buf" where the
-/// device cannot export one.
-fn memfd(size: u64) -> Result<OwnedFd, DemoError> {
-    use rustix::fs::{fcntl_add_seals, ftruncate, memfd_create, MemfdFlags, SealFlags};
-    let fd = memfd_create("dmabridge-demo-frame", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).map_err(|e| DemoError::Io(e.into()))?;
-    ftruncate(&fd, size).map_err(|e| DemoError::Io(e.into()))?;
-    fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).map_err(|e| DemoError::Io(e.into()))?;
-    Ok(fd)
-}
-
 /// The per-mode producer state.
 struct Pool {
     slots: Vec<Slot>,
@@ -233,7 +223,7 @@ impl Pool {
                 Mode::Copy => {
                     let layout = packed_layout(plan.fourcc, w, h)?;
                     let total = layout.iter().map(|p| p.1 * p.3).sum();
-                    let fd = memfd(total)?;
+                    let fd = dmabridge_interop::dmabuf::sealed_memfd_of_size("dmabridge-demo-frame", total)?;
                     let mut planes = Vec::new();
                     for &(offset, stride, _, _) in &layout {
                         planes.push(PlaneDesc { fd: fd.try_clone()?, offset, stride });

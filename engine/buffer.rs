@@ -208,10 +208,21 @@ impl ImportedBuffer {
     /// mapping (a dma-buf, or a memfd sealed with `F_SEAL_SHRINK`), and hold `len` bytes:
     /// both are checked first.
     pub fn import(engine: &Engine, fd: BorrowedFd<'_>, len: u64, usage: vk::BufferUsageFlags) -> Result<ImportedBuffer, BufferError> {
+        Self::import_trusting(engine, fd, len, usage, dmabridge_interop::dmabuf::FdTrust::Untrusted)
+    }
+
+    /// [`ImportedBuffer::import`], with regular files counted as fixed-size when `trust` says so.
+    pub fn import_trusting(
+        engine: &Engine,
+        fd: BorrowedFd<'_>,
+        len: u64,
+        usage: vk::BufferUsageFlags,
+        trust: dmabridge_interop::dmabuf::FdTrust,
+    ) -> Result<ImportedBuffer, BufferError> {
         if !engine.has_capability(Capability::DmaBufImport) {
             return Err(BufferError::Unsupported(Capability::DmaBufImport));
         }
-        match dmabridge_interop::dmabuf::classify(fd, dmabridge_interop::dmabuf::FdTrust::Untrusted) {
+        match dmabridge_interop::dmabuf::classify(fd, trust) {
             Ok(class) if class.is_fixed_size() => {}
             Ok(dmabridge_interop::dmabuf::FdClass::Shrinkable(reason)) => return Err(BufferError::NotMappable(reason.to_string())),
             Ok(other) => return Err(BufferError::NotMappable(format!("a {other}"))),

@@ -811,7 +811,7 @@ impl Engine {
                         plane: i,
                         source: std::io::Error::other("the descriptor has no such plane"),
                     })?;
-                    files.push((p.file, ImportedBuffer::import(self, fd, size, vk::BufferUsageFlags::TRANSFER_SRC)?));
+                    files.push((p.file, ImportedBuffer::import_trusting(self, fd, size, vk::BufferUsageFlags::TRANSFER_SRC, trust)?));
                     files.len() - 1
                 }
                 };

@@ -45,6 +45,9 @@ pub enum TransferError {
     /// Submitting or waiting failed.
     #[error(transparent)]
     Submit(#[from] SubmitError),
+    /// The image was not made for this use.
+    #[error("the image lacks {0:?} usage, which this copy needs")]
+    Usage(vk::ImageUsageFlags),
     /// Acquiring the frame failed (a file that shrank, on the read-copy path).
     #[error(transparent)]
     Import(#[from] Box<crate::import::ImportError>),
@@ -217,6 +220,9 @@ impl ImportedImage {
     /// The bytes are the buffer's once the submission is done.
     pub fn start_read_back(&self, options: SubmitOptions) -> Result<(GpuBuffer, Submission), TransferError> {
         let engine = self.engine();
+        if !self.usage().contains(vk::ImageUsageFlags::TRANSFER_SRC) {
+            return Err(TransferError::Usage(vk::ImageUsageFlags::TRANSFER_SRC));
+        }
         let (planes, total) = packed(self.fourcc(), self.extent())?;
         let regions = plane_regions(self.fourcc(), self.extent(), &planes, total)?;
         let buffer = GpuBuffer::new(engine, total, BufferLocation::Readback)?;

@@ -8,7 +8,7 @@
 
 use std::process::ExitCode;
 
-use dmabridge::interop::tiling::{self, packed_planes, tiled_size, ColourMatrix, ColourRange, LinearPlane};
+use dmabridge::interop::tiling::{self, packed_planes, tiled_size, ColourMatrix, ColourRange, LinearPlane, MAX_CPU_FRAME_BYTES};
 use dmabridge::interop::{Fourcc, TileLayout};
 use dmabridge::{Converter, Engine, EngineOptions};
 
@@ -122,6 +122,21 @@ fn colour_step(
     }
 }
 
+/// The whole of `path`, which must be exactly `expected` bytes: read with a cap, so an
+/// endless input (`/dev/zero`, a pipe) or a huge file is refused after `expected + 1` bytes.
+fn read_exactly(path: &std::path::Path, expected: u64) -> Result<Vec<u8>, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut data = Vec::new();
+    data.try_reserve_exact(expected as usize + 1).map_err(|_| format!("cannot allocate {expected} bytes for {}", path.display()))?;
+    file.take(expected + 1).read_to_end(&mut data).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    match data.len() as u64 {
+        n if n == expected => Ok(data),
+        n if n > expected => Err(format!("{} holds more than the {expected} bytes of the frame described", path.display())),
+        n => Err(format!("{} holds {n} bytes, but the frame described is {expected}", path.display())),
+    }
+}
+
 pub fn run(args: &ConvertArgs) -> ExitCode {
     let fail = |msg: String| {
         eprintln!("dmabridge convert: {msg}");
@@ -141,15 +156,19 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
-    // Refuse a layout that is not defined for the format before touching any data.
+    // Refuse a layout that is not defined for the format, and a frame too large to convert,
+    // before touching any data: every size is known from the arguments alone.
+    let mut sizes = Vec::with_capacity(2);
     for (layout, f) in [(from, fourcc), (to, to_fourcc)] {
-        if let Err(e) = tiled_size(layout, f, args.frame.width, args.frame.height) {
-            return fail(e.to_string());
+        match tiled_size(layout, f, args.frame.width, args.frame.height) {
+            Ok(g) if g.size <= MAX_CPU_FRAME_BYTES => sizes.push(g.size),
+            Ok(g) => return fail(format!("a {layout} {f} {}x{} frame is {} bytes, more than the {MAX_CPU_FRAME_BYTES} this command converts", args.frame.width, args.frame.height, g.size)),
+            Err(e) => return fail(e.to_string()),
         }
     }
-    let input = match std::fs::read(&args.input) {
+    let input = match read_exactly(&args.input, sizes[0]) {
         Ok(d) => d,
-        Err(e) => return fail(format!("cannot read {}: {e}", args.input.display())),
+        Err(e) => return fail(e),
     };
     let engine = if args.cpu {
         None

@@ -81,16 +81,24 @@ fn bad_input_exits_1() {
     std::fs::write(&input, [0u8; 10]).expect("write");
     let i = s(input.display());
     let o = s(d.join("x").display());
-    let cases: [(&[&str], &str); 5] = [
-        (&["--format", "NV12", "--width", "64", "--height", "32", "--from", "zigzag", "--to", "linear"], "unknown layout"),
-        (&["--format", "NV12", "--width", "64", "--height", "32", "--from", "samsung-64x32", "--to", "linear"], "needs"),
-        (&["--format", "P010", "--width", "64", "--height", "32", "--from", "linear", "--to", "nv12-4l4"], "not defined for"),
-        (&["--format", "AR24", "--width", "4", "--height", "4", "--from", "linear", "--to", "linear", "--to-format", "P010"], "no colour conversion"),
-        (&["--format", "NV12", "--width", "64", "--height", "32", "--from", "linear", "--to", "linear", "--matrix", "bt2020"], "--matrix"),
+    let sized = |n: usize| {
+        let p = d.join(format!("in-{n}"));
+        std::fs::write(&p, vec![0u8; n]).expect("write");
+        s(p.display())
+    };
+    let four_by_four = sized(64);
+    let cases: [(&[&str], &str, &str); 6] = [
+        (&["--format", "NV12", "--width", "64", "--height", "32", "--from", "zigzag", "--to", "linear"], "unknown layout", &i),
+        (&["--format", "NV12", "--width", "64", "--height", "32", "--from", "samsung-64x32", "--to", "linear"], "holds 10 bytes, but the frame described is", &i),
+        (&["--format", "P010", "--width", "64", "--height", "32", "--from", "linear", "--to", "nv12-4l4"], "not defined for", &i),
+        (&["--format", "AR24", "--width", "4", "--height", "4", "--from", "linear", "--to", "linear", "--to-format", "P010"], "no colour conversion", &four_by_four),
+        (&["--format", "NV12", "--width", "64", "--height", "32", "--from", "linear", "--to", "linear", "--matrix", "bt2020"], "--matrix", &i),
+        // linear -> linear once took an input of any size.
+        (&["--format", "AR24", "--width", "2", "--height", "2", "--from", "linear", "--to", "linear"], "holds more than the 16 bytes", &four_by_four),
     ];
-    for (args, needle) in cases {
+    for (args, needle, input) in cases {
         let mut a = args.to_vec();
-        a.extend(["--in", i.as_str(), "--out", o.as_str()]);
+        a.extend(["--in", input, "--out", o.as_str()]);
         let r = convert(&a);
         let err = String::from_utf8_lossy(&r.stderr);
         assert_eq!(r.status.code(), Some(1), "{a:?}: {err}");
@@ -101,4 +109,45 @@ fn bad_input_exits_1() {
 
 fn s(v: impl ToString) -> String {
     v.to_string()
+}
+
+/// `dmabridge convert` in a child limited to 256 MiB of address space.
+fn convert_bounded(args: &[&str]) -> Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_dmabridge"));
+    cmd.arg("convert").args(args);
+    // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = rustix::process::Rlimit { current: Some(256 << 20), maximum: Some(256 << 20) };
+            rustix::process::setrlimit(rustix::process::Resource::As, limit).map_err(std::io::Error::from)
+        });
+    }
+    cmd.output().expect("run dmabridge")
+}
+
+#[test]
+fn huge_frames_and_endless_inputs_exit_1_in_bounded_memory() {
+    let d = dir("bounded");
+    let o = s(d.join("out").display());
+    let small = d.join("small");
+    std::fs::write(&small, [0u8; 64]).expect("write");
+    let small = s(small.display());
+    let cases: [(&[&str], &str); 4] = [
+        // 200000 x 200000 RGBA once allocated 160 GB before looking at the input.
+        (&["--format", "AB24", "--width", "200000", "--height", "200000", "--from", "linear", "--to", "linear", "--cpu", "--in", &small], "more than the"),
+        (&["--format", "NV12", "--width", "200000", "--height", "200000", "--from", "linear", "--to", "linear", "--to-format", "AB24", "--cpu", "--in", &small], "more than the"),
+        // An endless input is read up to the frame's size and one byte more.
+        (&["--format", "AB24", "--width", "64", "--height", "64", "--from", "linear", "--to", "linear", "--cpu", "--in", "/dev/zero"], "holds more than the 16384 bytes"),
+        (&["--format", "NV12", "--width", "3840", "--height", "2160", "--from", "samsung-64x32", "--to", "linear", "--cpu", "--in", "/dev/zero"], "holds more than the"),
+    ];
+    for (args, needle) in cases {
+        let mut a = args.to_vec();
+        a.extend(["--out", o.as_str()]);
+        let r = convert_bounded(&a);
+        let err = String::from_utf8_lossy(&r.stderr);
+        assert_eq!(r.status.code(), Some(1), "{a:?}: {err}");
+        assert!(err.contains(needle), "{a:?}: expected {needle:?} in {err}");
+    }
+    let _ = std::fs::remove_dir_all(d);
 }

@@ -131,3 +131,43 @@ fn a_tiled_modifier_is_detiled_on_the_gpu() {
     assert_eq!(std::fs::read(&out).expect("output"), linear);
     let _ = std::fs::remove_file(out);
 }
+
+#[test]
+fn files_that_can_shrink_are_read_not_mapped_and_zero_copy_can_be_required() {
+    let (w, h) = (16usize, 8usize);
+    let packed = common::pattern(w * h * 4, 41);
+    // A memfd nobody sealed: its sender could truncate it under a mapping.
+    let fd = rustix::fs::memfd_create("unsealed", rustix::fs::MemfdFlags::empty()).expect("memfd");
+    rustix::io::pwrite(&fd, &packed, 0).expect("fill");
+    let plane = format!("{}:0:{}", fd.as_raw_fd(), w * 4);
+    let out = out_path("unsealed");
+    let base = [s("--format"), s("AR24"), s("--width"), s(w), s("--height"), s(h), s("--plane"), plane, s("--out"), s(out.display())];
+    let r = import(&base);
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert!(stdout.contains("path: read-copy"), "{stdout}");
+    assert_eq!(std::fs::read(&out).expect("output"), packed);
+    let mut strict = base.to_vec();
+    strict.push(s("--require-zero-copy"));
+    let r = import(&strict);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{stderr}");
+    let why = if common::expect_modifiers() { "F_SEAL_SHRINK" } else { "VK_EXT_image_drm_format_modifier" };
+    assert!(stderr.contains(why), "{stderr}");
+    let _ = std::fs::remove_file(out);
+}
+
+#[test]
+fn a_directory_fd_is_refused_before_anything_else() {
+    let dir: OwnedFd = std::fs::File::open("/tmp").expect("a directory").into();
+    let dir = rustix::io::dup(dir).expect("an inheritable dup");
+    let out = out_path("dir");
+    let r = import(&[
+        s("--format"), s("AR24"), s("--width"), s(4), s("--height"), s(4),
+        s("--plane"), format!("{}:0:16", dir.as_raw_fd()), s("--out"), s(out.display()),
+    ]);
+    let stderr = String::from_utf8_lossy(&r.stderr);
+    assert_eq!(r.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("directory, not a dma-buf or a regular file"), "{stderr}");
+    assert!(!stderr.contains("validation"), "{stderr}");
+}

@@ -56,6 +56,7 @@ pub mod requirements;
 pub mod sampler;
 pub mod shaders;
 pub mod submit;
+pub mod sync;
 pub mod transfer;
 pub mod usage;
 pub mod validation;

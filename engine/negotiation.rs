@@ -87,7 +87,7 @@ impl Engine {
             }
         }
         tracing::debug!(name = req.name, ?formats, "the device as a participant");
-        Ok(Participant::new(req.name, formats).with_usage(negotiation_usage(req.usage)))
+        Ok(Participant::new(req.name, formats).with_usage(negotiation_usage(req.usage)).with_sync(self.sync_methods()))
     }
 
     /// Whether the buffer-copy import takes `fourcc` for `usage` (an optimal image of it).

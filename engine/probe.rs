@@ -18,6 +18,10 @@ use crate::Engine;
 pub struct ProbeReport {
     pub device: ProbeDevice,
     pub modifier_extension: bool,
+    /// The best way this device synchronises with other processes and devices
+    /// (`sync-file`, `implicit-bridge`, `cpu-wait`), and all it supports.
+    pub sync: dmabridge_interop::sync::SyncMethod,
+    pub sync_methods: Vec<dmabridge_interop::sync::SyncMethod>,
     pub formats: Vec<ProbeFormat>,
 }
 
@@ -106,6 +110,8 @@ pub fn probe(engine: &Engine, create: vk::ImageCreateFlags) -> Result<ProbeRepor
             api_version: info.api_version.clone(),
         },
         modifier_extension: engine.has_modifiers(),
+        sync: engine.sync_methods().best(),
+        sync_methods: engine.sync_methods().iter().collect(),
         formats,
     })
 }
@@ -123,6 +129,12 @@ impl ProbeReport {
             } else {
                 "no: implicit world only, LINEAR rows below come from LINEAR tiling"
             }
+        );
+        let _ = writeln!(
+            out,
+            "sync with other processes: {} (supports {})",
+            self.sync,
+            self.sync_methods.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
         );
         let _ = writeln!(out, "cells: I = importable, E = exportable, - = neither (DMA_BUF handle type)\n");
         let name_w = self

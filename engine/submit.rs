@@ -379,10 +379,16 @@ pub struct SubmitOptions {
     /// Also signal a sync_file fence ([`Submission::take_sync_file`]) for another process
     /// or device.
     pub export_sync_file: bool,
-    /// Binary semaphores to wait for, at these stages (the presenter's swapchain acquire).
-    pub(crate) binary_waits: Vec<(vk::Semaphore, vk::PipelineStageFlags)>,
-    /// Binary semaphores to signal (the presenter's render-finished).
-    pub(crate) binary_signals: Vec<vk::Semaphore>,
+}
+
+/// Binary semaphores of the presenter's swapchain (not part of the public options: raw
+/// handles whose validity dmabridge itself guarantees).
+#[derive(Debug, Default)]
+pub(crate) struct BinarySemaphores {
+    /// To wait for, at these stages (the swapchain's acquire).
+    pub waits: Vec<(vk::Semaphore, vk::PipelineStageFlags)>,
+    /// To signal (render-finished).
+    pub signals: Vec<vk::Semaphore>,
 }
 
 impl SubmitOptions {
@@ -425,6 +431,16 @@ impl Engine {
     pub fn submit<R, E: From<SubmitError>>(
         &self,
         options: SubmitOptions,
+        record: impl FnOnce(vk::CommandBuffer, Completion) -> Result<R, E>,
+    ) -> Result<(R, Submission), E> {
+        self.submit_with_binaries(options, BinarySemaphores::default(), record)
+    }
+
+    /// [`Engine::submit`], also waiting for and signalling binary semaphores.
+    pub(crate) fn submit_with_binaries<R, E: From<SubmitError>>(
+        &self,
+        options: SubmitOptions,
+        binary: BinarySemaphores,
         record: impl FnOnce(vk::CommandBuffer, Completion) -> Result<R, E>,
     ) -> Result<(R, Submission), E> {
         let shared = self.shared();
@@ -481,7 +497,7 @@ impl Engine {
             }
         };
         let mut binaries: Vec<(vk::Semaphore, SemaphoreKind)> = Vec::new();
-        let result = self.queue_submit(&mut state, cmd, completion, options, &mut binaries);
+        let result = self.queue_submit(&mut state, cmd, completion, options, binary, &mut binaries);
         let sync_file = match result {
             Ok(fd) => fd,
             Err(e) => {
@@ -520,6 +536,7 @@ impl Engine {
         cmd: vk::CommandBuffer,
         completion: Completion,
         options: SubmitOptions,
+        binary: BinarySemaphores,
         binaries: &mut Vec<(vk::Semaphore, SemaphoreKind)>,
     ) -> Result<Option<OwnedFd>, SubmitError> {
         let shared = self.shared();
@@ -534,14 +551,14 @@ impl Engine {
             wait_values.push(0);
         }
         let mut stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; wait_semaphores.len()];
-        for (semaphore, stage) in &options.binary_waits {
+        for (semaphore, stage) in &binary.waits {
             wait_semaphores.push(*semaphore);
             wait_values.push(0);
             stages.push(*stage);
         }
         let mut signal_semaphores = vec![completion.semaphore];
         let mut signal_values = vec![completion.value];
-        for semaphore in &options.binary_signals {
+        for semaphore in &binary.signals {
             signal_semaphores.push(*semaphore);
             signal_values.push(0);
         }

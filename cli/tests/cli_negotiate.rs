@@ -47,6 +47,8 @@ fn the_live_device_follows_the_implicit_rules() {
         assert_eq!(v["outcome"], "shared");
         assert_eq!(v["format"], "AR24");
         assert_eq!(v["modifiers"], serde_json::json!(["0x0000000000000000"]));
+        // The pair's sync method: lavapipe has only the CPU wait.
+        assert_eq!(v["sync"], "cpu-wait", "{v}");
     } else {
         // Without the modifier extension the device is implicit-only, the display
         // explicit-only: one buffer's chain must be fully one or the other (seed 001).

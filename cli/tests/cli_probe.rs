@@ -37,6 +37,9 @@ fn json_has_the_contract_shape() {
         assert!(v["device"][k].as_str().is_some_and(|s| !s.is_empty()), "device.{k}");
     }
     assert_eq!(v["modifier_extension"].as_bool(), Some(common::expect_modifiers()));
+    // lavapipe has no SYNC_FD semaphores: the CPU wait is its only way to synchronise.
+    assert_eq!(v["sync"], "cpu-wait");
+    assert_eq!(v["sync_methods"], serde_json::json!(["cpu-wait"]));
     let formats = v["formats"].as_array().expect("formats");
     assert_eq!(formats.len(), dmabridge::vk_format::VK_FORMAT_TABLE.len());
     for f in formats {

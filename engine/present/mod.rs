@@ -68,7 +68,7 @@ use crate::error::{VkError, VkResultExt};
 use crate::image::ImageAccess;
 use crate::import::{ImportPath, ImportedImage};
 use crate::requirements::Capability;
-use crate::submit::{Completion, Garbage, SubmitError, SubmitOptions};
+use crate::submit::{BinarySemaphores, Completion, Garbage, SubmitError, SubmitOptions};
 use crate::vk_format::{self, Mapping};
 use crate::Engine;
 
@@ -511,10 +511,8 @@ impl Presenter {
             vk::Viewport { x: rect.x as f32, y: rect.y as f32, width: rect.width as f32, height: rect.height as f32, min_depth: 0.0, max_depth: 1.0 };
         let scissor =
             vk::Rect2D { offset: vk::Offset2D { x: rect.x as i32, y: rect.y as i32 }, extent: vk::Extent2D { width: rect.width, height: rect.height } };
-        let mut options = SubmitOptions::default();
-        options.binary_waits.push((acquired, vk::PipelineStageFlags::COLOR_ATTACHMENT_OUTPUT));
-        options.binary_signals.push(render_finished);
-        let submitted = engine.submit(options, |cmd, until| {
+        let binary = BinarySemaphores { waits: vec![(acquired, vk::PipelineStageFlags::COLOR_ATTACHMENT_OUTPUT)], signals: vec![render_finished] };
+        let submitted = engine.submit_with_binaries(SubmitOptions::default(), binary, |cmd, until| {
             // SAFETY: the engine's command buffer, recording, submitted on its queue with
             // `until`; the frame is acquired for sampling in the fragment shader, the layout
             // the descriptor names (VUID-vkCmdDraw-None-09600).

@@ -2,3 +2,4 @@
 //! two-process demo and the path benchmark. Built only on `dmabridge`'s public API.
 
 pub mod demo;
+pub mod participants;

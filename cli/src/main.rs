@@ -89,7 +89,7 @@ fn exit_status(engine: &dmabridge::Engine) -> ExitCode {
 /// `negotiate`, with `--vulkan NAME=USAGE` answered by the live device (created only when
 /// such a participant is given).
 fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
-    use dmabridge::interop::negotiate::{PeerKind, SpecError};
+    use dmabridge_cli::participants::{PeerKind, SpecError};
     let engine = std::cell::OnceCell::new();
     negotiate::run_with(args, &|spec| {
         if spec.kind != PeerKind::Vulkan {

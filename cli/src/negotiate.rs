@@ -14,10 +14,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
-use dmabridge_interop::negotiate::{
-    build_participants_with, human, negotiate, ConstraintSpec, Member, Participant,
-    ParticipantSpec, PeerKind, Report, SpecError,
-};
+use dmabridge_cli::participants::{build_participants_with, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
+use dmabridge_interop::negotiate::{human, negotiate, Member, Participant, Report};
 
 /// The arguments of `dmabridge negotiate`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]

@@ -9,7 +9,6 @@
 //! - [`copy_plan`]: groups joined by the conversions #5 provides.
 //! - [`negotiate()`]: all of the above, giving an [`Outcome`]; [`Report`] is its JSON.
 //! - [`limits`]: how many participants and how deep a nesting of groups it takes on.
-//! - [`spec`]: participants and constraints from command-line text.
 //!
 //! Every allocation also names how its participants synchronise ([`crate::sync`]): the best
 //! method all of them support, sync-file > implicit-bridge > cpu-wait.
@@ -27,10 +26,8 @@ pub mod implicit;
 pub mod limits;
 pub mod outcome;
 pub mod participant;
-mod peer_loaders;
 pub mod reconcile;
 pub mod report;
-pub mod spec;
 
 pub use conflict::{Conflict, ConstraintKind, MAX_NAMES_SHOWN};
 pub use constraints::Merged;
@@ -50,7 +47,3 @@ pub use participant::{
 };
 pub use reconcile::{reconcile, Allocation, ChainLayout, Conflicts, ReconcileError};
 pub use report::{human, OutcomeName, Report, ReportConversion, ReportGroup};
-pub use spec::{
-    build_participants, build_participants_with, ConstraintKey, ConstraintSpec, ParticipantSpec,
-    PeerKind, SpecError,
-};

@@ -1,9 +1,12 @@
-//! One participant's format list, through the parser of its kind ([`crate::peers`]).
+//! One participant's format list, through the parser of its kind
+//! ([`dmabridge_interop::peers`]), with the sync methods that kind of peer has
+//! (`SYNC_METHODS` of each; a bare drm-format list says nothing, so cpu-wait only).
 
-use super::participant::{Candidates, ExtentRange, Participant};
-use super::spec::{ParticipantSpec, PeerKind, SpecError};
-use crate::peers::{gst, kms, v4l2, wayland};
-use crate::FormatSet;
+use dmabridge_interop::negotiate::{Candidates, ExtentRange, Participant};
+use dmabridge_interop::peers::{gst, kms, v4l2, wayland};
+use dmabridge_interop::FormatSet;
+
+use super::{ParticipantSpec, PeerKind, SpecError};
 
 pub(crate) fn load(spec: &ParticipantSpec) -> Result<Participant, SpecError> {
     let err = |e: &dyn std::fmt::Display| spec.peer_error(e);
@@ -23,20 +26,17 @@ pub(crate) fn load(spec: &ParticipantSpec) -> Result<Participant, SpecError> {
             if let Some(h) = caps.height() {
                 p.constraints.height = extent(h);
             }
-            Ok(p)
+            Ok(p.with_sync(gst::SYNC_METHODS))
         }
         PeerKind::KmsInFormats => {
             let bytes = spec.read_file()?;
             let set = kms::parse_in_formats(&bytes).map_err(|e| err(&e))?;
-            Ok(Participant::new(&spec.name, set))
+            Ok(Participant::new(&spec.name, set).with_sync(kms::SYNC_METHODS))
         }
         PeerKind::WaylandTable => {
             let bytes = spec.read_file()?;
             let table = wayland::parse_format_table(&bytes).map_err(|e| err(&e))?;
-            Ok(Participant::new(
-                &spec.name,
-                table.into_iter().collect::<FormatSet>(),
-            ))
+            Ok(Participant::new(&spec.name, table.into_iter().collect::<FormatSet>()).with_sync(wayland::SYNC_METHODS))
         }
         PeerKind::DrmFormats => {
             let set = gst::parse_drm_format_list(&spec.value).map_err(|e| err(&e))?;
@@ -46,14 +46,11 @@ pub(crate) fn load(spec: &ParticipantSpec) -> Result<Participant, SpecError> {
             // Layouts without a DRM modifier (NV12_4L4, MM21, NV12_8L128) cannot be named in a
             // format+modifier pair, so they take no part here.
             let formats = v4l2::formats_of_list(&spec.value).map_err(|e| err(&e))?;
-            Ok(Participant {
-                formats: Candidates::Only(formats.drm),
-                ..Participant::any_format(&spec.name)
-            })
+            Ok(Participant { formats: Candidates::Only(formats.drm), ..Participant::any_format(&spec.name) }.with_sync(v4l2::SYNC_METHODS))
         }
         PeerKind::Vulkan => {
-            // The live device lives in the engine, which supplies its own loader
-            // (`build_participants_with`); this crate has no Vulkan.
+            // The live device lives in the engine: the command answers it with its own loader
+            // (`build_participants_with`).
             spec.vulkan_usage()?;
             Err(SpecError::NotAvailable {
                 participant: spec.name.clone(),

@@ -1,12 +1,15 @@
 //! Participants and constraints as the command line spells them (`dmabridge negotiate`):
-//! `--drm-formats NAME=LIST` and friends, and `--constraint NAME:KEY=VALUE`. Kept here,
-//! away from clap, so that every rule is unit-tested in this crate.
+//! `--drm-formats NAME=LIST` and friends, and `--constraint NAME:KEY=VALUE`. The CLI's own
+//! grammar, kept out of the negotiation core (which reads no files) and away from clap, so
+//! that every rule is unit-tested here.
 //!
 //! Every error is one line that names the participant and what is wrong with it.
 
 use std::fmt;
 
-use super::participant::{
+mod loaders;
+
+use dmabridge_interop::negotiate::{
     ConstraintParseError, Constraints, CpuAccess, Domain, ExtentRange, Participant, Usage,
 };
 
@@ -147,7 +150,7 @@ impl ParticipantSpec {
 
     /// Reads the participant's format list through the parser of its kind.
     pub fn load(&self) -> Result<Participant, SpecError> {
-        super::peer_loaders::load(self)
+        loaders::load(self)
     }
 
     pub(crate) fn peer_error(&self, reason: impl fmt::Display) -> SpecError {

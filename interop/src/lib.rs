@@ -8,6 +8,9 @@
 //! reference of every layout conversion ([`tiling`]). An engine with no Vulkan at all can use
 //! all of it.
 
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+
 pub mod dmabuf;
 pub mod format;
 pub mod format_info;

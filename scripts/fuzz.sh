@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Fuzzes dmabridge-interop's targets (interop/fuzz/fuzz_targets/), one at a time, for
-# FUZZ_SECONDS each (default 600), and keeps what the fuzzer learns:
+# Fuzzes every target of dmabridge's fuzz crates (interop/fuzz: the parsers, the import
+# checks, the tiling geometry, the handoff wire; cli/fuzz: the demo's control messages), one
+# at a time, for FUZZ_SECONDS each (default 600), and keeps what the fuzzer learns:
 #   - inputs that reach new code are merged (libFuzzer -merge=1, so only those that add
-#     coverage) into interop/fuzz/corpus/<target>/, which interop/tests/fuzz_corpus.rs replays;
+#     coverage) into <crate>/fuzz/corpus/<target>/, which <crate>/tests/fuzz_corpus.rs replays;
 #   - a crash (panic, abort, allocation over the RSS limit, timeout) is minimised and copied
 #     into the corpus as crash-<target>-<hash>, so the test suite fails until it is fixed; the
-#     raw and minimised files stay in interop/fuzz/artifacts/<target>/.
+#     raw and minimised files stay in <crate>/fuzz/artifacts/<target>/.
 # Prints one summary line per target: seconds, executions, corpus size before/after, crashes.
 #
 # Usage: scripts/fuzz.sh [TARGET...]   (no argument: every target)
@@ -19,28 +20,40 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-600}
 RSS_LIMIT_MB=${FUZZ_RSS_LIMIT_MB:-2048}
 TIMEOUT=${FUZZ_TIMEOUT:-10}
 TOOLCHAIN=${FUZZ_TOOLCHAIN:-nightly}
-FUZZ_DIR=interop/fuzz
+FUZZ_DIRS=(interop/fuzz cli/fuzz)
 
 if ! cargo "+$TOOLCHAIN" fuzz --version >/dev/null 2>&1; then
     cargo "+$TOOLCHAIN" install cargo-fuzz --locked
 fi
 fuzz() { cargo "+$TOOLCHAIN" fuzz "$1" --fuzz-dir "$FUZZ_DIR" "${@:2}"; }
 
-targets=("$@")
-if [ ${#targets[@]} -eq 0 ]; then
-    mapfile -t targets < <(fuzz list)
-fi
+# (fuzz dir, target) pairs: every target, or the ones named.
+pairs=()
+for FUZZ_DIR in "${FUZZ_DIRS[@]}"; do
+    while read -r t; do
+        if [ $# -eq 0 ] || printf '%s\n' "$@" | grep -qx "$t"; then
+            pairs+=("$FUZZ_DIR:$t")
+        fi
+    done < <(fuzz list)
+done
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/dmabridge-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
-# One build first, so that a build failure stops everything before any time is spent.
-fuzz build
+# One build of each crate with a target to run first, so that a build failure stops
+# everything before any time is spent.
+for FUZZ_DIR in "${FUZZ_DIRS[@]}"; do
+    if printf '%s\n' "${pairs[@]}" | grep -q "^$FUZZ_DIR:"; then
+        fuzz build
+    fi
+done
 
 count() { find "$1" -maxdepth 1 -type f | wc -l; }
 summary=()
 crashed=0
-for t in "${targets[@]}"; do
+for pair in "${pairs[@]}"; do
+    FUZZ_DIR=${pair%%:*}
+    t=${pair#*:}
     corpus="$FUZZ_DIR/corpus/$t"
     artifacts="$FUZZ_DIR/artifacts/$t"
     fresh="$work/$t"

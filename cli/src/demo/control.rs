@@ -207,6 +207,11 @@ impl ControlMessage for ToProducer {
     }
 }
 
+/// One control message as the socket carries it.
+pub fn encode<T: ControlMessage>(msg: &T) -> Result<Vec<u8>, DemoError> {
+    Ok(serde_json::to_vec(msg)?)
+}
+
 /// Decodes and checks one control message.
 pub fn decode<T: ControlMessage>(bytes: &[u8]) -> Result<T, DemoError> {
     if bytes.len() > MAX_CONTROL_LEN {
@@ -218,7 +223,7 @@ pub fn decode<T: ControlMessage>(bytes: &[u8]) -> Result<T, DemoError> {
 }
 
 pub fn send_msg<T: ControlMessage>(socket: impl AsFd, peer: &Peer, msg: &T) -> Result<(), DemoError> {
-    let bytes = serde_json::to_vec(msg)?;
+    let bytes = encode(msg)?;
     if bytes.len() > MAX_CONTROL_LEN {
         return Err(DemoError::Protocol(format!("a {}-byte control message is too long", bytes.len())));
     }

@@ -527,7 +527,7 @@ impl Presenter {
                 device.cmd_set_scissor(cmd, 0, &[scissor]);
                 device.cmd_bind_pipeline(cmd, vk::PipelineBindPoint::GRAPHICS, pipeline);
                 device.cmd_bind_descriptor_sets(cmd, vk::PipelineBindPoint::GRAPHICS, layout, 0, &[set], &[]);
-                device.cmd_push_constants(cmd, layout, vk::ShaderStageFlags::FRAGMENT, 0, &srgb_flag.to_ne_bytes());
+                device.cmd_push_constants(cmd, layout, vk::ShaderStageFlags::FRAGMENT, 0, bytemuck::bytes_of(&srgb_flag));
                 device.cmd_draw(cmd, 3, 1, 0, 0);
                 device.cmd_end_render_pass(cmd);
             }

@@ -16,9 +16,9 @@
 //! - **copy-gpu**: the same handoff, a cached buffer import of the fd, then a GPU copy
 //!   (`vkCmdCopyBufferToImage`, one region per plane) into a device-local image and the
 //!   barrier to the host's sampling, in the host's command buffer, and its submit.
-//! - **copy-cpu**: the same handoff, then the CPU maps the fd and memcpys the frame into a
-//!   host-visible staging buffer (the classic upload), which the GPU copies into the image
-//!   before the barrier.
+//! - **copy-cpu**: the same handoff, then the CPU reads the frame from the fd into a
+//!   host-visible staging buffer (the classic upload, `pread`), which the GPU copies into the
+//!   image before the barrier.
 
 use std::collections::HashMap;
 use std::os::fd::AsFd;
@@ -446,26 +446,14 @@ const BATCHES: usize = 3;
 
 /// The CPU upload: map each plane's file read-only and memcpy its rows into `dst`, packed.
 fn cpu_upload(buf: &DmaBuf, dst: &mut [u8]) -> Result<(), DemoError> {
-    use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
-    let h = buf.height() as u64;
-    for p in buf.planes() {
-        let len = usize::try_from(p.offset + p.stride * h).map_err(|_| DemoError::Unavailable("plane too large".into()))?;
-        let file_size = rustix::fs::fstat(p.fd).map_err(|e| DemoError::Io(e.into()))?.st_size as usize;
-        let len = len.min(file_size);
-        if len == 0 {
-            continue;
-        }
-        // SAFETY: a fresh read-only shared mapping of `len` bytes of the file, which holds at
-        // least that many (checked above); it is unmapped before this block ends and nothing
-        // else refers to it.
-        unsafe {
-            let ptr = mmap(std::ptr::null_mut(), len, ProtFlags::READ, MapFlags::SHARED, p.fd, 0).map_err(|e| DemoError::Io(e.into()))?;
-            let src = std::slice::from_raw_parts(ptr.cast::<u8>(), len);
-            let start = p.offset as usize;
-            let n = (len - start.min(len)).min(dst.len().saturating_sub(start));
-            dst[start..start + n].copy_from_slice(&src[start..start + n]);
-            munmap(ptr, len).map_err(|e| DemoError::Io(e.into()))?;
-        }
+    let info = format_info(buf.fourcc()).ok_or_else(|| DemoError::Unavailable(format!("{} has no plane table", buf.fourcc())))?;
+    for (i, p) in buf.planes().enumerate() {
+        // The plane's rows, from its offset, read (never mapped: a file can shrink) into the
+        // same place in the staging buffer.
+        let end = p.offset.checked_add(p.stride * u64::from(info.plane_height(i, buf.height()))).ok_or(DemoError::Unavailable("plane too large".into()))?;
+        let range = usize::try_from(p.offset).ok().zip(usize::try_from(end).ok()).ok_or(DemoError::Unavailable("plane too large".into()))?;
+        let dst = dst.get_mut(range.0..range.1).ok_or(DemoError::Unavailable("the staging buffer is smaller than the frame".into()))?;
+        dmabridge_interop::dmabuf::read_exact_at(p.fd, p.offset, dst).map_err(|e| DemoError::Protocol(format!("plane {i}: {e}")))?;
     }
     Ok(())
 }

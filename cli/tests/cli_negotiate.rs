@@ -72,3 +72,62 @@ fn bad_input_names_the_participant() {
     let (out, _) = negotiate(&["--no-such-flag"]);
     assert_eq!(out.status.code(), Some(1));
 }
+
+/// `dmabridge negotiate` in a child limited to 512 MiB of address space.
+fn negotiate_bounded(args: &[String]) -> std::process::Output {
+    use std::os::unix::process::CommandExt;
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_dmabridge"));
+    cmd.arg("negotiate").args(args);
+    // SAFETY: only setrlimit, async-signal-safe, between fork and exec.
+    unsafe {
+        cmd.pre_exec(|| {
+            let limit = rustix::process::Rlimit { current: Some(512 << 20), maximum: Some(512 << 20) };
+            rustix::process::setrlimit(rustix::process::Resource::As, limit).map_err(std::io::Error::from)
+        });
+    }
+    cmd.output().expect("run dmabridge")
+}
+
+/// A version-1 IN_FORMATS blob: `formats` fourccs, `entries` modifiers that each claim all of them.
+fn expanding_blob(formats: u32, entries: usize) -> Vec<u8> {
+    let formats_offset = 24u32;
+    let modifiers_offset = (formats_offset + formats * 4).next_multiple_of(8);
+    let mut b = Vec::new();
+    for w in [1, 0, formats, formats_offset, entries as u32, modifiers_offset] {
+        b.extend_from_slice(&w.to_ne_bytes());
+    }
+    for i in 0..formats {
+        b.extend_from_slice(&(0x3030_3030u32 + i).to_ne_bytes());
+    }
+    b.resize(modifiers_offset as usize, 0);
+    for i in 0..entries {
+        b.extend_from_slice(&u64::MAX.to_ne_bytes());
+        b.extend_from_slice(&[0u8; 8]);
+        b.extend_from_slice(&(0x0100_0000_0000_0000u64 + i as u64).to_ne_bytes());
+    }
+    b
+}
+
+#[test]
+fn expanding_inputs_exit_1_with_a_message_in_bounded_memory() {
+    let dir = std::env::temp_dir().join(format!("dmabridge-cli-negotiate-bounded-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    // A 4.8 MB blob claiming 12.8 million format/modifier pairs.
+    let blob = dir.join("in_formats.bin");
+    std::fs::write(&blob, expanding_blob(64, 200_000)).expect("write");
+    let o = negotiate_bounded(&["--kms-in-formats".into(), format!("plane={}", blob.display()), "--drm-formats".into(), "d=AR24".into()]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("\"plane\""), "the message names the participant: {stderr}");
+    // 10,000 participants: more than the negotiation takes.
+    let mut args = Vec::new();
+    for i in 0..10_000 {
+        args.push("--drm-formats".to_owned());
+        args.push(format!("p{i}=AR24"));
+    }
+    let o = negotiate_bounded(&args);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("participants"), "{stderr}");
+    let _ = std::fs::remove_dir_all(dir);
+}

@@ -10,7 +10,8 @@
  *
  * What it does: answers open("/dev/udmabuf") with a dummy fd (a memfd named
  * "udmabuf-emulation-dummy"), and UDMABUF_CREATE on that fd with a dup of the memfd
- * the caller passed. Everything else goes to libc untouched.
+ * the caller passed, after the checks the kernel makes (F_SEAL_SHRINK set, F_SEAL_WRITE
+ * not, the range inside the file). Everything else goes to libc untouched.
  *
  * When it steps aside: if a real /dev/udmabuf exists, every call is passed through, so
  * a machine with the real driver tests the real driver.
@@ -127,6 +128,17 @@ int ioctl(int fd, unsigned long request, ...)
     if (request == UDMABUF_CREATE && fd >= 0 && is_dummy(fd)) {
         const struct udmabuf_create *create = arg;
         if (create == NULL || create->offset != 0) {
+            errno = EINVAL;
+            return -1;
+        }
+        /* As the kernel's udmabuf does: the memfd must be sealed against shrinking (so the
+         * dma-buf can never lose pages under a mapping) and must not be sealed against
+         * writes, and the range must lie inside it. */
+        int seals = fcntl((int)create->memfd, F_GET_SEALS);
+        struct stat st;
+        if (seals < 0 || !(seals & F_SEAL_SHRINK) || (seals & F_SEAL_WRITE) ||
+            fstat((int)create->memfd, &st) != 0 || create->size == 0 ||
+            create->size > (uint64_t)st.st_size) {
             errno = EINVAL;
             return -1;
         }

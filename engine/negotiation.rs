@@ -35,30 +35,38 @@ pub enum Direction {
 
 /// What [`Engine::participant`] describes.
 #[derive(Debug, Clone)]
-pub struct ParticipantRequest<'a> {
-    pub name: &'a str,
+pub struct ParticipantRequest {
+    /// The participant's name in the negotiation report.
+    pub name: String,
     /// How the device uses the images.
     pub usage: vk::ImageUsageFlags,
     pub direction: Direction,
     /// The formats to consider, in order of preference; `None`: every format of the table
     /// whose memory is the fourcc's own (not a swizzled alias).
-    pub fourccs: Option<&'a [Fourcc]>,
+    pub fourccs: Option<Vec<Fourcc>>,
     /// A consumer that accepts the buffer-copy import also lists LINEAR.
     pub copy_import: bool,
 }
 
-impl<'a> ParticipantRequest<'a> {
-    pub fn new(name: &'a str, usage: vk::ImageUsageFlags, direction: Direction) -> Self {
-        ParticipantRequest { name, usage, direction, fourccs: None, copy_import: false }
+impl ParticipantRequest {
+    /// Every format, no copy import.
+    pub fn new(name: impl Into<String>, usage: vk::ImageUsageFlags, direction: Direction) -> Self {
+        ParticipantRequest { name: name.into(), usage, direction, fourccs: None, copy_import: false }
+    }
+
+    /// Only `fourccs`, in this order of preference.
+    pub fn with_fourccs(mut self, fourccs: &[Fourcc]) -> Self {
+        self.fourccs = Some(fourccs.to_vec());
+        self
     }
 }
 
 impl Engine {
     /// This device as a negotiation participant: see the module docs for the rule.
-    pub fn participant(&self, req: &ParticipantRequest<'_>) -> Result<Participant, CapsError> {
+    pub fn participant(&self, req: &ParticipantRequest) -> Result<Participant, CapsError> {
         let all: Vec<Fourcc>;
-        let fourccs = match req.fourccs {
-            Some(f) => f,
+        let fourccs = match &req.fourccs {
+            Some(f) => f.as_slice(),
             None => {
                 // A peer reading the buffer must see the bytes the fourcc promises.
                 all = VK_FORMAT_TABLE.iter().filter(|e| e.mapping != Mapping::ChromaSwapped).map(|e| e.fourcc).collect();
@@ -86,8 +94,8 @@ impl Engine {
                 formats.insert(Format::linear(fourcc));
             }
         }
-        tracing::debug!(name = req.name, ?formats, "the device as a participant");
-        Ok(Participant::new(req.name, formats).with_usage(negotiation_usage(req.usage)).with_sync(self.sync_methods()))
+        tracing::debug!(name = req.name.as_str(), ?formats, "the device as a participant");
+        Ok(Participant::new(req.name.as_str(), formats).with_usage(negotiation_usage(req.usage)).with_sync(self.sync_methods()))
     }
 
     /// Whether the buffer-copy import takes `fourcc` for `usage` (an optimal image of it).

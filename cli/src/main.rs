@@ -98,7 +98,7 @@ fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
         let peer = |reason: String| SpecError::Peer { participant: spec.name.clone(), kind: spec.kind, reason };
         let usage = dmabridge::usage::parse_image_usage(&spec.value).map_err(|e| peer(e.to_string()))?;
         let engine = engine.get_or_init(|| dmabridge::Engine::new(&dmabridge::EngineOptions::from_env()).map_err(|e| e.to_string()));
-        let request = dmabridge::ParticipantRequest::new(&spec.name, usage, dmabridge::Direction::Both);
+        let request = dmabridge::ParticipantRequest::new(spec.name.as_str(), usage, dmabridge::Direction::Both);
         match engine {
             Ok(e) => e.participant(&request).map_err(|e| peer(e.to_string())),
             Err(e) => Err(peer(format!("no Vulkan device: {e}"))),

@@ -112,7 +112,7 @@ pub enum PlanError {
 /// order ([`Engine::participant`], exporting). It writes the buffers. A device whose
 /// capability query fails offers nothing, and the negotiation says so.
 pub fn producer_participant(engine: &Engine, fourccs: &[Fourcc], usage: vk::ImageUsageFlags) -> Participant {
-    let req = ParticipantRequest { fourccs: Some(fourccs), ..ParticipantRequest::new("vulkan", usage, Direction::Export) };
+    let req = ParticipantRequest::new("vulkan", usage, Direction::Export).with_fourccs(fourccs);
     engine.participant(&req).unwrap_or_else(|e| {
         debug!(error = %e, "no export capability");
         Participant::new("vulkan", FormatSet::new()).with_usage(negotiation_usage(usage))

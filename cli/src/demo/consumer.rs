@@ -28,9 +28,8 @@ const THUMBS_PER_MODE: usize = 6;
 /// and LINEAR through the engine's buffer-copy import wherever that takes them.
 pub fn consumer_formats(engine: &Engine) -> Result<FormatSet, DemoError> {
     let req = ParticipantRequest {
-        fourccs: Some(&DEMO_FORMATS),
         copy_import: true,
-        ..ParticipantRequest::new("consumer", vk::ImageUsageFlags::SAMPLED, Direction::Import)
+        ..ParticipantRequest::new("consumer", vk::ImageUsageFlags::SAMPLED, Direction::Import).with_fourccs(&DEMO_FORMATS)
     };
     let p = engine.participant(&req)?;
     Ok(p.formats.as_set().cloned().unwrap_or_default())

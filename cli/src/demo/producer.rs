@@ -123,8 +123,7 @@ pub(crate) fn wire_formats(set: &FormatSet) -> Vec<WireFormat> {
 pub fn producer_participant(engine: &Engine, mode: Mode, fourcc: Fourcc) -> Result<Participant, DemoError> {
     let participant = match mode {
         Mode::ZeroCopy => {
-            let fourccs = [fourcc];
-            let req = ParticipantRequest { fourccs: Some(&fourccs), ..ParticipantRequest::new("producer", EXPORT_USAGE, Direction::Export) };
+            let req = ParticipantRequest::new("producer", EXPORT_USAGE, Direction::Export).with_fourccs(&[fourcc]);
             engine.participant(&req)?
         }
         // The render target is the producer's own device-local buffer, linear.

@@ -564,6 +564,25 @@ impl Converter {
         Ok(())
     }
 
+    /// One dispatch of the colour shader over `bindings` (its three storage buffers, in
+    /// binding order), on the engine's queue, waited for; `buffers` are the owners of those
+    /// bindings, kept alive until the GPU is done with them.
+    fn colour_and_wait(&self, bindings: &[vk::Buffer; 3], d: Dispatch<ColourPushConstants>, buffers: [&GpuBuffer; 2]) -> Result<(), ConvertError> {
+        self.run_and_wait(|cmd, until| {
+            let ctx = self.take_context()?;
+            let result = self.set(&ctx, &self.colour, bindings).and_then(|set| {
+                // SAFETY: the engine's own command buffer, recording; every bound buffer is
+                // tracked below (VUID-vkDestroyBuffer-buffer-00922).
+                unsafe { self.record(cmd, &self.colour, set, &[d], until) }
+            });
+            self.return_context(ctx, until);
+            for b in buffers {
+                b.track(until);
+            }
+            result
+        })
+    }
+
     /// Converts a whole buffer between two layouts, bytes in, bytes out: the CLI's and the
     /// tests' entry point. Linear means tightly packed planes; a tiled layout follows the
     /// tiled-buffer conventions. Tiled -> tiled goes through linear on the GPU. Blocks until
@@ -614,17 +633,7 @@ impl Converter {
         let d = yuv_to_rgba_dispatch(fourcc, matrix, range, width, height, &planes, rgba)?;
         let src = GpuBuffer::from_bytes(&self.engine, &input[..g.size as usize])?;
         let dst = GpuBuffer::new(&self.engine, rgba_len, BufferLocation::Readback)?;
-        self.run_and_wait(|cmd, until| {
-            let ctx = self.take_context()?;
-            let result = self.set(&ctx, &self.colour, &[src.buffer(), src.buffer(), dst.buffer()]).and_then(|set| {
-                // SAFETY: the engine's own command buffer; both buffers are tracked below.
-                unsafe { self.record(cmd, &self.colour, set, &[d], until) }
-            });
-            self.return_context(ctx, until);
-            src.track(until);
-            dst.track(until);
-            result
-        })?;
+        self.colour_and_wait(&[src.buffer(), src.buffer(), dst.buffer()], d, [&src, &dst])?;
         Ok(dst.bytes()?.to_vec())
     }
 
@@ -644,17 +653,7 @@ impl Converter {
         let d = rgba_to_nv12_dispatch(matrix, range, width, height, rgba, &aligned)?;
         let src = GpuBuffer::from_bytes(&self.engine, &input[..rgba_len as usize])?;
         let dst = GpuBuffer::new(&self.engine, aligned_len, BufferLocation::Readback)?;
-        self.run_and_wait(|cmd, until| {
-            let ctx = self.take_context()?;
-            let result = self.set(&ctx, &self.colour, &[dst.buffer(), dst.buffer(), src.buffer()]).and_then(|set| {
-                // SAFETY: the engine's own command buffer; both buffers are tracked below.
-                unsafe { self.record(cmd, &self.colour, set, &[d], until) }
-            });
-            self.return_context(ctx, until);
-            src.track(until);
-            dst.track(until);
-            result
-        })?;
+        self.colour_and_wait(&[dst.buffer(), dst.buffer(), src.buffer()], d, [&src, &dst])?;
         let mut out = vec![0u8; nv12_len as usize];
         let bytes = dst.bytes()?;
         for (plane, (from, to)) in aligned.iter().zip(&packed).enumerate() {

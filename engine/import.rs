@@ -41,11 +41,12 @@ use crate::buffer::{import_memory, BufferError, BufferLocation, GpuBuffer, Impor
 use crate::caps::{CapsError, CapsQuery};
 use crate::error::{VkError, VkResultExt};
 use crate::image::{
-    barrier_aspect, buffer_barrier, image_2d, image_barrier, memory_plane_aspect, plane_aspect, record_barrier, DeviceImage,
+    barrier_aspect, buffer_barrier, image_2d, image_barrier, memory_plane_aspect, record_barrier, DeviceImage,
     ImageAccess, ImageError, ImageState, Tracked,
 };
 use crate::requirements::Capability;
 use crate::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
+use crate::transfer::plane_copy;
 use crate::vk_format::{self, Mapping, VkFormatEntry};
 use crate::Engine;
 
@@ -646,22 +647,28 @@ impl Engine {
         })))
     }
 
-    /// Limits of the copy path: a device-local optimal image of the format with `usage`
-    /// plus TRANSFER_DST; planes may live in any files.
-    fn copy_path_facts(&self, buf: &DmaBuf, entry: &VkFormatEntry, usage: vk::ImageUsageFlags) -> Option<ImportFacts> {
-        let planes = format_info(buf.fourcc())?.plane_count();
-        // SAFETY: plain query of this engine's physical device.
-        let props = unsafe {
+    /// The device-local optimal image the copy path writes (`usage` plus TRANSFER_DST), if
+    /// the device can create one of `format`: `None` means the copy path cannot take it.
+    pub(crate) fn copy_target_properties(&self, format: vk::Format, usage: vk::ImageUsageFlags) -> Option<vk::ImageFormatProperties> {
+        // SAFETY: plain query of this engine's physical device (no VUID beyond valid handles).
+        unsafe {
             self.instance().get_physical_device_image_format_properties(
                 self.physical_device(),
-                entry.vk_format,
+                format,
                 vk::ImageType::TYPE_2D,
                 vk::ImageTiling::OPTIMAL,
                 usage | vk::ImageUsageFlags::TRANSFER_DST,
                 vk::ImageCreateFlags::empty(),
             )
         }
-        .ok()?;
+        .ok()
+    }
+
+    /// Limits of the copy path: a device-local optimal image of the format with `usage`
+    /// plus TRANSFER_DST; planes may live in any files.
+    fn copy_path_facts(&self, buf: &DmaBuf, entry: &VkFormatEntry, usage: vk::ImageUsageFlags) -> Option<ImportFacts> {
+        let planes = format_info(buf.fourcc())?.plane_count();
+        let props = self.copy_target_properties(entry.vk_format, usage)?;
         Some(ImportFacts { memory_plane_count: planes, max_width: props.max_extent.width, max_height: props.max_extent.height, disjoint: true })
     }
 
@@ -819,26 +826,8 @@ impl Engine {
             };
             let row_length =
                 u32::try_from(p.stride / texel).map_err(|_| ImportError::StrideNotTexelAligned { plane: i, stride: p.stride, texel })?;
-            regions.push((
-                src,
-                vk::BufferImageCopy {
-                    buffer_offset,
-                    buffer_row_length: row_length,
-                    buffer_image_height: 0,
-                    image_subresource: vk::ImageSubresourceLayers {
-                        aspect_mask: plane_aspect(entry.vk_planes, vk_plane),
-                        mip_level: 0,
-                        base_array_layer: 0,
-                        layer_count: 1,
-                    },
-                    image_offset: vk::Offset3D::default(),
-                    image_extent: vk::Extent3D {
-                        width: info.plane_width(i, buf.width()),
-                        height: info.plane_height(i, buf.height()),
-                        depth: 1,
-                    },
-                },
-            ));
+            let extent = (info.plane_width(i, buf.width()), info.plane_height(i, buf.height()));
+            regions.push((src, plane_copy(entry, vk_plane, buffer_offset, row_length, extent)));
         }
         let (path, source) = if mapped {
             tracing::debug!(fourcc = %buf.fourcc(), "imported through the buffer-copy path");

@@ -100,18 +100,6 @@ impl Engine {
 
     /// Whether the buffer-copy import takes `fourcc` for `usage` (an optimal image of it).
     fn copy_import_possible(&self, fourcc: Fourcc, usage: vk::ImageUsageFlags) -> bool {
-        let Some(entry) = crate::vk_format::to_vk(fourcc) else { return false };
-        // SAFETY: plain query of this engine's physical device.
-        unsafe {
-            self.instance().get_physical_device_image_format_properties(
-                self.physical_device(),
-                entry.vk_format,
-                vk::ImageType::TYPE_2D,
-                vk::ImageTiling::OPTIMAL,
-                usage | vk::ImageUsageFlags::TRANSFER_DST,
-                vk::ImageCreateFlags::empty(),
-            )
-        }
-        .is_ok()
+        crate::vk_format::to_vk(fourcc).is_some_and(|entry| self.copy_target_properties(entry.vk_format, usage).is_some())
     }
 }

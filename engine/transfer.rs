@@ -12,7 +12,7 @@ use crate::buffer::{BufferError, BufferLocation, GpuBuffer};
 use crate::image::{buffer_barrier, plane_aspect, record_barrier, DeviceImage, ImageAccess};
 use crate::import::ImportedImage;
 use crate::submit::{Completion, SubmitError, SubmitOptions, Submission};
-use crate::vk_format;
+use crate::vk_format::{self, VkFormatEntry};
 use crate::Engine;
 
 /// How long the blocking conveniences ([`ImportedImage::read_back`]) wait for the GPU.
@@ -86,21 +86,29 @@ pub(crate) fn plane_regions(
             return Err(TransferError::PastEndOfBuffer { plane: i, end, len: buffer_len });
         }
         let vk_plane = if entry.mapping == vk_format::Mapping::ChromaSwapped && entry.vk_planes == 3 && i > 0 { 3 - i } else { i };
-        regions.push(vk::BufferImageCopy {
-            buffer_offset: p.offset,
-            buffer_row_length: u32::try_from(p.stride / texel).map_err(|_| TransferError::TooLarge(p.stride))?,
-            buffer_image_height: 0,
-            image_subresource: vk::ImageSubresourceLayers {
-                aspect_mask: plane_aspect(entry.vk_planes, vk_plane),
-                mip_level: 0,
-                base_array_layer: 0,
-                layer_count: 1,
-            },
-            image_offset: vk::Offset3D::default(),
-            image_extent: vk::Extent3D { width: info.plane_width(i, width), height: info.plane_height(i, height), depth: 1 },
-        });
+        let row_length = u32::try_from(p.stride / texel).map_err(|_| TransferError::TooLarge(p.stride))?;
+        let extent = (info.plane_width(i, width), info.plane_height(i, height));
+        regions.push(plane_copy(entry, vk_plane, p.offset, row_length, extent));
     }
     Ok(regions)
+}
+
+/// The copy of one whole plane (`vk_plane` of the Vulkan format, `extent` texels) between an
+/// image and a buffer whose rows start at `buffer_offset`, `row_length` texels apart.
+pub(crate) fn plane_copy(entry: &VkFormatEntry, vk_plane: usize, buffer_offset: u64, row_length: u32, (width, height): (u32, u32)) -> vk::BufferImageCopy {
+    vk::BufferImageCopy {
+        buffer_offset,
+        buffer_row_length: row_length,
+        buffer_image_height: 0,
+        image_subresource: vk::ImageSubresourceLayers {
+            aspect_mask: plane_aspect(entry.vk_planes, vk_plane),
+            mip_level: 0,
+            base_array_layer: 0,
+            layer_count: 1,
+        },
+        image_offset: vk::Offset3D::default(),
+        image_extent: vk::Extent3D { width, height, depth: 1 },
+    }
 }
 
 /// Tightly packed planes of `fourcc`, one after the other, and their total size.

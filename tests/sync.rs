@@ -12,6 +12,22 @@ use dmabridge::interop::sync::{SyncError, SyncMethod};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{BufferLocation, Capability, Direction, GpuBuffer, ParticipantRequest, SubmitError, SubmitOptions};
 
+/// A submitted copy of the first 4096 bytes of `src` into `dst`, after `after`.
+fn submit_copy(engine: &dmabridge::Engine, src: &GpuBuffer, dst: &GpuBuffer, after: &[dmabridge::Completion]) -> dmabridge::Submission {
+    let (_, s) = engine
+        .submit(SubmitOptions::after(after), |cmd, until| {
+            let region = dmabridge::ash::vk::BufferCopy { src_offset: 0, dst_offset: 0, size: 4096 };
+            // SAFETY: the engine's command buffer; both buffers hold 4096 bytes with transfer
+            // usage and are tracked until the submission is done (VUID-vkDestroyBuffer-buffer-00922).
+            unsafe { engine.device().cmd_copy_buffer(cmd, src.buffer(), dst.buffer(), &[region]) };
+            src.track(until);
+            dst.track(until);
+            Ok::<(), SubmitError>(())
+        })
+        .expect("submit");
+    s
+}
+
 #[test]
 fn lavapipe_synchronises_by_cpu_wait_and_says_so() {
     let engine = common::engine();
@@ -52,20 +68,7 @@ fn submissions_chain_and_wait_on_the_timeline() {
     let a = GpuBuffer::from_bytes(&engine, &[5u8; 4096]).expect("buffer");
     let b = GpuBuffer::new(&engine, 4096, BufferLocation::DeviceLocal).expect("buffer");
     let c = GpuBuffer::new(&engine, 4096, BufferLocation::Readback).expect("buffer");
-    let copy = |src: &GpuBuffer, dst: &GpuBuffer, after: &[dmabridge::Completion]| {
-        let (_, s) = engine
-            .submit(SubmitOptions::after(after), |cmd, until| {
-                let region = dmabridge::ash::vk::BufferCopy { src_offset: 0, dst_offset: 0, size: 4096 };
-                // SAFETY: the engine's command buffer; both buffers hold 4096 bytes with
-                // transfer usage and are tracked until the submission is done.
-                unsafe { engine.device().cmd_copy_buffer(cmd, src.buffer(), dst.buffer(), &[region]) };
-                src.track(until);
-                dst.track(until);
-                Ok::<(), SubmitError>(())
-            })
-            .expect("submit");
-        s
-    };
+    let copy = |src: &GpuBuffer, dst: &GpuBuffer, after: &[dmabridge::Completion]| submit_copy(&engine, src, dst, after);
     let first = copy(&a, &b, &[]);
     let second = copy(&b, &c, &[first.completion()]);
     // The second waited for the first on the GPU; the CPU waits only here.
@@ -94,16 +97,7 @@ fn a_handle_dropped_while_its_work_is_pending_is_destroyed_only_after_it() {
     let gate = timeline.next();
     let src = GpuBuffer::from_bytes(&engine, &[9u8; 4096]).expect("buffer");
     let dst = GpuBuffer::new(&engine, 4096, BufferLocation::Readback).expect("buffer");
-    let (_, pending) = engine
-        .submit(SubmitOptions::after(&[gate]), |cmd, until| {
-            let region = dmabridge::ash::vk::BufferCopy { src_offset: 0, dst_offset: 0, size: 4096 };
-            // SAFETY: the engine's command buffer; both buffers are tracked until `until`.
-            unsafe { engine.device().cmd_copy_buffer(cmd, src.buffer(), dst.buffer(), &[region]) };
-            src.track(until);
-            dst.track(until);
-            Ok::<(), SubmitError>(())
-        })
-        .expect("submit");
+    let pending = submit_copy(&engine, &src, &dst, &[gate]);
     let before = engine.deferred_destructions();
     let t = std::time::Instant::now();
     drop(src);

@@ -35,6 +35,30 @@ const BARS: [[u8; 3]; 8] = [
     [0, 0, 0],
 ];
 
+/// Wide, tall, tiny and large windows, ending on a wide one (pillarboxed).
+const RESIZE_SIZES: [(u32, u32); 20] = [
+    (400, 300),
+    (200, 400),
+    (640, 180),
+    (100, 100),
+    (800, 450),
+    (321, 181),
+    (50, 200),
+    (600, 100),
+    (1000, 700),
+    (333, 77),
+    (320, 180),
+    (700, 300),
+    (150, 150),
+    (480, 640),
+    (900, 200),
+    (64, 36),
+    (1200, 780),
+    (250, 500),
+    (500, 250),
+    (640, 200),
+];
+
 fn bar_at(x: u32) -> usize {
     (x * BARS.len() as u32 / W) as usize
 }
@@ -386,29 +410,7 @@ fn twenty_resizes_without_a_validation_error_then_letterboxed() {
         let out = finish(child, "resize");
         panic!("the view window never appeared: {}", String::from_utf8_lossy(&out.stdout));
     };
-    // Wide, tall, tiny and large windows, ending on a wide one (pillarboxed).
-    let sizes: [(u32, u32); 20] = [
-        (400, 300),
-        (200, 400),
-        (640, 180),
-        (100, 100),
-        (800, 450),
-        (321, 181),
-        (50, 200),
-        (600, 100),
-        (1000, 700),
-        (333, 77),
-        (320, 180),
-        (700, 300),
-        (150, 150),
-        (480, 640),
-        (900, 200),
-        (64, 36),
-        (1200, 780),
-        (250, 500),
-        (500, 250),
-        (640, 200),
-    ];
+    let sizes = RESIZE_SIZES;
     for (w, h) in sizes {
         let st = Command::new("xdotool").args(["windowsize", &id, &w.to_string(), &h.to_string()]).status().expect("xdotool");
         assert!(st.success(), "xdotool windowsize {id} {w} {h} failed");
@@ -666,28 +668,7 @@ mod host {
         let outcome = presenter.present(&image, &opts).expect("first present");
         assert!(matches!(outcome, PresentOutcome::Presented { .. }), "{outcome:?}");
 
-        let sizes: [(u32, u32); 20] = [
-            (400, 300),
-            (200, 400),
-            (640, 180),
-            (100, 100),
-            (800, 450),
-            (321, 181),
-            (50, 200),
-            (600, 100),
-            (1000, 700),
-            (333, 77),
-            (320, 180),
-            (700, 300),
-            (150, 150),
-            (480, 640),
-            (900, 200),
-            (64, 36),
-            (1200, 780),
-            (250, 500),
-            (500, 250),
-            (640, 200),
-        ];
+        let sizes = RESIZE_SIZES;
         let mut resized_to = Vec::new();
         for (w, h) in sizes {
             let window = app.window.as_ref().expect("window");

@@ -7,6 +7,8 @@ use ash::vk;
 use gpu_allocator::vulkan::Allocation;
 use gpu_allocator::MemoryLocation;
 
+use dmabridge_interop::dmabuf::{read_exact_at, DmaBuf, ReadError};
+
 use crate::error::{VkError, VkResultExt};
 use crate::memory::MemoryError;
 use crate::requirements::Capability;
@@ -69,6 +71,26 @@ impl BufferLocation {
     }
 }
 
+/// One plane's bytes for [`GpuBuffer::read_planes`]: `len` bytes at `file_offset` in the file
+/// of the descriptor's plane `plane`, to go at byte `at` of the staging buffer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct PlaneRead {
+    pub plane: usize,
+    pub file_offset: u64,
+    pub at: u64,
+    pub len: u64,
+}
+
+/// Why [`GpuBuffer::read_planes`] failed; each caller reports it in its own error type.
+#[derive(Debug)]
+pub(crate) enum PlaneReadError {
+    Buffer(BufferError),
+    /// The descriptor has no such plane.
+    NoPlane(usize),
+    /// The plane's range does not fit the staging buffer, or its file could not be read.
+    Read { plane: usize, source: ReadError },
+}
+
 /// A buffer of dmabridge's own, usable as a storage buffer and for transfers both ways.
 ///
 /// `Send` and `Sync`: the mapping is only exposed through `&self`/`&mut self` borrows
@@ -89,6 +111,23 @@ impl std::fmt::Debug for GpuBuffer {
 }
 
 impl GpuBuffer {
+    /// The read-copy paths' one reader, for files that can shrink: a new upload buffer of
+    /// `len` bytes holding each of `reads`, read from the plane's fd (borrowed) with `pread`
+    /// and never mapped, so a file that shrinks meanwhile is a `ShortRead`, not a SIGBUS.
+    pub(crate) fn read_planes(engine: &Engine, buf: &DmaBuf, len: u64, reads: &[PlaneRead]) -> Result<GpuBuffer, PlaneReadError> {
+        let mut staging = GpuBuffer::new(engine, len, BufferLocation::Upload).map_err(PlaneReadError::Buffer)?;
+        let bytes = staging.bytes_mut().map_err(PlaneReadError::Buffer)?;
+        for r in reads {
+            let fd = buf.plane(r.plane).map(|p| p.fd).ok_or(PlaneReadError::NoPlane(r.plane))?;
+            let range = r.at.checked_add(r.len).and_then(|end| Some(usize::try_from(r.at).ok()?..usize::try_from(end).ok()?));
+            let dst = range
+                .and_then(|range| bytes.get_mut(range))
+                .ok_or(PlaneReadError::Read { plane: r.plane, source: ReadError::Overflow { offset: r.at, len: r.len } })?;
+            read_exact_at(fd, r.file_offset, dst).map_err(|source| PlaneReadError::Read { plane: r.plane, source })?;
+        }
+        Ok(staging)
+    }
+
     /// A buffer of `len` bytes. Mapped memory starts zeroed. The allocation is rounded up:
     /// the shaders read whole 16-byte groups at the end of a plane.
     pub fn new(engine: &Engine, len: u64, location: BufferLocation) -> Result<GpuBuffer, BufferError> {
@@ -222,13 +261,13 @@ impl ImportedBuffer {
         if !engine.has_capability(Capability::DmaBufImport) {
             return Err(BufferError::Unsupported(Capability::DmaBufImport));
         }
-        match dmabridge_interop::dmabuf::classify(fd, trust) {
-            Ok(class) if class.is_fixed_size() => {}
+        let class = match dmabridge_interop::dmabuf::classify(fd, trust) {
+            Ok(class) if class.is_fixed_size() => class,
             Ok(dmabridge_interop::dmabuf::FdClass::Shrinkable(reason)) => return Err(BufferError::NotMappable(reason.to_string())),
             Ok(other) => return Err(BufferError::NotMappable(format!("a {other}"))),
             Err(e) => return Err(BufferError::NotMappable(e.to_string())),
-        }
-        let fd_size = fd_size(fd)?;
+        };
+        let fd_size = dmabridge_interop::dmabuf::file_size(fd, class).map_err(BufferError::Fd)?;
         if len > fd_size {
             return Err(BufferError::FdTooSmall { needed: len, fd_size });
         }
@@ -275,19 +314,6 @@ impl Drop for ImportedBuffer {
         }
         self.engine.shared().retire(self.uses.snapshot(), garbage);
     }
-}
-
-/// The size of the file behind `fd` (`lseek(SEEK_END)` works for dma-bufs, whose `st_size`
-/// may be 0, and for memfds).
-pub(crate) fn fd_size(fd: BorrowedFd<'_>) -> Result<u64, BufferError> {
-    let stat = rustix::fs::fstat(fd).map_err(|e| BufferError::Fd(e.into()))?;
-    if stat.st_size > 0 {
-        return Ok(stat.st_size as u64);
-    }
-    // SEEK_END moves the file position, which the dup shares; put it back.
-    let end = rustix::fs::seek(fd, rustix::fs::SeekFrom::End(0)).map_err(|e| BufferError::Fd(e.into()))?;
-    let _ = rustix::fs::seek(fd, rustix::fs::SeekFrom::Start(0));
-    Ok(end)
 }
 
 /// Imports `fd` as DMA_BUF memory for an object with `reqs`, dedicated to `image` when

@@ -15,7 +15,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use ash::vk;
-use dmabridge_interop::dmabuf::{check_import, read_exact_at, DmaBuf, FileId, ImportCheckError, ImportFacts, ReadError};
+use dmabridge_interop::dmabuf::{check_import, DmaBuf, FileId, ImportCheckError, ImportFacts, ReadError};
 use dmabridge_interop::negotiate::ConversionKind;
 use dmabridge_interop::tiling::gpu::{
     plane_dispatches, rgba_to_nv12_dispatch, yuv_to_rgba_dispatch, ColourPushConstants, Dispatch, GpuParamError, TilePushConstants,
@@ -25,7 +25,7 @@ use dmabridge_interop::{format_info, Format, Fourcc, Layout, TileLayout};
 use gpu_allocator::vulkan::Allocation;
 use gpu_allocator::MemoryLocation;
 
-use crate::buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer};
+use crate::buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer, PlaneRead, PlaneReadError};
 use crate::compute::{Binding, ComputeError, ComputePipeline};
 use crate::error::{VkError, VkResultExt};
 use crate::image::{image_2d, image_barrier, record_barrier};
@@ -715,16 +715,18 @@ impl Converter {
         if !checked.zero_copy_safe() {
             // A file that can shrink is never mapped: its tiles are read into memory
             // dmabridge owns, then detiled from there.
-            let mut staged = GpuBuffer::new(&self.engine, g.size, BufferLocation::Upload)?;
-            let bytes = staged.bytes_mut()?;
-            for (i, (c, p)) in checked.planes().iter().zip(&g.planes).enumerate() {
-                let fd = buf.plane(i).map(|pl| pl.fd).ok_or(ConvertError::NotTiled(layout))?;
-                let dst = bytes.get_mut(p.offset as usize..(p.offset + p.size) as usize).ok_or(ConvertError::Read {
-                    plane: i,
-                    source: ReadError::Overflow { offset: p.offset, len: p.size },
-                })?;
-                read_exact_at(fd, c.offset, dst).map_err(|source| ConvertError::Read { plane: i, source })?;
-            }
+            let reads: Vec<PlaneRead> = checked
+                .planes()
+                .iter()
+                .zip(&g.planes)
+                .enumerate()
+                .map(|(i, (c, p))| PlaneRead { plane: i, file_offset: c.offset, at: p.offset, len: p.size })
+                .collect();
+            let staged = GpuBuffer::read_planes(&self.engine, buf, g.size, &reads).map_err(|e| match e {
+                PlaneReadError::Buffer(e) => ConvertError::Buffer(e),
+                PlaneReadError::NoPlane(_) => ConvertError::NotTiled(layout),
+                PlaneReadError::Read { plane, source } => ConvertError::Read { plane, source },
+            })?;
             let frame = TiledFrame { layout: tile, fourcc, extent: (w, h) };
             let s = self.detile(frame, &staged, dst, planes, options)?;
             return Ok((tile, s));

@@ -33,11 +33,11 @@ use std::sync::Arc;
 
 use ash::vk;
 use dmabridge_interop::dmabuf::{
-    check_import_with, read_exact_at, CheckedImport, DmaBuf, FdClass, FdTrust, FileId, ImportCheckError, ImportFacts, ReadError,
+    check_import_with, CheckedImport, DmaBuf, FdClass, FdTrust, FileId, ImportCheckError, ImportFacts, ReadError,
 };
 use dmabridge_interop::{format_info, Format, Fourcc, Layout, Modifier};
 
-use crate::buffer::{import_memory, BufferError, BufferLocation, GpuBuffer, ImportedBuffer};
+use crate::buffer::{import_memory, BufferError, GpuBuffer, ImportedBuffer, PlaneRead, PlaneReadError};
 use crate::caps::{CapsError, CapsQuery};
 use crate::error::{VkError, VkResultExt};
 use crate::image::{
@@ -154,9 +154,9 @@ pub struct ImportOptions {
 enum Source {
     /// Buffers over the dma-buf's files (mapped by the driver), one per distinct file.
     Mapped(Vec<(FileId, ImportedBuffer)>),
-    /// The descriptor's own dups, read with `pread` on every acquisition; `planes[i]` is the
-    /// byte range of plane i in its file.
-    Read { buf: DmaBuf, planes: Vec<(u64, u64)> },
+    /// The descriptor's own dups, read with `pread` on every acquisition into a staging
+    /// buffer of `len` bytes laid out as `planes` say.
+    Read { buf: DmaBuf, len: u64, planes: Vec<PlaneRead> },
 }
 
 /// The copy paths' source, and the regions that copy it into the device image.
@@ -305,7 +305,7 @@ impl ImportedImage {
             if now != *class {
                 return Err(ImportError::Changed { plane: i, detail: format!("the file was a {class} and is a {now} now") });
             }
-            let size = crate::buffer::fd_size(fd).map_err(|e| ImportError::Changed { plane: i, detail: e.to_string() })?;
+            let size = dmabridge_interop::dmabuf::file_size(fd, now).map_err(|e| ImportError::Changed { plane: i, detail: format!("cannot use the fd: {e}") })?;
             if size < *end {
                 return Err(ImportError::Changed { plane: i, detail: format!("the file shrank to {size} bytes; the plane ends at {end}") });
             }
@@ -350,8 +350,12 @@ impl ImportedImage {
             // copy), or a staging buffer filled by pread now.
             let (buffers, staging): (Vec<vk::Buffer>, Option<GpuBuffer>) = match &copy.source {
                 Source::Mapped(files) => (files.iter().map(|(_, b)| b.buffer()).collect(), None),
-                Source::Read { buf, planes } => {
-                    let staging = read_planes(&self.0.engine, buf, planes)?;
+                Source::Read { buf, len, planes } => {
+                    let staging = GpuBuffer::read_planes(&self.0.engine, buf, *len, planes).map_err(|e| match e {
+                        PlaneReadError::Buffer(e) => ImportError::Buffer(e),
+                        PlaneReadError::NoPlane(plane) => ImportError::Dup { plane, source: std::io::Error::other("no such plane") },
+                        PlaneReadError::Read { plane, source } => ImportError::Read { plane, source },
+                    })?;
                     (vec![staging.buffer()], Some(staging))
                 }
             };
@@ -784,7 +788,7 @@ impl Engine {
         let target = DeviceImage::new(self, entry.vk_format, (buf.width(), buf.height()), usage)?;
         let mapped = checked.zero_copy_safe();
         let mut files: Vec<(FileId, ImportedBuffer)> = Vec::new();
-        let mut read_planes: Vec<(u64, u64)> = Vec::new();
+        let mut read_planes: Vec<PlaneRead> = Vec::new();
         let mut staging_len = 0u64;
         let mut regions = Vec::new();
         for (i, p) in checked.planes().iter().enumerate() {
@@ -803,7 +807,7 @@ impl Engine {
             // file (mapped), or where the read-copy path puts it in its staging buffer.
             let (src, buffer_offset) = if !mapped {
                 let at = staging_len;
-                read_planes.push((p.offset, p.size()));
+                read_planes.push(PlaneRead { plane: i, file_offset: p.offset, at, len: p.size() });
                 staging_len = at
                     .checked_add(p.size())
                     .map(|e| e.div_ceil(16) * 16)
@@ -811,16 +815,16 @@ impl Engine {
                 (0, at)
             } else {
                 let src = match files.iter().position(|(f, _)| *f == p.file) {
-                Some(s) => s,
-                None => {
-                    let size = checked.planes().iter().filter(|q| q.file == p.file).map(|q| q.end).max().unwrap_or(p.end);
-                    let fd = buf.plane(i).map(|pl| pl.fd).ok_or(ImportError::Dup {
-                        plane: i,
-                        source: std::io::Error::other("the descriptor has no such plane"),
-                    })?;
-                    files.push((p.file, ImportedBuffer::import_trusting(self, fd, size, vk::BufferUsageFlags::TRANSFER_SRC, trust)?));
-                    files.len() - 1
-                }
+                    Some(s) => s,
+                    None => {
+                        let size = checked.planes().iter().filter(|q| q.file == p.file).map(|q| q.end).max().unwrap_or(p.end);
+                        let fd = buf.plane(i).map(|pl| pl.fd).ok_or(ImportError::Dup {
+                            plane: i,
+                            source: std::io::Error::other("the descriptor has no such plane"),
+                        })?;
+                        files.push((p.file, ImportedBuffer::import_trusting(self, fd, size, vk::BufferUsageFlags::TRANSFER_SRC, trust)?));
+                        files.len() - 1
+                    }
                 };
                 (src, p.offset)
             };
@@ -835,7 +839,7 @@ impl Engine {
         } else {
             tracing::debug!(fourcc = %buf.fourcc(), "a file can shrink: imported through the read-copy path");
             let own = buf.try_clone().map_err(|e| ImportError::Dup { plane: 0, source: std::io::Error::other(e) })?;
-            (ImportPath::ReadCopy, Source::Read { buf: own, planes: read_planes })
+            (ImportPath::ReadCopy, Source::Read { buf: own, len: staging_len, planes: read_planes })
         };
         let image = target.image();
         Ok(ImportedImage(Arc::new(Inner {
@@ -870,22 +874,4 @@ fn not_fixed(checked: &CheckedImport<'_>) -> String {
             _ => None,
         })
         .unwrap_or_else(|| "a plane's file can shrink".into())
-}
-
-/// The read-copy path: every plane's bytes (`planes[i]`: offset and length in its file),
-/// read with `pread` into a new staging buffer, each at the next 16-byte boundary.
-fn read_planes(engine: &Engine, buf: &DmaBuf, planes: &[(u64, u64)]) -> Result<GpuBuffer, ImportError> {
-    let total = planes.iter().try_fold(0u64, |at, (_, len)| at.checked_add(*len).map(|e| e.div_ceil(16) * 16));
-    let total = total.ok_or(ImportError::Read { plane: 0, source: ReadError::Overflow { offset: 0, len: u64::MAX } })?;
-    let mut staging = GpuBuffer::new(engine, total, BufferLocation::Upload)?;
-    let bytes = staging.bytes_mut()?;
-    let mut at = 0usize;
-    for (i, (offset, len)) in planes.iter().enumerate() {
-        let fd = buf.plane(i).map(|p| p.fd).ok_or(ImportError::Dup { plane: i, source: std::io::Error::other("no such plane") })?;
-        let n = *len as usize;
-        let dst = bytes.get_mut(at..at + n).ok_or(ImportError::Read { plane: i, source: ReadError::Overflow { offset: *offset, len: *len } })?;
-        read_exact_at(fd, *offset, dst).map_err(|source| ImportError::Read { plane: i, source })?;
-        at = (at + n).div_ceil(16) * 16;
-    }
-    Ok(staging)
 }

@@ -446,12 +446,11 @@ fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, op
 /// Batches of `reps` frames each path runs; a path's figure is the median batch's mean.
 const BATCHES: usize = 5;
 
-/// The CPU upload: map each plane's file read-only and memcpy its rows into `dst`, packed.
+/// The CPU upload: each plane's rows read from its file with `pread` into the same place in `dst`.
 fn cpu_upload(buf: &DmaBuf, dst: &mut [u8]) -> Result<(), DemoError> {
     let info = format_info(buf.fourcc()).ok_or_else(|| DemoError::Unavailable(format!("{} has no plane table", buf.fourcc())))?;
     for (i, p) in buf.planes().enumerate() {
-        // The plane's rows, from its offset, read (never mapped: a file can shrink) into the
-        // same place in the staging buffer.
+        // Read, never mapped: a file can shrink.
         let end = p.offset.checked_add(p.stride * u64::from(info.plane_height(i, buf.height()))).ok_or(DemoError::Unavailable("plane too large".into()))?;
         let range = usize::try_from(p.offset).ok().zip(usize::try_from(end).ok()).ok_or(DemoError::Unavailable("plane too large".into()))?;
         let dst = dst.get_mut(range.0..range.1).ok_or(DemoError::Unavailable("the staging buffer is smaller than the frame".into()))?;

@@ -30,12 +30,9 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::os::fd::BorrowedFd;
-
-use rustix::fs::{fstat, seek, SeekFrom};
 
 use super::descriptor::{DmaBuf, FileId};
-use super::fd_kind::{classify, FdClass, FdClassError, FdTrust, NotFixedReason};
+use super::fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, NotFixedReason};
 use super::pread::{read_at, ReadError};
 use crate::{format_info, Format, Fourcc, Layout, Modifier, Subsampling};
 
@@ -403,7 +400,7 @@ fn run_checks<'a>(
         let file_size = match sizes.iter().find(|(f, _)| *f == p.file) {
             Some(&(_, size)) => size,
             None => {
-                let size = fd_size(p.fd, class)
+                let size = file_size(p.fd, class)
                     .map_err(|source| ImportCheckError::FdSize { plane: i, source })?;
                 sizes.push((p.file, size));
                 size
@@ -448,20 +445,4 @@ fn run_checks<'a>(
         planes,
         disjoint,
     })
-}
-
-/// The size of the file behind `fd` (borrowed), which [`classify`] put in `class`. Regular
-/// files report their size in `fstat`; a dma-buf is an anonymous inode whose size, fixed at
-/// export, only `lseek(SEEK_END)` reports. Seeking moves the offset shared by every dup of
-/// the fd, so it is put back.
-fn fd_size(fd: BorrowedFd<'_>, class: FdClass) -> io::Result<u64> {
-    if class != FdClass::DmaBuf {
-        let st = fstat(fd)?;
-        return u64::try_from(st.st_size)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "negative file size"));
-    }
-    let here = seek(fd, SeekFrom::Current(0))?;
-    let end = seek(fd, SeekFrom::End(0));
-    seek(fd, SeekFrom::Start(here))?;
-    Ok(end?)
 }

@@ -23,7 +23,7 @@ use std::fmt;
 use std::io;
 use std::os::fd::BorrowedFd;
 
-use rustix::fs::{fcntl_get_seals, fstat, fstatfs, FileType, SealFlags};
+use rustix::fs::{fcntl_get_seals, fstat, fstatfs, seek, FileType, SealFlags, SeekFrom};
 use rustix::io::Errno;
 
 /// `DMA_BUF_MAGIC` (`include/uapi/linux/magic.h`): the `f_type` of a dma-buf's file system.
@@ -195,4 +195,20 @@ pub fn classify(fd: BorrowedFd<'_>, trust: FdTrust) -> Result<FdClass, FdClassEr
         Err(Errno::INVAL) => Ok(FdClass::Shrinkable(NotFixedReason::NoSealSupport)),
         Err(e) => Err(FdClassError::Seals(e.into())),
     }
+}
+
+/// The size of the file behind `fd` (borrowed), which [`classify`] put in `class`. Regular
+/// files report their size in `fstat`; a dma-buf is an anonymous inode whose size, fixed at
+/// export, only `lseek(SEEK_END)` reports. Seeking moves the offset shared by every dup of
+/// the fd, so it is put back.
+pub fn file_size(fd: BorrowedFd<'_>, class: FdClass) -> io::Result<u64> {
+    if class != FdClass::DmaBuf {
+        let st = fstat(fd)?;
+        return u64::try_from(st.st_size)
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "negative file size"));
+    }
+    let here = seek(fd, SeekFrom::Current(0))?;
+    let end = seek(fd, SeekFrom::End(0));
+    seek(fd, SeekFrom::Start(here))?;
+    Ok(end?)
 }

@@ -30,7 +30,7 @@ pub use checks::{
     check_import, check_import_with, CheckedImport, CheckedPlane, DeviceFacts, ImportCheckError,
     ImportFacts, ImportLimits, ImportOptions,
 };
-pub use fd_kind::{classify, FdClass, FdClassError, FdTrust, FileKind, NotFixedReason};
+pub use fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, FileKind, NotFixedReason};
 pub use memfd::{sealed_memfd, sealed_memfd_of_size, MemfdError, MEMFD_SEALS};
 pub use pread::{read_at, read_exact_at, ReadError};
 pub use descriptor::{

@@ -5,8 +5,8 @@
 use std::time::Duration;
 
 use ash::vk;
-use dmabridge_interop::tiling::LinearPlane;
-use dmabridge_interop::{format_info, Fourcc};
+use dmabridge_interop::tiling::{tiled_size, LinearPlane, TilingError};
+use dmabridge_interop::{format_info, Fourcc, TileLayout};
 
 use crate::buffer::{BufferError, BufferLocation, GpuBuffer};
 use crate::image::{buffer_barrier, plane_aspect, record_barrier, DeviceImage, ImageAccess};
@@ -54,8 +54,9 @@ pub enum TransferError {
 }
 
 /// One copy region per plane of `fourcc`, between an image and a buffer whose planes lie at
-/// `planes` (offset and stride in bytes, checked against the texel size and `buffer_len`).
-pub(crate) fn plane_regions(
+/// `planes` (offset and stride in bytes, checked against the texel size and `buffer_len`):
+/// what a host records for its own `vkCmdCopyBufferToImage`/`ImageToBuffer` of a frame.
+pub fn plane_regions(
     fourcc: Fourcc,
     (width, height): (u32, u32),
     planes: &[LinearPlane],
@@ -111,16 +112,14 @@ pub(crate) fn plane_copy(entry: &VkFormatEntry, vk_plane: usize, buffer_offset: 
     }
 }
 
-/// Tightly packed planes of `fourcc`, one after the other, and their total size.
+/// Tightly packed planes of `fourcc`, one after the other, and their total size: the linear
+/// layout of interop's geometry, which the CPU references and `convert` use too.
 pub(crate) fn packed(fourcc: Fourcc, (width, height): (u32, u32)) -> Result<(Vec<LinearPlane>, u64), TransferError> {
-    let info = format_info(fourcc).ok_or(TransferError::UnknownFourcc(fourcc))?;
-    let mut planes = Vec::with_capacity(info.plane_count());
-    let mut offset = 0u64;
-    for i in 0..info.plane_count() {
-        planes.push(LinearPlane { offset, stride: info.min_stride(i, width) });
-        offset = offset.checked_add(info.packed_plane_size(i, width, height)).ok_or(TransferError::TooLarge(u64::MAX))?;
-    }
-    Ok((planes, offset))
+    let g = tiled_size(TileLayout::Linear, fourcc, width, height).map_err(|e| match e {
+        TilingError::UnknownFormat(f) => TransferError::UnknownFourcc(f),
+        _ => TransferError::TooLarge(u64::MAX),
+    })?;
+    Ok((g.planes.iter().map(|p| LinearPlane { offset: p.offset, stride: p.width_bytes as u64 }).collect(), g.size))
 }
 
 fn check_image(image: &DeviceImage, fourcc: Fourcc, extent: (u32, u32)) -> Result<(), TransferError> {

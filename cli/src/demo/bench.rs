@@ -279,31 +279,6 @@ impl Drop for HostLoop {
     }
 }
 
-/// One copy region per plane of a tightly packed or strided linear frame.
-fn copy_regions(buf: &DmaBuf, vk_planes: u8) -> Result<Vec<vk::BufferImageCopy>, DemoError> {
-    let info = format_info(buf.fourcc()).ok_or_else(|| DemoError::Unavailable(format!("{} has no plane table", buf.fourcc())))?;
-    let aspect = |i: usize| match (vk_planes, i) {
-        (0 | 1, _) => vk::ImageAspectFlags::COLOR,
-        (_, 0) => vk::ImageAspectFlags::PLANE_0,
-        (_, 1) => vk::ImageAspectFlags::PLANE_1,
-        _ => vk::ImageAspectFlags::PLANE_2,
-    };
-    buf.planes()
-        .enumerate()
-        .map(|(i, p)| {
-            let cpp = info.planes.get(i).map_or(1, |pl| pl.cpp as u64).max(1);
-            Ok(vk::BufferImageCopy {
-                buffer_offset: p.offset,
-                buffer_row_length: u32::try_from(p.stride / cpp).map_err(|_| DemoError::Unavailable("stride too large".into()))?,
-                buffer_image_height: 0,
-                image_subresource: vk::ImageSubresourceLayers { aspect_mask: aspect(i), mip_level: 0, base_array_layer: 0, layer_count: 1 },
-                image_offset: vk::Offset3D::default(),
-                image_extent: vk::Extent3D { width: info.plane_width(i, buf.width()), height: info.plane_height(i, buf.height()), depth: 1 },
-            })
-        })
-        .collect()
-}
-
 /// Sends `buf` over `a` and receives it on `b`: one handoff.
 fn handoff(a: &std::os::fd::OwnedFd, b: &std::os::fd::OwnedFd, buf: &DmaBuf) -> Result<DmaBuf, DemoError> {
     send_buffer(a, 0, buf)?;
@@ -372,7 +347,8 @@ fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, op
                 let t = Instant::now();
                 for _ in 0..n {
                     let got = handoff(&a, &b, &source.buf)?;
-                    let regions = copy_regions(&got, entry.vk_planes)?;
+                    let planes: Vec<LinearPlane> = got.planes().map(|p| LinearPlane { offset: p.offset, stride: p.stride }).collect();
+                    let regions = dmabridge::transfer::plane_regions(fourcc, (w, h), &planes, source.bytes)?;
                     let slot = frame % FRAMES_IN_FLIGHT;
                     frame += 1;
                     let external = staging.is_empty();

@@ -29,6 +29,7 @@ use crate::buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer, Plan
 use crate::compute::{Binding, ComputeError, ComputePipeline};
 use crate::error::{VkError, VkResultExt};
 use crate::image::{image_2d, image_barrier, record_barrier};
+use crate::usage::ImageUse;
 use crate::memory::MemoryError;
 use crate::shaders::{COLOUR_SPV, TILE_SPV};
 use crate::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
@@ -473,7 +474,7 @@ impl Converter {
         }
         let (width, height) = ctx.scratch.get(index).map_or((width, height), |s| (s.width.max(width), s.height.max(height)));
         let device = self.engine.device();
-        let info = image_2d(vk::Format::R8_UINT, (width, height), vk::ImageTiling::OPTIMAL, vk::ImageUsageFlags::TRANSFER_SRC | vk::ImageUsageFlags::TRANSFER_DST);
+        let info = image_2d(vk::Format::R8_UINT, (width, height), vk::ImageTiling::OPTIMAL, &ImageUse::new(vk::ImageUsageFlags::TRANSFER_SRC | vk::ImageUsageFlags::TRANSFER_DST));
         // SAFETY: R8_UINT with transfer usage is a required format; 1 level, 1 layer, and an
         // extent within maxImageDimension2D (checked by copy_blocks).
         let image = unsafe { device.create_image(&info, None) }.vk("vkCreateImage")?;

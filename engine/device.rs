@@ -478,6 +478,9 @@ fn assemble(
     let queue = unsafe { device.get_device_queue(queue_family, queue_index) };
     let info = device_info(&instance, physical);
     let offered = Offered::query(&instance, physical);
+    // The extension, not the 1.3 core version: a 1.3 device under an instance made for 1.2
+    // (a host's) may not take the 1.3 structs in physical-device queries.
+    let format_features2 = offered.extensions.iter().any(|e| e.as_c_str() == ash::khr::format_feature_flags2::NAME);
     let requirements = evaluate(&offered, |e| extensions.has(e), features);
     let memory = match Memory::new(&instance, &device, physical) {
         Ok(m) => m,
@@ -516,7 +519,7 @@ fn assemble(
         requirements,
         info,
         validation,
-        caps_cache: CapsCache::default(),
+        caps_cache: CapsCache::new(format_features2),
         external_memory_fd,
         drm_format_modifier,
         external_semaphore_fd,

@@ -18,10 +18,11 @@ use dmabridge_interop::{Fourcc, Layout, Modifier};
 use crate::buffer::GpuBuffer;
 use crate::caps::{CapsError, CapsQuery};
 use crate::error::{VkError, VkResultExt};
-use crate::image::{barrier_aspect, image_2d, image_barrier, memory_plane_aspect, record_barrier, ImageAccess, ImageState, Tracked};
+use crate::image::{barrier_aspect, chain_view_formats, image_2d, image_barrier, memory_plane_aspect, record_barrier, ImageAccess, ImageState, Tracked};
 use crate::requirements::Capability;
 use crate::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
 use crate::transfer::{plane_regions, TransferError};
+use crate::usage::{ImageUse, WiderUse};
 use crate::vk_format;
 use crate::Engine;
 
@@ -31,12 +32,33 @@ pub struct ExportRequest {
     pub fourcc: Fourcc,
     pub width: u32,
     pub height: u32,
-    /// How the exporting side will use the image (rendering, storage, transfer...).
-    pub usage: vk::ImageUsageFlags,
+    /// Exactly how the exporting side will use the image: usage (rendering, storage,
+    /// transfer...), create flags and view formats. The capability query and the image are
+    /// both made for this use. `DISJOINT` is refused: an export is one allocation.
+    pub image_use: ImageUse,
     /// The acceptable layouts from negotiation. `Layout::Implicit` in the list means an
     /// implicit allocation is acceptable too. An empty list means "whatever the device
-    /// exports for this usage" (explicit where it can).
+    /// exports for this use" (explicit where it can).
     pub acceptable: Vec<Layout>,
+    /// The use `acceptable` was negotiated for (the producer's
+    /// [`crate::ParticipantRequest::image_use`]): an image for a wider use is refused with
+    /// [`ExportError::WiderThanNegotiated`], since the driver never agreed to those layouts
+    /// for it. `None`: no negotiation to answer to.
+    pub negotiated: Option<ImageUse>,
+}
+
+impl ExportRequest {
+    /// A `width` x `height` image of `fourcc` for `image_use`, in whatever layout the device
+    /// exports for it.
+    pub fn new(fourcc: Fourcc, width: u32, height: u32, image_use: impl Into<ImageUse>) -> Self {
+        ExportRequest { fourcc, width, height, image_use: image_use.into(), acceptable: Vec::new(), negotiated: None }
+    }
+
+    /// Only these layouts (from negotiation).
+    pub fn with_acceptable(mut self, acceptable: impl IntoIterator<Item = Layout>) -> Self {
+        self.acceptable = acceptable.into_iter().collect();
+        self
+    }
 }
 
 /// Why an export failed.
@@ -65,6 +87,10 @@ pub enum ExportError {
     #[error("this device lacks the {0} capability")]
     Unsupported(Capability),
     #[error(transparent)]
+    WiderThanNegotiated(#[from] WiderUse),
+    #[error("an export is one allocation, so it cannot be DISJOINT (the use {0} asks for it)")]
+    DisjointExport(ImageUse),
+    #[error(transparent)]
     Vk(#[from] VkError),
     #[error(transparent)]
     Descriptor(#[from] DescriptorError),
@@ -88,7 +114,8 @@ pub struct OpaqueFd {
     pub fourcc: Fourcc,
     pub width: u32,
     pub height: u32,
-    pub usage: vk::ImageUsageFlags,
+    /// The use the exporter created the image for; the importer's image must be the same.
+    pub image_use: ImageUse,
 }
 
 /// How an exported image is shared.
@@ -109,6 +136,7 @@ pub struct ExportedImage {
     image: vk::Image,
     memory: vk::DeviceMemory,
     vk_format: vk::Format,
+    image_use: ImageUse,
     shared: Shared,
     tracked: Tracked,
 }
@@ -126,6 +154,11 @@ impl ExportedImage {
 
     pub fn vk_format(&self) -> vk::Format {
         self.vk_format
+    }
+
+    /// The use the image was created for (usage, create flags, view formats).
+    pub fn image_use(&self) -> ImageUse {
+        self.image_use
     }
 
     /// The dma-buf descriptor (fourcc, layout, extent, planes with fds) to hand to
@@ -328,7 +361,13 @@ impl Engine {
         if req.width == 0 || req.height == 0 {
             return Err(ExportError::ZeroExtent { width: req.width, height: req.height });
         }
-        let caps = self.query_caps(&CapsQuery::new(req.fourcc, req.usage))?;
+        if let Some(negotiated) = req.negotiated {
+            negotiated.check_within(&req.image_use)?;
+        }
+        if req.image_use.create.contains(vk::ImageCreateFlags::DISJOINT) {
+            return Err(ExportError::DisjointExport(req.image_use));
+        }
+        let caps = self.query_caps(&CapsQuery::new(req.fourcc, req.image_use))?;
         let exportable: Vec<Modifier> = caps.exportable().collect();
         let implicit_ok = req.acceptable.is_empty() || req.acceptable.contains(&Layout::Implicit);
         let wanted: Vec<Modifier> = if req.acceptable.is_empty() {
@@ -399,7 +438,7 @@ impl Engine {
             tracing::error!(%chosen, "driver chose a modifier outside the acceptable list");
             return Err(ExportError::ModifierNotRequested { chosen });
         }
-        let caps = self.query_caps(&CapsQuery::new(req.fourcc, req.usage))?;
+        let caps = self.query_caps(&CapsQuery::new(req.fourcc, req.image_use))?;
         let memory_planes = caps.get(chosen).map_or(1, |c| c.plane_count as usize);
         let planes: Vec<(u64, u64)> = (0..memory_planes)
             .map(|i| {
@@ -440,18 +479,22 @@ impl Engine {
         fourcc: Fourcc,
         width: u32,
         height: u32,
-        usage: vk::ImageUsageFlags,
+        image_use: impl Into<ImageUse>,
     ) -> Result<ExportedImage, ExportError> {
+        let image_use = image_use.into();
         let entry = vk_format::to_vk(fourcc).ok_or(ExportError::UnknownFourcc(fourcc))?;
         if width == 0 || height == 0 {
             return Err(ExportError::ZeroExtent { width, height });
         }
+        if image_use.create.contains(vk::ImageCreateFlags::DISJOINT) {
+            return Err(ExportError::DisjointExport(image_use));
+        }
         let handle = vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD;
-        let caps = self.query_caps(&CapsQuery::new(fourcc, usage).with_handle_type(handle))?;
+        let caps = self.query_caps(&CapsQuery::new(fourcc, image_use).with_handle_type(handle))?;
         if !caps.get(Modifier::LINEAR).is_some_and(|c| c.can_export()) {
             return Err(ExportError::OpaqueExportUnsupported { fourcc });
         }
-        let req = ExportRequest { fourcc, width, height, usage, acceptable: Vec::new() };
+        let req = ExportRequest::new(fourcc, width, height, image_use);
         let (partial, _) = self.create_exportable(&req, entry.vk_format, Tiling::Optimal)?;
         // SAFETY: image of this device, bound above.
         let reqs = unsafe { self.device().get_image_memory_requirements(partial.image) };
@@ -467,10 +510,10 @@ impl Engine {
             fourcc,
             width,
             height,
-            usage,
+            image_use,
         });
         let (image, memory) = partial.release();
-        Ok(ExportedImage { engine: self.clone(), image, memory, vk_format: entry.vk_format, shared, tracked: Tracked::new(true) })
+        Ok(ExportedImage { engine: self.clone(), image, memory, vk_format: entry.vk_format, image_use, shared, tracked: Tracked::new(true) })
     }
 
     /// Creates the image with the external-memory info and the given tiling, and binds
@@ -492,14 +535,16 @@ impl Engine {
             Tiling::Linear => (vk::ImageTiling::LINEAR, None),
             Tiling::Optimal => (vk::ImageTiling::OPTIMAL, None),
         };
-        let mut info = image_2d(format, (req.width, req.height), vk_tiling, req.usage)
+        let views = req.image_use.view_formats(format);
+        let mut view_list = vk::ImageFormatListCreateInfo::default().view_formats(&views);
+        let mut info = chain_view_formats(image_2d(format, (req.width, req.height), vk_tiling, &req.image_use), &mut view_list)
             .push_next(&mut external);
         if let Some(list) = modifiers {
             // VUID-VkImageCreateInfo-tiling-02261: DRM tiling needs a modifier list or explicit layout.
             info = info.push_next(list);
         }
-        // SAFETY: the capability query accepted this format, tiling, usage and handle type
-        // (VUID-VkImageCreateInfo-pNext-00990), and the extent was checked against its
+        // SAFETY: the capability query accepted this format, tiling, use (usage, create flags,
+        // view formats) and handle type (VUID-VkImageCreateInfo-pNext-00990), and the extent was checked against its
         // limits (VUID-VkImageCreateInfo-extent-02252).
         let image = unsafe { device.create_image(&info, None) }.vk("vkCreateImage")?;
         let mut partial = Partial { device, image, memory: vk::DeviceMemory::null() };
@@ -535,7 +580,15 @@ impl Engine {
         let fd = self.memory_fd(partial.memory, vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT)?;
         let dmabuf = DmaBuf::in_one_file(req.fourcc, layout, req.width, req.height, fd, planes)?;
         let (image, memory) = partial.release();
-        Ok(ExportedImage { engine: self.clone(), image, memory, vk_format: format, shared: Shared::DmaBuf(dmabuf), tracked: Tracked::new(true) })
+        Ok(ExportedImage {
+            engine: self.clone(),
+            image,
+            memory,
+            vk_format: format,
+            image_use: req.image_use,
+            shared: Shared::DmaBuf(dmabuf),
+            tracked: Tracked::new(true),
+        })
     }
 
     /// `vkGetMemoryFdKHR`: a new fd, owned by the caller.

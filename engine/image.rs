@@ -11,6 +11,7 @@ use gpu_allocator::MemoryLocation;
 use crate::error::{VkError, VkResultExt};
 use crate::memory::MemoryError;
 use crate::submit::{Completion, Garbage, Uses};
+use crate::usage::ImageUse;
 use crate::Engine;
 
 /// One use of an image by the host or by dmabridge: the layout it must be in, and the
@@ -95,14 +96,17 @@ impl Tracked {
 }
 
 /// A single-level, single-layer, single-sample 2-D image of `format` for one queue family,
-/// starting UNDEFINED: every image dmabridge makes. Callers chain what differs (pNext, flags).
+/// starting UNDEFINED, with the usage and create flags of `image_use`: every image dmabridge
+/// makes. Callers chain what differs (pNext, more flags), the view-format list with
+/// [`chain_view_formats`].
 pub(crate) fn image_2d(
     format: vk::Format,
     (width, height): (u32, u32),
     tiling: vk::ImageTiling,
-    usage: vk::ImageUsageFlags,
+    image_use: &ImageUse,
 ) -> vk::ImageCreateInfo<'static> {
     vk::ImageCreateInfo::default()
+        .flags(image_use.create_flags(format))
         .image_type(vk::ImageType::TYPE_2D)
         .format(format)
         .extent(vk::Extent3D { width, height, depth: 1 })
@@ -110,9 +114,20 @@ pub(crate) fn image_2d(
         .array_layers(1)
         .samples(vk::SampleCountFlags::TYPE_1)
         .tiling(tiling)
-        .usage(usage)
+        .usage(image_use.usage)
         .sharing_mode(vk::SharingMode::EXCLUSIVE)
         .initial_layout(vk::ImageLayout::UNDEFINED)
+}
+
+/// Chains `list` (made from [`ImageUse::view_formats`]) when it names any format: a
+/// `MUTABLE_FORMAT` image lists the formats its views will have, which DRM tiling requires
+/// (VUID-VkImageCreateInfo-tiling-02353) and which lets other tilings keep compression.
+pub(crate) fn chain_view_formats<'a>(info: vk::ImageCreateInfo<'a>, list: &'a mut vk::ImageFormatListCreateInfo<'a>) -> vk::ImageCreateInfo<'a> {
+    if list.view_format_count == 0 {
+        info
+    } else {
+        info.push_next(list)
+    }
 }
 
 /// A barrier over all planes and the whole image.
@@ -233,7 +248,7 @@ pub struct DeviceImage {
     allocation: Option<Allocation>,
     format: vk::Format,
     extent: (u32, u32),
-    usage: vk::ImageUsageFlags,
+    image_use: ImageUse,
     pub(crate) tracked: Tracked,
 }
 
@@ -244,15 +259,24 @@ impl std::fmt::Debug for DeviceImage {
 }
 
 impl DeviceImage {
-    /// A `width` x `height` image of `format` for `usage`. The caller checks that the device
-    /// supports the format for that usage with optimal tiling.
-    pub fn new(engine: &Engine, format: vk::Format, (width, height): (u32, u32), usage: vk::ImageUsageFlags) -> Result<DeviceImage, ImageError> {
+    /// A `width` x `height` image of `format` for `image_use` (bare usage flags, or an
+    /// [`ImageUse`] with create flags and view formats). The caller checks that the device
+    /// supports the format for that use with optimal tiling.
+    pub fn new(
+        engine: &Engine,
+        format: vk::Format,
+        (width, height): (u32, u32),
+        image_use: impl Into<ImageUse>,
+    ) -> Result<DeviceImage, ImageError> {
+        let image_use = image_use.into();
         let max = engine.info().max_image_dimension_2d;
         if width == 0 || height == 0 || width > max || height > max {
             return Err(ImageError::TooLarge { width, height, max });
         }
         let device = engine.device();
-        let info = image_2d(format, (width, height), vk::ImageTiling::OPTIMAL, usage);
+        let views = image_use.view_formats(format);
+        let mut list = vk::ImageFormatListCreateInfo::default().view_formats(&views);
+        let info = chain_view_formats(image_2d(format, (width, height), vk::ImageTiling::OPTIMAL, &image_use), &mut list);
         // SAFETY: a 2-D optimal image with an extent within maxImageDimension2D
         // (VUID-VkImageCreateInfo-extent-02252); format support is the caller's contract.
         let image = unsafe { device.create_image(&info, None) }.vk("vkCreateImage")?;
@@ -262,7 +286,7 @@ impl DeviceImage {
             allocation: None,
             format,
             extent: (width, height),
-            usage,
+            image_use,
             tracked: Tracked::new(true),
         };
         // SAFETY: an image of this device.
@@ -289,7 +313,11 @@ impl DeviceImage {
     }
 
     pub fn usage(&self) -> vk::ImageUsageFlags {
-        self.usage
+        self.image_use.usage
+    }
+
+    pub fn image_use(&self) -> ImageUse {
+        self.image_use
     }
 
     /// The layout after the last command dmabridge recorded on it.

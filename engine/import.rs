@@ -41,12 +41,13 @@ use crate::buffer::{import_memory, BufferError, GpuBuffer, ImportedBuffer, Plane
 use crate::caps::{CapsError, CapsQuery};
 use crate::error::{VkError, VkResultExt};
 use crate::image::{
-    barrier_aspect, buffer_barrier, image_2d, image_barrier, memory_plane_aspect, record_barrier, DeviceImage,
+    barrier_aspect, buffer_barrier, chain_view_formats, image_2d, image_barrier, memory_plane_aspect, record_barrier, DeviceImage,
     ImageAccess, ImageError, ImageState, Tracked,
 };
 use crate::requirements::Capability;
 use crate::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
 use crate::transfer::plane_copy;
+use crate::usage::{ImageUse, WiderUse};
 use crate::vk_format::{self, Mapping, VkFormatEntry};
 use crate::Engine;
 
@@ -137,6 +138,10 @@ pub enum ImportError {
     /// A cached import's file is not what it was when it was checked.
     #[error("plane {plane}: the buffer changed since it was imported: {detail}")]
     Changed { plane: usize, detail: String },
+    /// The import asked for more than the use its layout was negotiated for
+    /// ([`ImportOptions::negotiated`]).
+    #[error(transparent)]
+    WiderThanNegotiated(#[from] WiderUse),
 }
 
 /// How [`Engine::import_dmabuf_with`] may import.
@@ -148,6 +153,10 @@ pub struct ImportOptions {
     /// Refuse every path but a zero-copy one, naming what stands in the way (a missing
     /// `F_SEAL_SHRINK`, a layout the device cannot import explicitly).
     pub require_zero_copy: bool,
+    /// The use the buffer's layout was negotiated for (the consumer's
+    /// [`crate::ParticipantRequest::image_use`]): an import for anything wider is refused
+    /// with [`ImportError::WiderThanNegotiated`] before the driver sees it.
+    pub negotiated: Option<ImageUse>,
 }
 
 /// Where the copy paths' bytes come from.
@@ -194,7 +203,7 @@ struct Inner {
     owned_image: bool,
     memories: Vec<vk::DeviceMemory>,
     copy: Option<CopySource>,
-    usage: vk::ImageUsageFlags,
+    image_use: ImageUse,
     disjoint: bool,
     /// Per plane, as checked at import: where its bytes end in its file, and what the file is.
     checked: Vec<(u64, FdClass)>,
@@ -276,7 +285,13 @@ impl ImportedImage {
 
     /// The usage flags the image was created with.
     pub fn usage(&self) -> vk::ImageUsageFlags {
-        self.0.usage
+        self.0.image_use.usage
+    }
+
+    /// The use the image was created for (its usage, create flags and view formats; on the
+    /// copy paths the device image also has `TRANSFER_DST`).
+    pub fn image_use(&self) -> ImageUse {
+        self.0.image_use
     }
 
     /// The image layout after the last command dmabridge recorded on it.
@@ -505,15 +520,28 @@ impl Building<'_> {
 impl Engine {
     /// [`Engine::import_dmabuf_with`] with the default options: nothing trusted, copy
     /// paths allowed.
-    pub fn import_dmabuf(&self, buf: &DmaBuf, usage: vk::ImageUsageFlags) -> Result<ImportedImage, ImportError> {
-        self.import_dmabuf_with(buf, usage, ImportOptions::default())
+    pub fn import_dmabuf(&self, buf: &DmaBuf, image_use: impl Into<ImageUse>) -> Result<ImportedImage, ImportError> {
+        self.import_dmabuf_with(buf, image_use, ImportOptions::default())
     }
 
     /// Checks `buf`'s layout and its fds, then imports it for `usage`: explicitly where the
     /// device can and the files cannot shrink, else through a copy path (see the module
     /// docs). The descriptor's fds are only borrowed (dups go to Vulkan, or to the
     /// read-copy path's own copy of the descriptor).
-    pub fn import_dmabuf_with(&self, buf: &DmaBuf, usage: vk::ImageUsageFlags, options: ImportOptions) -> Result<ImportedImage, ImportError> {
+    ///
+    /// The image is created for exactly `image_use` (create flags and view formats too),
+    /// except `DISJOINT`, which the buffer decides: one fd per plane or not.
+    pub fn import_dmabuf_with(
+        &self,
+        buf: &DmaBuf,
+        image_use: impl Into<ImageUse>,
+        options: ImportOptions,
+    ) -> Result<ImportedImage, ImportError> {
+        let mut usage = image_use.into();
+        usage.create &= !vk::ImageCreateFlags::DISJOINT;
+        if let Some(negotiated) = options.negotiated {
+            negotiated.check_within(&usage)?;
+        }
         let checks = dmabridge_interop::dmabuf::ImportOptions { trust: options.trust, require_fixed_size: options.require_zero_copy };
         let entry = vk_format::to_vk(buf.fourcc()).ok_or(ImportError::UnknownFourcc(buf.fourcc()))?;
         if !self.has_capability(Capability::DmaBufImport) || self.external_memory_fd().is_none() {
@@ -527,7 +555,7 @@ impl Engine {
                 memory_plane_count: c.plane_count as usize,
                 max_width: limits.max_extent.width,
                 max_height: limits.max_extent.height,
-                disjoint: c.tiling_features.contains(vk::FormatFeatureFlags::DISJOINT),
+                disjoint: c.tiling_features.contains(vk::FormatFeatureFlags2::DISJOINT),
             })
         };
         let explicit = match buf.layout() {
@@ -560,7 +588,7 @@ impl Engine {
                 };
                 return Err(ImportError::NotZeroCopy(why));
             }
-            let copy_facts = self.copy_path_facts(buf, entry, usage);
+            let copy_facts = self.copy_path_facts(buf, entry, &usage);
             let checked = check_import_with(buf, &|f: Format| {
                 if f.fourcc != buf.fourcc() {
                     return None;
@@ -598,8 +626,12 @@ impl Engine {
         let device = self.device();
         let handle = vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD;
         let mut external = vk::ExternalMemoryImageCreateInfo::default().handle_types(handle);
-        let image_info =
-            image_2d(entry.vk_format, (share.width, share.height), vk::ImageTiling::OPTIMAL, share.usage).push_next(&mut external);
+        let views = share.image_use.view_formats(entry.vk_format);
+        let mut list = vk::ImageFormatListCreateInfo::default().view_formats(&views);
+        let image_info = chain_view_formats(
+            image_2d(entry.vk_format, (share.width, share.height), vk::ImageTiling::OPTIMAL, &share.image_use).push_next(&mut external),
+            &mut list,
+        );
         // SAFETY: the same parameters the exporter, a device with our UUIDs, created its
         // image with (VUID-VkImageCreateInfo-pNext-00990 holds there, so here too).
         let image = unsafe { device.create_image(&image_info, None) }.vk("vkCreateImage")?;
@@ -643,7 +675,7 @@ impl Engine {
             owned_image: true,
             memories,
             copy: None,
-            usage: share.usage,
+            image_use: share.image_use,
             disjoint: false,
             checked: Vec::new(),
             trust: FdTrust::Untrusted,
@@ -653,7 +685,7 @@ impl Engine {
 
     /// The device-local optimal image the copy path writes (`usage` plus TRANSFER_DST), if
     /// the device can create one of `format`: `None` means the copy path cannot take it.
-    pub(crate) fn copy_target_properties(&self, format: vk::Format, usage: vk::ImageUsageFlags) -> Option<vk::ImageFormatProperties> {
+    pub(crate) fn copy_target_properties(&self, format: vk::Format, usage: &ImageUse) -> Option<vk::ImageFormatProperties> {
         // SAFETY: plain query of this engine's physical device (no VUID beyond valid handles).
         unsafe {
             self.instance().get_physical_device_image_format_properties(
@@ -661,8 +693,8 @@ impl Engine {
                 format,
                 vk::ImageType::TYPE_2D,
                 vk::ImageTiling::OPTIMAL,
-                usage | vk::ImageUsageFlags::TRANSFER_DST,
-                vk::ImageCreateFlags::empty(),
+                usage.usage | vk::ImageUsageFlags::TRANSFER_DST,
+                usage.create_flags(format),
             )
         }
         .ok()
@@ -670,7 +702,7 @@ impl Engine {
 
     /// Limits of the copy path: a device-local optimal image of the format with `usage`
     /// plus TRANSFER_DST; planes may live in any files.
-    fn copy_path_facts(&self, buf: &DmaBuf, entry: &VkFormatEntry, usage: vk::ImageUsageFlags) -> Option<ImportFacts> {
+    fn copy_path_facts(&self, buf: &DmaBuf, entry: &VkFormatEntry, usage: &ImageUse) -> Option<ImportFacts> {
         let planes = format_info(buf.fourcc())?.plane_count();
         let props = self.copy_target_properties(entry.vk_format, usage)?;
         Some(ImportFacts { memory_plane_count: planes, max_width: props.max_extent.width, max_height: props.max_extent.height, disjoint: true })
@@ -680,7 +712,7 @@ impl Engine {
         &self,
         checked: &CheckedImport<'_>,
         entry: &'static VkFormatEntry,
-        usage: vk::ImageUsageFlags,
+        usage: ImageUse,
         trust: FdTrust,
     ) -> Result<ImportedImage, ImportError> {
         let buf = checked.dmabuf();
@@ -703,13 +735,19 @@ impl Engine {
         let mut explicit =
             vk::ImageDrmFormatModifierExplicitCreateInfoEXT::default().drm_format_modifier(modifier.raw()).plane_layouts(&plane_layouts);
         let mut external = vk::ExternalMemoryImageCreateInfo::default().handle_types(vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT);
-        let flags = if checked.disjoint() { vk::ImageCreateFlags::DISJOINT } else { vk::ImageCreateFlags::empty() };
-        let info = image_2d(entry.vk_format, (buf.width(), buf.height()), vk::ImageTiling::DRM_FORMAT_MODIFIER_EXT, usage)
+        let mut flags = usage.create_flags(entry.vk_format);
+        if checked.disjoint() {
+            flags |= vk::ImageCreateFlags::DISJOINT;
+        }
+        let views = usage.view_formats(entry.vk_format);
+        let mut list = vk::ImageFormatListCreateInfo::default().view_formats(&views);
+        let info = image_2d(entry.vk_format, (buf.width(), buf.height()), vk::ImageTiling::DRM_FORMAT_MODIFIER_EXT, &usage)
             .flags(flags)
             .push_next(&mut explicit)
             .push_next(&mut external);
-        // SAFETY: the capability query accepted this format, modifier, usage and handle type;
-        // check_import verified the plane count equals drmFormatModifierPlaneCount
+        let info = chain_view_formats(info, &mut list);
+        // SAFETY: the capability query accepted this format, modifier, use (usage, create
+        // flags, view formats) and handle type (VUID-VkImageCreateInfo-pNext-00990); check_import verified the plane count equals drmFormatModifierPlaneCount
         // (VUID-VkImageDrmFormatModifierExplicitCreateInfoEXT-drmFormatModifierPlaneCount-02265)
         // and that every plane lies inside its fd.
         let image = unsafe { device.create_image(&info, None) }.vk("vkCreateImage")?;
@@ -767,7 +805,7 @@ impl Engine {
             owned_image: true,
             memories,
             copy: None,
-            usage,
+            image_use: usage,
             disjoint,
             checked: checked.planes().iter().map(|p| (p.end, p.class)).collect(),
             trust,
@@ -779,12 +817,12 @@ impl Engine {
         &self,
         checked: &CheckedImport<'_>,
         entry: &'static VkFormatEntry,
-        usage: vk::ImageUsageFlags,
+        usage: ImageUse,
         trust: FdTrust,
     ) -> Result<ImportedImage, ImportError> {
         let buf = checked.dmabuf();
         let info = format_info(buf.fourcc()).ok_or(ImportError::UnknownFourcc(buf.fourcc()))?;
-        let usage = usage | vk::ImageUsageFlags::TRANSFER_DST;
+        let usage = ImageUse { usage: usage.usage | vk::ImageUsageFlags::TRANSFER_DST, ..usage };
         let target = DeviceImage::new(self, entry.vk_format, (buf.width(), buf.height()), usage)?;
         let mapped = checked.zero_copy_safe();
         let mut files: Vec<(FileId, ImportedBuffer)> = Vec::new();
@@ -854,7 +892,7 @@ impl Engine {
             owned_image: false,
             memories: Vec::new(),
             copy: Some(CopySource { source, regions, target }),
-            usage,
+            image_use: usage,
             disjoint: false,
             checked: checked.planes().iter().map(|p| (p.end, p.class)).collect(),
             trust,

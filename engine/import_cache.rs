@@ -16,10 +16,10 @@
 
 use std::collections::HashMap;
 
-use ash::vk;
 use dmabridge_interop::dmabuf::{BufferIdentity, DmaBuf};
 
 use crate::import::{ImportError, ImportOptions, ImportedImage};
+use crate::usage::ImageUse;
 use crate::Engine;
 
 /// Counters, for benchmarks and tests.
@@ -42,7 +42,7 @@ struct Entry {
 pub struct ImportCache {
     engine: Engine,
     capacity: usize,
-    entries: HashMap<(BufferIdentity, vk::ImageUsageFlags, ImportOptions), Entry>,
+    entries: HashMap<(BufferIdentity, ImageUse, ImportOptions), Entry>,
     clock: u64,
     stats: CacheStats,
 }
@@ -55,14 +55,15 @@ impl ImportCache {
     }
 
     /// [`ImportCache::import_with`] with the default options.
-    pub fn import(&mut self, buf: DmaBuf, usage: vk::ImageUsageFlags) -> Result<ImportedImage, ImportError> {
+    pub fn import(&mut self, buf: DmaBuf, usage: impl Into<ImageUse>) -> Result<ImportedImage, ImportError> {
         self.import_with(buf, usage, ImportOptions::default())
     }
 
     /// The import of `buf` for `usage`: cached (after [`ImportedImage::recheck`]), or
     /// imported now ([`Engine::import_dmabuf_with`]). Takes ownership of `buf`; on a hit it is
     /// dropped (closing its fds), on a miss the entry keeps it.
-    pub fn import_with(&mut self, buf: DmaBuf, usage: vk::ImageUsageFlags, options: ImportOptions) -> Result<ImportedImage, ImportError> {
+    pub fn import_with(&mut self, buf: DmaBuf, usage: impl Into<ImageUse>, options: ImportOptions) -> Result<ImportedImage, ImportError> {
+        let usage: ImageUse = usage.into();
         use std::collections::hash_map::Entry as Slot;
         self.clock += 1;
         let key = (buf.identity(), usage, options);

@@ -68,7 +68,7 @@ pub use ash;
 pub use dmabridge_interop as interop;
 
 pub use buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer};
-pub use caps::{CapsError, CapsQuery, CapsSource, FormatCaps, ModifierCaps};
+pub use caps::{CapsError, CapsQuery, CapsSource, FormatCaps, ListedModifier, ModifierCaps};
 pub use compute::{Binding, ComputeError, ComputePipeline};
 pub use convert::{ConversionBuffer, ConvertError, Converter, TiledFrame};
 pub use device::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
@@ -83,4 +83,5 @@ pub use requirements::{requirements, Capability, DeviceExtension, EnabledExtensi
 pub use sampler::{SampledView, Sampler, SamplerError, YcbcrOutput};
 pub use submit::{Completion, HostTimeline, QueueGuard, SubmitError, SubmitOptions, Submission};
 pub use transfer::{TransferError, READBACK_TIMEOUT};
+pub use usage::{ImageUse, UsageError, WiderUse};
 pub use validation::{ValidationLog, ValidationMessage};

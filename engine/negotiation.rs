@@ -12,13 +12,19 @@
 //!   support); buffers it receives go through the buffer-copy path.
 //! - A consumer that accepts copying (`copy_import`) also lists LINEAR for every format the
 //!   buffer-copy import takes: a copy, not zero-copy, and said so by the import's path.
+//!
+//! The use is exact ([`ImageUse`]: usage, create flags, view formats), and the layouts it
+//! yields hold for that use only. [`ParticipantRequest::export_request`] and
+//! [`ParticipantRequest::import_options`] carry it on, so the image made from the
+//! negotiated layout is refused, typed, if it asks for more.
 
-use ash::vk;
 use dmabridge_interop::negotiate::Participant;
 use dmabridge_interop::{Format, FormatSet, Fourcc, Layout, Modifier};
 
 use crate::caps::{CapsError, CapsQuery};
-use crate::usage::negotiation_usage;
+use crate::export::ExportRequest;
+use crate::import::ImportOptions;
+use crate::usage::{negotiation_usage, ImageUse};
 use crate::vk_format::{Mapping, VK_FORMAT_TABLE};
 use crate::Engine;
 
@@ -38,8 +44,8 @@ pub enum Direction {
 pub struct ParticipantRequest {
     /// The participant's name in the negotiation report.
     pub name: String,
-    /// How the device uses the images.
-    pub usage: vk::ImageUsageFlags,
+    /// Exactly how the device uses the images (usage, create flags, view formats).
+    pub image_use: ImageUse,
     pub direction: Direction,
     /// The formats to consider, in order of preference; `None`: every format of the table
     /// whose memory is the fourcc's own (not a swizzled alias).
@@ -49,15 +55,27 @@ pub struct ParticipantRequest {
 }
 
 impl ParticipantRequest {
-    /// Every format, no copy import.
-    pub fn new(name: impl Into<String>, usage: vk::ImageUsageFlags, direction: Direction) -> Self {
-        ParticipantRequest { name: name.into(), usage, direction, fourccs: None, copy_import: false }
+    /// Every format, no copy import. `image_use`: an [`ImageUse`], or bare usage flags.
+    pub fn new(name: impl Into<String>, image_use: impl Into<ImageUse>, direction: Direction) -> Self {
+        ParticipantRequest { name: name.into(), image_use: image_use.into(), direction, fourccs: None, copy_import: false }
     }
 
     /// Only `fourccs`, in this order of preference.
     pub fn with_fourccs(mut self, fourccs: &[Fourcc]) -> Self {
         self.fourccs = Some(fourccs.to_vec());
         self
+    }
+
+    /// The export of a `width` x `height` `fourcc` image in one of the `acceptable` layouts
+    /// negotiation chose, for this participant's use and bound to it
+    /// ([`ExportRequest::negotiated`]).
+    pub fn export_request(&self, fourcc: Fourcc, width: u32, height: u32, acceptable: impl IntoIterator<Item = Layout>) -> ExportRequest {
+        ExportRequest { negotiated: Some(self.image_use), ..ExportRequest::new(fourcc, width, height, self.image_use).with_acceptable(acceptable) }
+    }
+
+    /// Import options bound to this participant's use ([`ImportOptions::negotiated`]).
+    pub fn import_options(&self) -> ImportOptions {
+        ImportOptions { negotiated: Some(self.image_use), ..ImportOptions::default() }
     }
 }
 
@@ -75,7 +93,7 @@ impl Engine {
         };
         let mut formats = FormatSet::new();
         for &fourcc in fourccs {
-            let caps = self.query_caps(&CapsQuery::new(fourcc, req.usage))?;
+            let caps = self.query_caps(&CapsQuery::new(fourcc, req.image_use))?;
             let wanted = |m: &crate::caps::ModifierCaps| match req.direction {
                 Direction::Export => m.can_export(),
                 Direction::Import => m.can_import(),
@@ -90,16 +108,16 @@ impl Engine {
                 }
                 formats.insert(Format { fourcc, layout: Layout::Implicit });
             }
-            if req.copy_import && self.copy_import_possible(fourcc, req.usage) {
+            if req.copy_import && self.copy_import_possible(fourcc, &req.image_use) {
                 formats.insert(Format::linear(fourcc));
             }
         }
-        tracing::debug!(name = req.name.as_str(), ?formats, "the device as a participant");
-        Ok(Participant::new(req.name.as_str(), formats).with_usage(negotiation_usage(req.usage)).with_sync(self.sync_methods()))
+        tracing::debug!(name = req.name.as_str(), image_use = %req.image_use, ?formats, "the device as a participant");
+        Ok(Participant::new(req.name.as_str(), formats).with_usage(negotiation_usage(req.image_use.usage)).with_sync(self.sync_methods()))
     }
 
     /// Whether the buffer-copy import takes `fourcc` for `usage` (an optimal image of it).
-    fn copy_import_possible(&self, fourcc: Fourcc, usage: vk::ImageUsageFlags) -> bool {
+    fn copy_import_possible(&self, fourcc: Fourcc, usage: &ImageUse) -> bool {
         crate::vk_format::to_vk(fourcc).is_some_and(|entry| self.copy_target_properties(entry.vk_format, usage).is_some())
     }
 }

@@ -1,7 +1,10 @@
-//! `dmabridge probe`: every format of the table against every usage, as a report.
+//! `dmabridge probe`: every format of the table against every usage, and against the usage
+//! combinations asked for, as a report.
 //!
-//! The JSON shape is a contract other tools read (see the README). Every usage key is
-//! present for every modifier, and `modifier` is always `0x` plus 16 hex digits.
+//! The JSON shape is a contract other tools read (see the README). Every usage key (the
+//! single usages, then each combination as `sampled+color-attachment`) is present for
+//! every modifier, and `modifier` is always `0x` plus 16 hex digits. The create flags and
+//! sRGB view of [`ProbeOptions`] apply to every query of the run, and the report says which.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -10,7 +13,7 @@ use ash::vk;
 use dmabridge_interop::Modifier;
 
 use crate::caps::{CapsError, CapsQuery, CapsSource};
-use crate::usage::IMAGE_USAGES;
+use crate::usage::{create_flags_name, image_usage_name, ImageUse, IMAGE_USAGES};
 use crate::vk_format::{vk_format_name, VK_FORMAT_TABLE};
 use crate::Engine;
 
@@ -18,6 +21,13 @@ use crate::Engine;
 pub struct ProbeReport {
     pub device: ProbeDevice,
     pub modifier_extension: bool,
+    /// The create flags every query of the run used (`mutable-format,alias`; empty: none).
+    pub create_flags: String,
+    /// Whether every query also asked for a view in the format's sRGB twin.
+    pub srgb_view: bool,
+    /// The usage keys of every modifier's `usages` map, in column order: the single usages,
+    /// then the combinations asked for.
+    pub usage_keys: Vec<String>,
     /// The best way this device synchronises with other processes and devices
     /// (`sync-file`, `implicit-bridge`, `cpu-wait`), and all it supports.
     pub sync: dmabridge_interop::sync::SyncMethod,
@@ -50,7 +60,8 @@ pub struct ProbeModifier {
     pub modifier: String,
     pub name: String,
     pub plane_count: u32,
-    /// Per usage name ([`IMAGE_USAGES`]): whether that use can import and export.
+    /// Per usage key (a name of [`IMAGE_USAGES`], or a `+`-joined combination): whether
+    /// that use can import and export.
     pub usages: BTreeMap<String, Support>,
 }
 
@@ -63,16 +74,47 @@ pub struct Support {
     pub max_extent: Option<[u32; 2]>,
 }
 
-/// Probes every format of the VkFormat table for every usage of [`IMAGE_USAGES`], with
-/// `create` flags and the DMA_BUF handle type.
-pub fn probe(engine: &Engine, create: vk::ImageCreateFlags) -> Result<ProbeReport, CapsError> {
+/// What a probe asks besides the single usages.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ProbeOptions {
+    /// Usage combinations, each a column of its own (`SAMPLED | COLOR_ATTACHMENT`).
+    pub combinations: Vec<vk::ImageUsageFlags>,
+    /// Create flags for every query of the run.
+    pub create: vk::ImageCreateFlags,
+    /// A view in the format's sRGB twin, for every query of the run.
+    pub srgb_view: bool,
+}
+
+impl ProbeOptions {
+    /// The (key, use) of every column: the single usages, then the combinations (a
+    /// combination equal to a single usage, or given twice, is one column).
+    pub fn columns(&self) -> Vec<(String, ImageUse)> {
+        let mut out: Vec<(String, ImageUse)> = Vec::new();
+        for flags in IMAGE_USAGES.iter().map(|(_, f)| *f).chain(self.combinations.iter().copied()) {
+            let key = image_usage_name(flags);
+            if out.iter().any(|(k, _)| *k == key) {
+                continue;
+            }
+            let mut image_use = ImageUse::new(flags).with_create(self.create);
+            image_use.srgb_view = self.srgb_view;
+            out.push((key, image_use));
+        }
+        out
+    }
+}
+
+/// Probes every format of the VkFormat table for every column of `options` (the single
+/// usages of [`IMAGE_USAGES`] and the combinations), with its create flags and sRGB view,
+/// and the DMA_BUF handle type.
+pub fn probe(engine: &Engine, options: &ProbeOptions) -> Result<ProbeReport, CapsError> {
     let info = engine.info();
+    let columns = options.columns();
     let mut formats = Vec::with_capacity(VK_FORMAT_TABLE.len());
     for entry in VK_FORMAT_TABLE {
         let mut modifiers: Vec<ProbeModifier> = Vec::new();
         let mut source = CapsSource::LinearTiling;
-        for (usage, flags) in IMAGE_USAGES {
-            let caps = engine.query_caps(&CapsQuery::new(entry.fourcc, flags).with_create(create))?;
+        for (key, image_use) in &columns {
+            let caps = engine.query_caps(&CapsQuery::new(entry.fourcc, *image_use))?;
             source = caps.source;
             for m in &caps.modifiers {
                 let row = match modifiers.iter_mut().position(|p| p.modifier == m.modifier.to_hex()) {
@@ -82,13 +124,13 @@ pub fn probe(engine: &Engine, create: vk::ImageCreateFlags) -> Result<ProbeRepor
                             modifier: m.modifier.to_hex(),
                             name: m.modifier.display_name(),
                             plane_count: m.plane_count,
-                            usages: IMAGE_USAGES.iter().map(|(n, _)| ((*n).to_owned(), Support::default())).collect(),
+                            usages: columns.iter().map(|(k, _)| (k.clone(), Support::default())).collect(),
                         });
                         let last = modifiers.len() - 1;
                         &mut modifiers[last]
                     }
                 };
-                row.usages.insert(usage.to_owned(), Support {
+                row.usages.insert(key.clone(), Support {
                     import: m.can_import(),
                     export: m.can_export(),
                     max_extent: m.supported().then(|| m.limits.map(|l| [l.max_extent.width, l.max_extent.height])).flatten(),
@@ -110,6 +152,9 @@ pub fn probe(engine: &Engine, create: vk::ImageCreateFlags) -> Result<ProbeRepor
             api_version: info.api_version.clone(),
         },
         modifier_extension: engine.has_modifiers(),
+        create_flags: create_flags_name(options.create),
+        srgb_view: options.srgb_view,
+        usage_keys: columns.into_iter().map(|(k, _)| k).collect(),
         sync: engine.sync_methods().best(),
         sync_methods: engine.sync_methods().iter().collect(),
         formats,
@@ -136,6 +181,14 @@ impl ProbeReport {
             self.sync,
             self.sync_methods.iter().map(|m| m.name()).collect::<Vec<_>>().join(", ")
         );
+        if !self.create_flags.is_empty() || self.srgb_view {
+            let _ = writeln!(
+                out,
+                "every query with: {}{}",
+                if self.create_flags.is_empty() { "no create flags" } else { &self.create_flags },
+                if self.srgb_view { ", an sRGB view" } else { "" }
+            );
+        }
         let _ = writeln!(out, "cells: I = importable, E = exportable, - = neither (DMA_BUF handle type)\n");
         let name_w = self
             .formats
@@ -151,13 +204,13 @@ impl ProbeReport {
                 continue;
             }
             let _ = write!(out, "  {:<name_w$}  planes", "modifier");
-            for (u, _) in IMAGE_USAGES {
+            for u in &self.usage_keys {
                 let _ = write!(out, "  {u}");
             }
             let _ = writeln!(out);
             for m in &f.modifiers {
                 let _ = write!(out, "  {:<name_w$}  {:<6}", m.name, m.plane_count);
-                for (u, _) in IMAGE_USAGES {
+                for u in &self.usage_keys {
                     let s = m.usages.get(u).copied().unwrap_or_default();
                     let cell = match (s.import, s.export) {
                         (true, true) => "IE",

@@ -74,6 +74,21 @@ pub static VK_FORMAT_TABLE: &[VkFormatEntry] = &[
     e(Fourcc::UYVY, vk::Format::B8G8R8G8_422_UNORM, Direct, 1),
 ];
 
+/// The sRGB format with the same memory as `format` (an 8-bit UNORM colour format), which a
+/// `MUTABLE_FORMAT` image may be viewed in; `None` where there is none.
+pub fn srgb_twin(format: vk::Format) -> Option<vk::Format> {
+    Some(match format {
+        vk::Format::B8G8R8A8_UNORM => vk::Format::B8G8R8A8_SRGB,
+        vk::Format::R8G8B8A8_UNORM => vk::Format::R8G8B8A8_SRGB,
+        vk::Format::A8B8G8R8_UNORM_PACK32 => vk::Format::A8B8G8R8_SRGB_PACK32,
+        vk::Format::R8G8B8_UNORM => vk::Format::R8G8B8_SRGB,
+        vk::Format::B8G8R8_UNORM => vk::Format::B8G8R8_SRGB,
+        vk::Format::R8G8_UNORM => vk::Format::R8G8_SRGB,
+        vk::Format::R8_UNORM => vk::Format::R8_SRGB,
+        _ => return None,
+    })
+}
+
 /// The Vulkan side of a DRM fourcc.
 pub fn to_vk(fourcc: Fourcc) -> Option<&'static VkFormatEntry> {
     VK_FORMAT_TABLE.iter().find(|e| e.fourcc == fourcc)

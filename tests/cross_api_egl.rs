@@ -185,8 +185,9 @@ fn vulkan_export_reads_back_through_gles_pixel_exact() {
             fourcc,
             width: W,
             height: H,
-            usage: vk::ImageUsageFlags::TRANSFER_DST | vk::ImageUsageFlags::SAMPLED,
+            image_use: (vk::ImageUsageFlags::TRANSFER_DST | vk::ImageUsageFlags::SAMPLED).into(),
             acceptable: vec![LINEAR],
+            negotiated: None,
         };
         let exported = match engine.export_image(&req) {
             Err(ExportError::DmaBufExportUnsupported { fourcc: refused }) if !common::expect_modifiers() => {

@@ -33,8 +33,9 @@ fn a_descriptor_crosses_a_process_boundary_and_comes_back() {
             fourcc: Fourcc::ABGR8888,
             width: w,
             height: h,
-            usage: vk::ImageUsageFlags::TRANSFER_DST,
+            image_use: (vk::ImageUsageFlags::TRANSFER_DST).into(),
             acceptable: vec![Layout::Explicit(Modifier::LINEAR)],
+            negotiated: None,
         };
         exported = engine.export_image(&req).expect("export");
         exported.clear_and_release([1.0, 0.0, 0.6, 1.0], Default::default()).expect("render").wait(dmabridge::READBACK_TIMEOUT).expect("render");

@@ -133,7 +133,7 @@ fn requiring_zero_copy_names_the_missing_seal_or_the_device() {
         assert!(text.contains("VK_EXT_image_drm_format_modifier"), "{text}");
     }
     // Vouching for the file makes it fixed-size (where the device imports explicitly).
-    let trusted = ImportOptions { trust: dmabridge::interop::dmabuf::FdTrust::TrustRegularFiles, require_zero_copy: false };
+    let trusted = ImportOptions { trust: dmabridge::interop::dmabuf::FdTrust::TrustRegularFiles, ..Default::default() };
     let image = engine.import_dmabuf_with(&buf, USAGE, trusted).expect("trusted import");
     assert_ne!(image.path(), ImportPath::ReadCopy);
     drop(image);

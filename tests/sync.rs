@@ -36,7 +36,7 @@ fn lavapipe_synchronises_by_cpu_wait_and_says_so() {
     assert_eq!(methods.iter().collect::<Vec<_>>(), [SyncMethod::CpuWait]);
     let p = engine.participant(&ParticipantRequest::new("gpu", dmabridge::ash::vk::ImageUsageFlags::SAMPLED, Direction::Both)).expect("participant");
     assert_eq!(p.sync.best(), SyncMethod::CpuWait);
-    let report = dmabridge::probe::probe(&engine, Default::default()).expect("probe");
+    let report = dmabridge::probe::probe(&engine, &Default::default()).expect("probe");
     assert_eq!(report.sync, SyncMethod::CpuWait);
     common::assert_clean(&engine);
 }

@@ -101,8 +101,9 @@ fn export_from_one_device_import_into_another() {
         fourcc: Fourcc::ABGR8888,
         width: 70,
         height: 45,
-        usage: vk::ImageUsageFlags::TRANSFER_DST | vk::ImageUsageFlags::SAMPLED,
+        image_use: (vk::ImageUsageFlags::TRANSFER_DST | vk::ImageUsageFlags::SAMPLED).into(),
         acceptable: vec![LINEAR],
+        negotiated: None,
     };
     match a.export_image(&req) {
         Err(ExportError::DmaBufExportUnsupported { .. }) if !common::expect_modifiers() => {
@@ -139,8 +140,9 @@ fn export_refuses_a_modifier_list_it_cannot_meet() {
         fourcc: Fourcc::ARGB8888,
         width: 16,
         height: 16,
-        usage: vk::ImageUsageFlags::SAMPLED,
+        image_use: (vk::ImageUsageFlags::SAMPLED).into(),
         acceptable: vec![Layout::Explicit(y_tiled)],
+        negotiated: None,
     };
     let err = engine.export_image(&req).expect_err("lavapipe has no Y-tiling");
     assert!(
@@ -176,7 +178,7 @@ fn opaque_fd_between_two_engines_on_the_same_driver() {
         fourcc: share.fourcc,
         width: share.width,
         height: share.height,
-        usage: share.usage,
+        image_use: share.image_use,
     };
     assert!(matches!(b.import_opaque(&forged), Err(dmabridge::ImportError::ForeignOpaqueFd { .. })));
     drop(exported);

@@ -9,7 +9,7 @@ use std::process::ExitCode;
 use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::{DmaBuf, FdTrust, PlaneDesc};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
-use dmabridge::{Converter, Engine, EngineOptions, ImportError, ImportOptions};
+use dmabridge::{Converter, Engine, EngineOptions, ImageUse, ImportError, ImportOptions};
 
 #[derive(clap::Args)]
 pub struct ImportArgs {
@@ -31,6 +31,26 @@ pub struct ImportArgs {
     /// Treat unsealed regular files as fixed-size (you vouch that nobody truncates them).
     #[arg(long)]
     trust_files: bool,
+    /// The usage to import for, `+`-joined (TRANSFER_SRC is added: the read-back needs it).
+    #[arg(long, default_value = "sampled", value_name = "USAGE[+USAGE...]")]
+    usage: String,
+    /// Image create flags, comma-separated: mutable-format, extended-usage, alias
+    /// (disjoint is the layout's to decide: one fd per plane or not).
+    #[arg(long, value_delimiter = ',')]
+    create_flags: Vec<String>,
+    /// Also view the image in its format's sRGB twin (implies mutable-format where one exists).
+    #[arg(long)]
+    srgb_view: bool,
+}
+
+impl ImportArgs {
+    /// The exact use the image is created for.
+    fn image_use(&self) -> Result<ImageUse, String> {
+        let usage = dmabridge::usage::parse_image_usage(&self.usage).map_err(|e| format!("--usage: {e}"))?;
+        let create = dmabridge::usage::parse_create_flags(self.create_flags.iter().map(String::as_str)).map_err(|e| format!("--create-flags: {e}"))?;
+        let image_use = ImageUse::new(usage | vk::ImageUsageFlags::TRANSFER_SRC).with_create(create);
+        Ok(if self.srgb_view { image_use.with_srgb_view() } else { image_use })
+    }
 }
 
 /// One plane as given on the command line.
@@ -87,7 +107,7 @@ pub fn run(args: &ImportArgs) -> ExitCode {
         eprintln!("dmabridge import: {msg}");
         ExitCode::from(1)
     };
-    let buf = match build(args) {
+    let (buf, image_use) = match build(args).and_then(|b| Ok((b, args.image_use()?))) {
         Ok(b) => b,
         Err(e) => return fail(e),
     };
@@ -98,10 +118,12 @@ pub fn run(args: &ImportArgs) -> ExitCode {
     let options = ImportOptions {
         trust: if args.trust_files { FdTrust::TrustRegularFiles } else { FdTrust::Untrusted },
         require_zero_copy: args.require_zero_copy,
+        negotiated: None,
     };
-    let bytes = match engine.import_dmabuf_with(&buf, vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC, options) {
+    let bytes = match engine.import_dmabuf_with(&buf, image_use, options) {
         Ok(image) => {
             println!("path: {}", image.path());
+            println!("use: {}", image.image_use());
             match image.read_back() {
                 Ok(b) => b,
                 Err(e) => return fail(e.to_string()),

@@ -86,8 +86,8 @@ fn exit_status(engine: &dmabridge::Engine) -> ExitCode {
     ExitCode::from(3)
 }
 
-/// `negotiate`, with `--vulkan NAME=USAGE` answered by the live device (created only when
-/// such a participant is given).
+/// `negotiate`, with `--vulkan NAME=USE` answered by the live device for exactly that use
+/// (created only when such a participant is given).
 fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
     use dmabridge_cli::participants::{PeerKind, SpecError};
     let engine = std::cell::OnceCell::new();
@@ -96,7 +96,7 @@ fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
             return spec.load();
         }
         let peer = |reason: String| SpecError::Peer { participant: spec.name.clone(), kind: spec.kind, reason };
-        let usage = dmabridge::usage::parse_image_usage(&spec.value).map_err(|e| peer(e.to_string()))?;
+        let usage = spec.vulkan_use()?;
         let engine = engine.get_or_init(|| dmabridge::Engine::new(&dmabridge::EngineOptions::from_env()).map_err(|e| e.to_string()));
         let request = dmabridge::ParticipantRequest::new(spec.name.as_str(), usage, dmabridge::Direction::Both);
         match engine {

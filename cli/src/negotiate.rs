@@ -63,8 +63,8 @@ const PEER_ARGS: [(PeerKind, &str, &str, &str); 6] = [
     (
         PeerKind::Vulkan,
         "vulkan",
-        "NAME=USAGE[+USAGE]",
-        "the live Vulkan device for these usages",
+        "NAME=USAGE[+USAGE][:create=FLAG,...][:srgb-view]",
+        "the live Vulkan device for exactly this use, e.g. gpu=sampled+color-attachment:create=mutable-format:srgb-view",
     ),
 ];
 

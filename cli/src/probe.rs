@@ -1,8 +1,9 @@
-//! `dmabridge probe [--json]`.
+//! `dmabridge probe [--json] [--usage U+U ...] [--create-flags F,...] [--srgb-view]`.
 
 use std::process::ExitCode;
 
-use dmabridge::ash::vk;
+use dmabridge::probe::ProbeOptions;
+use dmabridge::usage::{parse_create_flags, parse_image_usage};
 use dmabridge::{Engine, EngineOptions};
 
 #[derive(clap::Args)]
@@ -13,43 +14,47 @@ pub struct ProbeArgs {
     /// Device index or name substring (default: $DMABRIDGE_DEVICE, else the best device).
     #[arg(long)]
     device: Option<String>,
-    /// Image create flags to query with, comma-separated: mutable-format, extended-usage, alias.
+    /// A usage combination to ask about as well, e.g. sampled+color-attachment: a key of
+    /// its own in every modifier's `usages` (a column in the table). Repeatable.
+    #[arg(long = "usage", value_name = "USAGE[+USAGE...]")]
+    usages: Vec<String>,
+    /// Image create flags for every query of the run, comma-separated: mutable-format,
+    /// extended-usage, alias, disjoint.
     #[arg(long, value_delimiter = ',')]
     create_flags: Vec<String>,
+    /// Every query also asks for a view in the format's sRGB twin (implies mutable-format
+    /// for formats that have one).
+    #[arg(long)]
+    srgb_view: bool,
 }
 
-fn create_flag(name: &str) -> Option<vk::ImageCreateFlags> {
-    Some(match name {
-        "mutable-format" => vk::ImageCreateFlags::MUTABLE_FORMAT,
-        "extended-usage" => vk::ImageCreateFlags::EXTENDED_USAGE,
-        "alias" => vk::ImageCreateFlags::ALIAS,
-        _ => return None,
-    })
+/// The probe's options from the command line, or the message for the first bad word.
+fn options(args: &ProbeArgs) -> Result<ProbeOptions, String> {
+    let create = parse_create_flags(args.create_flags.iter().map(String::as_str)).map_err(|e| e.to_string())?;
+    let combinations = args.usages.iter().map(|u| parse_image_usage(u).map_err(|e| format!("--usage {u:?}: {e}"))).collect::<Result<_, _>>()?;
+    Ok(ProbeOptions { combinations, create, srgb_view: args.srgb_view })
 }
 
 pub fn run(args: &ProbeArgs) -> ExitCode {
-    let mut create = vk::ImageCreateFlags::empty();
-    for name in &args.create_flags {
-        match create_flag(name) {
-            Some(f) => create |= f,
-            None => {
-                eprintln!("dmabridge probe: unknown create flag {name:?} (expected mutable-format, extended-usage or alias)");
-                return ExitCode::from(1);
-            }
+    let options = match options(args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("dmabridge probe: {e}");
+            return ExitCode::from(1);
         }
-    }
-    let mut options = EngineOptions::from_env();
+    };
+    let mut engine_options = EngineOptions::from_env();
     if let Some(d) = &args.device {
-        options.device = Some(dmabridge::DeviceSelector::parse(d));
+        engine_options.device = Some(dmabridge::DeviceSelector::parse(d));
     }
-    let engine = match Engine::new(&options) {
+    let engine = match Engine::new(&engine_options) {
         Ok(e) => e,
         Err(e) => {
             eprintln!("dmabridge probe: {e}");
             return ExitCode::from(1);
         }
     };
-    let report = match dmabridge::probe::probe(&engine, create) {
+    let report = match dmabridge::probe::probe(&engine, &options) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("dmabridge probe: {e}");

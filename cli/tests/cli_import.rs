@@ -106,6 +106,35 @@ fn rejected_layouts_exit_1_with_a_message() {
 }
 
 #[test]
+fn the_image_is_created_for_the_use_asked_for() {
+    let (w, h) = (24usize, 8usize);
+    let packed = common::pattern(w * h * 4, 33);
+    let fd = inheritable(&packed);
+    let out = out_path("srgb");
+    let frame = |extra: &[&str]| {
+        let mut args = vec![
+            s("--format"), s("AB24"), s("--width"), s(w), s("--height"), s(h),
+            s("--plane"), format!("{}:0:{}", fd.as_raw_fd(), w * 4), s("--out"), s(out.display()),
+        ];
+        args.extend(extra.iter().map(s));
+        args
+    };
+    let r = import(&frame(&["--usage", "sampled+color-attachment", "--create-flags", "mutable-format", "--srgb-view"]));
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert!(r.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&r.stderr));
+    // TRANSFER_SRC is the read-back's; the copy path's image is written with TRANSFER_DST.
+    let dst = if common::expect_modifiers() { "" } else { "+transfer-dst" };
+    assert!(stdout.contains(&format!("use: sampled+color-attachment+transfer-src{dst}:create=mutable-format:srgb-view")), "{stdout}");
+    assert_eq!(std::fs::read(&out).expect("output"), packed);
+    for (bad, needle) in [(&["--usage", "sampled+teleport"][..], "teleport"), (&["--create-flags", "compressed"][..], "compressed")] {
+        let r = import(&frame(bad));
+        assert_eq!(r.status.code(), Some(1));
+        assert!(String::from_utf8_lossy(&r.stderr).contains(needle), "{}", String::from_utf8_lossy(&r.stderr));
+    }
+    let _ = std::fs::remove_file(out);
+}
+
+#[test]
 fn a_tiled_modifier_is_detiled_on_the_gpu() {
     use dmabridge::interop::tiling::{self, packed_planes, tiled_size};
     use dmabridge::interop::{Fourcc, TileLayout};

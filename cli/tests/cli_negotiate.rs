@@ -62,6 +62,39 @@ fn the_live_device_follows_the_implicit_rules() {
 }
 
 #[test]
+fn the_device_participant_is_for_the_exact_use() {
+    // A compositor that samples and renders to the buffer, with an sRGB view, against a
+    // display: lavapipe with udmabuf shares AB24 LINEAR for exactly that use.
+    let (out, v) = negotiate(&["--vulkan", "gpu=sampled+color-attachment:create=mutable-format:srgb-view", "--drm-formats", "display=AB24"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("validation"), "{stderr}");
+    if common::expect_modifiers() {
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert_eq!(v["format"], "AB24");
+        assert_eq!(v["modifiers"], serde_json::json!(["0x0000000000000000"]));
+    } else {
+        assert_eq!(out.status.code(), Some(2), "{stderr}");
+    }
+    // NV12 can't be stored to: no buffer is shared with an NV12-only decoder for that use
+    // (with udmabuf the device offers RGB and a conversion; plain, nothing explicit at all).
+    let (out, v) = negotiate(&["--vulkan", "gpu=sampled+storage", "--drm-formats", "decoder=NV12"]);
+    assert_ne!(v["outcome"], "shared", "{v}");
+    if common::expect_modifiers() {
+        assert_eq!(out.status.code(), Some(0), "a copy plan: {v}");
+        assert_eq!(v["outcome"], "copy");
+        assert_eq!(v["groups"][0]["participants"], serde_json::json!(["gpu"]));
+        assert_ne!(v["groups"][0]["format"], "NV12", "{v}");
+    } else {
+        assert_eq!(out.status.code(), Some(2), "{v}");
+    }
+    // A bad create flag names the participant and the word.
+    let (out, _) = negotiate(&["--vulkan", "gpu=sampled:create=compressed", "--drm-formats", "d=AB24"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(stderr.contains("\"gpu\"") && stderr.contains("compressed"), "{stderr}");
+}
+
+#[test]
 fn bad_input_names_the_participant() {
     let (out, _) = negotiate(&["--vulkan", "gpu=bogus", "--drm-formats", "d=AR24"]);
     let stderr = String::from_utf8_lossy(&out.stderr);

@@ -99,3 +99,58 @@ fn unknown_create_flag_is_bad_input() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown create flag"));
 }
+
+/// The exact-use probe of issue #16: combinations as keys of their own, create flags and an
+/// sRGB view for every query, validation on (exit 3 on any message).
+#[test]
+fn combinations_create_flags_and_srgb_views() {
+    let (stdout, _) = probe(&[
+        "--json",
+        "--usage",
+        "sampled+color-attachment",
+        "--usage",
+        "sampled+storage",
+        "--create-flags",
+        "mutable-format",
+        "--srgb-view",
+    ]);
+    let v: Value = serde_json::from_str(&stdout).expect("valid JSON");
+    assert_eq!(v["create_flags"], "mutable-format");
+    assert_eq!(v["srgb_view"], true);
+    let keys: Vec<&str> = v["usage_keys"].as_array().expect("usage_keys").iter().filter_map(Value::as_str).collect();
+    assert_eq!(keys, [&USAGES[..], &["sampled+color-attachment", "sampled+storage"]].concat());
+    let formats = v["formats"].as_array().expect("formats");
+    for f in formats {
+        for m in f["modifiers"].as_array().expect("modifiers") {
+            for k in &keys {
+                let s = &m["usages"][*k];
+                assert!(s["import"].is_boolean() && s["export"].is_boolean(), "{} {k}: {s}", f["fourcc"]);
+                // A use the driver accepts says how large; one it refuses says nothing.
+                if s["import"] == true || s["export"] == true {
+                    assert!(s["max_extent"].as_array().is_some_and(|e| e.len() == 2), "{} {k}: {s}", f["fourcc"]);
+                }
+            }
+        }
+    }
+    let find = |code: &str| formats.iter().find(|f| f["fourcc"] == code).unwrap_or_else(|| panic!("{code}"));
+    // NV12 with storage: refused, whatever the configuration.
+    for m in find("NV12")["modifiers"].as_array().expect("modifiers") {
+        assert_eq!(usage(m, "sampled+storage"), (false, false), "{m}");
+    }
+    // AB24 sampled and rendered to, with an sRGB view: what a compositor asks.
+    let ab24 = &find("AB24")["modifiers"][0];
+    assert_eq!(usage(ab24, "sampled+color-attachment"), (true, common::expect_modifiers()));
+    // RG16 has no storage on lavapipe: the combination inherits the refusal.
+    assert_eq!(usage(&find("RG16")["modifiers"][0], "sampled+storage"), (false, false));
+}
+
+#[test]
+fn the_table_prints_combinations_as_columns() {
+    let (stdout, _) = probe(&["--usage", "sampled+color-attachment", "--create-flags", "alias", "--srgb-view"]);
+    assert!(stdout.contains("every query with: alias, an sRGB view"), "{stdout}");
+    let header = stdout.lines().find(|l| l.trim_start().starts_with("modifier")).expect("a header row");
+    assert!(header.trim_end().ends_with("transfer-dst  sampled+color-attachment"), "{header}");
+    let out = Command::new(env!("CARGO_BIN_EXE_dmabridge")).args(["probe", "--usage", "sampled+scanout"]).output().expect("run dmabridge");
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("\"scanout\""));
+}

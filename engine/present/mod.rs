@@ -63,7 +63,7 @@ use ash::vk;
 use dmabridge_interop::{format_info, Fourcc, Layout};
 use raw_window_handle::{RawDisplayHandle, RawWindowHandle};
 
-use crate::caps::CapsQuery;
+use crate::caps::{widen, CapsQuery};
 use crate::error::{VkError, VkResultExt};
 use crate::image::ImageAccess;
 use crate::import::{ImportPath, ImportedImage};
@@ -618,7 +618,7 @@ impl Presenter {
         let is_yuv = format_info(fourcc).ok_or(PresentError::UnknownFourcc(fourcc))?.is_yuv;
         let features = match (frame.path(), frame.layout()) {
             (ImportPath::Explicit, Layout::Explicit(m)) => engine
-                .query_caps(&CapsQuery::new(fourcc, vk::ImageUsageFlags::SAMPLED))?
+                .query_caps(&CapsQuery::new(fourcc, frame.image_use()))?
                 .get(m)
                 .map(|c| c.tiling_features)
                 .unwrap_or_default(),
@@ -627,13 +627,13 @@ impl Presenter {
                 let props = unsafe {
                     engine.instance().get_physical_device_format_properties(engine.physical_device(), entry.vk_format)
                 };
-                props.optimal_tiling_features
+                widen(props.optimal_tiling_features)
             }
         };
-        if !features.contains(vk::FormatFeatureFlags::SAMPLED_IMAGE) {
+        if !features.contains(vk::FormatFeatureFlags2::SAMPLED_IMAGE) {
             return Err(PresentError::NotSampleable { fourcc, format: entry.vk_format });
         }
-        let mut filter_linear = features.contains(vk::FormatFeatureFlags::SAMPLED_IMAGE_FILTER_LINEAR);
+        let mut filter_linear = features.contains(vk::FormatFeatureFlags2::SAMPLED_IMAGE_FILTER_LINEAR);
         if frame.path() == ImportPath::Explicit && engine.drm_modifier_list2_is_empty() {
             // The driver's List2 of modifier features is empty (lavapipe 25.0), so anything
             // that reads it (the validation layer, VUID-vkCmdDraw-magFilter-04553) sees no
@@ -647,8 +647,8 @@ impl Presenter {
         if !engine.has_capability(Capability::YcbcrSampling) {
             return Err(PresentError::NoYcbcrConversion(fourcc, Capability::YcbcrSampling));
         }
-        let cosited = features.contains(vk::FormatFeatureFlags::COSITED_CHROMA_SAMPLES);
-        let midpoint = features.contains(vk::FormatFeatureFlags::MIDPOINT_CHROMA_SAMPLES);
+        let cosited = features.contains(vk::FormatFeatureFlags2::COSITED_CHROMA_SAMPLES);
+        let midpoint = features.contains(vk::FormatFeatureFlags2::MIDPOINT_CHROMA_SAMPLES);
         if !cosited && !midpoint {
             return Err(PresentError::NotSampleable { fourcc, format: entry.vk_format });
         }
@@ -656,7 +656,7 @@ impl Presenter {
         let x_offset = if cosited { vk::ChromaLocation::COSITED_EVEN } else { vk::ChromaLocation::MIDPOINT };
         let y_offset = if midpoint { vk::ChromaLocation::MIDPOINT } else { vk::ChromaLocation::COSITED_EVEN };
         let linear =
-            filter_linear && features.contains(vk::FormatFeatureFlags::SAMPLED_IMAGE_YCBCR_CONVERSION_LINEAR_FILTER);
+            filter_linear && features.contains(vk::FormatFeatureFlags2::SAMPLED_IMAGE_YCBCR_CONVERSION_LINEAR_FILTER);
         Ok(Key {
             format: entry.vk_format,
             ycbcr: Some(YcbcrKey {

@@ -420,13 +420,7 @@ impl WaylandSink {
         let (w, h) = (self.opts.width, self.opts.height);
         match &self.plan {
             Plan::ZeroCopy { allocation } => {
-                let req = ExportRequest {
-                    fourcc: allocation.fourcc,
-                    width: w,
-                    height: h,
-                    usage: PRODUCER_USAGE,
-                    acceptable: self.plan.acceptable(),
-                };
+                let req = ExportRequest::new(allocation.fourcc, w, h, PRODUCER_USAGE).with_acceptable(self.plan.acceptable());
                 let request: AllocationRequest = allocation.request(w, h);
                 match self.engine.export_image(&req) {
                     Ok(image) => {

@@ -148,13 +148,8 @@ impl Source {
     pub fn new(engine: &Engine, fourcc: Fourcc, w: u32, h: u32, export: bool) -> Result<Source, DemoError> {
         let info = format_info(fourcc).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no plane table")))?;
         if export && info.plane_count() == 1 {
-            let req = ExportRequest {
-                fourcc,
-                width: w,
-                height: h,
-                usage: vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_DST,
-                acceptable: vec![Layout::Explicit(Modifier::LINEAR)],
-            };
+            let req = ExportRequest::new(fourcc, w, h, vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_DST)
+                .with_acceptable([Layout::Explicit(Modifier::LINEAR)]);
             if let Ok(img) = engine.export_image(&req) {
                 img.clear_and_release([0.2, 0.4, 0.6, 1.0], SubmitOptions::default())?.wait(FRAME_TIMEOUT)?;
                 if let Some(d) = img.dmabuf() {

@@ -8,7 +8,7 @@ use std::time::Instant;
 
 use dmabridge::ash::vk;
 use dmabridge::{
-    Binding, BufferLocation, Completion, ComputePipeline, Direction, Engine, EngineOptions, ExportRequest, ExportedImage, GpuBuffer, ImportedBuffer,
+    Binding, BufferLocation, Completion, ComputePipeline, Direction, Engine, EngineOptions, ExportedImage, GpuBuffer, ImportedBuffer,
     ParticipantRequest, SubmitOptions,
 };
 use dmabridge_interop::dmabuf::{fd_count, recv, send_buffer, socketpair, DmaBuf, PlaneDesc, Received};
@@ -119,12 +119,16 @@ pub(crate) fn wire_formats(set: &FormatSet) -> Vec<WireFormat> {
         .collect()
 }
 
+/// What the producer states in zero-copy mode; its exports are bound to it.
+fn producer_request(fourcc: Fourcc) -> ParticipantRequest {
+    ParticipantRequest::new("producer", EXPORT_USAGE, Direction::Export).with_fourccs(&[fourcc])
+}
+
 /// The producer's own participant for `mode`.
 pub fn producer_participant(engine: &Engine, mode: Mode, fourcc: Fourcc) -> Result<Participant, DemoError> {
     let participant = match mode {
         Mode::ZeroCopy => {
-            let req = ParticipantRequest::new("producer", EXPORT_USAGE, Direction::Export).with_fourccs(&[fourcc]);
-            engine.participant(&req)?
+            engine.participant(&producer_request(fourcc))?
         }
         // The render target is the producer's own device-local buffer, linear.
         Mode::Copy => Participant::new("producer", [Format::linear(fourcc)].into_iter().collect::<FormatSet>()),
@@ -214,7 +218,7 @@ impl Pool {
         for _ in 0..plan.pool {
             let (exported, dmabuf) = match plan.mode {
                 Mode::ZeroCopy => {
-                    let req = ExportRequest { fourcc: plan.fourcc, width: w, height: h, usage: EXPORT_USAGE, acceptable: plan.acceptable.clone() };
+                    let req = producer_request(plan.fourcc).export_request(plan.fourcc, w, h, plan.acceptable.iter().copied());
                     let img = engine.export_image(&req)?;
                     let buf = img.dmabuf().ok_or_else(|| DemoError::Unavailable("the export is not a dma-buf".into()))?.try_clone()?;
                     (Some(img), buf)

@@ -51,7 +51,7 @@ pub(crate) fn load(spec: &ParticipantSpec) -> Result<Participant, SpecError> {
         PeerKind::Vulkan => {
             // The live device lives in the engine: the command answers it with its own loader
             // (`build_participants_with`).
-            spec.vulkan_usage()?;
+            spec.vulkan_use()?;
             Err(SpecError::NotAvailable {
                 participant: spec.name.clone(),
                 kind: spec.kind,

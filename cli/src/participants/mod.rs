@@ -10,7 +10,7 @@ use std::fmt;
 mod loaders;
 
 use dmabridge_interop::negotiate::{
-    ConstraintParseError, Constraints, CpuAccess, Domain, ExtentRange, Participant, Usage,
+    ConstraintParseError, Constraints, CpuAccess, Domain, ExtentRange, Participant,
 };
 
 /// Largest peer file read (`--kms-in-formats`, `--wayland-table`): real ones are kilobytes.
@@ -56,7 +56,7 @@ impl PeerKind {
             PeerKind::KmsInFormats | PeerKind::WaylandTable => "FILE",
             PeerKind::DrmFormats => "LIST",
             PeerKind::V4l2 => "PIXFMT[,PIXFMT]",
-            PeerKind::Vulkan => "USAGE[+USAGE]",
+            PeerKind::Vulkan => "USAGE[+USAGE][:create=FLAG,...][:srgb-view]",
         }
     }
 }
@@ -184,9 +184,9 @@ impl ParticipantSpec {
         Ok(bytes)
     }
 
-    /// The usage list of a `--vulkan NAME=USAGE[+USAGE]` value.
-    pub fn vulkan_usage(&self) -> Result<Usage, SpecError> {
-        self.value.parse::<Usage>().map_err(|e| self.peer_error(e))
+    /// The exact use of a `--vulkan NAME=USAGE[+USAGE][:create=FLAG,...][:srgb-view]` value.
+    pub fn vulkan_use(&self) -> Result<dmabridge::ImageUse, SpecError> {
+        dmabridge::ImageUse::parse(&self.value).map_err(|e| self.peer_error(e))
     }
 }
 

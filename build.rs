@@ -66,6 +66,13 @@ pub fn compile_dir(dir: &str) {
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let (glslc, spirv_val) = (tool("glslc"), tool("spirv-val"));
     println!("cargo:rerun-if-changed={dir}");
+    // Included files (`#include "x.glsl"`) are not compiled on their own, but a change to
+    // one must rebuild the shaders that include it.
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten().filter(|e| e.path().extension().is_some_and(|x| x == "glsl")) {
+            println!("cargo:rerun-if-changed={}", e.path().display());
+        }
+    }
     for (file, stage) in shaders(dir) {
         let src = format!("{dir}/{file}");
         println!("cargo:rerun-if-changed={src}");

@@ -1,5 +1,5 @@
-//! Conversions on the GPU: tiled <-> linear for every [`TileLayout`], and NV12/P010 <->
-//! RGBA8, with the compute shaders of `shaders/` (interface documented in
+//! Conversions on the GPU: tiled <-> linear for every [`TileLayout`], and NV12/P010 (linear
+//! or tiled, fused) -> every RGB format, 8-bit RGB -> NV12, with the compute shaders of `shaders/` (interface documented in
 //! [`dmabridge_interop::tiling::gpu`]). The push constants and dispatch sizes come from the
 //! same geometry as the CPU reference in [`dmabridge_interop::tiling`], which the tests
 //! compare against byte for byte.
@@ -18,9 +18,12 @@ use ash::vk;
 use dmabridge_interop::dmabuf::{check_import, DmaBuf, FileId, ImportCheckError, ImportFacts, ReadError};
 use dmabridge_interop::negotiate::ConversionKind;
 use dmabridge_interop::tiling::gpu::{
-    plane_dispatches, rgba_to_nv12_dispatch, yuv_to_rgba_dispatch, ColourPushConstants, Dispatch, GpuParamError, TilePushConstants,
+    plane_dispatches, rgb_to_nv12_dispatch, tiled_yuv_to_rgb_dispatch, ColourPushConstants, Dispatch, GpuParamError,
+    TilePushConstants,
 };
-use dmabridge_interop::tiling::{packed_planes, tiled_size, ColourMatrix, ColourRange, LinearPlane, PlaneGeometry, TilingError};
+use dmabridge_interop::tiling::{
+    packed_planes, tiled_size, ColourMatrix, ColourRange, FrameConversion, FrameConversionError, LinearPlane, PlaneGeometry, TilingError,
+};
 use dmabridge_interop::{format_info, Format, Fourcc, Layout, TileLayout};
 use gpu_allocator::vulkan::Allocation;
 use gpu_allocator::MemoryLocation;
@@ -78,6 +81,14 @@ pub enum ConvertError {
     /// A plane's file could not be read (it can shrink, so it is read, not mapped).
     #[error("plane {plane}: {source}")]
     Read { plane: usize, source: ReadError },
+    /// The conversion has no steps (no colour conversion between those formats), or the
+    /// CPU path refused it.
+    #[error(transparent)]
+    Frame(#[from] FrameConversionError),
+    /// The path asked for cannot do this conversion (copy commands need a layout with wide
+    /// row-major tiles).
+    #[error("the {path} path cannot convert {conversion}")]
+    PathUnavailable { path: crate::ConvertPath, conversion: String },
 }
 
 /// A buffer a conversion reads or writes: dmabridge's own or one over a dma-buf's memory.
@@ -173,13 +184,8 @@ const MAX_SETS: u32 = 4;
 /// an image may be. On lavapipe a copy region is a memcpy per row, while the compute shader
 /// pays per 4-byte access; on 64-byte tiles that is about ten times faster.
 fn copy_blocks(p: &PlaneGeometry, max_dim: u32) -> Option<Vec<Block>> {
-    use dmabridge_interop::tiling::{AddressKind, PlaneAddress};
-    let eligible = matches!(p.kind, AddressKind::RowMajorTiles | AddressKind::SamsungZFlipZ)
-        && p.tile_width >= 32
-        && p.padded_width_bytes <= max_dim
-        && p.padded_rows <= max_dim
-        && (p.tiles_x as usize) * (p.tiles_y as usize) <= MAX_COPY_REGIONS;
-    if !eligible {
+    use dmabridge_interop::tiling::PlaneAddress;
+    if !copy_eligible(p, max_dim) {
         return None;
     }
     let address = PlaneAddress::of(p);
@@ -191,6 +197,16 @@ fn copy_blocks(p: &PlaneGeometry, max_dim: u32) -> Option<Vec<Block>> {
         }
     }
     Some(blocks)
+}
+
+/// Whether copy commands can move `p`'s tiles (see [`copy_blocks`]).
+fn copy_eligible(p: &PlaneGeometry, max_dim: u32) -> bool {
+    use dmabridge_interop::tiling::AddressKind;
+    matches!(p.kind, AddressKind::RowMajorTiles | AddressKind::SamsungZFlipZ)
+        && p.tile_width >= 32
+        && p.padded_width_bytes <= max_dim
+        && p.padded_rows <= max_dim
+        && (p.tiles_x as usize) * (p.tiles_y as usize) <= MAX_COPY_REGIONS
 }
 
 /// The conversion pipelines of one engine.
@@ -231,6 +247,12 @@ impl Converter {
 
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// Whether some plane of `fourcc` in `layout` goes through copy commands.
+    pub(crate) fn has_copy_blocks(&self, layout: TileLayout, fourcc: Fourcc, (width, height): (u32, u32)) -> bool {
+        let max = self.engine.info().max_image_dimension_2d;
+        tiled_size(layout, fourcc, width, height).is_ok_and(|g| g.planes.iter().any(|p| copy_eligible(p, max)))
     }
 
     /// A recording context the GPU no longer uses (its pool reset), or a new one.
@@ -332,12 +354,32 @@ impl Converter {
         cmd: vk::CommandBuffer,
         layout: TileLayout,
         fourcc: Fourcc,
-        (width, height): (u32, u32),
+        extent: (u32, u32),
         tiled: vk::Buffer,
         tiled_base: u64,
         linear: vk::Buffer,
         planes: &[LinearPlane],
         to_tiled: bool,
+        until: Completion,
+    ) -> Result<(), ConvertError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.record_planes_with(cmd, (layout, fourcc, extent), (tiled, tiled_base), (linear, planes), to_tiled, true, until) }
+    }
+
+    /// [`Converter::record_planes`], with copy commands only where `allow_copy` (else every
+    /// plane through the compute shader: the cost model's "gpu" path).
+    ///
+    /// # Safety
+    /// As [`Converter::record_planes`].
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn record_planes_with(
+        &self,
+        cmd: vk::CommandBuffer,
+        (layout, fourcc, (width, height)): (TileLayout, Fourcc, (u32, u32)),
+        (tiled, tiled_base): (vk::Buffer, u64),
+        (linear, planes): (vk::Buffer, &[LinearPlane]),
+        to_tiled: bool,
+        allow_copy: bool,
         until: Completion,
     ) -> Result<(), ConvertError> {
         let dispatches = plane_dispatches(layout, fourcc, width, height, tiled_base, planes, to_tiled)?;
@@ -347,7 +389,7 @@ impl Converter {
         let result = (|| {
             let mut compute = Vec::with_capacity(dispatches.len());
             for ((d, p), linear_plane) in dispatches.into_iter().zip(&geometry.planes).zip(planes) {
-                match copy_blocks(p, max_dim) {
+                match copy_blocks(p, max_dim).filter(|_| allow_copy) {
                     // SAFETY: the caller's contract.
                     Some(blocks) => unsafe {
                         self.record_copy_plane(cmd, &mut ctx, p, &blocks, tiled, tiled_base + p.offset, linear, *linear_plane, to_tiled)?
@@ -520,7 +562,7 @@ impl Converter {
     ) -> Result<Submission, ConvertError> {
         let g = tiled_size(frame.layout, frame.fourcc, frame.extent.0, frame.extent.1)?;
         need("tiled source", g.size, src.byte_len())?;
-        self.submit_planes(options, frame, src, dst, planes, false)
+        self.submit_planes(options, frame, src, dst, planes, false, true)
     }
 
     /// Linear `src` at `planes` -> tiled `dst` (from byte 0, padding zeroed), submitted after
@@ -535,9 +577,10 @@ impl Converter {
     ) -> Result<Submission, ConvertError> {
         let g = tiled_size(frame.layout, frame.fourcc, frame.extent.0, frame.extent.1)?;
         need("tiled destination", g.size, dst.byte_len())?;
-        self.submit_planes(options, frame, dst, src, planes, true)
+        self.submit_planes(options, frame, dst, src, planes, true, true)
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn submit_planes(
         &self,
         options: SubmitOptions,
@@ -546,11 +589,14 @@ impl Converter {
         linear: &dyn ConversionBuffer,
         planes: &[LinearPlane],
         to_tiled: bool,
+        allow_copy: bool,
     ) -> Result<Submission, ConvertError> {
         let (_, s) = self.engine.submit(options, |cmd, until| {
             // SAFETY: the engine's own command buffer, recording, submitted with `until`; the
             // buffers are tracked until then.
-            unsafe { self.record_planes(cmd, layout, fourcc, extent, tiled.vk_buffer(), 0, linear.vk_buffer(), planes, to_tiled, until)? };
+            unsafe {
+                self.record_planes_with(cmd, (layout, fourcc, extent), (tiled.vk_buffer(), 0), (linear.vk_buffer(), planes), to_tiled, allow_copy, until)?
+            };
             tiled.track_use(until);
             linear.track_use(until);
             Ok::<(), ConvertError>(())
@@ -588,7 +634,20 @@ impl Converter {
     /// tests' entry point. Linear means tightly packed planes; a tiled layout follows the
     /// tiled-buffer conventions. Tiled -> tiled goes through linear on the GPU. Blocks until
     /// the GPU is done.
-    pub fn convert_layout(&self, from: TileLayout, to: TileLayout, fourcc: Fourcc, (width, height): (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
+    pub fn convert_layout(&self, from: TileLayout, to: TileLayout, fourcc: Fourcc, extent: (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
+        self.layout_bytes(from, to, fourcc, extent, input, true)
+    }
+
+    /// [`Converter::convert_layout`], with copy commands only where `allow_copy`.
+    pub(crate) fn layout_bytes(
+        &self,
+        from: TileLayout,
+        to: TileLayout,
+        fourcc: Fourcc,
+        (width, height): (u32, u32),
+        input: &[u8],
+        allow_copy: bool,
+    ) -> Result<Vec<u8>, ConvertError> {
         let src_g = tiled_size(from, fourcc, width, height)?;
         need(&format!("{from} {fourcc} {width}x{height} image"), src_g.size, input.len() as u64)?;
         let input = &input[..src_g.size as usize];
@@ -602,16 +661,16 @@ impl Converter {
         let dst = GpuBuffer::new(&self.engine, dst_g.size, BufferLocation::Readback)?;
         let extent = (width, height);
         let s = if to == TileLayout::Linear {
-            self.detile(TiledFrame { layout: from, fourcc, extent }, &src, &dst, &packed, SubmitOptions::default())?
+            self.submit_planes(SubmitOptions::default(), TiledFrame { layout: from, fourcc, extent }, &src, &dst, &packed, false, allow_copy)?
         } else if from == TileLayout::Linear {
-            self.tile(TiledFrame { layout: to, fourcc, extent }, &src, &packed, &dst, SubmitOptions::default())?
+            self.submit_planes(SubmitOptions::default(), TiledFrame { layout: to, fourcc, extent }, &dst, &src, &packed, true, allow_copy)?
         } else {
             let mid = GpuBuffer::new(&self.engine, linear_len, BufferLocation::DeviceLocal)?;
             let (_, s) = self.engine.submit(SubmitOptions::default(), |cmd, until| {
                 // SAFETY: the engine's own command buffer; the three buffers are tracked below.
                 unsafe {
-                    self.record_planes(cmd, from, fourcc, extent, src.buffer(), 0, mid.buffer(), &packed, false, until)?;
-                    self.record_planes(cmd, to, fourcc, extent, dst.buffer(), 0, mid.buffer(), &packed, true, until)?;
+                    self.record_planes_with(cmd, (from, fourcc, extent), (src.buffer(), 0), (mid.buffer(), &packed), false, allow_copy, until)?;
+                    self.record_planes_with(cmd, (to, fourcc, extent), (dst.buffer(), 0), (mid.buffer(), &packed), true, allow_copy, until)?;
                 }
                 for b in [&src, &mid, &dst] {
                     b.track(until);
@@ -624,24 +683,36 @@ impl Converter {
         Ok(dst.bytes()?.to_vec())
     }
 
-    /// NV12/P010 (tightly packed) -> RGBA8 (tightly packed). Blocks until the GPU is done.
-    pub fn yuv_to_rgba(&self, fourcc: Fourcc, matrix: ColourMatrix, range: ColourRange, (width, height): (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
-        let g = tiled_size(TileLayout::Linear, fourcc, width, height)?;
-        need(&format!("{fourcc} {width}x{height} image"), g.size, input.len() as u64)?;
-        let planes = packed_planes(fourcc, width, height)?;
-        let rgba_len = width as u64 * height as u64 * 4;
-        let rgba = LinearPlane { offset: 0, stride: width as u64 * 4 };
-        let d = yuv_to_rgba_dispatch(fourcc, matrix, range, width, height, &planes, rgba)?;
+    /// NV12/P010 in `layout` (tightly packed planes for linear, else the tiled-buffer
+    /// conventions) -> RGB format `to` (tightly packed), detile and colour fused in one
+    /// shader. Blocks until the GPU is done.
+    #[allow(clippy::too_many_arguments)]
+    pub fn yuv_to_rgb(
+        &self,
+        layout: TileLayout,
+        from: Fourcc,
+        to: Fourcc,
+        matrix: ColourMatrix,
+        range: ColourRange,
+        (width, height): (u32, u32),
+        input: &[u8],
+    ) -> Result<Vec<u8>, ConvertError> {
+        let g = tiled_size(layout, from, width, height)?;
+        need(&format!("{layout} {from} {width}x{height} image"), g.size, input.len() as u64)?;
+        let rgb_len = tiled_size(TileLayout::Linear, to, width, height)?.size;
+        let rgb = LinearPlane { offset: 0, stride: width as u64 * 4 };
+        let d = tiled_yuv_to_rgb_dispatch(layout, from, to, matrix, range, width, height, 0, rgb)?;
         let src = GpuBuffer::from_bytes(&self.engine, &input[..g.size as usize])?;
-        let dst = GpuBuffer::new(&self.engine, rgba_len, BufferLocation::Readback)?;
+        let dst = GpuBuffer::new(&self.engine, rgb_len, BufferLocation::Readback)?;
         self.colour_and_wait(&[src.buffer(), src.buffer(), dst.buffer()], d, [&src, &dst])?;
         Ok(dst.bytes()?.to_vec())
     }
 
-    /// RGBA8 (tightly packed) -> NV12 (tightly packed). Blocks until the GPU is done.
-    pub fn rgba_to_nv12(&self, matrix: ColourMatrix, range: ColourRange, (width, height): (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
+    /// 8-bit RGB format `from` (tightly packed) -> NV12 (tightly packed). Blocks until the
+    /// GPU is done.
+    pub fn rgb_to_nv12(&self, from: Fourcc, matrix: ColourMatrix, range: ColourRange, (width, height): (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
         let rgba_len = width as u64 * height as u64 * 4;
-        need(&format!("RGBA {width}x{height} image"), rgba_len, input.len() as u64)?;
+        need(&format!("{from} {width}x{height} image"), rgba_len, input.len() as u64)?;
         let packed = packed_planes(Fourcc::NV12, width, height)?;
         let nv12_len = tiled_size(TileLayout::Linear, Fourcc::NV12, width, height)?.size;
         // The shader writes whole 32-bit words of each NV12 row, so it needs strides and
@@ -651,7 +722,7 @@ impl Converter {
         let aligned = [LinearPlane { offset: 0, stride }, LinearPlane { offset: stride * rows, stride }];
         let aligned_len = stride * rows + stride * rows.div_ceil(2);
         let rgba = LinearPlane { offset: 0, stride: width as u64 * 4 };
-        let d = rgba_to_nv12_dispatch(matrix, range, width, height, rgba, &aligned)?;
+        let d = rgb_to_nv12_dispatch(from, matrix, range, width, height, rgba, &aligned)?;
         let src = GpuBuffer::from_bytes(&self.engine, &input[..rgba_len as usize])?;
         let dst = GpuBuffer::new(&self.engine, aligned_len, BufferLocation::Readback)?;
         self.colour_and_wait(&[dst.buffer(), dst.buffer(), src.buffer()], d, [&src, &dst])?;
@@ -670,18 +741,14 @@ impl Converter {
     }
 
     /// Runs one conversion of a negotiation's copy plan on a whole frame, bytes in, bytes
-    /// out (tiled buffers by the tiled-buffer conventions, linear ones tightly packed).
-    /// Colour conversions use BT.709, limited range: what a video pipeline assumes when
-    /// nothing says otherwise. Blocks until the GPU is done.
-    pub fn run_step(&self, kind: &ConversionKind, fourcc: Fourcc, extent: (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
-        let (matrix, range) = (ColourMatrix::Bt709, ColourRange::Limited);
-        match *kind {
-            ConversionKind::Detile(l) => self.convert_layout(l, TileLayout::Linear, fourcc, extent, input),
-            ConversionKind::Tile(l) => self.convert_layout(TileLayout::Linear, l, fourcc, extent, input),
-            ConversionKind::CopyLinear => self.convert_layout(TileLayout::Linear, TileLayout::Linear, fourcc, extent, input),
-            ConversionKind::YuvToRgb { from, .. } => self.yuv_to_rgba(from, matrix, range, extent, input),
-            ConversionKind::RgbToYuv { .. } => self.rgba_to_nv12(matrix, range, extent, input),
-        }
+    /// out (tiled buffers by the tiled-buffer conventions, linear ones tightly packed), on
+    /// the path the cost model picks ([`Converter::convert_frame`]). `fourcc` is the source
+    /// group's format. Colour conversions use BT.709, limited range: what a video pipeline
+    /// assumes when nothing says otherwise. Blocks until the work is done.
+    pub fn run_step(&self, kind: &ConversionKind, fourcc: Fourcc, (width, height): (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
+        let ((from_layout, from), (to_layout, to)) = kind.endpoints(fourcc);
+        let c = FrameConversion::new((from_layout, from), (to_layout, to), width, height);
+        Ok(self.convert_frame(&c, None, input)?.0)
     }
 
     /// Detiles a dma-buf whose modifier names a layout dmabridge converts (samsung-64x32,

@@ -52,14 +52,19 @@ pub struct EngineOptions {
     /// Device extensions the caller needs besides dmabridge's own. A device that lacks one
     /// is not chosen.
     pub device_extensions: Vec<CString>,
+    /// The path every conversion takes (`None`: the cost model's choice, see [`crate::cost`]).
+    pub convert_path: Option<crate::ConvertPath>,
 }
 
 impl EngineOptions {
-    /// `DMABRIDGE_VALIDATION=1` turns validation on; `DMABRIDGE_DEVICE` selects the device.
+    /// `DMABRIDGE_VALIDATION=1` turns validation on; `DMABRIDGE_DEVICE` selects the device;
+    /// `DMABRIDGE_CONVERT_PATH=cpu|gpu|copy-commands` forces the conversion path (anything
+    /// else, `auto` included, leaves it to the cost model).
     pub fn from_env() -> Self {
         EngineOptions {
             validation: std::env::var("DMABRIDGE_VALIDATION").is_ok_and(|v| v == "1" || v == "true"),
             device: std::env::var("DMABRIDGE_DEVICE").ok().filter(|s| !s.is_empty()).map(|s| DeviceSelector::parse(&s)),
+            convert_path: std::env::var("DMABRIDGE_CONVERT_PATH").ok().and_then(|p| p.parse().ok()),
             ..EngineOptions::default()
         }
     }
@@ -161,6 +166,7 @@ pub(crate) struct DeviceShared {
     info: DeviceInfo,
     validation: Option<ValidationLog>,
     pub(crate) caps_cache: CapsCache,
+    pub(crate) cost: crate::cost::CostModel,
     external_memory_fd: Option<ash::khr::external_memory_fd::Device>,
     drm_format_modifier: Option<ash::ext::image_drm_format_modifier::Device>,
     external_semaphore_fd: Option<ash::khr::external_semaphore_fd::Device>,
@@ -290,6 +296,7 @@ impl Engine {
                 log.set_drm_features_unreliable();
             }
         }
+        engine.set_convert_path(options.convert_path);
         Ok(engine)
     }
 
@@ -415,6 +422,11 @@ impl Engine {
         self.drm_modifier_list2_is_empty() && crate::validation::is_empty_list2_report(message)
     }
 
+    /// Forces every conversion onto `path` (`None`: the cost model decides again).
+    pub fn set_convert_path(&self, path: Option<crate::ConvertPath>) {
+        self.0.cost.set_forced(path);
+    }
+
     /// True when `VK_EXT_image_drm_format_modifier` is enabled: explicit modifiers exist.
     pub fn has_modifiers(&self) -> bool {
         self.0.drm_format_modifier.is_some()
@@ -458,6 +470,14 @@ impl Engine {
     }
 }
 
+/// The cost model's device key: measurements hold for one device, driver build and
+/// dmabridge version.
+fn cost_key(info: &DeviceInfo) -> String {
+    let uuid: String = info.device_uuid.iter().map(|b| format!("{b:02x}")).collect();
+    let build = if cfg!(debug_assertions) { "debug" } else { "release" };
+    format!("{} | {} | {} | {uuid} | dmabridge {} {build}", info.name, info.driver_name, info.driver_info, env!("CARGO_PKG_VERSION"))
+}
+
 /// Builds the shared state around a created (or the host's) device. On error, everything
 /// made here is destroyed and the ownership is handed back so the caller can clean up.
 #[allow(clippy::too_many_arguments)]
@@ -477,6 +497,7 @@ fn assemble(
     // create_device, or the host's promise in from_host).
     let queue = unsafe { device.get_device_queue(queue_family, queue_index) };
     let info = device_info(&instance, physical);
+    let cost = crate::cost::CostModel::new(cost_key(&info), None);
     let offered = Offered::query(&instance, physical);
     // The extension, not the 1.3 core version: a 1.3 device under an instance made for 1.2
     // (a host's) may not take the 1.3 structs in physical-device queries.
@@ -520,6 +541,7 @@ fn assemble(
         info,
         validation,
         caps_cache: CapsCache::new(format_features2),
+        cost,
         external_memory_fd,
         drm_format_modifier,
         external_semaphore_fd,

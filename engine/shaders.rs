@@ -5,14 +5,14 @@
 //! [`dmabridge_interop::tiling::gpu`] documents the bindings and the dispatch of each shader.
 
 pub use dmabridge_interop::tiling::gpu::{
-    detile_plane, group_counts, plane_dispatches, rgba_to_nv12_dispatch, tile_plane, yuv_to_rgba_dispatch, ColourPushConstants,
+    detile_plane, group_counts, plane_dispatches, rgb_to_nv12_dispatch, tile_plane, tiled_yuv_to_rgb_dispatch, yuv_to_rgb_dispatch, ColourPushConstants,
     Dispatch, GpuParamError, TilePushConstants, LOCAL_SIZE,
 };
 
 /// SPIR-V of `shaders/tile.comp` (tiled <-> linear, one plane per dispatch), as bytes.
 pub static TILE_SPV: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/tile.spv"));
 
-/// SPIR-V of `shaders/colour.comp` (NV12/P010 -> RGBA8, RGBA8 -> NV12), as bytes.
+/// SPIR-V of `shaders/colour.comp` (NV12/P010, linear or tiled, -> RGB; 8-bit RGB -> NV12), as bytes.
 pub static COLOUR_SPV: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/colour.spv"));
 
 #[cfg(test)]

@@ -1,27 +1,32 @@
 #version 450
-// NV12/P010 -> RGBA8 and RGBA8 -> NV12. Bit-exact with the CPU reference
-// interop/src/tiling/colour.rs (same Q16 integers, received as push constants, same
-// order of operations, arithmetic right shift = round half up, clamp to 0..255).
+// NV12/P010 (linear, or NV12 in any tiled layout: detile and colour fused in one pass) ->
+// any 8-bit RGB byte order or 2:10:10:10, and 8-bit RGB -> NV12. Bit-exact with the CPU
+// reference interop/src/tiling/colour.rs (same Q16 integers, received as push constants,
+// same order of operations, arithmetic right shift = round half up, clamp to 0..max).
 //
 // Bindings (all arrays of 32-bit words): 0 = Y plane buffer, 1 = UV plane buffer (may be
-// the same buffer as 0), 2 = RGBA8 buffer (bytes R, G, B, A).
+// the same buffer as 0), 2 = RGB buffer.
 // Dispatch: local_size_x = 64; flat index = gid.x + gid.y * num_groups.x * 64.
-// mode 0 (NV12) / 1 (P010) -> RGBA8: invocation i converts the 2x2 pixels sharing chroma
-//   sample (i % ceil(w/2), i / ceil(w/2)); YUV planes may have any alignment, RGBA offset
-//   and stride are multiples of 4. Pixel (x, y) uses chroma (x/2, y/2) (replication).
-// mode 2, RGBA8 -> NV12: invocation i writes 4x2 pixels at (4 * (i % ceil(w/4)),
+// mode 0 (NV12) / 1 (P010) -> RGB: invocation i converts the 2x2 pixels sharing chroma
+//   sample (i % ceil(w/2), i / ceil(w/2)); YUV planes may have any alignment (linear) or
+//   any tiled layout (tiled_kind != 0: the planes' tiled addressing below, offsets are the
+//   planes' starts); RGB offset and stride are multiples of 4. Pixel (x, y) uses chroma
+//   (x/2, y/2) (replication).
+// mode 2, RGB -> NV12: invocation i writes 4x2 pixels at (4 * (i % ceil(w/4)),
 //   2 * (i / ceil(w/4))): two Y words and one UV word (two chroma pairs); all offsets and
 //   strides are multiples of 4; bytes past the image's right edge are kept.
+
+#extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x = 64) in;
 
 layout(std430, set = 0, binding = 0) buffer YPlane { uint ydata[]; };
 layout(std430, set = 0, binding = 1) buffer UVPlane { uint uvdata[]; };
-layout(std430, set = 0, binding = 2) buffer Rgba { uint rgba[]; };
+layout(std430, set = 0, binding = 2) buffer Rgb { uint rgba[]; };
 
-// std430, 21 x 32-bit = 84 bytes; Rust: dmabridge_interop::tiling::gpu::ColourPushConstants.
+// std430, 29 x 32-bit = 116 bytes; Rust: dmabridge_interop::tiling::gpu::ColourPushConstants.
 layout(push_constant) uniform PushConstants {
-    uint mode;        // 0 NV12 -> RGBA8, 1 P010 -> RGBA8, 2 RGBA8 -> NV12
+    uint mode;        // 0 NV12 -> RGB, 1 P010 -> RGB, 2 RGB -> NV12
     uint width;
     uint height;
     uint y_offset;
@@ -31,17 +36,39 @@ layout(push_constant) uniform PushConstants {
     uint rgba_offset;
     uint rgba_stride;
     uint invocations;
-    // modes 0/1: ym, rv, gu, gv, bu, yo, co (YuvToRgb::words)
+    uint packing;     // RgbPacking::shader_word: byte index of R, G, B, A (2 bits each), or ~0 for 2:10:10:10
+    uint tiled_kind;  // AddressKind of the YUV planes; 0: linear at the strides above
+    uint y_tiles;     // tile width log2 | tile height log2 << 8
+    uint y_tiles_x;
+    uint y_tiles_y;
+    uint uv_tiles;
+    uint uv_tiles_x;
+    uint uv_tiles_y;
+    // modes 0/1: ym, rv, gu, gv, bu, yo, co, max (YuvToRgb::words)
     // mode 2:    yr, yg, yb, ur, ug, ub, vr, vg, vb, yo, co (RgbToYuv::words)
     int k[11];
 } pc;
 
+#include "tiled_address.glsl"
+
 uint y_byte(uint a) { return (ydata[a >> 2] >> ((a & 3u) * 8u)) & 0xffu; }
 uint uv_byte(uint a) { return (uvdata[a >> 2] >> ((a & 3u) * 8u)) & 0xffu; }
 
-// P010: the top 10 bits of a little-endian 16-bit word, at any byte address.
-int y_sample(uint a, bool p010) {
-    if (!p010) return int(y_byte(a));
+// Byte address of byte x of row y of the Y (uv == false) or UV plane.
+uint plane_byte(bool uv, uint x, uint y) {
+    if (pc.tiled_kind == 0u) {
+        return uv ? pc.uv_offset + y * pc.uv_stride + x : pc.y_offset + y * pc.y_stride + x;
+    }
+    uint t = uv ? pc.uv_tiles : pc.y_tiles;
+    TiledPlane p = TiledPlane(pc.tiled_kind, t & 0xffu, t >> 8, uv ? pc.uv_tiles_x : pc.y_tiles_x,
+                              uv ? pc.uv_tiles_y : pc.y_tiles_y, 0u);
+    return (uv ? pc.uv_offset : pc.y_offset) + plane_address(p, x, y);
+}
+
+// P010: the top 10 bits of a little-endian 16-bit word (samples never straddle a run).
+int y_sample(uint x, uint y, bool p010) {
+    if (!p010) return int(y_byte(plane_byte(false, x, y)));
+    uint a = plane_byte(false, x * 2u, y);
     return int(y_byte(a) | (y_byte(a + 1u) << 8)) >> 6;
 }
 int uv_sample(uint a, bool p010) {
@@ -49,21 +76,30 @@ int uv_sample(uint a, bool p010) {
     return int(uv_byte(a) | (uv_byte(a + 1u) << 8)) >> 6;
 }
 
-uint yuv_to_rgba_word(int luma, int u, int v) {
-    int yy = pc.k[0] * (luma - pc.k[5]) + 32768;
-    int r = clamp((yy + pc.k[1] * v) >> 16, 0, 255);
-    int g = clamp((yy + pc.k[2] * u + pc.k[3] * v) >> 16, 0, 255);
-    int b = clamp((yy + pc.k[4] * u) >> 16, 0, 255);
-    return uint(r) | (uint(g) << 8) | (uint(b) << 16) | (255u << 24);
+uint pack_rgb(int r, int g, int b) {
+    if (pc.packing == 0xffffffffu) {
+        return (3u << 30) | (uint(r) << 20) | (uint(g) << 10) | uint(b);
+    }
+    return (uint(r) << ((pc.packing & 3u) * 8u)) | (uint(g) << (((pc.packing >> 2) & 3u) * 8u))
+         | (uint(b) << (((pc.packing >> 4) & 3u) * 8u)) | (255u << (((pc.packing >> 6) & 3u) * 8u));
 }
 
-void yuv_to_rgba(uint inv) {
+uint yuv_to_rgb_word(int luma, int u, int v) {
+    int yy = pc.k[0] * (luma - pc.k[5]) + 32768;
+    int r = clamp((yy + pc.k[1] * v) >> 16, 0, pc.k[7]);
+    int g = clamp((yy + pc.k[2] * u + pc.k[3] * v) >> 16, 0, pc.k[7]);
+    int b = clamp((yy + pc.k[4] * u) >> 16, 0, pc.k[7]);
+    return pack_rgb(r, g, b);
+}
+
+void yuv_to_rgb(uint inv) {
     bool p010 = pc.mode == 1u;
     uint cs = p010 ? 2u : 1u;   // bytes per sample
     uint cw = (pc.width + 1u) / 2u;
     uint cy = inv / cw;
     uint cx = inv - cy * cw;
-    uint c = pc.uv_offset + cy * pc.uv_stride + cx * 2u * cs;
+    // U and V are adjacent in one run of every layout (runs are >= 4 aligned bytes).
+    uint c = plane_byte(true, cx * 2u * cs, cy);
     int u = uv_sample(c, p010) - pc.k[6];
     int v = uv_sample(c + cs, p010) - pc.k[6];
     for (uint dy = 0u; dy < 2u; dy++) {
@@ -72,15 +108,16 @@ void yuv_to_rgba(uint inv) {
         for (uint dx = 0u; dx < 2u; dx++) {
             uint x = cx * 2u + dx;
             if (x >= pc.width) break;
-            int luma = y_sample(pc.y_offset + y * pc.y_stride + x * cs, p010);
-            rgba[(pc.rgba_offset + y * pc.rgba_stride + x * 4u) >> 2] = yuv_to_rgba_word(luma, u, v);
+            int luma = y_sample(x, y, p010);
+            rgba[(pc.rgba_offset + y * pc.rgba_stride + x * 4u) >> 2] = yuv_to_rgb_word(luma, u, v);
         }
     }
 }
 
 ivec3 rgb_at(uint x, uint y) {
     uint w = rgba[(pc.rgba_offset + y * pc.rgba_stride + x * 4u) >> 2];
-    return ivec3(int(w & 0xffu), int((w >> 8) & 0xffu), int((w >> 16) & 0xffu));
+    return ivec3(int((w >> ((pc.packing & 3u) * 8u)) & 0xffu), int((w >> (((pc.packing >> 2) & 3u) * 8u)) & 0xffu),
+                 int((w >> (((pc.packing >> 4) & 3u) * 8u)) & 0xffu));
 }
 
 uint luma(ivec3 p) {
@@ -99,7 +136,7 @@ uint chroma(uint cx, uint cy) {
     return uint(u) | (uint(v) << 8);
 }
 
-void rgba_to_nv12(uint inv) {
+void rgb_to_nv12(uint inv) {
     uint gw = (pc.width + 3u) / 4u;
     uint gy = inv / gw;
     uint x0 = (inv - gy * gw) * 4u;
@@ -137,8 +174,8 @@ void main() {
         return;
     }
     if (pc.mode == 2u) {
-        rgba_to_nv12(inv);
+        rgb_to_nv12(inv);
     } else {
-        yuv_to_rgba(inv);
+        yuv_to_rgb(inv);
     }
 }

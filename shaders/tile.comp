@@ -1,9 +1,7 @@
 #version 450
 // Tiled <-> linear copy of one plane, on buffers of 32-bit words.
 // CPU reference and host-side parameters: interop/src/tiling/{address,cpu,gpu}.rs. The
-// address function below mirrors address.rs; tile sizes are powers of two for every layout,
-// so they arrive as log2 and the hot path has no integer division (lavapipe has no SIMD
-// divide and scalarises it).
+// address function (tiled_address.glsl, shared with colour.comp) mirrors address.rs.
 //
 // Bindings: 0 = source, 1 = destination (read for partial words, then written). Each is
 // also declared as uvec4[] (an alias of the same descriptor) for 16-byte accesses.
@@ -20,6 +18,8 @@
 //   num_groups.x * 64 owns the 16-byte-aligned group of destination words
 //   4 * (linear_offset / 16 + i) .. +3 (below linear_offset / 16 * 4 + linear_words); bytes
 //   outside the visible rows are kept, words with no visible byte are not touched.
+
+#extension GL_GOOGLE_include_directive : require
 
 layout(local_size_x = 64) in;
 
@@ -48,39 +48,12 @@ layout(push_constant) uniform PushConstants {
     uint invocations;     // mode 0: flat invocations with work
 } pc;
 
-uint zflipz_tile_index(uint tx, uint ty) {
-    uint index = (ty & ~1u) * pc.tiles_x + tx;
-    if ((ty & 1u) == 1u) {
-        index += 2u + (tx & ~3u);
-    } else if ((pc.tiles_y & 1u) == 0u || ty != pc.tiles_y - 1u) {
-        index += (tx + 2u) & ~3u;
-    }
-    return index;
-}
-
-uint nvidia_gob_offset(uint x, uint y) {
-    return ((x & 63u) >> 5) * 256u + ((y & 7u) >> 1) * 64u + ((x & 31u) >> 4) * 32u
-         + (y & 1u) * 16u + (x & 15u);
-}
+#include "tiled_address.glsl"
 
 // Byte offset of (x, y) inside the plane on the tiled side.
 uint tiled_address(uint x, uint y) {
-    if (pc.layout_kind == 0u) {
-        return y * pc.tiled_pitch + x;
-    }
-    uint twl = pc.tile_width_log2, thl = pc.tile_height_log2;
-    uint tx = x >> twl, ty = y >> thl;
-    uint ix = x & ((1u << twl) - 1u), iy = y & ((1u << thl) - 1u);
-    uint tile_index = ty * pc.tiles_x + tx;
-    uint inner = (iy << twl) + ix;
-    if (pc.layout_kind == 2u) {
-        inner = (ix >> 4) * 512u + iy * 16u + (ix & 15u);
-    } else if (pc.layout_kind == 3u) {
-        tile_index = zflipz_tile_index(tx, ty);
-    } else if (pc.layout_kind == 4u) {
-        inner = (iy >> 3) * 512u + nvidia_gob_offset(ix, iy);
-    }
-    return (tile_index << (twl + thl)) + inner;
+    TiledPlane p = TiledPlane(pc.layout_kind, pc.tile_width_log2, pc.tile_height_log2, pc.tiles_x, pc.tiles_y, pc.tiled_pitch);
+    return plane_address(p, x, y);
 }
 
 // True when 16 bytes of a row starting at a multiple of 16 are contiguous on the tiled side.

@@ -4,9 +4,9 @@
 
 mod common;
 
-use dmabridge::interop::tiling::{self, packed_planes, tiled_size, ColourMatrix, ColourRange, TilingError};
+use dmabridge::interop::tiling::{self, packed_planes, tiled_size, ColourMatrix, ColourRange, FrameConversion, TilingError};
 use dmabridge::interop::{Fourcc, TileLayout};
-use dmabridge::{ConvertError, Converter};
+use dmabridge::{ChoiceReason, ConvertError, ConvertPath, Converter};
 
 const FORMATS: [Fourcc; 4] = [Fourcc::NV12, Fourcc::P010, Fourcc::ARGB8888, Fourcc::R8];
 const SIZES: [(u32, u32); 3] = [(64, 32), (130, 66), (17, 9)];
@@ -78,29 +78,105 @@ fn colour_matches_the_cpu_reference_exactly() {
     let engine = common::engine();
     let conv = Converter::new(&engine).expect("pipelines");
     for (w, h) in [(64u32, 32u32), (33, 17)] {
-        for matrix in [ColourMatrix::Bt601, ColourMatrix::Bt709] {
+        for matrix in ColourMatrix::ALL {
             for range in [ColourRange::Limited, ColourRange::Full] {
                 for fourcc in [Fourcc::NV12, Fourcc::P010] {
                     let planes = packed_planes(fourcc, w, h).expect("planes");
                     let len = tiled_size(TileLayout::Linear, fourcc, w, h).expect("g").size as usize;
                     let yuv = common::pattern(len, w + h);
                     let rgba_plane = tiling::LinearPlane { offset: 0, stride: w as u64 * 4 };
-                    let mut cpu = vec![0u8; (w * h * 4) as usize];
-                    tiling::yuv_to_rgba(fourcc, matrix, range, w, h, &yuv, &planes, &mut cpu, rgba_plane).expect("cpu");
-                    let gpu = conv.yuv_to_rgba(fourcc, matrix, range, (w, h), &yuv).expect("gpu");
-                    assert!(gpu == cpu, "{fourcc} -> RGBA {matrix:?} {range:?} {w}x{h}");
+                    for to in [Fourcc::ABGR8888, Fourcc::XRGB2101010] {
+                        let mut cpu = vec![0u8; (w * h * 4) as usize];
+                        tiling::yuv_to_rgb(fourcc, to, matrix, range, w, h, &yuv, &planes, &mut cpu, rgba_plane).expect("cpu");
+                        let gpu = conv.yuv_to_rgb(TileLayout::Linear, fourcc, to, matrix, range, (w, h), &yuv).expect("gpu");
+                        assert!(gpu == cpu, "{fourcc} -> {to} {matrix:?} {range:?} {w}x{h}");
+                    }
                 }
                 let rgba = common::pattern((w * h * 4) as usize, 99);
                 let planes = packed_planes(Fourcc::NV12, w, h).expect("planes");
                 let len = tiled_size(TileLayout::Linear, Fourcc::NV12, w, h).expect("g").size as usize;
-                let mut cpu = vec![0u8; len];
                 let rgba_plane = tiling::LinearPlane { offset: 0, stride: w as u64 * 4 };
-                tiling::rgba_to_nv12(matrix, range, w, h, &rgba, rgba_plane, &mut cpu, &planes).expect("cpu");
-                let gpu = conv.rgba_to_nv12(matrix, range, (w, h), &rgba).expect("gpu");
-                assert!(gpu == cpu, "RGBA -> NV12 {matrix:?} {range:?} {w}x{h}");
+                for from in tiling::RGB8_FORMATS {
+                    let mut cpu = vec![0u8; len];
+                    tiling::rgb_to_nv12(from, matrix, range, w, h, &rgba, rgba_plane, &mut cpu, &planes).expect("cpu");
+                    let gpu = conv.rgb_to_nv12(from, matrix, range, (w, h), &rgba).expect("gpu");
+                    assert!(gpu == cpu, "{from} -> NV12 {matrix:?} {range:?} {w}x{h}");
+                }
             }
         }
     }
+    drop(conv);
+    common::assert_clean(&engine);
+}
+
+/// Tiled NV12 straight to every RGB format a display scans out: every path the engine has
+/// for it (the CPU fast path, the fused shader, copy commands plus the colour shader) writes
+/// exactly what detiling and then the CPU reference write.
+#[test]
+fn every_path_agrees_on_tiled_yuv_to_every_rgb_format() {
+    let engine = common::engine();
+    let conv = Converter::new(&engine).expect("pipelines");
+    let (w, h) = (130u32, 66u32);
+    let layouts = [TileLayout::Samsung64x32, TileLayout::Nv12_4L4, TileLayout::I915Y, TileLayout::NvidiaBlockLinear(1), TileLayout::Linear];
+    let mut copy_commands_seen = false;
+    for layout in layouts {
+        let g = tiled_size(layout, Fourcc::NV12, w, h).expect("g");
+        let tiled = common::pattern(g.size as usize, 17);
+        let linear = tiling::detile_to_vec(layout, Fourcc::NV12, w, h, &tiled).expect("detile");
+        for to in tiling::RGB8_FORMATS.into_iter().chain(tiling::RGB10_FORMATS) {
+            for (matrix, range) in [(ColourMatrix::Bt601, ColourRange::Limited), (ColourMatrix::Bt2020, ColourRange::Full)] {
+                let want = tiling::yuv_to_rgb_vec(Fourcc::NV12, to, matrix, range, w, h, &linear).expect("reference");
+                let c = FrameConversion { matrix, range, ..FrameConversion::new((layout, Fourcc::NV12), (TileLayout::Linear, to), w, h) };
+                let paths = conv.paths(&c).expect("paths");
+                copy_commands_seen |= paths.contains(&ConvertPath::CopyCommands);
+                for path in paths {
+                    let (got, choice) = conv.convert_frame(&c, Some(path), &tiled).expect("convert");
+                    assert_eq!(choice.path, path);
+                    assert!(got == want, "{c} on {path} ({matrix:?} {range:?})");
+                }
+            }
+        }
+    }
+    assert!(copy_commands_seen, "samsung-64x32 has wide row-major tiles: copy commands are a candidate");
+    // Back: every 8-bit RGB format to a tiled NV12, on every path.
+    let rgb = common::pattern((w * h * 4) as usize, 23);
+    for from in tiling::RGB8_FORMATS {
+        let c = FrameConversion::new((TileLayout::Linear, from), (TileLayout::Samsung64x32, Fourcc::NV12), w, h);
+        let nv12 = tiling::rgb_to_nv12_vec(from, c.matrix, c.range, w, h, &rgb).expect("reference");
+        let want = tiling::tile_to_vec(TileLayout::Samsung64x32, Fourcc::NV12, w, h, &nv12).expect("tile");
+        for path in conv.paths(&c).expect("paths") {
+            assert!(conv.convert_frame(&c, Some(path), &rgb).expect("convert").0 == want, "{c} on {path}");
+        }
+    }
+    drop(conv);
+    common::assert_clean(&engine);
+}
+
+/// The model measures once per combination and size class, then answers from what it
+/// measured; a forced path (per call, or for the whole engine) wins over it.
+#[test]
+fn the_cost_model_measures_once_and_can_be_overridden() {
+    let engine = common::engine();
+    let conv = Converter::new(&engine).expect("pipelines");
+    let c = FrameConversion::new((TileLayout::Nv12_4L4, Fourcc::NV12), (TileLayout::Linear, Fourcc::NV12), 320, 180);
+    let first = conv.choose(&c, None).expect("choose");
+    assert!(matches!(first.reason, ChoiceReason::Measured | ChoiceReason::Cached), "{first:?}");
+    assert_eq!(first.candidates.len(), conv.paths(&c).expect("paths").len());
+    assert!(first.candidates.iter().all(|m| m.gbps.is_finite() && m.gbps > 0.0), "{first:?}");
+    let fastest = first.candidates.iter().copied().reduce(|a, b| if b.gbps > a.gbps { b } else { a }).expect("candidates");
+    assert_eq!(first.path, fastest.path, "the fastest as measured wins");
+    let again = conv.choose(&c, None).expect("choose");
+    assert_eq!((again.reason, again.path, &again.candidates), (ChoiceReason::Cached, first.path, &first.candidates));
+    assert!(again.explain().contains("as measured before"), "{}", again.explain());
+    let forced = conv.choose(&c, Some(ConvertPath::Gpu)).expect("choose");
+    assert_eq!((forced.path, forced.reason), (ConvertPath::Gpu, ChoiceReason::Forced));
+    engine.set_convert_path(Some(ConvertPath::Cpu));
+    assert_eq!(conv.choose(&c, None).expect("choose").path, ConvertPath::Cpu);
+    engine.set_convert_path(None);
+    // A path that cannot do the conversion is a typed error.
+    let colour = FrameConversion::new((TileLayout::Linear, Fourcc::NV12), (TileLayout::Linear, Fourcc::XRGB8888), 64, 64);
+    let input = vec![0u8; 64 * 64 * 3 / 2];
+    assert!(matches!(conv.convert_frame(&colour, Some(ConvertPath::CopyCommands), &input), Err(ConvertError::PathUnavailable { .. })));
     drop(conv);
     common::assert_clean(&engine);
 }

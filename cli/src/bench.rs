@@ -80,15 +80,19 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     }
     if !report.convert.is_empty() {
         println!();
-        println!("{:<16} {:<6} {:>10} {:>10} {:>12}", "detile", "format", "size", "GB/s", "x memcpy");
+        println!("conversions at 4K, on the path the cost model chose (GB/s of output; GStreamer videoconvert on the same frames):");
+        println!("{:<36} {:<14} {:>8} {:>9} {:>10} {:>8}", "conversion", "path", "GB/s", "x memcpy", "GStreamer", "x gst");
         for c in &report.convert {
+            let gst = c.gstreamer_gbps.map_or("-".to_owned(), |g| format!("{g:.2}"));
+            let vs = c.vs_gstreamer.map_or("-".to_owned(), |v| format!("{v:.1}"));
             println!(
-                "{:<16} {:<6} {:>10} {:>10.2} {:>12.2}",
-                c.layout,
-                c.format,
-                format!("{}x{}", c.width, c.height),
+                "{:<36} {:<14} {:>8.2} {:>9.2} {:>10} {:>8}",
+                format!("{} {} -> {}", c.format, c.layout, c.to_format),
+                c.path.name(),
                 c.gbps,
-                c.gbps / report.memcpy_gbps.max(1e-9)
+                c.gbps / report.memcpy_gbps.max(1e-9),
+                gst,
+                vs
             );
         }
     }
@@ -105,8 +109,18 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         (Some(b), Some(s)) => println!("  zero-copy {}p / 720p: {:.2} (<= 1.2)", if args.quick { "2160" } else { "4320" }, b.us_per_frame / s.us_per_frame),
         _ => println!("  zero-copy flatness: not measured here (no zero-copy import)"),
     }
-    if let Some(best) = report.convert.iter().map(|c| c.gbps).reduce(f64::max) {
-        println!("  best detile GB/s / memcpy GB/s: {:.2} (>= 0.5)", best / report.memcpy_gbps.max(1e-9));
+    let detiles: Vec<&bench::ConvertResult> = report.convert.iter().filter(|c| c.format == c.to_format).collect();
+    if let Some(worst) = detiles.iter().map(|c| c.gbps).reduce(f64::min) {
+        println!("  slowest 4K detile GB/s / memcpy GB/s: {:.2} (>= 0.5)", worst / report.memcpy_gbps.max(1e-9));
+    }
+    if let Some(worst) = detiles.iter().filter_map(|c| c.vs_gstreamer).reduce(f64::min) {
+        println!("  slowest detile vs GStreamer videoconvert: {worst:.1}x (>= 3)");
+    }
+    if let Some(c) = report.convert.iter().find(|c| c.layout == "linear" && c.to_format == "XR24") {
+        match c.vs_gstreamer {
+            Some(v) => println!("  NV12 -> XR24 (BGRx) vs GStreamer videoconvert: {v:.1}x (>= 1)"),
+            None => println!("  NV12 -> XR24 vs GStreamer: not measured (no GStreamer)"),
+        }
     }
 
     let points: Vec<PlotPoint> = report

@@ -1,16 +1,16 @@
-//! `dmabridge convert`: tiled <-> linear for any layout, and YUV <-> RGB, on the GPU by
-//! default (the CPU reference with `--cpu`, or when there is no Vulkan device at all).
+//! `dmabridge convert`: tiled <-> linear for any layout, and YUV <-> RGB, as one frame
+//! conversion ([`FrameConversion`]): its steps fused where they can be (tiled NV12 -> XR24
+//! in one pass), on the path the engine's cost model picks, or the one `--path` names. With
+//! no Vulkan device at all it runs the CPU path.
 //!
-//! The steps, each skipped when it is the identity: FROM layout -> linear (in FORMAT),
-//! colour FORMAT -> TO-FORMAT (linear), linear -> TO layout (in TO-FORMAT). Linear files
-//! are tightly packed planes, concatenated; tiled files follow the tiled-buffer conventions
-//! of `dmabridge_interop::tiling`.
+//! Linear files are tightly packed planes, concatenated; tiled files follow the tiled-buffer
+//! conventions of `dmabridge_interop::tiling`.
 
 use std::process::ExitCode;
 
-use dmabridge::interop::tiling::{self, packed_planes, tiled_size, ColourMatrix, ColourRange, LinearPlane, MAX_CPU_FRAME_BYTES};
+use dmabridge::interop::tiling::{tiled_size, ColourMatrix, ColourRange, FrameConversion, MAX_CPU_FRAME_BYTES};
 use dmabridge::interop::{Fourcc, TileLayout};
-use dmabridge::{Converter, Engine, EngineOptions};
+use dmabridge::{ConvertPath, Converter, Engine, EngineOptions};
 
 #[derive(clap::Args)]
 pub struct ConvertArgs {
@@ -27,99 +27,40 @@ pub struct ConvertArgs {
     input: std::path::PathBuf,
     #[arg(long = "out")]
     output: std::path::PathBuf,
-    /// Run the CPU reference instead of the GPU shaders.
+    /// Where it runs: cpu, gpu (compute shaders, detile and colour fused), copy-commands
+    /// (GPU copies for the layout steps), or auto (the cost model's measured choice).
+    #[arg(long, default_value = "auto")]
+    path: String,
+    /// The same as --path cpu.
     #[arg(long)]
     cpu: bool,
-    /// Output format for a colour conversion: AB24 (RGBA8) from NV12/P010, or NV12 from AB24.
+    /// Say which path was chosen and why (each candidate's measured GB/s).
+    #[arg(long)]
+    explain: bool,
+    /// Print what was done as JSON (steps, path, candidates) instead of the summary line.
+    #[arg(long)]
+    json: bool,
+    /// Output format for a colour conversion: an RGB format (AR24, XR24, AB24, XB24, RA24,
+    /// RX24, BA24, BX24; AR30, XR30) from NV12/P010, or NV12 from an 8-bit RGB format.
     #[arg(long)]
     to_format: Option<String>,
+    /// bt601, bt709 or bt2020.
     #[arg(long, default_value = "bt709")]
     matrix: String,
+    /// limited or full.
     #[arg(long, default_value = "limited")]
     range: String,
 }
 
-/// Where the work runs.
-enum Backend {
-    Gpu(Box<Converter>),
-    Cpu,
-}
-
-fn parse_matrix(s: &str) -> Result<ColourMatrix, String> {
-    match s {
-        "bt601" => Ok(ColourMatrix::Bt601),
-        "bt709" => Ok(ColourMatrix::Bt709),
-        _ => Err(format!("--matrix {s:?}: expected bt601 or bt709")),
-    }
-}
-
-fn parse_range(s: &str) -> Result<ColourRange, String> {
-    match s {
-        "limited" => Ok(ColourRange::Limited),
-        "full" => Ok(ColourRange::Full),
-        _ => Err(format!("--range {s:?}: expected limited or full")),
-    }
-}
-
-fn layout_step(backend: &Backend, from: TileLayout, to: TileLayout, fourcc: Fourcc, (w, h): (u32, u32), data: &[u8]) -> Result<Vec<u8>, String> {
-    if from == to {
-        return Ok(data.to_vec());
-    }
-    match backend {
-        Backend::Gpu(c) => c.convert_layout(from, to, fourcc, (w, h), data).map_err(|e| e.to_string()),
-        Backend::Cpu => {
-            let packed = packed_planes(fourcc, w, h).map_err(|e| e.to_string())?;
-            let linear_len = tiled_size(TileLayout::Linear, fourcc, w, h).map_err(|e| e.to_string())?.size as usize;
-            let linear = if from == TileLayout::Linear {
-                data.to_vec()
-            } else {
-                let mut out = vec![0u8; linear_len];
-                tiling::detile(from, fourcc, w, h, data, &mut out, &packed).map_err(|e| e.to_string())?;
-                out
-            };
-            if to == TileLayout::Linear {
-                return Ok(linear);
-            }
-            let size = tiled_size(to, fourcc, w, h).map_err(|e| e.to_string())?.size as usize;
-            let mut out = vec![0u8; size];
-            tiling::tile(to, fourcc, w, h, &linear, &packed, &mut out).map_err(|e| e.to_string())?;
-            Ok(out)
-        }
-    }
-}
-
-fn colour_step(
-    backend: &Backend,
-    from: Fourcc,
-    to: Fourcc,
-    matrix: ColourMatrix,
-    range: ColourRange,
-    (w, h): (u32, u32),
-    data: &[u8],
-) -> Result<Vec<u8>, String> {
-    let rgba = LinearPlane { offset: 0, stride: w as u64 * 4 };
-    let yuv_in = (from == Fourcc::NV12 || from == Fourcc::P010) && to == Fourcc::ABGR8888;
-    let rgb_in = from == Fourcc::ABGR8888 && to == Fourcc::NV12;
-    if !yuv_in && !rgb_in {
-        return Err(format!("no colour conversion from {} to {} (NV12/P010 -> AB24, AB24 -> NV12)", from.trimmed(), to.trimmed()));
-    }
-    match backend {
-        Backend::Gpu(c) if yuv_in => c.yuv_to_rgba(from, matrix, range, (w, h), data).map_err(|e| e.to_string()),
-        Backend::Gpu(c) => c.rgba_to_nv12(matrix, range, (w, h), data).map_err(|e| e.to_string()),
-        Backend::Cpu if yuv_in => {
-            let planes = packed_planes(from, w, h).map_err(|e| e.to_string())?;
-            let mut out = vec![0u8; (w as usize) * (h as usize) * 4];
-            tiling::yuv_to_rgba(from, matrix, range, w, h, data, &planes, &mut out, rgba).map_err(|e| e.to_string())?;
-            Ok(out)
-        }
-        Backend::Cpu => {
-            let planes = packed_planes(Fourcc::NV12, w, h).map_err(|e| e.to_string())?;
-            let len = tiled_size(TileLayout::Linear, Fourcc::NV12, w, h).map_err(|e| e.to_string())?.size as usize;
-            let mut out = vec![0u8; len];
-            tiling::rgba_to_nv12(matrix, range, w, h, data, rgba, &mut out, &planes).map_err(|e| e.to_string())?;
-            Ok(out)
-        }
-    }
+/// What `--json` prints.
+#[derive(serde::Serialize)]
+struct Report<'a> {
+    conversion: String,
+    steps: Vec<String>,
+    path: ConvertPath,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    choice: Option<&'a dmabridge::Choice>,
+    bytes: usize,
 }
 
 /// The whole of `path`, which must be exactly `expected` bytes: read with a cap, so an
@@ -150,19 +91,28 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
         };
         let from: TileLayout = args.from.parse().map_err(|e| format!("--from: {e}"))?;
         let to: TileLayout = args.to.parse().map_err(|e| format!("--to: {e}"))?;
-        Ok((fourcc, to_fourcc, from, to, parse_matrix(&args.matrix)?, parse_range(&args.range)?))
+        let matrix: ColourMatrix = args.matrix.parse().map_err(|e| format!("--matrix {e}"))?;
+        let range: ColourRange = args.range.parse().map_err(|e| format!("--range {e}"))?;
+        let path: Option<ConvertPath> = match (args.cpu, args.path.as_str()) {
+            (true, _) => Some(ConvertPath::Cpu),
+            (false, "auto") => None,
+            (false, p) => Some(p.parse().map_err(|e| format!("--path {e}"))?),
+        };
+        let c = FrameConversion { matrix, range, ..FrameConversion::new((from, fourcc), (to, to_fourcc), args.frame.width, args.frame.height) };
+        let steps = c.steps().map_err(|e| e.to_string())?;
+        Ok((c, steps, path))
     })();
-    let (fourcc, to_fourcc, from, to, matrix, range) = match parsed {
+    let (c, steps, path) = match parsed {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
-    // Refuse a layout that is not defined for the format, and a frame too large to convert,
-    // before touching any data: every size is known from the arguments alone.
+    // Refuse a frame too large to convert before touching any data: every size is known
+    // from the arguments alone.
     let mut sizes = Vec::with_capacity(2);
-    for (layout, f) in [(from, fourcc), (to, to_fourcc)] {
-        match tiled_size(layout, f, args.frame.width, args.frame.height) {
+    for (layout, f) in [(c.from_layout, c.from), (c.to_layout, c.to)] {
+        match tiled_size(layout, f, c.width, c.height) {
             Ok(g) if g.size <= MAX_CPU_FRAME_BYTES => sizes.push(g.size),
-            Ok(g) => return fail(format!("a {layout} {f} {}x{} frame is {} bytes, more than the {MAX_CPU_FRAME_BYTES} this command converts", args.frame.width, args.frame.height, g.size)),
+            Ok(g) => return fail(format!("a {layout} {f} {}x{} frame is {} bytes, more than the {MAX_CPU_FRAME_BYTES} this command converts", c.width, c.height, g.size)),
             Err(e) => return fail(e.to_string()),
         }
     }
@@ -170,42 +120,45 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
         Ok(d) => d,
         Err(e) => return fail(e),
     };
-    let engine = if args.cpu {
+    let engine = if path == Some(ConvertPath::Cpu) {
         None
     } else {
         match Engine::new(&EngineOptions::from_env()) {
             Ok(e) => Some(e),
-            Err(e) => {
-                eprintln!("dmabridge convert: no Vulkan device ({e}); using the CPU reference");
+            Err(e) if path.is_none() => {
+                eprintln!("dmabridge convert: no Vulkan device ({e}); using the CPU path");
                 None
             }
+            Err(e) => return fail(format!("--path {}: no Vulkan device ({e})", args.path)),
         }
     };
-    let backend = match &engine {
-        Some(e) => match Converter::new(e) {
-            Ok(c) => Backend::Gpu(Box::new(c)),
-            Err(err) => return fail(err.to_string()),
-        },
-        None => Backend::Cpu,
+    let converted = match &engine {
+        Some(e) => Converter::new(e).map_err(|e| e.to_string()).and_then(|conv| conv.convert_frame(&c, path, &input).map_err(|e| e.to_string())),
+        None => c.run_cpu(&input, 0).map(|out| {
+            let choice = dmabridge::Choice { path: ConvertPath::Cpu, reason: dmabridge::ChoiceReason::Forced, size_class: dmabridge::SizeClass::of(c.width, c.height), candidates: Vec::new() };
+            (out, choice)
+        }).map_err(|e| e.to_string()),
     };
-    let extent = (args.frame.width, args.frame.height);
-    let result = (|| -> Result<Vec<u8>, String> {
-        let mut data = layout_step(&backend, from, TileLayout::Linear, fourcc, extent, &input)?;
-        if to_fourcc != fourcc {
-            data = colour_step(&backend, fourcc, to_fourcc, matrix, range, extent, &data)?;
-        }
-        layout_step(&backend, TileLayout::Linear, to, to_fourcc, extent, &data)
-    })();
-    let out = match result {
+    let (out, choice) = match converted {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
     if let Err(e) = std::fs::write(&args.output, &out) {
         return fail(format!("cannot write {}: {e}", args.output.display()));
     }
-    let on = if matches!(backend, Backend::Gpu(_)) { "gpu" } else { "cpu" };
-    println!("{} {from} -> {} {to}: {} bytes ({on})", fourcc.trimmed(), to_fourcc.trimmed(), out.len());
-    drop(backend);
+    let step_names: Vec<String> = steps.iter().map(|s| s.to_string()).collect();
+    if args.json {
+        let report = Report { conversion: c.to_string(), steps: step_names, path: choice.path, choice: Some(&choice), bytes: out.len() };
+        match serde_json::to_string(&report) {
+            Ok(s) => println!("{s}"),
+            Err(e) => return fail(e.to_string()),
+        }
+    } else {
+        println!("{} {} -> {} {}: {} bytes ({}; {})", c.from.trimmed(), c.from_layout, c.to.trimmed(), c.to_layout, out.len(), choice.path, step_names.join(", then "));
+        if args.explain {
+            println!("{}", choice.explain());
+        }
+    }
     match &engine {
         Some(e) => crate::exit_status(e),
         None => ExitCode::SUCCESS,

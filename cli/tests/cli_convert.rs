@@ -14,11 +14,17 @@ fn dir(test: &str) -> PathBuf {
     d
 }
 
+/// The cost model's disk cache of this test process (never the user's).
+fn cache_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("dmabridge-cli-convert-{}-cache", std::process::id()))
+}
+
 fn convert(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_dmabridge"))
         .arg("convert")
         .args(args)
         .env("DMABRIDGE_VALIDATION", "1")
+        .env("XDG_CACHE_HOME", cache_dir())
         .output()
         .expect("run dmabridge")
 }
@@ -41,10 +47,12 @@ fn gpu_and_cpu_agree_and_round_trip() {
         vec![s("--format"), s("NV12"), s("--width"), size[0].clone(), s("--height"), size[1].clone(), s("--from"), s(from), s("--to"), s(to), s("--in"), s(i.display()), s("--out"), s(o.display())]
     };
     let run = |args: Vec<String>| convert(&args.iter().map(String::as_str).collect::<Vec<_>>());
-    assert!(ok(&run(common_args("linear", "samsung-64x32", &input, &gpu))).contains("(gpu)"));
+    let mut gpu_args = common_args("linear", "samsung-64x32", &input, &gpu);
+    gpu_args.extend([s("--path"), s("gpu")]);
+    assert!(ok(&run(gpu_args)).contains("(gpu; tile linear -> samsung-64x32)"));
     let mut cpu_args = common_args("linear", "samsung-64x32", &input, &cpu);
     cpu_args.push(s("--cpu"));
-    assert!(ok(&run(cpu_args)).contains("(cpu)"));
+    assert!(ok(&run(cpu_args)).contains("(cpu; tile linear -> samsung-64x32)"));
     assert_eq!(std::fs::read(&gpu).expect("gpu"), std::fs::read(&cpu).expect("cpu"));
     // A hex modifier names the same layout (DRM_FORMAT_MOD_SAMSUNG_64_32_TILE).
     ok(&run(common_args("0x0400000000000001", "linear", &gpu, &back)));
@@ -74,6 +82,51 @@ fn colour_conversion_gpu_equals_cpu() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// Issue #13's contract: tiled NV12 straight to each RGB format a display scans out, on
+/// the CPU and on the GPU, equals the CPU reference byte for byte; `--explain` and `--json`
+/// say which path ran and why.
+#[test]
+fn tiled_nv12_to_every_rgb_format_on_every_path() {
+    use dmabridge::interop::tiling::{detile_to_vec, tile_to_vec, yuv_to_rgb_vec, ColourMatrix, ColourRange, RGB10_FORMATS, RGB8_FORMATS};
+    use dmabridge::interop::{Fourcc, TileLayout};
+    let d = dir("rgb");
+    let (w, h) = (96u32, 40u32);
+    let linear = common::pattern((w * h * 3 / 2) as usize, 8);
+    let tiled = tile_to_vec(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, &linear).expect("tile");
+    assert_eq!(detile_to_vec(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, &tiled).expect("detile"), linear);
+    let input = d.join("in.4l4");
+    std::fs::write(&input, &tiled).expect("write");
+    let (i, ws, hs) = (s(input.display()), s(w), s(h));
+    for to in RGB8_FORMATS.into_iter().chain(RGB10_FORMATS) {
+        for (matrix, m, range, r) in [(ColourMatrix::Bt709, "bt709", ColourRange::Limited, "limited"), (ColourMatrix::Bt2020, "bt2020", ColourRange::Full, "full")] {
+            let want = yuv_to_rgb_vec(Fourcc::NV12, to, matrix, range, w, h, &linear).expect("reference");
+            let to_name = to.trimmed().to_owned();
+            for path in ["cpu", "gpu"] {
+                let out = d.join(format!("{to_name}-{m}-{path}"));
+                let o = s(out.display());
+                let args = ["--format", "NV12", "--width", &ws, "--height", &hs, "--from", "nv12-4l4", "--to", "linear", "--to-format", &to_name,
+                    "--matrix", m, "--range", r, "--path", path, "--explain", "--in", &i, "--out", &o];
+                let stdout = ok(&convert(&args));
+                assert!(stdout.contains(&format!("({path}; detile+yuv->rgb nv12-4l4 NV12 -> {to_name} (fused))")), "{stdout}");
+                assert!(stdout.contains(&format!("path {path} (forced")), "{stdout}");
+                assert!(std::fs::read(&out).expect("out") == want, "{to_name} {m} {r} on {path}");
+            }
+        }
+    }
+    // Auto: the cost model measures every candidate once, says so, then answers from its
+    // disk cache in the next process.
+    let o = s(d.join("auto").display());
+    let args = ["--format", "NV12", "--width", &ws, "--height", &hs, "--from", "nv12-4l4", "--to", "linear", "--to-format", "XR24", "--json", "--in", &i, "--out", &o];
+    let first: serde_json::Value = serde_json::from_str(&ok(&convert(&args))).expect("json");
+    assert_eq!(first["steps"], serde_json::json!(["detile+yuv->rgb nv12-4l4 NV12 -> XR24 (fused)"]));
+    let candidates = first["choice"]["candidates"].as_array().expect("candidates");
+    assert!(candidates.len() >= 2 && candidates.iter().all(|c| c["gbps"].as_f64().is_some_and(|g| g > 0.0)), "{first}");
+    let second: serde_json::Value = serde_json::from_str(&ok(&convert(&args))).expect("json");
+    assert_eq!(second["choice"]["reason"], "cached", "{second}");
+    assert_eq!(second["path"], first["path"]);
+    let _ = std::fs::remove_dir_all(d);
+}
+
 #[test]
 fn bad_input_exits_1() {
     let d = dir("bad-input");
@@ -91,8 +144,8 @@ fn bad_input_exits_1() {
         (&["--format", "NV12", "--width", "64", "--height", "32", "--from", "zigzag", "--to", "linear"], "unknown layout", &i),
         (&["--format", "NV12", "--width", "64", "--height", "32", "--from", "samsung-64x32", "--to", "linear"], "holds 10 bytes, but the frame described is", &i),
         (&["--format", "P010", "--width", "64", "--height", "32", "--from", "linear", "--to", "nv12-4l4"], "not defined for", &i),
-        (&["--format", "AR24", "--width", "4", "--height", "4", "--from", "linear", "--to", "linear", "--to-format", "P010"], "no colour conversion", &four_by_four),
-        (&["--format", "NV12", "--width", "64", "--height", "32", "--from", "linear", "--to", "linear", "--matrix", "bt2020"], "--matrix", &i),
+        (&["--format", "AR24", "--width", "4", "--height", "4", "--from", "linear", "--to", "linear", "--to-format", "P010"], "no conversion from AR24", &four_by_four),
+        (&["--format", "NV12", "--width", "64", "--height", "32", "--from", "linear", "--to", "linear", "--matrix", "bt2021"], "--matrix", &i),
         // linear -> linear once took an input of any size.
         (&["--format", "AR24", "--width", "2", "--height", "2", "--from", "linear", "--to", "linear"], "holds more than the 16 bytes", &four_by_four),
     ];

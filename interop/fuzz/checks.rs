@@ -293,8 +293,8 @@ pub fn import_checks(data: &[u8]) -> bool {
 /// exists.
 pub fn tiling_geometry(data: &[u8]) -> bool {
     use dmabridge_interop::tiling::{
-        detile, detile_to_vec, gpu, packed_planes, rgba_to_nv12_vec, tile, tile_to_vec, tiled_size, yuv_to_rgba_vec,
-        AddressKind, ColourMatrix, ColourRange, LinearPlane, PlaneAddress,
+        detile, detile_fast, detile_to_vec, gpu, packed_planes, rgb_to_nv12_vec, tile, tile_fast, tile_to_vec, tiled_size,
+        tiled_yuv_to_rgb_fast, yuv_to_rgb_vec, AddressKind, ColourMatrix, ColourRange, LinearPlane, PlaneAddress, RGB8_FORMATS,
     };
     use dmabridge_interop::{format_info, Fourcc, TileLayout};
 
@@ -349,12 +349,25 @@ pub fn tiling_geometry(data: &[u8]) -> bool {
             assert_eq!(tiled.len() as u64, g.size);
             let back = detile_to_vec(layout, fourcc, width, height, &tiled).expect("detiling a whole frame works");
             assert_eq!(back, linear, "{layout} {fourcc} {width}x{height} does not round-trip");
-            let (m, rg) = (ColourMatrix::Bt709, ColourRange::Limited);
+            // The fast paths write exactly what the reference writes.
+            let threads = usize::from(r.u8() % 4);
+            let mut fast = vec![0u8; linear.len()];
+            detile_fast(layout, fourcc, width, height, &tiled, &mut fast, &packed, threads).expect("fast detile");
+            assert_eq!(fast, linear, "fast detile of {layout} {fourcc} {width}x{height}");
+            let mut fast_tiled = vec![0xffu8; tiled.len()];
+            tile_fast(layout, fourcc, width, height, &linear, &packed, &mut fast_tiled, threads).expect("fast tile");
+            assert_eq!(fast_tiled, tiled, "fast tile of {layout} {fourcc} {width}x{height}");
+            let (m, rg) = (ColourMatrix::ALL[usize::from(r.u8()) % 3], ColourRange::Limited);
+            let to = RGB8_FORMATS[usize::from(r.u8()) % RGB8_FORMATS.len()];
             if fourcc == Fourcc::NV12 || fourcc == Fourcc::P010 {
-                yuv_to_rgba_vec(fourcc, m, rg, width, height, &linear).expect("whole NV12/P010 frames convert");
+                let want = yuv_to_rgb_vec(fourcc, to, m, rg, width, height, &linear).expect("whole NV12/P010 frames convert");
+                let mut got = vec![0u8; want.len()];
+                let plane = LinearPlane { offset: 0, stride: u64::from(width) * 4 };
+                tiled_yuv_to_rgb_fast(layout, fourcc, to, m, rg, width, height, &tiled, &mut got, plane, threads).expect("fused");
+                assert_eq!(got, want, "fused {layout} {fourcc} -> {to} {width}x{height}");
             }
-            if fourcc == Fourcc::ABGR8888 {
-                rgba_to_nv12_vec(m, rg, width, height, &linear).expect("whole RGBA frames convert");
+            if RGB8_FORMATS.contains(&fourcc) {
+                rgb_to_nv12_vec(fourcc, m, rg, width, height, &linear).expect("whole RGB frames convert");
             }
         }
         // Caller-chosen plane placements and buffer lengths: an error or a conversion,
@@ -366,6 +379,8 @@ pub fn tiling_geometry(data: &[u8]) -> bool {
         let mut dst = vec![0u8; b];
         let _ = tile(layout, fourcc, width, height, &vec![0u8; a], &planes, &mut dst);
         let _ = detile(layout, fourcc, width, height, &vec![0u8; a], &mut dst, &planes);
+        let _ = tile_fast(layout, fourcc, width, height, &vec![0u8; a], &planes, &mut dst, 2);
+        let _ = detile_fast(layout, fourcc, width, height, &vec![0u8; a], &mut dst, &planes, 2);
     }
     true
 }

@@ -124,6 +124,8 @@ pub static FORMAT_INFO: &[FormatInfo] = &[
     rgb(Fourcc::XBGR8888, ONE_4, false),
     rgb(Fourcc::RGBA8888, ONE_4, true),
     rgb(Fourcc::BGRA8888, ONE_4, true),
+    rgb(Fourcc::RGBX8888, ONE_4, false),
+    rgb(Fourcc::BGRX8888, ONE_4, false),
     rgb(Fourcc::RGB565, ONE_2, false),
     rgb(Fourcc::ARGB2101010, ONE_4, true),
     rgb(Fourcc::XRGB2101010, ONE_4, false),

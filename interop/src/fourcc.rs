@@ -32,6 +32,8 @@ impl Fourcc {
     pub const XBGR8888: Fourcc = Fourcc::from_bytes(*b"XB24");
     pub const RGBA8888: Fourcc = Fourcc::from_bytes(*b"RA24");
     pub const BGRA8888: Fourcc = Fourcc::from_bytes(*b"BA24");
+    pub const RGBX8888: Fourcc = Fourcc::from_bytes(*b"RX24");
+    pub const BGRX8888: Fourcc = Fourcc::from_bytes(*b"BX24");
     pub const RGB565: Fourcc = Fourcc::from_bytes(*b"RG16");
     pub const ARGB2101010: Fourcc = Fourcc::from_bytes(*b"AR30");
     pub const XRGB2101010: Fourcc = Fourcc::from_bytes(*b"XR30");

@@ -19,7 +19,7 @@ use dmabridge_interop::negotiate::{
 };
 use dmabridge_interop::peers::{gst, kms, wayland};
 use dmabridge_interop::tiling::{
-    detile_to_vec, tile_to_vec, tiled_size, yuv_to_rgba_vec, ColourError, ColourMatrix, ColourRange, TilingError,
+    detile_to_vec, tile_to_vec, tiled_size, yuv_to_rgb_vec, ColourError, ColourMatrix, ColourRange, TilingError,
     MAX_CPU_FRAME_BYTES,
 };
 use dmabridge_interop::{Format, Fourcc, Layout, Modifier, TileLayout};
@@ -188,7 +188,7 @@ fn giant_extents_are_refused_before_anything_is_allocated() {
             Err(TilingError::BufferTooSmall { .. })
         ));
         assert!(matches!(
-            yuv_to_rgba_vec(Fourcc::NV12, m, r, 200_000, 200_000, &[0; 4096]),
+            yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XRGB8888, m, r, 200_000, 200_000, &[0; 4096]),
             Err(ColourError::Layout(TilingError::BufferTooSmall { .. }))
         ));
         // A whole input whose tiled output is past the cap: 4 MiB of one-row R8 pads to 256

@@ -826,21 +826,34 @@ fn conversion_kinds_are_the_ones_copy_fallback_provides() {
         k(Format::linear(Fourcc::ABGR8888), nv12()).as_deref(),
         Some("rgb->yuv AB24 -> NV12")
     );
-    // Two steps, an unconvertible modifier, or implicit: no.
+    // Chains: tiled YUV -> RGB in one fused pass, tiled -> tiled through linear, RGB ->
+    // tiled YUV; and every RGB byte order.
     assert_eq!(
         k(
             Format::explicit(Fourcc::NV12, SAMSUNG),
-            Format::linear(Fourcc::ABGR8888)
-        ),
-        None
+            Format::linear(Fourcc::XRGB8888)
+        )
+        .as_deref(),
+        Some("detile+yuv->rgb samsung-64x32 NV12 -> XR24 (fused)")
     );
     assert_eq!(
         k(
             Format::explicit(Fourcc::NV12, SAMSUNG),
             Format::explicit(Fourcc::NV12, Y_TILED)
-        ),
-        None
+        )
+        .as_deref(),
+        Some("detile samsung-64x32 -> linear, then tile linear -> i915-y")
     );
+    assert_eq!(
+        k(Format::linear(Fourcc::BGRX8888), Format::explicit(Fourcc::NV12, SAMSUNG)).as_deref(),
+        Some("rgb->yuv BX24 -> NV12, then tile linear -> samsung-64x32")
+    );
+    assert_eq!(
+        k(Format::linear(Fourcc::P010), Format::linear(Fourcc::XRGB2101010)).as_deref(),
+        Some("yuv->rgb P010 -> XR30")
+    );
+    // An unconvertible modifier, implicit, or a pair colour conversion lacks: no.
+    assert_eq!(k(Format::linear(Fourcc::XRGB2101010), nv12()), None);
     assert_eq!(
         k(
             Format::explicit(Fourcc::NV12, Modifier::from_raw(0x0100_0000_0000_0003)),

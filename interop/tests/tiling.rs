@@ -4,7 +4,7 @@
 //! without a GPU; the engine's tests compare the real shader with the CPU reference).
 
 use dmabridge_interop::tiling::colour::{
-    rgb_to_yuv_float, rgba_to_nv12, yuv_to_rgb_float, yuv_to_rgba, RgbToYuv, YuvToRgb,
+    rgb_to_nv12, rgb_to_yuv_float, yuv_to_rgb, yuv_to_rgb_float, RgbToYuv, YuvToRgb,
 };
 use dmabridge_interop::tiling::gpu::{plane_dispatches, TilePushConstants};
 use dmabridge_interop::tiling::{
@@ -455,29 +455,31 @@ fn shader_model_matches_the_cpu_reference() {
 
 // ---- Colour ----
 
-const COMBOS: [(ColourMatrix, ColourRange); 4] = [
+const COMBOS: [(ColourMatrix, ColourRange); 6] = [
     (ColourMatrix::Bt601, ColourRange::Limited),
     (ColourMatrix::Bt601, ColourRange::Full),
     (ColourMatrix::Bt709, ColourRange::Limited),
     (ColourMatrix::Bt709, ColourRange::Full),
+    (ColourMatrix::Bt2020, ColourRange::Limited),
+    (ColourMatrix::Bt2020, ColourRange::Full),
 ];
 
-fn close(a: [u8; 3], b: [u8; 3]) -> bool {
-    a.iter().zip(b).all(|(&x, y)| (x as i32 - y as i32).abs() <= 1)
+fn close<T: Into<i32> + Copy>(a: [T; 3], b: [T; 3]) -> bool {
+    a.iter().zip(b).all(|(&x, y)| (x.into() - y.into()).abs() <= 1)
 }
 
 #[test]
 fn yuv_to_rgb_fixed_point_is_within_one_of_float() {
     for (m, r) in COMBOS {
-        for bits in [8u32, 10] {
-            let k = YuvToRgb::new(m, r, bits);
+        for (bits, out_bits) in [(8u32, 8u32), (10, 8), (10, 10), (8, 10)] {
+            let k = YuvToRgb::new(m, r, bits, out_bits);
             let max = (1i32 << bits) - 1;
             let step = 1 << (bits - 8);
             for y in (0..=max).step_by(3 * step as usize) {
                 for u in (0..=max).step_by(5 * step as usize) {
                     for v in (0..=max).step_by(7 * step as usize) {
-                        let (a, b) = (k.convert(y, u, v), yuv_to_rgb_float(m, r, bits, y, u, v));
-                        assert!(close(a, b), "{m:?} {r:?} {bits}-bit ({y},{u},{v}): {a:?} vs {b:?}");
+                        let (a, b) = (k.convert(y, u, v), yuv_to_rgb_float(m, r, bits, out_bits, y, u, v));
+                        assert!(close(a, b), "{m:?} {r:?} {bits}-bit -> {out_bits}-bit ({y},{u},{v}): {a:?} vs {b:?}");
                     }
                 }
             }
@@ -523,14 +525,14 @@ fn whole_image_colour_conversions() {
         let yuv = rng.bytes(len);
         let rgba_plane = LinearPlane { offset: 16, stride: w as u64 * 4 + 8 };
         let mut rgba = vec![0u8; 16 + (rgba_plane.stride * h as u64) as usize];
-        yuv_to_rgba(Fourcc::NV12, m, r, w, h, &yuv, &planes, &mut rgba, rgba_plane).unwrap();
+        yuv_to_rgb(Fourcc::NV12, Fourcc::ABGR8888, m, r, w, h, &yuv, &planes, &mut rgba, rgba_plane).unwrap();
         for y in 0..h as u64 {
             for x in 0..w as u64 {
                 let l = yuv[(planes[0].offset + y * planes[0].stride + x) as usize] as i32;
                 let c = (planes[1].offset + (y / 2) * planes[1].stride + (x / 2) * 2) as usize;
-                let want = yuv_to_rgb_float(m, r, 8, l, yuv[c] as i32, yuv[c + 1] as i32);
+                let want = yuv_to_rgb_float(m, r, 8, 8, l, yuv[c] as i32, yuv[c + 1] as i32);
                 let o = (rgba_plane.offset + y * rgba_plane.stride + x * 4) as usize;
-                assert!(close([rgba[o], rgba[o + 1], rgba[o + 2]], want), "({x},{y})");
+                assert!(close([rgba[o] as u16, rgba[o + 1] as u16, rgba[o + 2] as u16], want), "({x},{y})");
                 assert_eq!(rgba[o + 3], 255);
             }
         }
@@ -539,7 +541,7 @@ fn whole_image_colour_conversions() {
         let src = rgba.clone();
         let nv = packed_planes(Fourcc::NV12, w, h).unwrap();
         let mut out = vec![0u8; (w * h + 18 * 5) as usize];
-        rgba_to_nv12(m, r, w, h, &src, rgba_plane, &mut out, &nv).unwrap();
+        rgb_to_nv12(Fourcc::ABGR8888, m, r, w, h, &src, rgba_plane, &mut out, &nv).unwrap();
         let px = |x: u64, y: u64| {
             let o = (rgba_plane.offset + y.min(h as u64 - 1) * rgba_plane.stride + x.min(w as u64 - 1) * 4) as usize;
             [src[o], src[o + 1], src[o + 2]]
@@ -566,6 +568,6 @@ fn whole_image_colour_conversions() {
     }
     let mut rgba = vec![0u8; 16];
     let plane = LinearPlane { offset: 0, stride: 8 };
-    yuv_to_rgba(Fourcc::P010, ColourMatrix::Bt709, ColourRange::Limited, 2, 2, &buf, &p010, &mut rgba, plane).unwrap();
+    yuv_to_rgb(Fourcc::P010, Fourcc::ABGR8888, ColourMatrix::Bt709, ColourRange::Limited, 2, 2, &buf, &p010, &mut rgba, plane).unwrap();
     assert_eq!(rgba, [255u8; 16]);
 }

@@ -32,10 +32,11 @@ use dmabridge::{
 };
 use dmabridge_interop::dmabuf::{recv, send_buffer, socketpair, BufferIdentity, DmaBuf, PlaneDesc, Received};
 use dmabridge_interop::negotiate::{negotiate_with, Member, NegotiateOptions};
-use dmabridge_interop::tiling::LinearPlane;
+use dmabridge_interop::tiling::{FrameConversion, LinearPlane};
 use dmabridge_interop::{format_info, Fourcc, Layout, Modifier, TileLayout};
 use serde::Serialize;
 
+use super::gst_baseline::{self, gst_format, GstCase};
 use super::{DemoError, Mode, FRAME_TIMEOUT};
 
 /// Frames a benchmark loop keeps in flight, as a host engine's frame loop would.
@@ -57,14 +58,29 @@ pub struct PathResult {
     pub gbps: f64,
 }
 
-/// One measured GPU layout conversion.
+/// One measured frame conversion, on the path the cost model chose.
 #[derive(Debug, Clone, Serialize)]
 pub struct ConvertResult {
+    /// The input layout (`linear` for a plain colour conversion).
     pub layout: String,
+    /// The input format.
     pub format: String,
+    /// The output format (the input's for a detile).
+    pub to_format: String,
     pub width: u32,
     pub height: u32,
+    /// Output bytes per second / 1e9, bytes in and out of host memory (what a caller of
+    /// `Converter::convert_frame` gets).
     pub gbps: f64,
+    /// Where it ran: `cpu`, `gpu` or `copy-commands` (the cost model's choice).
+    pub path: dmabridge::ConvertPath,
+    /// Every candidate path's GB/s, as the cost model measured them.
+    pub candidates: Vec<dmabridge::Measured>,
+    /// GStreamer `videoconvert` on the same frames in this run (output GB/s), when it is
+    /// installed and knows the layout.
+    pub gstreamer_gbps: Option<f64>,
+    /// `gbps / gstreamer_gbps`.
+    pub vs_gstreamer: Option<f64>,
 }
 
 /// The whole report; serialises to exactly the contract's JSON.
@@ -107,7 +123,7 @@ impl BenchOptions {
 
     /// The number of progress steps [`run`] reports.
     pub fn steps(&self) -> u64 {
-        (self.sizes().len() * PATHS.len() * FORMATS.len() + CONVERT_LAYOUTS.len()) as u64 + 3
+        (self.sizes().len() * PATHS.len() * FORMATS.len() + conversions(16, 16).len()) as u64 + 3
     }
 }
 
@@ -460,25 +476,44 @@ pub fn handoff_us(reps: usize) -> Result<f64, DemoError> {
 pub const CONVERT_LAYOUTS: [TileLayout; 5] =
     [TileLayout::Samsung64x32, TileLayout::Allwinner32x32, TileLayout::Nv12_4L4, TileLayout::Nv12_16L32S, TileLayout::Nv12_8L128];
 
-/// GB/s (linear bytes written per second) of the engine's GPU detile of an NV12 frame,
-/// buffers already on the device: the median of `reps` runs after one warm-up.
-pub fn detile_gbps(engine: &Engine, layout: TileLayout, w: u32, h: u32, reps: usize) -> Result<f64, dmabridge::ConvertError> {
-    use dmabridge_interop::tiling::{packed_planes, tiled_size};
-    let conv = dmabridge::Converter::new(engine)?;
-    let tiled = tiled_size(layout, Fourcc::NV12, w, h)?;
-    let linear = tiled_size(TileLayout::Linear, Fourcc::NV12, w, h)?;
-    let planes: Vec<LinearPlane> = packed_planes(Fourcc::NV12, w, h)?;
-    let src = GpuBuffer::new(engine, tiled.size, BufferLocation::DeviceLocal)?;
-    let dst = GpuBuffer::new(engine, linear.size, BufferLocation::DeviceLocal)?;
-    let frame = dmabridge::TiledFrame { layout, fourcc: Fourcc::NV12, extent: (w, h) };
-    conv.detile(frame, &src, &dst, &planes, SubmitOptions::default())?.wait(FRAME_TIMEOUT)?;
+/// Every frame conversion the bench measures at 4K: the decoder layouts' detiles, NV12 ->
+/// XR24 (GStreamer's BGRx), and the fused tiled NV12 -> XR24 a display fed by a decoder needs.
+pub fn conversions(w: u32, h: u32) -> Vec<FrameConversion> {
+    let mut out: Vec<FrameConversion> = CONVERT_LAYOUTS
+        .iter()
+        .map(|&l| FrameConversion::new((l, Fourcc::NV12), (TileLayout::Linear, Fourcc::NV12), w, h))
+        .collect();
+    out.push(FrameConversion::new((TileLayout::Linear, Fourcc::NV12), (TileLayout::Linear, Fourcc::XRGB8888), w, h));
+    out.push(FrameConversion::new((TileLayout::Samsung64x32, Fourcc::NV12), (TileLayout::Linear, Fourcc::XRGB8888), w, h));
+    out
+}
+
+/// The GStreamer case of a conversion, if GStreamer's `videoconvert` does the same.
+fn gst_case(c: &FrameConversion) -> Option<GstCase> {
+    match (c.from_layout, c.to) {
+        (l, t) if t == Fourcc::NV12 && gst_format(l).is_some() => Some(GstCase::Detile(l)),
+        (TileLayout::Linear, t) if t == Fourcc::XRGB8888 => Some(GstCase::Nv12ToBgrx),
+        _ => None,
+    }
+}
+
+/// Output GB/s of `c` on the path the engine's cost model picks (measuring the candidates
+/// the first time), into a reused output buffer, from a frame in memory: the median of
+/// `reps` runs after one warm-up.
+pub fn convert_gbps(conv: &dmabridge::Converter, c: &FrameConversion, reps: usize) -> Result<(f64, dmabridge::Choice, Vec<u8>), dmabridge::ConvertError> {
+    let choice = conv.choose(c, None)?;
+    let (in_size, out_size) = c.sizes()?;
+    // A frame with content (a constant frame could flatter a branchy path).
+    let input: Vec<u8> = (0..in_size as usize).map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8).collect();
+    let mut out = vec![0u8; out_size as usize];
+    conv.convert_frame_into(c, choice.path, &input, &mut out)?;
     let mut samples = Vec::with_capacity(reps);
     for _ in 0..reps.max(1) {
         let t = Instant::now();
-        conv.detile(frame, &src, &dst, &planes, SubmitOptions::default())?.wait(FRAME_TIMEOUT)?;
-        samples.push(linear.size as f64 / t.elapsed().as_secs_f64() / 1e9);
+        conv.convert_frame_into(c, choice.path, &input, &mut out)?;
+        samples.push(out_size as f64 / t.elapsed().as_secs_f64() / 1e9);
     }
-    Ok(median(&mut samples))
+    Ok((median(&mut samples), choice, input))
 }
 
 /// Runs everything, calling `progress` with a label before each step.
@@ -509,12 +544,42 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
     progress("handoff");
     let handoff = handoff_us(if opts.quick { 200 } else { 2000 })?;
     let mut convert = Vec::new();
-    for layout in CONVERT_LAYOUTS {
-        progress(&format!("detile {} NV12 3840x2160", layout.name()));
-        match detile_gbps(engine, layout, 3840, 2160, if opts.quick { 3 } else { 8 }) {
-            Ok(gbps) => convert.push(ConvertResult { layout: layout.name(), format: "NV12".into(), width: 3840, height: 2160, gbps }),
-            Err(e) => notes.push(format!("detile {}: {e}", layout.name())),
-        }
+    let conv = dmabridge::Converter::new(engine).map_err(|e| DemoError::Unavailable(e.to_string()))?;
+    let gst = gst_baseline::available();
+    if let Err(why) = &gst {
+        notes.push(format!("no GStreamer comparison: {why}"));
+    }
+    for c in conversions(3840, 2160) {
+        progress(&format!("convert {c}"));
+        let (gbps, choice, input) = match convert_gbps(&conv, &c, if opts.quick { 3 } else { 8 }) {
+            Ok(r) => r,
+            Err(e) => {
+                notes.push(format!("convert {c}: {e}"));
+                continue;
+            }
+        };
+        let gstreamer_gbps = match gst_case(&c).filter(|_| gst.is_ok()) {
+            Some(case) => match gst_baseline::videoconvert_gbps(case, c.width, c.height, &input, if opts.quick { 10 } else { 30 }) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    notes.push(format!("GStreamer {c}: {e}"));
+                    None
+                }
+            },
+            None => None,
+        };
+        convert.push(ConvertResult {
+            layout: c.from_layout.name(),
+            format: c.from.trimmed().to_owned(),
+            to_format: c.to.trimmed().to_owned(),
+            width: c.width,
+            height: c.height,
+            gbps,
+            path: choice.path,
+            candidates: choice.candidates,
+            gstreamer_gbps,
+            vs_gstreamer: gstreamer_gbps.map(|g| gbps / g),
+        });
     }
     Ok(BenchReport {
         device: engine.info().name.clone(),

@@ -57,6 +57,7 @@ pub mod bench;
 pub mod command;
 pub mod consumer;
 pub mod control;
+pub mod gst_baseline;
 pub mod producer;
 pub mod report;
 

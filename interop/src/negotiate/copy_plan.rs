@@ -5,7 +5,9 @@
 //! Search: every partition of the participants (restricted growth strings, Bell(8) = 4140
 //! for the 8-participant limit), with each subset's feasibility computed once (at most
 //! 2^8 subsets). Data flows from the group holding the first writer (the producer) to
-//! each other group, a star: one conversion per other group, no chains. The cost of a
+//! each other group, a star: one conversion per other group. A conversion may be a chain
+//! of steps (tiled YUV -> RGB, RGB -> tiled YUV, tiled -> tiled through linear), fused where
+//! the copy fallback has a fused path; [`ConversionKind::steps`] names them. The cost of a
 //! conversion is the bytes it reads plus the bytes it writes per frame, with tile padding
 //! (`tiling::tiled_size`, which is `format_info`'s packed size for linear), at the largest
 //! extent everyone accepts (capped at 16384 per side, so that sizes cannot overflow). The cheapest plan wins; ties go
@@ -23,7 +25,7 @@ use tracing::debug;
 use super::constraints::{merge, MergeRules};
 use super::participant::{ExtentRange, Participant};
 use super::reconcile::{Allocation, ChainLayout};
-use crate::tiling::tiled_size;
+use crate::tiling::{tiled_size, FrameConversion, Step};
 use crate::{Format, Fourcc, Layout, TileLayout};
 
 /// The most participants a copy plan is searched for (Bell(8) = 4140 partitions).
@@ -32,7 +34,7 @@ pub const MAX_COPY_PARTICIPANTS: usize = 8;
 /// Extents are capped at this for costs, so that `u64` byte counts cannot overflow.
 const COST_EXTENT_CAP: u32 = 16384;
 
-/// A conversion #5 provides, from one explicit format to another.
+/// A conversion #5 (the copy fallback) provides, from one explicit format to another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ConversionKind {
     /// Tiled layout to linear, same fourcc.
@@ -41,55 +43,60 @@ pub enum ConversionKind {
     Tile(TileLayout),
     /// Linear to linear, same fourcc (a move between memory domains or CPU visibility).
     CopyLinear,
-    /// NV12 or P010 (linear) to RGBA8 (`AB24`, linear).
+    /// NV12 or P010 (linear) to an RGB format (linear): AR24, XR24, AB24, XB24, RA24,
+    /// RX24, BA24, BX24, AR30, XR30.
     YuvToRgb { from: Fourcc, to: Fourcc },
-    /// RGBA8 (`AB24`, linear) to NV12 (linear).
+    /// An 8-bit RGB format (linear) to NV12 (linear).
     RgbToYuv { from: Fourcc, to: Fourcc },
+    /// Anything else a chain of those steps does, fused where a fused path exists: tiled
+    /// YUV -> RGB (one pass), RGB -> tiled YUV, tiled -> tiled through linear.
+    Chain { from_layout: TileLayout, from: Fourcc, to_layout: TileLayout, to: Fourcc },
 }
 
 impl ConversionKind {
-    /// The conversion from `from` to `to`, if #5 provides one in a single step.
+    /// The conversion from `from` to `to`, if #5 provides one, in one step or a chain.
     pub fn between(from: Format, to: Format) -> Option<ConversionKind> {
         let (Layout::Explicit(fm), Layout::Explicit(tm)) = (from.layout, to.layout) else {
             return None;
         };
-        let (src, dst) = (
-            TileLayout::from_modifier(fm)?,
-            TileLayout::from_modifier(tm)?,
-        );
-        // #5 defines each layout for some fourccs only (the decoder layouts for NV12);
-        // its geometry is the judge, asked at a small valid size.
-        let defined = |t: TileLayout, f: Fourcc| tiled_size(t, f, 64, 64).is_ok();
-        if !defined(src, from.fourcc) || !defined(dst, to.fourcc) {
-            return None;
+        let (src, dst) = (TileLayout::from_modifier(fm)?, TileLayout::from_modifier(tm)?);
+        // #5 defines each layout for some fourccs only (the decoder layouts for NV12), and
+        // colour conversion for some pairs: the frame conversion's steps are the judge,
+        // asked at a small valid size.
+        let steps = FrameConversion::new((src, from.fourcc), (dst, to.fourcc), 64, 64).steps().ok()?;
+        let one = match steps.as_slice() {
+            [Step::Copy] => ConversionKind::CopyLinear,
+            [Step::Detile(t)] => ConversionKind::Detile(*t),
+            [Step::Tile(t)] => ConversionKind::Tile(*t),
+            [Step::YuvToRgb { layout: TileLayout::Linear, from, to }] => ConversionKind::YuvToRgb { from: *from, to: *to },
+            [Step::RgbToNv12 { from }] => ConversionKind::RgbToYuv { from: *from, to: Fourcc::NV12 },
+            _ => ConversionKind::Chain { from_layout: src, from: from.fourcc, to_layout: dst, to: to.fourcc },
+        };
+        Some(one)
+    }
+
+    /// (layout, fourcc) read and written, for a conversion whose source group holds `from`.
+    pub fn endpoints(&self, from: Fourcc) -> ((TileLayout, Fourcc), (TileLayout, Fourcc)) {
+        let linear = TileLayout::Linear;
+        match *self {
+            ConversionKind::Detile(t) => ((t, from), (linear, from)),
+            ConversionKind::Tile(t) => ((linear, from), (t, from)),
+            ConversionKind::CopyLinear => ((linear, from), (linear, from)),
+            ConversionKind::YuvToRgb { from, to } | ConversionKind::RgbToYuv { from, to } => ((linear, from), (linear, to)),
+            ConversionKind::Chain { from_layout, from, to_layout, to } => ((from_layout, from), (to_layout, to)),
         }
-        if from.fourcc == to.fourcc {
-            return match (src, dst) {
-                (TileLayout::Linear, TileLayout::Linear) => Some(ConversionKind::CopyLinear),
-                (t, TileLayout::Linear) => Some(ConversionKind::Detile(t)),
-                (TileLayout::Linear, t) => Some(ConversionKind::Tile(t)),
-                _ => None,
-            };
-        }
-        if (src, dst) != (TileLayout::Linear, TileLayout::Linear) {
-            return None;
-        }
-        match (from.fourcc, to.fourcc) {
-            (Fourcc::NV12 | Fourcc::P010, Fourcc::ABGR8888) => Some(ConversionKind::YuvToRgb {
-                from: from.fourcc,
-                to: to.fourcc,
-            }),
-            (Fourcc::ABGR8888, Fourcc::NV12) => Some(ConversionKind::RgbToYuv {
-                from: from.fourcc,
-                to: to.fourcc,
-            }),
-            _ => None,
-        }
+    }
+
+    /// The steps, in order (what `dmabridge convert` runs for it).
+    pub fn steps(&self, from: Fourcc) -> Vec<Step> {
+        let ((fl, f), (tl, t)) = self.endpoints(from);
+        FrameConversion::new((fl, f), (tl, t), 64, 64).steps().unwrap_or_default()
     }
 }
 
 impl fmt::Display for ConversionKind {
-    /// The JSON `kind`: `detile samsung-64x32 -> linear`, `yuv->rgb NV12 -> AB24`, `copy linear`.
+    /// The JSON `kind`: `detile samsung-64x32 -> linear`, `yuv->rgb NV12 -> AB24`, `copy
+    /// linear`; a chain as its steps joined with `, then `.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             ConversionKind::Detile(t) => write!(f, "detile {t} -> linear"),
@@ -100,6 +107,10 @@ impl fmt::Display for ConversionKind {
             }
             ConversionKind::RgbToYuv { from, to } => {
                 write!(f, "rgb->yuv {} -> {}", from.trimmed(), to.trimmed())
+            }
+            ConversionKind::Chain { from, .. } => {
+                let steps: Vec<String> = self.steps(*from).iter().map(|s| s.to_string()).collect();
+                f.write_str(&steps.join(", then "))
             }
         }
     }
@@ -143,7 +154,7 @@ pub enum CopyPlanError {
     TooManyParticipants(usize),
     #[error("no participant writes the buffer, so there is nothing to copy from")]
     NoWriter,
-    #[error("no split into groups is joined by conversions dmabridge provides (detile/tile to or from linear, NV12/P010 -> AB24, AB24 -> NV12, linear copy)")]
+    #[error("no split into groups is joined by conversions dmabridge provides (detile, tile, tiled NV12/P010 -> RGB, RGB -> tiled NV12, linear copy)")]
     NoSplit,
 }
 
@@ -151,8 +162,6 @@ pub enum CopyPlanError {
 struct GroupInfo {
     /// Convertible common formats in preference order, one per (fourcc, layout).
     candidates: Vec<(Format, u64)>,
-    /// Format -> (preference rank, bytes per frame).
-    index: HashMap<Format, (usize, u64)>,
 }
 
 /// Plans copies for `parts`, which already failed to share one buffer.
@@ -261,12 +270,7 @@ fn group_info(parts: &[&Participant], mask: u32, w: u32, h: u32) -> Option<Group
         };
         candidates.push((*f, bytes));
     }
-    let index = candidates
-        .iter()
-        .enumerate()
-        .map(|(r, (f, b))| (*f, (r, *b)))
-        .collect();
-    (!candidates.is_empty()).then_some(GroupInfo { candidates, index })
+    (!candidates.is_empty()).then_some(GroupInfo { candidates })
 }
 
 struct Candidate {
@@ -276,28 +280,6 @@ struct Candidate {
     edges: Vec<(usize, ConversionKind, u64)>,
     source: usize,
     bytes: u64,
-}
-
-/// The formats a single conversion can produce from `src`, before checking that #5
-/// provides it: a handful, so that feeding a group costs lookups, not a scan of its list.
-fn targets(src: Format) -> Vec<Format> {
-    let Layout::Explicit(m) = src.layout else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    if m.is_linear() {
-        out.extend(
-            TileLayout::ALL
-                .iter()
-                .filter_map(|t| t.modifier())
-                .map(|m| Format::explicit(src.fourcc, m)),
-        );
-        out.push(Format::linear(Fourcc::ABGR8888));
-        out.push(Format::linear(Fourcc::NV12));
-    } else {
-        out.push(Format::linear(src.fourcc));
-    }
-    out
 }
 
 type EdgeMemo = HashMap<(Format, u32), Option<(Format, ConversionKind, u64)>>;
@@ -311,12 +293,13 @@ fn cheapest_edge(
     memo: &mut EdgeMemo,
 ) -> Option<(Format, ConversionKind, u64)> {
     *memo.entry((src, mask)).or_insert_with(|| {
-        targets(src)
-            .into_iter()
-            .filter_map(|t| {
-                let (rank, bytes) = info.index.get(&t)?;
+        // Every format the group can take that #5 reaches from `src`, in one step or a chain.
+        info.candidates
+            .iter()
+            .enumerate()
+            .filter_map(|(rank, &(t, bytes))| {
                 let kind = ConversionKind::between(src, t)?;
-                Some((t, kind, src_bytes.saturating_add(*bytes), *rank))
+                Some((t, kind, src_bytes.saturating_add(bytes), rank))
             })
             .min_by_key(|(_, _, cost, rank)| (*cost, *rank))
             .map(|(t, k, c, _)| (t, k, c))

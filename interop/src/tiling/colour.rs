@@ -1,15 +1,20 @@
-//! YUV <-> RGB reference conversions: NV12/P010 -> RGBA8 and RGBA8 -> NV12.
+//! YUV <-> RGB reference conversions: NV12/P010 -> every RGB format the peers list, and
+//! back from any 8-bit one to NV12.
 //!
-//! RGBA8 here means bytes R, G, B, A in memory: DRM `ABGR8888` (`AB24`), Vulkan
-//! `R8G8B8A8_UNORM`. Alpha is written as 255 and ignored on input.
+//! The RGB side is any of [`RGB8_FORMATS`] (AR24, XR24, AB24, XB24, RA24, RX24, BA24, BX24:
+//! 8 bits per component in the byte order [`RgbPacking`] gives) or [`RGB10_FORMATS`]
+//! (AR30/XR30, 2:10:10:10). Alpha, and the padding of the X formats, is written as all
+//! ones and ignored on input.
 //!
 //! ## The arithmetic (the GPU shader `colour.comp` does exactly this, in `int`)
-//! - Coefficients come from Kr/Kb (BT.601: 0.299/0.114, BT.709: 0.2126/0.0722) and the
+//! - Coefficients come from Kr/Kb (BT.601: 0.299/0.114, BT.709: 0.2126/0.0722, BT.2020:
+//!   0.2627/0.0593) and the
 //!   range (ITU-T H.273: limited Y = 16..235, C = 16..240, scaled by 2^(bits-8); full
 //!   Y = 0..2^bits-1, C centred on 2^(bits-1), both scaled by 2^bits-1). They are
 //!   turned into signed fixed point with a 16-bit fraction (Q16) by rounding to nearest,
 //!   once, on the host ([`YuvToRgb::new`], [`RgbToYuv::new`]); the shader receives those
 //!   same integers as push constants, so CPU and GPU cannot disagree on a coefficient.
+//!   10-bit RGB output (AR30) uses coefficients scaled to 1023 instead of 255.
 //! - Every result is `(sum + half) >> shift` with an arithmetic shift: round half up
 //!   (towards +infinity), then clamped to 0..=255.
 //! - YUV -> RGB: `R = (ym*(Y-yo) + rv*(V-co) + 2^15) >> 16`, `G` uses `gu, gv`, `B` uses
@@ -34,14 +39,17 @@ use super::{alloc_output, LinearPlane, TilingError};
 use crate::{Fourcc, TileLayout};
 
 /// YCbCr matrix coefficients.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ColourMatrix {
     Bt601,
     Bt709,
+    Bt2020,
 }
 
 /// Quantisation range of the YUV side.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ColourRange {
     Limited,
     Full,
@@ -53,6 +61,137 @@ impl ColourMatrix {
         match self {
             ColourMatrix::Bt601 => (0.299, 0.114),
             ColourMatrix::Bt709 => (0.2126, 0.0722),
+            ColourMatrix::Bt2020 => (0.2627, 0.0593),
+        }
+    }
+
+    /// Every matrix, for tests and tools.
+    pub const ALL: [ColourMatrix; 3] = [ColourMatrix::Bt601, ColourMatrix::Bt709, ColourMatrix::Bt2020];
+
+    /// The name `dmabridge convert --matrix` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            ColourMatrix::Bt601 => "bt601",
+            ColourMatrix::Bt709 => "bt709",
+            ColourMatrix::Bt2020 => "bt2020",
+        }
+    }
+}
+
+impl std::str::FromStr for ColourMatrix {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        ColourMatrix::ALL.into_iter().find(|m| m.name() == s).ok_or_else(|| format!("{s:?}: expected bt601, bt709 or bt2020"))
+    }
+}
+
+impl ColourRange {
+    /// The name `dmabridge convert --range` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            ColourRange::Limited => "limited",
+            ColourRange::Full => "full",
+        }
+    }
+}
+
+impl std::str::FromStr for ColourRange {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        [ColourRange::Limited, ColourRange::Full].into_iter().find(|r| r.name() == s).ok_or_else(|| format!("{s:?}: expected limited or full"))
+    }
+}
+
+/// The 8-bit RGB formats: colour conversion writes all of them from NV12/P010 and reads
+/// all of them back to NV12.
+pub const RGB8_FORMATS: [Fourcc; 8] = [
+    Fourcc::ARGB8888,
+    Fourcc::XRGB8888,
+    Fourcc::ABGR8888,
+    Fourcc::XBGR8888,
+    Fourcc::RGBA8888,
+    Fourcc::RGBX8888,
+    Fourcc::BGRA8888,
+    Fourcc::BGRX8888,
+];
+
+/// The 10-bit RGB formats colour conversion writes (from P010, or NV12).
+pub const RGB10_FORMATS: [Fourcc; 2] = [Fourcc::ARGB2101010, Fourcc::XRGB2101010];
+
+/// Where an RGB format keeps its components. DRM names packed pixels from the most
+/// significant bit of a little-endian word, so `AR24` (`[31:0] A:R:G:B`) holds B, G, R, A
+/// in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RgbPacking {
+    /// 8 bits each; the byte index of R, G, B and of the alpha or padding byte.
+    Bytes { r: u8, g: u8, b: u8, a: u8 },
+    /// A little-endian word `[31:0] A:R:G:B` 2:10:10:10.
+    Argb2101010,
+}
+
+impl RgbPacking {
+    /// The packing of `fourcc`, if it is one of [`RGB8_FORMATS`] or [`RGB10_FORMATS`].
+    pub fn of(fourcc: Fourcc) -> Option<RgbPacking> {
+        let bytes = |r, g, b, a| Some(RgbPacking::Bytes { r, g, b, a });
+        match fourcc {
+            f if f == Fourcc::ARGB8888 || f == Fourcc::XRGB8888 => bytes(2, 1, 0, 3),
+            f if f == Fourcc::ABGR8888 || f == Fourcc::XBGR8888 => bytes(0, 1, 2, 3),
+            f if f == Fourcc::RGBA8888 || f == Fourcc::RGBX8888 => bytes(3, 2, 1, 0),
+            f if f == Fourcc::BGRA8888 || f == Fourcc::BGRX8888 => bytes(1, 2, 3, 0),
+            f if f == Fourcc::ARGB2101010 || f == Fourcc::XRGB2101010 => Some(RgbPacking::Argb2101010),
+            _ => None,
+        }
+    }
+
+    /// Bits per component.
+    pub fn bits(self) -> u32 {
+        match self {
+            RgbPacking::Bytes { .. } => 8,
+            RgbPacking::Argb2101010 => 10,
+        }
+    }
+
+    /// The 4 bytes of one pixel from components of [`RgbPacking::bits`] bits.
+    #[inline(always)]
+    pub fn pack(self, [r, g, b]: [u16; 3]) -> [u8; 4] {
+        match self {
+            RgbPacking::Bytes { r: ri, g: gi, b: bi, a: ai } => {
+                let mut px = [0u8; 4];
+                px[ri as usize] = r as u8;
+                px[gi as usize] = g as u8;
+                px[bi as usize] = b as u8;
+                px[ai as usize] = 255;
+                px
+            }
+            RgbPacking::Argb2101010 => ((3u32 << 30) | (u32::from(r) << 20) | (u32::from(g) << 10) | u32::from(b)).to_le_bytes(),
+        }
+    }
+
+    /// R, G, B of one 8-bit pixel (`None` for the 10-bit packing, which is written only).
+    #[inline(always)]
+    pub fn unpack8(self, px: &[u8]) -> Option<[i32; 3]> {
+        match self {
+            RgbPacking::Bytes { r, g, b, .. } => Some([px[r as usize] as i32, px[g as usize] as i32, px[b as usize] as i32]),
+            RgbPacking::Argb2101010 => None,
+        }
+    }
+
+    /// The bit position of R, G, B and alpha in the little-endian pixel word.
+    pub fn shifts(self) -> [u32; 4] {
+        match self {
+            RgbPacking::Bytes { r, g, b, a } => [r as u32 * 8, g as u32 * 8, b as u32 * 8, a as u32 * 8],
+            RgbPacking::Argb2101010 => [20, 10, 0, 30],
+        }
+    }
+
+    /// The shader's encoding: 2 bits per byte index (R, G, B, A from bit 0), or 0xffff_ffff
+    /// for 2:10:10:10.
+    pub fn shader_word(self) -> u32 {
+        match self {
+            RgbPacking::Bytes { r, g, b, a } => u32::from(r) | u32::from(g) << 2 | u32::from(b) << 4 | u32::from(a) << 6,
+            RgbPacking::Argb2101010 => u32::MAX,
         }
     }
 }
@@ -85,9 +224,11 @@ fn ranges(range: ColourRange, bits: u32) -> (f64, f64, f64, f64) {
     }
 }
 
-/// Q16 coefficients for `bits`-bit YUV samples to 8-bit RGB.
+/// Q16 coefficients for `bits`-bit YUV samples to 8- or 10-bit RGB.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct YuvToRgb {
+    /// The largest output value: 255 or 1023.
+    pub max: i32,
     pub y_mul: i32,
     pub r_v: i32,
     pub g_u: i32,
@@ -98,33 +239,48 @@ pub struct YuvToRgb {
 }
 
 impl YuvToRgb {
-    /// Coefficients for 8-bit (NV12, `bits = 8`) or 10-bit (P010, `bits = 10`) samples.
-    pub fn new(matrix: ColourMatrix, range: ColourRange, bits: u32) -> Self {
+    /// Coefficients for 8-bit (NV12, `bits = 8`) or 10-bit (P010, `bits = 10`) samples to
+    /// `out_bits`-bit (8 or 10) RGB.
+    pub fn new(matrix: ColourMatrix, range: ColourRange, bits: u32, out_bits: u32) -> Self {
         let (kr, kb) = matrix.kr_kb();
         let kg = 1.0 - kr - kb;
         let (yo, yr, co, cr) = ranges(range, bits);
+        let m = ((1u32 << out_bits) - 1) as f64;
         YuvToRgb {
-            y_mul: q16(255.0 / yr),
-            r_v: q16(255.0 * 2.0 * (1.0 - kr) / cr),
-            g_u: q16(-255.0 * 2.0 * kb * (1.0 - kb) / kg / cr),
-            g_v: q16(-255.0 * 2.0 * kr * (1.0 - kr) / kg / cr),
-            b_u: q16(255.0 * 2.0 * (1.0 - kb) / cr),
+            max: m as i32,
+            y_mul: q16(m / yr),
+            r_v: q16(m * 2.0 * (1.0 - kr) / cr),
+            g_u: q16(-m * 2.0 * kb * (1.0 - kb) / kg / cr),
+            g_v: q16(-m * 2.0 * kr * (1.0 - kr) / kg / cr),
+            b_u: q16(m * 2.0 * (1.0 - kb) / cr),
             y_off: yo as i32,
             c_off: co as i32,
         }
     }
 
-    /// One pixel. `y`, `u`, `v` are samples of the depth the coefficients were made for.
-    pub fn convert(&self, y: i32, u: i32, v: i32) -> [u8; 3] {
-        let yy = self.y_mul * (y - self.y_off) + (1 << 15);
+    /// The chroma terms of one sample, shared by the pixels that use it: (R, G, B) addends.
+    #[inline(always)]
+    pub fn chroma_terms(&self, u: i32, v: i32) -> [i32; 3] {
         let (u, v) = (u - self.c_off, v - self.c_off);
-        let ch = |s: i32| (s >> 16).clamp(0, 255) as u8;
-        [ch(yy + self.r_v * v), ch(yy + self.g_u * u + self.g_v * v), ch(yy + self.b_u * u)]
+        [self.r_v * v, self.g_u * u + self.g_v * v, self.b_u * u]
     }
 
-    /// The push-constant order of `colour.comp`: ym, rv, gu, gv, bu, yo, co.
-    pub fn words(&self) -> [i32; 7] {
-        [self.y_mul, self.r_v, self.g_u, self.g_v, self.b_u, self.y_off, self.c_off]
+    /// One pixel from its luma and its chroma's [`YuvToRgb::chroma_terms`].
+    #[inline(always)]
+    pub fn pixel(&self, y: i32, [cr, cg, cb]: [i32; 3]) -> [u16; 3] {
+        let yy = self.y_mul * (y - self.y_off) + (1 << 15);
+        let ch = |s: i32| (s >> 16).clamp(0, self.max) as u16;
+        [ch(yy + cr), ch(yy + cg), ch(yy + cb)]
+    }
+
+    /// One pixel. `y`, `u`, `v` are samples of the depth the coefficients were made for.
+    pub fn convert(&self, y: i32, u: i32, v: i32) -> [u16; 3] {
+        self.pixel(y, self.chroma_terms(u, v))
+    }
+
+    /// The push-constant order of `colour.comp`: ym, rv, gu, gv, bu, yo, co, max.
+    pub fn words(&self) -> [i32; 8] {
+        [self.y_mul, self.r_v, self.g_u, self.g_v, self.b_u, self.y_off, self.c_off, self.max]
     }
 }
 
@@ -194,8 +350,8 @@ fn round_clamp(v: f64) -> u8 {
     (v + 0.5).floor().clamp(0.0, 255.0) as u8
 }
 
-/// Float reference of one YUV -> RGB pixel (no coefficient quantisation).
-pub fn yuv_to_rgb_float(matrix: ColourMatrix, range: ColourRange, bits: u32, y: i32, u: i32, v: i32) -> [u8; 3] {
+/// Float reference of one YUV -> `out_bits`-bit RGB pixel (no coefficient quantisation).
+pub fn yuv_to_rgb_float(matrix: ColourMatrix, range: ColourRange, bits: u32, out_bits: u32, y: i32, u: i32, v: i32) -> [u16; 3] {
     let (kr, kb) = matrix.kr_kb();
     let kg = 1.0 - kr - kb;
     let (yo, yr, co, cr) = ranges(range, bits);
@@ -205,7 +361,9 @@ pub fn yuv_to_rgb_float(matrix: ColourMatrix, range: ColourRange, bits: u32, y: 
     let r = yn + 2.0 * (1.0 - kr) * pr;
     let g = yn - 2.0 * kb * (1.0 - kb) / kg * pb - 2.0 * kr * (1.0 - kr) / kg * pr;
     let b = yn + 2.0 * (1.0 - kb) * pb;
-    [round_clamp(255.0 * r), round_clamp(255.0 * g), round_clamp(255.0 * b)]
+    let m = ((1u32 << out_bits) - 1) as f64;
+    let q = |c: f64| (m * c + 0.5).floor().clamp(0.0, m) as u16;
+    [q(r), q(g), q(b)]
 }
 
 /// Float reference of RGB -> YUV: Y of the first pixel, and Cb/Cr as the mean over `block`.
@@ -224,18 +382,34 @@ pub fn rgb_to_yuv_float(matrix: ColourMatrix, range: ColourRange, block: &[[u8; 
     (round_clamp(y), [round_clamp(su / n), round_clamp(sv / n)])
 }
 
-fn rd(buf: &[u8], at: u64) -> u8 {
-    buf[at as usize]
+fn rd16(buf: &[u8], at: usize) -> i32 {
+    u16::from_le_bytes([buf[at], buf[at + 1]]) as i32
 }
 
-fn rd16(buf: &[u8], at: u64) -> i32 {
-    u16::from_le_bytes([buf[at as usize], buf[at as usize + 1]]) as i32
+/// The bit depth of a YUV source colour conversion reads.
+pub(super) fn yuv_bits(from: Fourcc, to: Fourcc) -> Result<u32, ColourError> {
+    match from {
+        f if f == Fourcc::NV12 => Ok(8),
+        f if f == Fourcc::P010 => Ok(10),
+        _ => Err(ColourError::Unsupported { from, to }),
+    }
 }
 
-/// NV12 or P010 (planes at `src_planes`) -> RGBA8 (at `dst_plane`); see the module docs.
+/// The packing of an RGB destination (or source, `eight_bit_only`).
+pub(super) fn packing(fourcc: Fourcc, other: Fourcc, eight_bit_only: bool, from_rgb: bool) -> Result<RgbPacking, ColourError> {
+    let unsupported = || if from_rgb { ColourError::Unsupported { from: fourcc, to: other } } else { ColourError::Unsupported { from: other, to: fourcc } };
+    match RgbPacking::of(fourcc) {
+        Some(p) if !(eight_bit_only && p.bits() != 8) => Ok(p),
+        _ => Err(unsupported()),
+    }
+}
+
+/// NV12 or P010 (planes at `src_planes`) -> RGB format `to` (at `dst_plane`); see the
+/// module docs.
 #[allow(clippy::too_many_arguments)]
-pub fn yuv_to_rgba(
-    fourcc: Fourcc,
+pub fn yuv_to_rgb(
+    from: Fourcc,
+    to: Fourcc,
     matrix: ColourMatrix,
     range: ColourRange,
     width: u32,
@@ -245,38 +419,36 @@ pub fn yuv_to_rgba(
     dst: &mut [u8],
     dst_plane: LinearPlane,
 ) -> Result<(), ColourError> {
-    let bits = match fourcc {
-        f if f == Fourcc::NV12 => 8,
-        f if f == Fourcc::P010 => 10,
-        from => return Err(ColourError::Unsupported { from, to: Fourcc::ABGR8888 }),
-    };
-    let sg = tiled_size(TileLayout::Linear, fourcc, width, height)?;
+    let bits = yuv_bits(from, to)?;
+    let pack = packing(to, from, false, false)?;
+    let sg = tiled_size(TileLayout::Linear, from, width, height)?;
     check_linear(&sg, src_planes, src.len(), "YUV source")?;
-    let dg = tiled_size(TileLayout::Linear, Fourcc::ABGR8888, width, height)?;
-    check_linear(&dg, &[dst_plane], dst.len(), "RGBA destination")?;
-    let k = YuvToRgb::new(matrix, range, bits);
+    let dg = tiled_size(TileLayout::Linear, to, width, height)?;
+    check_linear(&dg, &[dst_plane], dst.len(), "RGB destination")?;
+    let k = YuvToRgb::new(matrix, range, bits, pack.bits());
     let (yp, cp) = (src_planes[0], src_planes[1]);
-    for y in 0..height as u64 {
-        for x in 0..width as u64 {
+    for y in 0..height as usize {
+        for x in 0..width as usize {
             let (cy, cx) = (y / 2, x / 2);
             let (luma, u, v) = if bits == 8 {
-                let c = cp.offset + cy * cp.stride + cx * 2;
-                (rd(src, yp.offset + y * yp.stride + x) as i32, rd(src, c) as i32, rd(src, c + 1) as i32)
+                let c = cp.offset as usize + cy * cp.stride as usize + cx * 2;
+                (src[yp.offset as usize + y * yp.stride as usize + x] as i32, src[c] as i32, src[c + 1] as i32)
             } else {
-                let c = cp.offset + cy * cp.stride + cx * 4;
-                (rd16(src, yp.offset + y * yp.stride + x * 2) >> 6, rd16(src, c) >> 6, rd16(src, c + 2) >> 6)
+                let c = cp.offset as usize + cy * cp.stride as usize + cx * 4;
+                (rd16(src, yp.offset as usize + y * yp.stride as usize + x * 2) >> 6, rd16(src, c) >> 6, rd16(src, c + 2) >> 6)
             };
-            let [r, g, b] = k.convert(luma, u, v);
-            let o = (dst_plane.offset + y * dst_plane.stride + x * 4) as usize;
-            dst[o..o + 4].copy_from_slice(&[r, g, b, 255]);
+            let o = dst_plane.offset as usize + y * dst_plane.stride as usize + x * 4;
+            dst[o..o + 4].copy_from_slice(&pack.pack(k.convert(luma, u, v)));
         }
     }
     Ok(())
 }
 
-/// RGBA8 (at `src_plane`) -> NV12 (planes at `dst_planes`); see the module docs.
+/// 8-bit RGB format `from` (at `src_plane`) -> NV12 (planes at `dst_planes`); see the
+/// module docs.
 #[allow(clippy::too_many_arguments)]
-pub fn rgba_to_nv12(
+pub fn rgb_to_nv12(
+    from: Fourcc,
     matrix: ColourMatrix,
     range: ColourRange,
     width: u32,
@@ -286,14 +458,15 @@ pub fn rgba_to_nv12(
     dst: &mut [u8],
     dst_planes: &[LinearPlane],
 ) -> Result<(), ColourError> {
-    let sg = tiled_size(TileLayout::Linear, Fourcc::ABGR8888, width, height)?;
-    check_linear(&sg, &[src_plane], src.len(), "RGBA source")?;
+    let pack = packing(from, Fourcc::NV12, true, true)?;
+    let sg = tiled_size(TileLayout::Linear, from, width, height)?;
+    check_linear(&sg, &[src_plane], src.len(), "RGB source")?;
     let dg = tiled_size(TileLayout::Linear, Fourcc::NV12, width, height)?;
     check_linear(&dg, dst_planes, dst.len(), "NV12 destination")?;
     let k = RgbToYuv::new(matrix, range);
     let px = |x: u64, y: u64| {
         let o = (src_plane.offset + y * src_plane.stride + x * 4) as usize;
-        [src[o] as i32, src[o + 1] as i32, src[o + 2] as i32]
+        pack.unpack8(&src[o..o + 4]).unwrap_or_default()
     };
     let (w, h) = (width as u64, height as u64);
     let (yp, cp) = (dst_planes[0], dst_planes[1]);
@@ -317,46 +490,48 @@ pub fn rgba_to_nv12(
     Ok(())
 }
 
-/// [`yuv_to_rgba`] from a tightly packed NV12/P010 image ([`packed_planes`]) into a new,
-/// tightly packed RGBA8 image: the input is checked, then the output against
+/// [`yuv_to_rgb`] from a tightly packed NV12/P010 image ([`packed_planes`]) into a new,
+/// tightly packed RGB image: the input is checked, then the output against
 /// [`MAX_CPU_FRAME_BYTES`](super::MAX_CPU_FRAME_BYTES), before the output is allocated.
-pub fn yuv_to_rgba_vec(
-    fourcc: Fourcc,
+pub fn yuv_to_rgb_vec(
+    from: Fourcc,
+    to: Fourcc,
     matrix: ColourMatrix,
     range: ColourRange,
     width: u32,
     height: u32,
     src: &[u8],
 ) -> Result<Vec<u8>, ColourError> {
-    if fourcc != Fourcc::NV12 && fourcc != Fourcc::P010 {
-        return Err(ColourError::Unsupported { from: fourcc, to: Fourcc::ABGR8888 });
-    }
-    let sg = tiled_size(TileLayout::Linear, fourcc, width, height)?;
-    let src_planes = packed_planes(fourcc, width, height)?;
+    yuv_bits(from, to)?;
+    packing(to, from, false, false)?;
+    let sg = tiled_size(TileLayout::Linear, from, width, height)?;
+    let src_planes = packed_planes(from, width, height)?;
     check_linear(&sg, &src_planes, src.len(), "YUV source")?;
-    let dst_plane = packed_planes(Fourcc::ABGR8888, width, height)?[0];
-    let dg = tiled_size(TileLayout::Linear, Fourcc::ABGR8888, width, height)?;
-    let mut out = alloc_output("RGBA image", dg.size)?;
-    yuv_to_rgba(fourcc, matrix, range, width, height, src, &src_planes, &mut out, dst_plane)?;
+    let dst_plane = packed_planes(to, width, height)?[0];
+    let dg = tiled_size(TileLayout::Linear, to, width, height)?;
+    let mut out = alloc_output("RGB image", dg.size)?;
+    yuv_to_rgb(from, to, matrix, range, width, height, src, &src_planes, &mut out, dst_plane)?;
     Ok(out)
 }
 
-/// [`rgba_to_nv12`] from a tightly packed RGBA8 image into a new, tightly packed NV12 image,
-/// checking the input and the output size before allocating, as [`yuv_to_rgba_vec`] does.
-pub fn rgba_to_nv12_vec(
+/// [`rgb_to_nv12`] from a tightly packed RGB image into a new, tightly packed NV12 image,
+/// checking the input and the output size before allocating, as [`yuv_to_rgb_vec`] does.
+pub fn rgb_to_nv12_vec(
+    from: Fourcc,
     matrix: ColourMatrix,
     range: ColourRange,
     width: u32,
     height: u32,
     src: &[u8],
 ) -> Result<Vec<u8>, ColourError> {
-    let sg = tiled_size(TileLayout::Linear, Fourcc::ABGR8888, width, height)?;
-    let src_plane = packed_planes(Fourcc::ABGR8888, width, height)?[0];
-    check_linear(&sg, &[src_plane], src.len(), "RGBA source")?;
+    packing(from, Fourcc::NV12, true, true)?;
+    let sg = tiled_size(TileLayout::Linear, from, width, height)?;
+    let src_plane = packed_planes(from, width, height)?[0];
+    check_linear(&sg, &[src_plane], src.len(), "RGB source")?;
     let dg = tiled_size(TileLayout::Linear, Fourcc::NV12, width, height)?;
     let dst_planes = packed_planes(Fourcc::NV12, width, height)?;
     let mut out = alloc_output("NV12 image", dg.size)?;
-    rgba_to_nv12(matrix, range, width, height, src, src_plane, &mut out, &dst_planes)?;
+    rgb_to_nv12(from, matrix, range, width, height, src, src_plane, &mut out, &dst_planes)?;
     Ok(out)
 }
 
@@ -368,31 +543,52 @@ mod tests {
     fn vec_forms_check_before_allocating() {
         let (m, r) = (ColourMatrix::Bt709, ColourRange::Limited);
         assert!(matches!(
-            yuv_to_rgba_vec(Fourcc::NV12, m, r, 200_000, 200_000, &[]),
+            yuv_to_rgb_vec(Fourcc::NV12, Fourcc::ABGR8888, m, r, 200_000, 200_000, &[]),
             Err(ColourError::Layout(TilingError::BufferTooSmall { .. }))
         ));
         assert!(matches!(
-            rgba_to_nv12_vec(m, r, 200_000, 200_000, &[]),
+            rgb_to_nv12_vec(Fourcc::ABGR8888, m, r, 200_000, 200_000, &[]),
             Err(ColourError::Layout(TilingError::BufferTooSmall { .. }))
         ));
-        assert!(matches!(yuv_to_rgba_vec(Fourcc::R8, m, r, 2, 2, &[0; 4]), Err(ColourError::Unsupported { .. })));
+        assert!(matches!(yuv_to_rgb_vec(Fourcc::R8, Fourcc::ABGR8888, m, r, 2, 2, &[0; 4]), Err(ColourError::Unsupported { .. })));
+        assert!(matches!(yuv_to_rgb_vec(Fourcc::NV12, Fourcc::RGB565, m, r, 2, 2, &[0; 6]), Err(ColourError::Unsupported { .. })));
+        assert!(matches!(rgb_to_nv12_vec(Fourcc::ARGB2101010, m, r, 2, 2, &[0; 16]), Err(ColourError::Unsupported { .. })));
         let nv12 = vec![128u8; 6 * 4 + 6 * 2];
-        let rgba = yuv_to_rgba_vec(Fourcc::NV12, m, r, 6, 4, &nv12).unwrap();
+        let rgba = yuv_to_rgb_vec(Fourcc::NV12, Fourcc::ABGR8888, m, r, 6, 4, &nv12).unwrap();
         assert_eq!(rgba.len(), 6 * 4 * 4);
-        assert_eq!(rgba_to_nv12_vec(m, r, 6, 4, &rgba).unwrap().len(), nv12.len());
+        assert_eq!(rgb_to_nv12_vec(Fourcc::ABGR8888, m, r, 6, 4, &rgba).unwrap().len(), nv12.len());
     }
 
     #[test]
     fn grey_and_extremes() {
-        for m in [ColourMatrix::Bt601, ColourMatrix::Bt709] {
-            let k = YuvToRgb::new(m, ColourRange::Limited, 8);
+        for m in ColourMatrix::ALL {
+            let k = YuvToRgb::new(m, ColourRange::Limited, 8, 8);
             assert_eq!(k.convert(16, 128, 128), [0, 0, 0]);
             assert_eq!(k.convert(235, 128, 128), [255, 255, 255]);
             let k = RgbToYuv::new(m, ColourRange::Limited);
             assert_eq!(k.luma(255, 255, 255), 235);
             assert_eq!(k.chroma(4 * 77, 4 * 77, 4 * 77), [128, 128]);
-            let k = YuvToRgb::new(m, ColourRange::Full, 10);
+            let k = YuvToRgb::new(m, ColourRange::Full, 10, 8);
             assert_eq!(k.convert(1023, 512, 512), [255, 255, 255]);
+            let k = YuvToRgb::new(m, ColourRange::Limited, 10, 10);
+            assert_eq!(k.convert(940, 512, 512), [1023, 1023, 1023]);
+            assert_eq!(k.convert(64, 512, 512), [0, 0, 0]);
+        }
+    }
+
+    #[test]
+    fn packings_put_components_where_drm_says() {
+        // AR24 is [31:0] A:R:G:B little endian: B, G, R, A in memory.
+        assert_eq!(RgbPacking::of(Fourcc::ARGB8888).unwrap().pack([1, 2, 3]), [3, 2, 1, 255]);
+        assert_eq!(RgbPacking::of(Fourcc::ABGR8888).unwrap().pack([1, 2, 3]), [1, 2, 3, 255]);
+        // RA24 is [31:0] R:G:B:A: A, B, G, R in memory; BX24 [31:0] B:G:R:X: X, R, G, B.
+        assert_eq!(RgbPacking::of(Fourcc::RGBA8888).unwrap().pack([1, 2, 3]), [255, 3, 2, 1]);
+        assert_eq!(RgbPacking::of(Fourcc::BGRX8888).unwrap().pack([1, 2, 3]), [255, 1, 2, 3]);
+        let word = u32::from_le_bytes(RgbPacking::of(Fourcc::XRGB2101010).unwrap().pack([1023, 512, 1]));
+        assert_eq!((word >> 30, (word >> 20) & 1023, (word >> 10) & 1023, word & 1023), (3, 1023, 512, 1));
+        for f in RGB8_FORMATS {
+            let p = RgbPacking::of(f).unwrap();
+            assert_eq!(p.unpack8(&p.pack([10, 20, 30])), Some([10, 20, 30]), "{f}");
         }
     }
 }

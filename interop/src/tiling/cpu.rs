@@ -11,7 +11,7 @@ use crate::{Fourcc, TileLayout};
 
 /// Which way bytes move between the linear and the tiled buffer.
 #[derive(Clone, Copy)]
-enum Direction {
+pub(super) enum Direction {
     LinearToTiled,
     TiledToLinear,
 }
@@ -37,8 +37,8 @@ fn for_each_run(geometry: &TiledGeometry, linear: &[LinearPlane], mut f: impl Fn
 }
 
 /// Validates both sides of a conversion of `(layout, fourcc, width, height)` before
-/// anything is written.
-fn convert(
+/// anything is written (the fast path runs the same checks).
+pub(super) fn checked_geometry(
     direction: Direction,
     (layout, fourcc, width, height): (TileLayout, Fourcc, u32, u32),
     linear: &[LinearPlane],
@@ -68,7 +68,7 @@ pub fn tile(
     src_planes: &[LinearPlane],
     dst: &mut [u8],
 ) -> Result<TiledGeometry, TilingError> {
-    let g = convert(Direction::LinearToTiled, (layout, fourcc, width, height), src_planes, src.len(), dst.len())?;
+    let g = checked_geometry(Direction::LinearToTiled, (layout, fourcc, width, height), src_planes, src.len(), dst.len())?;
     dst[..g.size as usize].fill(0);
     for_each_run(&g, src_planes, |l, t, n| dst[t..t + n].copy_from_slice(&src[l..l + n]));
     Ok(g)
@@ -86,7 +86,7 @@ pub fn detile(
     dst: &mut [u8],
     dst_planes: &[LinearPlane],
 ) -> Result<TiledGeometry, TilingError> {
-    let g = convert(Direction::TiledToLinear, (layout, fourcc, width, height), dst_planes, dst.len(), src.len())?;
+    let g = checked_geometry(Direction::TiledToLinear, (layout, fourcc, width, height), dst_planes, dst.len(), src.len())?;
     for_each_run(&g, dst_planes, |l, t, n| dst[l..l + n].copy_from_slice(&src[t..t + n]));
     Ok(g)
 }

@@ -25,10 +25,13 @@
 //!
 //! ## `colour.comp`, one dispatch per image
 //! - binding 0: the Y plane's buffer, binding 1: the UV plane's buffer (may be the same
-//!   buffer as binding 0), binding 2: the RGBA buffer; all `buffer { uint data[]; }`.
-//! - push constants: [`ColourPushConstants`] (84 bytes).
+//!   buffer as binding 0), binding 2: the RGB buffer; all `buffer { uint data[]; }`.
+//! - push constants: [`ColourPushConstants`] (116 bytes, within the 128 every device has).
+//! - The YUV side may be tiled ([`tiled_yuv_to_rgb_dispatch`]): the shader then reads it
+//!   through the same address function as `tile.comp` (`shaders/tiled_address.glsl`), so
+//!   detile and colour conversion are one pass.
 
-use super::colour::{ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};
+use super::colour::{ColourError, ColourMatrix, ColourRange, RgbPacking, RgbToYuv, YuvToRgb};
 use super::geometry::{tiled_size, PlaneGeometry};
 use super::{AddressKind, LinearPlane, TilingError};
 use crate::{Fourcc, TileLayout};
@@ -40,6 +43,8 @@ pub enum GpuParamError {
     TooLarge { what: &'static str, end: u64 },
     #[error("{what} offset {offset} / stride {stride} must be multiples of 4 for the GPU path")]
     Unaligned { what: &'static str, offset: u64, stride: u64 },
+    #[error(transparent)]
+    Colour(#[from] ColourError),
     #[error(transparent)]
     Layout(#[from] TilingError),
 }
@@ -82,14 +87,15 @@ pub struct TilePushConstants {
     pub invocations: u32,
 }
 
-/// Push constants of `colour.comp` (std430, 21 x 32-bit = 84 bytes).
+/// Push constants of `colour.comp` (std430, 29 x 32-bit = 116 bytes).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, bytemuck::Pod, bytemuck::Zeroable)]
 pub struct ColourPushConstants {
-    /// 0: NV12 -> RGBA8, 1: P010 -> RGBA8, 2: RGBA8 -> NV12.
+    /// 0: NV12 -> RGB, 1: P010 -> RGB, 2: RGB -> NV12.
     pub mode: u32,
     pub width: u32,
     pub height: u32,
+    /// The Y plane's start, and its stride when `tiled_kind` is 0 (linear).
     pub y_offset: u32,
     pub y_stride: u32,
     pub uv_offset: u32,
@@ -97,6 +103,18 @@ pub struct ColourPushConstants {
     pub rgba_offset: u32,
     pub rgba_stride: u32,
     pub invocations: u32,
+    /// [`RgbPacking::shader_word`] of the RGB side.
+    pub packing: u32,
+    /// [`AddressKind`] of the YUV planes (modes 0/1); 0: linear, at the strides above.
+    pub tiled_kind: u32,
+    /// log2 tile width | log2 tile height << 8, tiles per row, rows of tiles: Y plane.
+    pub y_tiles: u32,
+    pub y_tiles_x: u32,
+    pub y_tiles_y: u32,
+    /// The same for the UV plane.
+    pub uv_tiles: u32,
+    pub uv_tiles_x: u32,
+    pub uv_tiles_y: u32,
     /// Modes 0/1: [`YuvToRgb::words`] then zeros; mode 2: [`RgbToYuv::words`].
     pub k: [i32; 11],
 }
@@ -271,21 +289,21 @@ fn aligned(what: &'static str, l: LinearPlane) -> Result<(), GpuParamError> {
 
 fn colour_common(
     mode: u32,
-    fourcc: Fourcc,
+    (yuv_fourcc, rgb_fourcc): (Fourcc, Fourcc),
     width: u32,
     height: u32,
     yuv: &[LinearPlane],
-    rgba: LinearPlane,
+    rgb: LinearPlane,
 ) -> Result<ColourPushConstants, GpuParamError> {
-    let yg = tiled_size(TileLayout::Linear, fourcc, width, height)?;
-    let rg = tiled_size(TileLayout::Linear, Fourcc::ABGR8888, width, height)?;
+    let yg = tiled_size(TileLayout::Linear, yuv_fourcc, width, height)?;
+    let rg = tiled_size(TileLayout::Linear, rgb_fourcc, width, height)?;
     if yuv.len() != 2 {
-        return Err(TilingError::PlaneCount { fourcc, expected: 2, got: yuv.len() }.into());
+        return Err(TilingError::PlaneCount { fourcc: yuv_fourcc, expected: 2, got: yuv.len() }.into());
     }
     fits("Y plane", linear_end(&yg.planes[0], yuv[0]))?;
     fits("UV plane", linear_end(&yg.planes[1], yuv[1]))?;
-    fits("RGBA plane", linear_end(&rg.planes[0], rgba))?;
-    aligned("RGBA plane", rgba)?;
+    fits("RGB plane", linear_end(&rg.planes[0], rgb))?;
+    aligned("RGB plane", rgb)?;
     Ok(ColourPushConstants {
         mode,
         width,
@@ -294,55 +312,96 @@ fn colour_common(
         y_stride: yuv[0].stride as u32,
         uv_offset: yuv[1].offset as u32,
         uv_stride: yuv[1].stride as u32,
-        rgba_offset: rgba.offset as u32,
-        rgba_stride: rgba.stride as u32,
-        invocations: 0,
-        k: [0; 11],
+        rgba_offset: rgb.offset as u32,
+        rgba_stride: rgb.stride as u32,
+        ..ColourPushConstants::default()
     })
 }
 
-/// `colour.comp` parameters for NV12/P010 (`yuv` = Y and UV planes, any alignment) ->
-/// RGBA8 (`rgba`, offset and stride multiples of 4). One invocation per 2x2 pixels.
-pub fn yuv_to_rgba_dispatch(
-    fourcc: Fourcc,
+/// The mode and sample depth of a YUV -> RGB conversion, and the RGB packing.
+fn yuv_to_rgb_kind(from: Fourcc, to: Fourcc) -> Result<(u32, u32, RgbPacking), GpuParamError> {
+    let (mode, bits) = match from {
+        f if f == Fourcc::NV12 => (0, 8),
+        f if f == Fourcc::P010 => (1, 10),
+        _ => return Err(ColourError::Unsupported { from, to }.into()),
+    };
+    let packing = RgbPacking::of(to).ok_or(ColourError::Unsupported { from, to })?;
+    Ok((mode, bits, packing))
+}
+
+/// `colour.comp` parameters for linear NV12/P010 (`yuv` = Y and UV planes, any alignment)
+/// -> RGB format `to` (`rgb`, offset and stride multiples of 4). One invocation per 2x2
+/// pixels.
+#[allow(clippy::too_many_arguments)]
+pub fn yuv_to_rgb_dispatch(
+    from: Fourcc,
+    to: Fourcc,
     matrix: ColourMatrix,
     range: ColourRange,
     width: u32,
     height: u32,
     yuv: &[LinearPlane],
-    rgba: LinearPlane,
+    rgb: LinearPlane,
 ) -> Result<Dispatch<ColourPushConstants>, GpuParamError> {
-    let (mode, bits) = match fourcc {
-        f if f == Fourcc::NV12 => (0, 8),
-        f if f == Fourcc::P010 => (1, 10),
-        _ => {
-            return Err(TilingError::UnsupportedFormat {
-                layout: TileLayout::Linear,
-                fourcc,
-                why: "colour conversion reads NV12 or P010",
-            }
-            .into())
-        }
-    };
-    let mut push = colour_common(mode, fourcc, width, height, yuv, rgba)?;
-    push.k[..7].copy_from_slice(&YuvToRgb::new(matrix, range, bits).words());
+    let (mode, bits, packing) = yuv_to_rgb_kind(from, to)?;
+    let mut push = colour_common(mode, (from, to), width, height, yuv, rgb)?;
+    push.packing = packing.shader_word();
+    push.k[..8].copy_from_slice(&YuvToRgb::new(matrix, range, bits, packing.bits()).words());
     push.invocations = fits("image", (width.div_ceil(2) as u64).checked_mul(height.div_ceil(2) as u64))?;
     Ok(Dispatch { push, group_counts: group_counts(push.invocations) })
 }
 
-/// `colour.comp` parameters for RGBA8 -> NV12. All offsets and strides must be multiples
-/// of 4. One invocation per 4x2 pixels.
-pub fn rgba_to_nv12_dispatch(
+/// `colour.comp` parameters for NV12 in `layout` (the tiled buffer at `tiled_base` in the
+/// YUV bindings, planes as [`tiled_size`] places them) -> RGB format `to`: detile and
+/// colour conversion in one pass. `layout` linear is the packed linear image.
+#[allow(clippy::too_many_arguments)]
+pub fn tiled_yuv_to_rgb_dispatch(
+    layout: TileLayout,
+    from: Fourcc,
+    to: Fourcc,
     matrix: ColourMatrix,
     range: ColourRange,
     width: u32,
     height: u32,
-    rgba: LinearPlane,
+    tiled_base: u64,
+    rgb: LinearPlane,
+) -> Result<Dispatch<ColourPushConstants>, GpuParamError> {
+    let g = tiled_size(layout, from, width, height)?;
+    if g.planes.len() != 2 {
+        return Err(TilingError::PlaneCount { fourcc: from, expected: 2, got: g.planes.len() }.into());
+    }
+    // As linear planes at their padded pitch; the tiled fields below override the addressing.
+    let planes: Vec<LinearPlane> =
+        g.planes.iter().map(|p| LinearPlane { offset: tiled_base + p.offset, stride: p.padded_width_bytes as u64 }).collect();
+    let mut d = yuv_to_rgb_dispatch(from, to, matrix, range, width, height, &planes, rgb)?;
+    fits("tiled buffer", tiled_base.checked_add(g.size))?;
+    let kind = g.planes[0].kind;
+    if kind != AddressKind::Linear {
+        let tiles = |p: &PlaneGeometry| p.tile_width.trailing_zeros() | p.tile_height.trailing_zeros() << 8;
+        let (y, uv) = (&g.planes[0], &g.planes[1]);
+        d.push.tiled_kind = kind as u32;
+        (d.push.y_tiles, d.push.y_tiles_x, d.push.y_tiles_y) = (tiles(y), y.tiles_x, y.tiles_y);
+        (d.push.uv_tiles, d.push.uv_tiles_x, d.push.uv_tiles_y) = (tiles(uv), uv.tiles_x, uv.tiles_y);
+    }
+    Ok(d)
+}
+
+/// `colour.comp` parameters for 8-bit RGB format `from` -> NV12. All offsets and strides
+/// must be multiples of 4. One invocation per 4x2 pixels.
+pub fn rgb_to_nv12_dispatch(
+    from: Fourcc,
+    matrix: ColourMatrix,
+    range: ColourRange,
+    width: u32,
+    height: u32,
+    rgb: LinearPlane,
     nv12: &[LinearPlane],
 ) -> Result<Dispatch<ColourPushConstants>, GpuParamError> {
-    let mut push = colour_common(2, Fourcc::NV12, width, height, nv12, rgba)?;
+    let packing = RgbPacking::of(from).filter(|p| p.bits() == 8).ok_or(ColourError::Unsupported { from, to: Fourcc::NV12 })?;
+    let mut push = colour_common(2, (Fourcc::NV12, from), width, height, nv12, rgb)?;
     aligned("Y plane", nv12[0])?;
     aligned("UV plane", nv12[1])?;
+    push.packing = packing.shader_word();
     push.k = RgbToYuv::new(matrix, range).words();
     push.invocations = fits("image", (width.div_ceil(4) as u64).checked_mul(height.div_ceil(2) as u64))?;
     Ok(Dispatch { push, group_counts: group_counts(push.invocations) })
@@ -355,7 +414,7 @@ mod tests {
     #[test]
     fn push_constant_sizes() {
         assert_eq!(std::mem::size_of::<TilePushConstants>(), 64);
-        assert_eq!(std::mem::size_of::<ColourPushConstants>(), 84);
+        assert_eq!(std::mem::size_of::<ColourPushConstants>(), 116);
         assert_eq!(TilePushConstants::default().as_bytes().len(), 64);
     }
 

@@ -11,9 +11,17 @@
 //! - [`cpu`]: [`tile`] (linear -> tiled) and [`detile`] (tiled -> linear), with an explicit
 //!   offset and stride per linear plane; [`tile_to_vec`] and [`detile_to_vec`] allocate the
 //!   output themselves, after checking the input and [`MAX_CPU_FRAME_BYTES`].
-//! - [`colour`]: NV12/P010 -> RGBA8 and RGBA8 -> NV12 in fixed point, BT.601/BT.709,
+//! - [`fast`]: the same conversions at memory speed ([`detile_fast`], [`tile_fast`]):
+//!   band by band, constant-size copies, on several threads. What the copy path runs on the
+//!   CPU; the reference stays the simple one the tests compare against.
+//! - [`colour`]: NV12/P010 -> every 8-bit RGB layout and AR30/XR30, and 8-bit RGB -> NV12,
+//!   in fixed point, BT.601/BT.709/BT.2020,
 //!   limited/full range, with the rounding documented there (and `_vec` forms that
 //!   allocate their output the same way).
+//! - [`colour_fast`]: the CPU fast path of colour conversion, detiling fused in
+//!   ([`tiled_yuv_to_rgb_fast`]): tiled NV12 -> XR24 in one pass, on several threads.
+//! - [`frame`]: one whole-frame conversion ([`FrameConversion`]): its steps, fused where
+//!   they can be, and its CPU fast path.
 //! - [`gpu`]: the push constants and dispatch sizes of the shaders, computed from the same
 //!   geometry so that the engine cannot disagree with the CPU reference.
 //!
@@ -24,13 +32,19 @@
 
 pub mod address;
 pub mod colour;
+pub mod colour_fast;
 pub mod cpu;
+pub mod fast;
+pub mod frame;
 pub mod geometry;
 pub mod gpu;
 
 pub use address::{AddressKind, PlaneAddress};
-pub use colour::{rgba_to_nv12, rgba_to_nv12_vec, yuv_to_rgba, yuv_to_rgba_vec, ColourError, ColourMatrix, ColourRange};
+pub use colour::{rgb_to_nv12, rgb_to_nv12_vec, yuv_to_rgb, yuv_to_rgb_vec, ColourError, ColourMatrix, RgbPacking, RGB10_FORMATS, RGB8_FORMATS, ColourRange};
 pub use cpu::{detile, detile_to_vec, tile, tile_to_vec};
+pub use colour_fast::tiled_yuv_to_rgb_fast;
+pub use fast::{default_threads, detile_fast, tile_fast};
+pub use frame::{FrameConversion, FrameConversionError, Step};
 pub use geometry::{packed_planes, tiled_size, PlaneGeometry, TiledGeometry};
 
 use crate::{Fourcc, TileLayout};

@@ -1,0 +1,132 @@
+//! Whole-frame conversions, bytes in and bytes out, on the path the cost model
+//! ([`crate::cost`]) picks: the CPU fast path, the GPU compute shaders (detile and colour
+//! fused in one shader), or GPU copy commands for the layout steps with the colour shader
+//! as a second pass. Every path writes the same bytes; the tests force each and compare.
+//!
+//! ```no_run
+//! # fn f(engine: &dmabridge::Engine, tiled: &[u8]) -> Result<(), dmabridge::ConvertError> {
+//! use dmabridge::interop::tiling::FrameConversion;
+//! use dmabridge::interop::{Fourcc, TileLayout};
+//! let conv = dmabridge::Converter::new(engine)?;
+//! // A decoder's tiled NV12 to the XR24 a display scans out, in one pass.
+//! let c = FrameConversion::new((TileLayout::Samsung64x32, Fourcc::NV12), (TileLayout::Linear, Fourcc::XRGB8888), 3840, 2160);
+//! let (xr24, choice) = conv.convert_frame(&c, None, tiled)?;
+//! println!("{}", choice.explain()); // e.g. "path cpu (the fastest, measured now; ...)"
+//! # Ok(()) }
+//! ```
+
+use std::time::Instant;
+
+use dmabridge_interop::tiling::{default_threads, FrameConversion, Step};
+use dmabridge_interop::TileLayout;
+
+use crate::convert::{ConvertError, Converter};
+use crate::cost::{fastest, key, Choice, ChoiceReason, ConvertPath, Measured, SizeClass};
+
+impl Converter {
+    /// The paths that can run `c`: the CPU and the compute shaders always; copy commands
+    /// when a layout step has tiles copy commands can move (wide row-major tiles).
+    pub fn paths(&self, c: &FrameConversion) -> Result<Vec<ConvertPath>, ConvertError> {
+        let steps = c.steps()?;
+        let mut paths = vec![ConvertPath::Cpu, ConvertPath::Gpu];
+        let copyable = |layout: TileLayout, fourcc| self.has_copy_blocks(layout, fourcc, (c.width, c.height));
+        let layout_step = steps.iter().any(|s| match *s {
+            Step::Detile(l) => copyable(l, c.from),
+            Step::Tile(l) => copyable(l, c.to),
+            Step::YuvToRgb { layout, from, .. } => layout != TileLayout::Linear && copyable(layout, from),
+            Step::RgbToNv12 { .. } | Step::Copy => false,
+        });
+        if layout_step {
+            paths.push(ConvertPath::CopyCommands);
+        }
+        Ok(paths)
+    }
+
+    /// The path for `c`: `path` if given, else the engine's forced path, else the fastest
+    /// as measured (now, once per combination and size class, or earlier).
+    pub fn choose(&self, c: &FrameConversion, path: Option<ConvertPath>) -> Result<Choice, ConvertError> {
+        let class = SizeClass::of(c.width, c.height);
+        let model = &self.engine().shared().cost;
+        let k = key(c, class);
+        if let Some(path) = path.or_else(|| model.forced()) {
+            return Ok(Choice { path, reason: ChoiceReason::Forced, size_class: class, candidates: model.get(&k).unwrap_or_default() });
+        }
+        if let Some(known) = model.get(&k) {
+            if let Some(path) = fastest(&known) {
+                return Ok(Choice { path, reason: ChoiceReason::Cached, size_class: class, candidates: known });
+            }
+        }
+        let (w, h) = class.representative();
+        let sample = FrameConversion { width: w, height: h, ..*c };
+        let (in_size, out_size) = sample.sizes()?;
+        let input = vec![0u8; in_size as usize];
+        let mut out = vec![0u8; out_size as usize];
+        let mut measured = Vec::new();
+        for p in self.paths(c)? {
+            // One warm-up (pipelines, scratch, page faults), then the best of two.
+            self.convert_frame_into(&sample, p, &input, &mut out)?;
+            let mut best = f64::MAX;
+            for _ in 0..2 {
+                let t = Instant::now();
+                self.convert_frame_into(&sample, p, &input, &mut out)?;
+                best = best.min(t.elapsed().as_secs_f64());
+            }
+            measured.push(Measured { path: p, gbps: out_size as f64 / best.max(1e-9) / 1e9 });
+        }
+        tracing::debug!(conversion = %c, ?measured, "cost model measured");
+        model.put(k, measured.clone());
+        let path = fastest(&measured).unwrap_or(ConvertPath::Gpu);
+        Ok(Choice { path, reason: ChoiceReason::Measured, size_class: class, candidates: measured })
+    }
+
+    /// Converts a whole frame (buffers by the tiled-buffer conventions, linear ones tightly
+    /// packed) on `path`, or where [`Converter::choose`] says. Blocks until it is done.
+    pub fn convert_frame(&self, c: &FrameConversion, path: Option<ConvertPath>, input: &[u8]) -> Result<(Vec<u8>, Choice), ConvertError> {
+        let choice = self.choose(c, path)?;
+        let (_, out_size) = c.sizes()?;
+        let mut out = vec![0u8; out_size as usize];
+        self.convert_frame_into(c, choice.path, input, &mut out)?;
+        Ok((out, choice))
+    }
+
+    /// Converts a whole frame on exactly `path`, into `out` (at least the output frame's
+    /// size; bytes after it are left alone).
+    pub fn convert_frame_into(&self, c: &FrameConversion, path: ConvertPath, input: &[u8], out: &mut [u8]) -> Result<(), ConvertError> {
+        let steps = c.steps()?;
+        let (in_size, out_size) = c.sizes()?;
+        if (input.len() as u64) < in_size {
+            return Err(ConvertError::InputSize { what: c.to_string(), expected: in_size, got: input.len() as u64 });
+        }
+        if (out.len() as u64) < out_size {
+            return Err(ConvertError::InputSize { what: format!("output of {c}"), expected: out_size, got: out.len() as u64 });
+        }
+        if path == ConvertPath::Cpu {
+            // The CPU path writes straight into `out` when it is one step.
+            return Ok(c.run_cpu_into(input, &mut out[..out_size as usize], default_threads())?);
+        }
+        if !self.paths(c)?.contains(&path) {
+            return Err(ConvertError::PathUnavailable { path, conversion: c.to_string() });
+        }
+        let copy = path == ConvertPath::CopyCommands;
+        let extent = (c.width, c.height);
+        let mut data: Vec<u8> = Vec::new();
+        for step in steps {
+            let src: &[u8] = if data.is_empty() { &input[..in_size as usize] } else { &data };
+            data = match step {
+                Step::Copy => src.to_vec(),
+                Step::Detile(l) => self.layout_bytes(l, TileLayout::Linear, c.from, extent, src, copy)?,
+                Step::Tile(l) => self.layout_bytes(TileLayout::Linear, l, c.to, extent, src, copy)?,
+                // Copy commands detile first, then the colour shader reads linear rows: the
+                // two-pass alternative to the fused shader.
+                Step::YuvToRgb { layout, from, to } if copy && layout != TileLayout::Linear => {
+                    let linear = self.layout_bytes(layout, TileLayout::Linear, from, extent, src, true)?;
+                    self.yuv_to_rgb(TileLayout::Linear, from, to, c.matrix, c.range, extent, &linear)?
+                }
+                Step::YuvToRgb { layout, from, to } => self.yuv_to_rgb(layout, from, to, c.matrix, c.range, extent, src)?,
+                Step::RgbToNv12 { from } => self.rgb_to_nv12(from, c.matrix, c.range, extent, src)?,
+            };
+        }
+        out[..out_size as usize].copy_from_slice(&data[..out_size as usize]);
+        Ok(())
+    }
+}

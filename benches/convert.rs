@@ -1,12 +1,14 @@
-//! Detile throughput per layout at 3840x2160 NV12 on the GPU, beside memcpy of the same
-//! bytes measured in the same run (the baseline every figure is reported against).
+//! Detile throughput per layout at 3840x2160 NV12 on the CPU fast path and on the GPU,
+//! beside memcpy of the same bytes measured in the same run (the baseline every figure is
+//! reported against).
 //!
 //! `cargo bench --bench convert`. The GPU figure covers recording, submission and the
 //! compute work, with the buffers already on the device (uploads excluded), as a consumer
-//! that imports a tiled dma-buf as a buffer would see it.
+//! that imports a tiled dma-buf as a buffer would see it. The CPU figure is
+//! `tiling::detile_fast` from host memory into host memory, on the default threads.
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use dmabridge::interop::tiling::{packed_planes, tiled_size};
+use dmabridge::interop::tiling::{default_threads, detile_fast, packed_planes, tiled_size};
 use dmabridge::interop::{Fourcc, TileLayout};
 use dmabridge::{BufferLocation, Converter, Engine, EngineOptions, GpuBuffer, TiledFrame, READBACK_TIMEOUT};
 
@@ -22,6 +24,16 @@ fn bench(c: &mut Criterion) {
     let src = vec![7u8; linear_len];
     let mut dst = vec![0u8; linear_len];
     group.bench_function("memcpy", |b| b.iter(|| dst.copy_from_slice(std::hint::black_box(&src))));
+
+    if let Ok(planes) = packed_planes(Fourcc::NV12, W, H) {
+        for layout in TileLayout::ALL.into_iter().filter(|l| !matches!(l, TileLayout::NvidiaBlockLinear(n) if *n != 4)) {
+            let Ok(g) = tiled_size(layout, Fourcc::NV12, W, H) else { continue };
+            let tiled = vec![9u8; g.size as usize];
+            group.bench_function(BenchmarkId::new("cpu", layout.name()), |b| {
+                b.iter(|| detile_fast(layout, Fourcc::NV12, W, H, &tiled, &mut dst, &planes, default_threads()))
+            });
+        }
+    }
 
     let Ok(engine) = Engine::new(&EngineOptions::default()) else {
         eprintln!("no Vulkan device: only the memcpy baseline was measured");

@@ -224,6 +224,41 @@ impl CapsCache {
     }
 }
 
+/// The driver's list of one kind (List1 or List2) for a format: the count, then the entries,
+/// as `ListedModifier`s. A macro because the two lists are distinct Vulkan types with the
+/// same shape.
+macro_rules! read_modifier_list {
+    ($engine:expr, $format:expr, $list:ident, $entry:ident, $features:expr) => {{
+        let instance = $engine.instance();
+        let mut list = vk::$list::default();
+        let mut props = vk::FormatProperties2::default().push_next(&mut list);
+        // SAFETY: the modifier extension is enabled (and, for List2, the device offers
+        // VK_KHR_format_feature_flags2; the caller checked), so the list struct is a valid
+        // pNext of VkFormatProperties2 (VUID-VkFormatProperties2-pNext-pNext); with a null
+        // array the call only writes the count.
+        unsafe { instance.get_physical_device_format_properties2($engine.physical_device(), $format, &mut props) };
+        let count = list.drm_format_modifier_count as usize;
+        let mut entries = vec![vk::$entry::default(); count];
+        if count > 0 {
+            let mut list = vk::$list::default().drm_format_modifier_properties(&mut entries);
+            let mut props = vk::FormatProperties2::default().push_next(&mut list);
+            // SAFETY: as above; the array holds drmFormatModifierCount elements.
+            unsafe { instance.get_physical_device_format_properties2($engine.physical_device(), $format, &mut props) };
+            let written = (list.drm_format_modifier_count as usize).min(count);
+            entries.truncate(written);
+        }
+        let features = $features;
+        entries
+            .iter()
+            .map(|e| ListedModifier {
+                modifier: Modifier::from_raw(e.drm_format_modifier),
+                plane_count: e.drm_format_modifier_plane_count,
+                features: features(e),
+            })
+            .collect()
+    }};
+}
+
 impl Engine {
     /// Answers `q`, from the cache when it was asked before.
     pub fn query_caps(&self, q: &CapsQuery) -> Result<Arc<FormatCaps>, CapsError> {
@@ -290,59 +325,11 @@ impl Engine {
     }
 
     fn modifier_list1(&self, format: vk::Format) -> Vec<ListedModifier> {
-        let instance = self.instance();
-        let mut list = vk::DrmFormatModifierPropertiesListEXT::default();
-        let mut props = vk::FormatProperties2::default().push_next(&mut list);
-        // SAFETY: the modifier extension is enabled (caller checked), so the list struct is
-        // a valid pNext of VkFormatProperties2 (VUID-VkFormatProperties2-pNext-pNext); with a
-        // null array the call only writes the count.
-        unsafe { instance.get_physical_device_format_properties2(self.physical_device(), format, &mut props) };
-        let count = list.drm_format_modifier_count as usize;
-        if count == 0 {
-            return Vec::new();
-        }
-        let mut entries = vec![vk::DrmFormatModifierPropertiesEXT::default(); count];
-        let mut list = vk::DrmFormatModifierPropertiesListEXT::default().drm_format_modifier_properties(&mut entries);
-        let mut props = vk::FormatProperties2::default().push_next(&mut list);
-        // SAFETY: as above; the array holds drmFormatModifierCount elements.
-        unsafe { instance.get_physical_device_format_properties2(self.physical_device(), format, &mut props) };
-        let written = (list.drm_format_modifier_count as usize).min(count);
-        entries[..written]
-            .iter()
-            .map(|e| ListedModifier {
-                modifier: Modifier::from_raw(e.drm_format_modifier),
-                plane_count: e.drm_format_modifier_plane_count,
-                features: widen(e.drm_format_modifier_tiling_features),
-            })
-            .collect()
+        read_modifier_list!(self, format, DrmFormatModifierPropertiesListEXT, DrmFormatModifierPropertiesEXT, |e: &vk::DrmFormatModifierPropertiesEXT| widen(e.drm_format_modifier_tiling_features))
     }
 
     fn modifier_list2(&self, format: vk::Format) -> Vec<ListedModifier> {
-        let instance = self.instance();
-        let mut list = vk::DrmFormatModifierPropertiesList2EXT::default();
-        let mut props = vk::FormatProperties2::default().push_next(&mut list);
-        // SAFETY: the device offers VK_KHR_format_feature_flags2 (checked by the caller) and
-        // the modifier extension, so List2 is a valid pNext of VkFormatProperties2
-        // (VUID-VkFormatProperties2-pNext-pNext); a null array makes it write the count only.
-        unsafe { instance.get_physical_device_format_properties2(self.physical_device(), format, &mut props) };
-        let count = list.drm_format_modifier_count as usize;
-        if count == 0 {
-            return Vec::new();
-        }
-        let mut entries = vec![vk::DrmFormatModifierProperties2EXT::default(); count];
-        let mut list = vk::DrmFormatModifierPropertiesList2EXT::default().drm_format_modifier_properties(&mut entries);
-        let mut props = vk::FormatProperties2::default().push_next(&mut list);
-        // SAFETY: as above; the array holds drmFormatModifierCount elements.
-        unsafe { instance.get_physical_device_format_properties2(self.physical_device(), format, &mut props) };
-        let written = (list.drm_format_modifier_count as usize).min(count);
-        entries[..written]
-            .iter()
-            .map(|e| ListedModifier {
-                modifier: Modifier::from_raw(e.drm_format_modifier),
-                plane_count: e.drm_format_modifier_plane_count,
-                features: e.drm_format_modifier_tiling_features,
-            })
-            .collect()
+        read_modifier_list!(self, format, DrmFormatModifierPropertiesList2EXT, DrmFormatModifierProperties2EXT, |e: &vk::DrmFormatModifierProperties2EXT| e.drm_format_modifier_tiling_features)
     }
 
     /// LINEAR tiling's features, 64-bit where the device offers them.

@@ -15,7 +15,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use ash::vk;
-use dmabridge_interop::dmabuf::{check_import, DmaBuf, FileId, ImportCheckError, ImportFacts, ReadError};
+use dmabridge_interop::dmabuf::{check_import, CheckedImport, DmaBuf, FileId, ImportCheckError, ImportFacts, ReadError};
 use dmabridge_interop::negotiate::ConversionKind;
 use dmabridge_interop::tiling::gpu::{
     plane_dispatches, rgb_to_nv12_dispatch, tiled_yuv_to_rgb_dispatch, ColourPushConstants, Dispatch, GpuParamError,
@@ -85,6 +85,9 @@ pub enum ConvertError {
     /// CPU path refused it.
     #[error(transparent)]
     Frame(#[from] FrameConversionError),
+    /// A plane could not be mapped for the CPU path.
+    #[error("plane {plane}: {source}")]
+    Map { plane: usize, source: dmabridge_interop::dmabuf::MapError },
     /// The path asked for cannot do this conversion (copy commands need a layout with wide
     /// row-major tiles).
     #[error("the {path} path cannot convert {conversion}")]
@@ -760,6 +763,13 @@ impl Converter {
     /// before the layout checks, plus two that tiling adds: each stride must be the plane's
     /// padded row of whole tiles, and the padded tiles must lie inside the fd.
     pub fn detile_dmabuf_into(&self, buf: &DmaBuf, dst: &GpuBuffer, planes: &[LinearPlane], options: SubmitOptions) -> Result<(TileLayout, Submission), ConvertError> {
+        let (tile, g, checked) = self.check_tiled_dmabuf(buf, planes)?;
+        self.detile_checked_on_gpu(buf, (tile, &g, &checked), dst, planes, options)
+    }
+
+    /// The layout checks of a tiled dma-buf (see [`Converter::detile_dmabuf_into`]), and
+    /// that `planes` fit a linear destination.
+    fn check_tiled_dmabuf<'a>(&self, buf: &'a DmaBuf, planes: &[LinearPlane]) -> Result<(TileLayout, dmabridge_interop::tiling::TiledGeometry, CheckedImport<'a>), ConvertError> {
         let layout = buf.layout();
         let tile = layout.modifier().and_then(TileLayout::from_modifier).filter(|t| *t != TileLayout::Linear).ok_or(ConvertError::NotTiled(layout))?;
         let (fourcc, w, h) = (buf.fourcc(), buf.width(), buf.height());
@@ -780,6 +790,20 @@ impl Converter {
         }
         // Planes must fit where the caller wants them.
         dmabridge_interop::tiling::gpu::plane_dispatches(TileLayout::Linear, fourcc, w, h, 0, planes, false)?;
+        Ok((tile, g, checked))
+    }
+
+    fn detile_checked_on_gpu(
+        &self,
+        buf: &DmaBuf,
+        (tile, g, checked): (TileLayout, &dmabridge_interop::tiling::TiledGeometry, &CheckedImport<'_>),
+        dst: &GpuBuffer,
+        planes: &[LinearPlane],
+        options: SubmitOptions,
+    ) -> Result<(TileLayout, Submission), ConvertError> {
+        let layout = buf.layout();
+        let (fourcc, w, h) = (buf.fourcc(), buf.width(), buf.height());
+        let plane_count = checked.planes().len();
         if !checked.zero_copy_safe() {
             // A file that can shrink is never mapped: its tiles are read into memory
             // dmabridge owns, then detiled from there.
@@ -839,12 +863,32 @@ impl Converter {
     }
 
     /// [`Converter::detile_dmabuf_into`] a new buffer, planes tightly packed and concatenated,
-    /// waiting for the GPU (at most `timeout`).
+    /// waiting for the GPU (at most `timeout`); or, where the cost model picks the CPU, on
+    /// the CPU: fixed-size planes mapped read-only, shrinkable ones read with `pread`, the
+    /// same layout checks first either way.
     pub fn detile_dmabuf(&self, buf: &DmaBuf, timeout: Duration) -> Result<(GpuBuffer, TileLayout), ConvertError> {
         let (fourcc, w, h) = (buf.fourcc(), buf.width(), buf.height());
         let linear = packed_planes(fourcc, w, h)?;
-        let out = GpuBuffer::new(&self.engine, tiled_size(TileLayout::Linear, fourcc, w, h)?.size, BufferLocation::Readback)?;
-        let (tile, s) = self.detile_dmabuf_into(buf, &out, &linear, SubmitOptions::default())?;
+        let mut out = GpuBuffer::new(&self.engine, tiled_size(TileLayout::Linear, fourcc, w, h)?.size, BufferLocation::Readback)?;
+        let (tile, g, checked) = self.check_tiled_dmabuf(buf, &linear)?;
+        let c = FrameConversion::new((tile, fourcc), (TileLayout::Linear, fourcc), w, h);
+        if self.choose(&c, None)?.path == crate::ConvertPath::Cpu {
+            let dst = out.bytes_mut()?;
+            for (i, ((c, p), l)) in checked.planes().iter().zip(&g.planes).zip(&linear).enumerate() {
+                let at_zero = PlaneGeometry { offset: 0, ..*p };
+                if c.class.is_fixed_size() {
+                    let map = checked.map_plane(i, p.size).map_err(|e| ConvertError::Map { plane: i, source: e })?;
+                    dmabridge_interop::tiling::detile_plane_fast(&at_zero, map.bytes(), dst, *l, 0)?;
+                } else {
+                    // The padded tiles, which run past the visible rows the checks measured.
+                    let fd = buf.plane(i).ok_or(ConvertError::NotTiled(buf.layout()))?.fd;
+                    let bytes = dmabridge_interop::dmabuf::read_at(fd, c.offset, p.size, p.size).map_err(|e| ConvertError::Read { plane: i, source: e })?;
+                    dmabridge_interop::tiling::detile_plane_fast(&at_zero, &bytes, dst, *l, 0)?;
+                }
+            }
+            return Ok((out, tile));
+        }
+        let (tile, s) = self.detile_checked_on_gpu(buf, (tile, &g, &checked), &out, &linear, SubmitOptions::default())?;
         s.wait(timeout)?;
         Ok((out, tile))
     }

@@ -8,11 +8,18 @@ mod common;
 use dmabridge::interop::dmabuf::DmaBuf;
 use dmabridge::interop::tiling::{self, packed_planes, tiled_size};
 use dmabridge::interop::{Fourcc, Layout, TileLayout};
-use dmabridge::{ConvertError, Converter, ImportError};
+use std::io::Write;
+
+use dmabridge::{ConvertError, ConvertPath, Converter, ImportError};
 
 /// A tiled buffer of `layout` holding `linear`, in one memfd with `gap` bytes before each
 /// plane (so plane offsets differ from the concatenated convention).
-fn tiled_dmabuf(layout: TileLayout, fourcc: Fourcc, (w, h): (u32, u32), linear: &[u8], gap: u64) -> DmaBuf {
+fn tiled_dmabuf(layout: TileLayout, fourcc: Fourcc, extent: (u32, u32), linear: &[u8], gap: u64) -> DmaBuf {
+    tiled_dmabuf_in(layout, fourcc, extent, linear, gap, true)
+}
+
+/// [`tiled_dmabuf`], in a sealed memfd (`sealed`) or one that can shrink.
+fn tiled_dmabuf_in(layout: TileLayout, fourcc: Fourcc, (w, h): (u32, u32), linear: &[u8], gap: u64, sealed: bool) -> DmaBuf {
     let g = tiled_size(layout, fourcc, w, h).expect("geometry");
     let mut tiled = vec![0u8; g.size as usize];
     tiling::tile(layout, fourcc, w, h, linear, &packed_planes(fourcc, w, h).expect("planes"), &mut tiled).expect("tile");
@@ -25,7 +32,42 @@ fn tiled_dmabuf(layout: TileLayout, fourcc: Fourcc, (w, h): (u32, u32), linear: 
         planes.push((offset, p.padded_width_bytes as u64));
     }
     let modifier = layout.modifier().expect("a layout with a DRM modifier");
-    DmaBuf::in_one_file(fourcc, Layout::Explicit(modifier), w, h, common::memfd_with(&file), &planes).expect("descriptor")
+    let fd = if sealed {
+        common::memfd_with(&file)
+    } else {
+        let fd = rustix::fs::memfd_create("dmabridge-test-unsealed", rustix::fs::MemfdFlags::CLOEXEC).expect("memfd");
+        std::fs::File::from(fd.try_clone().expect("dup")).write_all(&file).expect("write");
+        fd
+    };
+    DmaBuf::in_one_file(fourcc, Layout::Explicit(modifier), w, h, fd, &planes).expect("descriptor")
+}
+
+/// The copy path runs where the cost model says, or where it is told: on the CPU (a fixed-
+/// size fd mapped read-only, a shrinkable one read with pread) and on the GPU, the same bytes.
+#[test]
+fn a_tiled_dmabuf_detiles_the_same_on_every_path() {
+    let engine = common::engine();
+    let conv = Converter::new(&engine).expect("pipelines");
+    for (layout, fourcc, extent) in [
+        (TileLayout::Samsung64x32, Fourcc::NV12, (130u32, 66u32)),
+        (TileLayout::I915Y, Fourcc::NV12, (200, 40)),
+        (TileLayout::NvidiaBlockLinear(1), Fourcc::ARGB8888, (70, 45)),
+    ] {
+        let len = tiled_size(TileLayout::Linear, fourcc, extent.0, extent.1).expect("g").size as usize;
+        let linear = common::pattern(len, 44);
+        for sealed in [true, false] {
+            let buf = tiled_dmabuf_in(layout, fourcc, extent, &linear, 4096, sealed);
+            for path in [ConvertPath::Cpu, ConvertPath::Gpu] {
+                engine.set_convert_path(Some(path));
+                let (out, got) = conv.detile_dmabuf(&buf, dmabridge::READBACK_TIMEOUT).expect("detile");
+                assert_eq!(got, layout);
+                assert!(out.bytes().expect("idle") == &linear[..], "{layout} {fourcc} on {path}, sealed {sealed}");
+            }
+        }
+    }
+    engine.set_convert_path(None);
+    drop(conv);
+    common::assert_clean(&engine);
 }
 
 #[test]

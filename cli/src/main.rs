@@ -91,17 +91,26 @@ fn exit_status(engine: &dmabridge::Engine) -> ExitCode {
 fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
     use dmabridge_cli::participants::{PeerKind, SpecError};
     let engine = std::cell::OnceCell::new();
-    negotiate::run_with(args, &|spec| {
-        if spec.kind != PeerKind::Vulkan {
-            return spec.load();
-        }
-        let peer = |reason: String| SpecError::Peer { participant: spec.name.clone(), kind: spec.kind, reason };
-        let usage = spec.vulkan_use()?;
-        let engine = engine.get_or_init(|| dmabridge::Engine::new(&dmabridge::EngineOptions::from_env()).map_err(|e| e.to_string()));
-        let request = dmabridge::ParticipantRequest::new(spec.name.as_str(), usage, dmabridge::Direction::Both);
-        match engine {
-            Ok(e) => e.participant(&request).map_err(|e| peer(e.to_string())),
-            Err(e) => Err(peer(format!("no Vulkan device: {e}"))),
-        }
-    })
+    let engine = || engine.get_or_init(|| dmabridge::Engine::new(&dmabridge::EngineOptions::from_env()).map_err(|e| e.to_string()));
+    let converter = std::cell::OnceCell::new();
+    negotiate::run_with(
+        args,
+        &|spec| {
+            if spec.kind != PeerKind::Vulkan {
+                return spec.load();
+            }
+            let peer = |reason: String| SpecError::Peer { participant: spec.name.clone(), kind: spec.kind, reason };
+            let usage = spec.vulkan_use()?;
+            let request = dmabridge::ParticipantRequest::new(spec.name.as_str(), usage, dmabridge::Direction::Both);
+            match engine() {
+                Ok(e) => e.participant(&request).map_err(|e| peer(e.to_string())),
+                Err(e) => Err(peer(format!("no Vulkan device: {e}"))),
+            }
+        },
+        &|c| {
+            let conv = converter.get_or_init(|| engine().clone().and_then(|e| dmabridge::Converter::new(&e).map_err(|e| e.to_string())));
+            let choice = conv.as_ref().map_err(|e| format!("no Vulkan device: {e}"))?.choose(c, None).map_err(|e| e.to_string())?;
+            Ok(choice.explain())
+        },
+    )
 }

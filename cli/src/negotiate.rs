@@ -15,13 +15,18 @@ use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 use dmabridge_cli::participants::{build_participants_with, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
-use dmabridge_interop::negotiate::{human, negotiate, Member, Participant, Report};
+use dmabridge_interop::negotiate::{human, negotiate, Member, Outcome, Participant, Report};
+use dmabridge_interop::tiling::FrameConversion;
+use dmabridge_interop::Fourcc;
 
 /// The arguments of `dmabridge negotiate`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct NegotiateArgs {
     /// Print the JSON document instead of a summary.
     pub json: bool,
+    /// Say where each conversion of a copy plan runs (the engine's cost model, measuring on
+    /// first use).
+    pub paths: bool,
     /// Participants as given, in command-line order: (kind, `NAME=VALUE`).
     pub participants: Vec<(PeerKind, String)>,
     /// `NAME:KEY=VALUE`, in command-line order.
@@ -74,6 +79,12 @@ impl Args for NegotiateArgs {
             .about("Reconcile participants' formats and constraints onto one buffer, or plan copies")
             .arg(Arg::new("json").long("json").action(ArgAction::SetTrue).help("print the JSON document"))
             .arg(
+                Arg::new("paths")
+                    .long("paths")
+                    .action(ArgAction::SetTrue)
+                    .help("say where each conversion of a copy plan runs (cpu, gpu, copy-commands), as the cost model measures"),
+            )
+            .arg(
                 Arg::new("constraint")
                     .long("constraint")
                     .value_name("NAME:KEY=VALUE")
@@ -109,6 +120,7 @@ impl FromArgMatches for NegotiateArgs {
         indexed.sort_by_key(|(i, _, _)| *i);
         Ok(NegotiateArgs {
             json: m.get_flag("json"),
+            paths: m.get_flag("paths"),
             participants: indexed.into_iter().map(|(_, k, v)| (k, v)).collect(),
             constraints: m
                 .get_many::<String>("constraint")
@@ -126,14 +138,16 @@ impl FromArgMatches for NegotiateArgs {
 /// not available). See [`run_with`] to supply the live Vulkan device.
 #[cfg_attr(not(test), allow(dead_code))]
 pub fn run(args: &NegotiateArgs) -> ExitCode {
-    run_with(args, &ParticipantSpec::load)
+    run_with(args, &ParticipantSpec::load, &|_| Err("no Vulkan device".into()))
 }
 
 /// Runs `dmabridge negotiate`, loading each participant through `load` (which can answer
 /// `--vulkan` from the engine and defer everything else to [`ParticipantSpec::load`]).
+/// With `--paths`, `path` names where a conversion runs (or why it cannot say).
 pub fn run_with(
     args: &NegotiateArgs,
     load: &dyn Fn(&ParticipantSpec) -> Result<Participant, SpecError>,
+    path: &dyn Fn(&FrameConversion) -> Result<String, String>,
 ) -> ExitCode {
     let parts =
         match parse(args).and_then(|(specs, cons)| build_participants_with(&specs, &cons, load)) {
@@ -152,11 +166,24 @@ pub fn run_with(
             return ExitCode::from(1);
         }
     };
-    let report = Report::new(&negotiation);
+    let mut report = Report::new(&negotiation);
+    let mut text = String::new();
+    if args.paths {
+        if let Outcome::Copy { plan, .. } = &negotiation.outcome {
+            let (w, h) = plan.cost_extent;
+            for (r, c) in report.conversions.iter_mut().zip(&plan.conversions) {
+                let from = plan.groups.get(c.from_group).map_or(Fourcc::NV12, |g| g.format.fourcc);
+                let (f, t) = c.kind.endpoints(from);
+                let runs_on = path(&FrameConversion::new(f, t, w, h)).unwrap_or_else(|e| format!("unknown ({e})"));
+                text += &format!("group {} -> group {} runs on: {runs_on}\n", r.from_group, r.to_group);
+                r.runs_on = Some(runs_on);
+            }
+        }
+    }
     let text = if args.json {
         report.to_json() + "\n"
     } else {
-        human(&negotiation)
+        human(&negotiation) + &text
     };
     // A closed stdout (`| head`) must not panic, as println! would.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());

@@ -94,6 +94,60 @@ fn the_device_participant_is_for_the_exact_use() {
     assert!(stderr.contains("\"gpu\"") && stderr.contains("compressed"), "{stderr}");
 }
 
+/// Issue #13: a decoder that writes tiled NV12 and a display that scans out RGB only share
+/// no format, so negotiation plans a copy through one fused conversion, and `dmabridge
+/// convert` runs exactly that conversion with the arguments the plan gives.
+#[test]
+fn a_tiled_decoder_and_an_rgb_display_get_a_copy_plan_that_convert_runs() {
+    use dmabridge::interop::tiling::{tile_to_vec, yuv_to_rgb_vec, ColourMatrix, ColourRange};
+    use dmabridge::interop::{Fourcc, TileLayout};
+    let cache = std::env::temp_dir().join(format!("dmabridge-cli-negotiate-{}-cache", std::process::id()));
+    let out = Command::new(env!("CARGO_BIN_EXE_dmabridge"))
+        .args(["negotiate", "--json", "--paths", "--v4l2", "decoder=NV12MT", "--drm-formats", "display=XR24,AR24"])
+        .env("DMABRIDGE_VALIDATION", "1")
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .expect("run dmabridge");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(v["outcome"], "copy", "{v}");
+    assert_eq!(v["groups"][0]["format"], "NV12");
+    assert_eq!(v["groups"][1]["format"], "XR24");
+    let c = &v["conversions"][0];
+    assert_eq!(c["steps"], serde_json::json!(["detile+yuv->rgb samsung-64x32 NV12 -> XR24 (fused)"]), "{c}");
+    let runs_on = c["runs_on"].as_str().expect("--paths names where it runs");
+    assert!(["path cpu", "path gpu", "path copy-commands"].iter().any(|p| runs_on.starts_with(p)), "{runs_on}");
+    let convert_args: Vec<&str> = c["convert"].as_str().expect("convert args").split(' ').collect();
+    assert_eq!(convert_args, ["--format", "NV12", "--from", "samsung-64x32", "--to", "linear", "--to-format", "XR24"]);
+
+    // Run the plan's conversion on a frame, and check it against the reference.
+    let (w, h) = (200u32, 90u32);
+    let linear = common::pattern((w * h + w * h.div_ceil(2)) as usize, 41);
+    let tiled = tile_to_vec(TileLayout::Samsung64x32, Fourcc::NV12, w, h, &linear).expect("tile");
+    let dir = std::env::temp_dir().join(format!("dmabridge-cli-negotiate-{}-plan", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let (input, output) = (dir.join("frame.tiled"), dir.join("frame.xr24"));
+    std::fs::write(&input, &tiled).expect("write");
+    let r = Command::new(env!("CARGO_BIN_EXE_dmabridge"))
+        .arg("convert")
+        .args(&convert_args)
+        .args(["--width", &w.to_string(), "--height", &h.to_string()])
+        .arg("--in")
+        .arg(&input)
+        .arg("--out")
+        .arg(&output)
+        .env("DMABRIDGE_VALIDATION", "1")
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .expect("run dmabridge convert");
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    let want = yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt709, ColourRange::Limited, w, h, &linear).expect("reference");
+    assert!(std::fs::read(&output).expect("output") == want, "the plan's conversion, run by convert, equals the reference");
+    let _ = std::fs::remove_dir_all(dir);
+    let _ = std::fs::remove_dir_all(cache);
+}
+
 #[test]
 fn bad_input_names_the_participant() {
     let (out, _) = negotiate(&["--vulkan", "gpu=bogus", "--drm-formats", "d=AR24"]);

@@ -15,13 +15,16 @@
 //!   processes, each optionally with a fence.
 //! - [`fd_count`]: the number of open fds, for leak accounting in tests and demos.
 //!
-//! No memfd or dma-buf is ever mapped here; everything is `fstat`, `fcntl`, `pread` and
-//! socket calls.
+//! - [`map`]: a read-only mapping of a checked, fixed-size plane, for the CPU copy path.
+//!
+//! Nothing else here maps a memfd or a dma-buf; everything else is `fstat`, `fcntl`,
+//! `pread` and socket calls.
 
 mod checks;
 mod descriptor;
 pub mod fd_kind;
 pub mod handoff;
+pub mod map;
 pub mod memfd;
 pub mod pread;
 pub mod wire;
@@ -31,6 +34,7 @@ pub use checks::{
     ImportFacts, ImportLimits, ImportOptions,
 };
 pub use fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, FileKind, NotFixedReason};
+pub use map::{MapError, PlaneMap};
 pub use memfd::{sealed_memfd, sealed_memfd_of_size, MemfdError, MEMFD_SEALS};
 pub use pread::{read_at, read_exact_at, ReadError};
 pub use descriptor::{

@@ -67,6 +67,29 @@ pub struct ReportConversion {
     pub from_group: usize,
     pub to_group: usize,
     pub kind: String,
+    /// Each step, in order (a fused step is one).
+    pub steps: Vec<String>,
+    /// The `dmabridge convert` arguments that run it on a frame (add `--width`, `--height`,
+    /// `--in`, `--out`).
+    pub convert: String,
+    /// Where it runs, as the engine's cost model says (`cpu`, `gpu`, `copy-commands`), when
+    /// the caller asked (`negotiate --paths`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub runs_on: Option<String>,
+}
+
+impl ReportConversion {
+    fn of(c: &super::copy_plan::Conversion, from: crate::Fourcc) -> Self {
+        let ((fl, f), (tl, t)) = c.kind.endpoints(from);
+        ReportConversion {
+            from_group: c.from_group,
+            to_group: c.to_group,
+            kind: c.kind.to_string(),
+            steps: c.kind.steps(from).iter().map(|s| s.to_string()).collect(),
+            convert: format!("--format {} --from {fl} --to {tl} --to-format {}", f.trimmed(), t.trimmed()),
+            runs_on: None,
+        }
+    }
 }
 
 fn group_of(a: &Allocation) -> ReportGroup {
@@ -122,10 +145,9 @@ impl Report {
                     conversions: plan
                         .conversions
                         .iter()
-                        .map(|c| ReportConversion {
-                            from_group: c.from_group,
-                            to_group: c.to_group,
-                            kind: c.kind.to_string(),
+                        .map(|c| {
+                            let from = plan.groups.get(c.from_group).map_or(crate::Fourcc::NV12, |g| g.format.fourcc);
+                            ReportConversion::of(c, from)
                         })
                         .collect(),
                     conflicts: conflicts.clone(),
@@ -240,6 +262,10 @@ pub fn human(n: &Negotiation) -> String {
                     "  group {} -> group {}: {}",
                     cv.from_group, cv.to_group, cv.kind
                 );
+                if let Some(g) = plan.groups.get(cv.from_group) {
+                    let r = ReportConversion::of(cv, g.format.fourcc);
+                    let _ = writeln!(s, "    run it: dmabridge convert {} --width W --height H --in FRAME --out OUT", r.convert);
+                }
             }
             conflicts(&mut s, "no single buffer, because:", c);
         }

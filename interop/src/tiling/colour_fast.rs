@@ -194,17 +194,7 @@ mod tests {
     use crate::tiling::colour::{yuv_to_rgb, RGB10_FORMATS, RGB8_FORMATS};
     use crate::tiling::{detile_to_vec, packed_planes};
 
-    fn pattern(n: usize, seed: u32) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                (x >> 24) as u8
-            })
-            .collect()
-    }
+    use crate::tiling::test_pattern as pattern;
 
     /// Every layout NV12 has, every RGB format, odd sizes, padded RGB rows, 1 and 3
     /// threads: the fused path writes what detile-then-reference writes.

@@ -66,6 +66,25 @@ pub fn tile_fast(
     Ok(g)
 }
 
+/// Detiles one plane `p` whose tiled bytes are `tiled` (from the plane's first byte, as a
+/// dma-buf plane is at its offset) into `dst` at `l`, on `threads` threads: the CPU copy
+/// path of a plane that lives in its own file or at its own offset.
+pub fn detile_plane_fast(p: &PlaneGeometry, tiled: &[u8], dst: &mut [u8], l: LinearPlane, threads: usize) -> Result<(), TilingError> {
+    if (tiled.len() as u64) < p.size {
+        return Err(TilingError::BufferTooSmall { what: "tiled plane", plane: 0, needed: p.size, got: tiled.len() as u64 });
+    }
+    let wb = u64::from(p.width_bytes);
+    if l.stride < wb {
+        return Err(TilingError::StrideTooSmall { plane: 0, stride: l.stride, row_bytes: wb });
+    }
+    let needed = u64::from(p.rows.saturating_sub(1)).saturating_mul(l.stride).saturating_add(l.offset).saturating_add(wb);
+    if needed > dst.len() as u64 {
+        return Err(TilingError::BufferTooSmall { what: "linear destination", plane: 0, needed, got: dst.len() as u64 });
+    }
+    plane_detile(p, &tiled[..p.size as usize], dst, l, threads);
+    Ok(())
+}
+
 /// Bands a thread's share must be a multiple of, so that its tiled region is contiguous.
 pub(super) fn band_quantum(p: &PlaneGeometry) -> u32 {
     if p.kind == AddressKind::SamsungZFlipZ {
@@ -417,17 +436,7 @@ mod tests {
     use super::*;
     use crate::tiling::{detile, packed_planes, tile, tiled_size};
 
-    fn pattern(n: usize, seed: u32) -> Vec<u8> {
-        let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-        (0..n)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                (x >> 24) as u8
-            })
-            .collect()
-    }
+    use crate::tiling::test_pattern as pattern;
 
     /// Every layout, odd and even sizes, padded strides and offsets, 1 to 3 threads: the
     /// fast path writes exactly what the reference writes, in both directions, and leaves

@@ -43,7 +43,7 @@ pub use address::{AddressKind, PlaneAddress};
 pub use colour::{rgb_to_nv12, rgb_to_nv12_vec, yuv_to_rgb, yuv_to_rgb_vec, ColourError, ColourMatrix, RgbPacking, RGB10_FORMATS, RGB8_FORMATS, ColourRange};
 pub use cpu::{detile, detile_to_vec, tile, tile_to_vec};
 pub use colour_fast::tiled_yuv_to_rgb_fast;
-pub use fast::{default_threads, detile_fast, tile_fast};
+pub use fast::{default_threads, detile_fast, detile_plane_fast, tile_fast};
 pub use frame::{FrameConversion, FrameConversionError, Step};
 pub use geometry::{packed_planes, tiled_size, PlaneGeometry, TiledGeometry};
 
@@ -101,4 +101,18 @@ pub(crate) fn alloc_output(what: &'static str, bytes: u64) -> Result<Vec<u8>, Ti
     out.try_reserve_exact(n).map_err(|_| TilingError::OutOfMemory { what, bytes })?;
     out.resize(n, 0);
     Ok(out)
+}
+
+/// Deterministic bytes for the unit tests of the conversion paths (xorshift: no dependency).
+#[cfg(test)]
+pub(crate) fn test_pattern(n: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 24) as u8
+        })
+        .collect()
 }

@@ -27,10 +27,15 @@ egl_ok() {
 pkg_ok() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
 PKGS=(libvulkan1 vulkan-validationlayers gcc libc6-dev libegl1 libgles2 glslc spirv-tools gstreamer1.0-tools gstreamer1.0-plugins-base)
+# The bench report's text (DejaVu, for the PNGs) and its check (headless Chromium renders
+# the page in the tests); without their recommends, which are a desktop's worth.
+LEAN=(fonts-dejavu-core chromium)
 missing=()
 for p in "${PKGS[@]}"; do pkg_ok "$p" || missing+=("$p"); done
+missing_lean=()
+for p in "${LEAN[@]}"; do pkg_ok "$p" || missing_lean+=("$p"); done
 
-if mesa_ok && egl_ok && [ ${#missing[@]} -eq 0 ]; then
+if mesa_ok && egl_ok && [ ${#missing[@]} -eq 0 ] && [ ${#missing_lean[@]} -eq 0 ]; then
     exit 0
 fi
 
@@ -45,11 +50,14 @@ Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 SRC
 fi
 
-echo "setup: installing Mesa lavapipe/EGL from bookworm-backports and ${missing[*]:-nothing else}" >&2
+echo "setup: installing Mesa lavapipe/EGL from bookworm-backports and ${missing[*]:-} ${missing_lean[*]:-}" >&2
 $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq -t bookworm-backports mesa-vulkan-drivers libegl-mesa0 libgl1-mesa-dri libgbm1 >/dev/null
 if [ ${#missing[@]} -gt 0 ]; then
     $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if [ ${#missing_lean[@]} -gt 0 ]; then
+    $SUDO apt-get install -y -qq --no-install-recommends "${missing_lean[@]}" >/dev/null
 fi
 
 mesa_ok || { echo "setup: mesa-vulkan-drivers is still older than 24.1" >&2; exit 1; }

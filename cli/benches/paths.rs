@@ -1,6 +1,9 @@
-//! The per-frame paths of `dmabridge bench` under criterion: zero-copy vs GPU copy vs CPU
-//! copy (one frame = handoff + cached import + barrier + first sample, plus the copy), the
-//! import cache's hit against a miss, the demo's negotiation, and one descriptor handoff.
+//! The cases of `dmabridge bench` under criterion, with the same names: the per-frame paths
+//! (`frame_path/zero-copy/AR24 3840x2160`: handoff + cached import + barrier + first sample,
+//! plus the copy), the 4K conversions (`convert/NV12 samsung-64x32 -> NV12`, on the path the
+//! cost model picks, as the bench runs them), the import cache's hit against a miss, the
+//! demo's negotiation, and one descriptor handoff. Criterion's HTML reports (with the change
+//! since the last run) land in `target/criterion/report/index.html`.
 //!
 //! `cargo bench -p dmabridge-cli --bench paths` (with the udmabuf emulation for the zero-copy entries:
 //! `source scripts/emulation.sh && with_udmabuf cargo bench -p dmabridge-cli --bench paths`).
@@ -41,6 +44,22 @@ fn paths(c: &mut Criterion, engine: &Engine) {
                 })
             });
         }
+    }
+    group.finish();
+}
+
+fn conversions(c: &mut Criterion, engine: &Engine) {
+    let Ok(conv) = dmabridge::Converter::new(engine) else { return };
+    let mut group = c.benchmark_group("convert");
+    group.sample_size(10);
+    for fc in bench::conversions(3840, 2160) {
+        let Ok(choice) = conv.choose(&fc, None) else { continue };
+        let Ok((in_size, out_size)) = fc.sizes() else { continue };
+        let input = vec![0x80u8; in_size as usize];
+        let mut out = vec![0u8; out_size as usize];
+        group.throughput(criterion::Throughput::Bytes(out_size));
+        let name = format!("{} {} -> {}", fc.from.trimmed(), fc.from_layout, fc.to.trimmed());
+        group.bench_function(name, |b| b.iter(|| conv.convert_frame_into(&fc, choice.path, &input, &mut out)));
     }
     group.finish();
 }
@@ -100,6 +119,7 @@ fn benches(c: &mut Criterion) {
         }
     };
     paths(c, &engine);
+    conversions(c, &engine);
     cache(c, &engine);
     negotiation_and_handoff(c, &engine);
 }

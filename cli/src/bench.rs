@@ -1,12 +1,16 @@
-//! `dmabridge bench [--json] [--quick]`: see `dmabridge_cli::demo::bench` for what each path's
-//! time covers. `--json` prints the contract JSON on stdout; otherwise a table, the ratios
-//! and a PNG plot (`--plot`, default bench-out/bench.png). A progress bar runs on stderr.
+//! `dmabridge bench [--json] [--quick] [--report DIR] [--compare OLD.json [NEW.json]]`: see
+//! `dmabridge_cli::demo::bench` for what each path's time covers. `--json` prints the
+//! contract JSON on stdout; otherwise a table, the ratios and a PNG plot (`--plot`, default
+//! bench-out/bench.png). `--report DIR` writes `DIR/index.html` (the page of
+//! `dmabridge_cli::demo::html_report`), `DIR/bench.json` and `DIR/bench.png`. `--compare`
+//! prints the change of every figure since OLD (and puts it in the report); with NEW as well,
+//! nothing is measured: the two files are compared. A progress bar runs on stderr.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use dmabridge_cli::demo::bench::{self, BenchOptions, BenchReport};
-use dmabridge_cli::demo::report::{write_plot, PlotPoint, PLOT_LEGEND};
+use dmabridge_cli::demo::report::{font, write_plot};
 use dmabridge::{Engine, EngineOptions};
 
 #[derive(clap::Args)]
@@ -20,6 +24,46 @@ pub struct BenchArgs {
     /// Where the plot goes (human output only).
     #[arg(long, default_value = "bench-out/bench.png")]
     plot: PathBuf,
+    /// Write a self-contained report (index.html, bench.json, bench.png) into this directory.
+    #[arg(long, value_name = "DIR")]
+    report: Option<PathBuf>,
+    /// Compare with an earlier run's JSON (and, given a second file, compare the two files
+    /// without measuring anything).
+    #[arg(long, value_name = "OLD.json [NEW.json]", num_args = 1..=2)]
+    compare: Vec<PathBuf>,
+}
+
+/// A bench JSON file, bounded (a report is a few kB; 16 MiB is far beyond any).
+fn load_json(path: &std::path::Path) -> Result<serde_json::Value, String> {
+    use std::io::Read;
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let mut text = String::new();
+    file.take(16 << 20).read_to_string(&mut text).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", path.display()))
+}
+
+/// The comparison (when asked) and the report (when asked) of the run `new`.
+fn finish(args: &BenchArgs, new: &serde_json::Value) -> Result<(), String> {
+    use dmabridge_cli::demo::html_report::{changes_text, compare, render, Figures};
+    let figures = Figures::from_json(new)?;
+    let changes = match args.compare.first() {
+        Some(old) => {
+            let old = Figures::from_json(&load_json(old)?)?;
+            let c = compare(&old, &figures);
+            eprint!("{}", changes_text(&c));
+            Some(c)
+        }
+        None => None,
+    };
+    if let Some(dir) = &args.report {
+        std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let json = serde_json::to_string_pretty(new).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("bench.json"), json).map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+        std::fs::write(dir.join("index.html"), render(&figures, "bench.json", changes.as_deref())).map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+        write_plot(&dir.join("bench.png"), &figures).map_err(|e| e.to_string())?;
+        eprintln!("report: {}", dir.join("index.html").display());
+    }
+    Ok(())
 }
 
 fn find<'a>(r: &'a BenchReport, path: &str, format: &str, w: u32) -> Option<&'a bench::PathResult> {
@@ -27,6 +71,23 @@ fn find<'a>(r: &'a BenchReport, path: &str, format: &str, w: u32) -> Option<&'a 
 }
 
 pub fn run(args: &BenchArgs) -> ExitCode {
+    if let [_, new] = args.compare.as_slice() {
+        // Two files: compare (and report) without measuring.
+        return match load_json(new).and_then(|v| finish(args, &v)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("dmabridge bench: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
+    if let Some(old) = args.compare.first() {
+        // Refuse a bad OLD before spending minutes measuring.
+        if let Err(e) = load_json(old).and_then(|v| dmabridge_cli::demo::html_report::Figures::from_json(&v).map(|_| ())) {
+            eprintln!("dmabridge bench: {e}");
+            return ExitCode::from(1);
+        }
+    }
     let engine = match Engine::new(&EngineOptions::from_env()) {
         Ok(e) => e,
         Err(e) => {
@@ -60,14 +121,19 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     for n in &report.notes {
         eprintln!("note: {n}");
     }
-    if args.json {
-        match serde_json::to_string(&report) {
-            Ok(s) => println!("{s}"),
-            Err(e) => {
-                eprintln!("dmabridge bench: {e}");
-                return ExitCode::from(1);
-            }
+    let value = match serde_json::to_value(&report) {
+        Ok(v) => v,
+        Err(e) => {
+            eprintln!("dmabridge bench: {e}");
+            return ExitCode::from(1);
         }
+    };
+    if let Err(e) = finish(args, &value) {
+        eprintln!("dmabridge bench: {e}");
+        return ExitCode::from(1);
+    }
+    if args.json {
+        println!("{value}");
         return crate::exit_status(&engine);
     }
 
@@ -123,24 +189,17 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         }
     }
 
-    let points: Vec<PlotPoint> = report
-        .results
-        .iter()
-        .map(|r| PlotPoint {
-            path: bench::PATHS.iter().position(|p| *p == r.path).unwrap_or(0),
-            nv12: r.format == "NV12",
-            megapixels: r.width as f64 * r.height as f64 / 1e6,
-            us: r.us_per_frame,
-        })
-        .collect();
-    let detile: Vec<f64> = report.convert.iter().map(|c| c.gbps).collect();
     if let Some(dir) = args.plot.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::create_dir_all(dir);
     }
-    match write_plot(&args.plot, &points, report.memcpy_gbps, &detile) {
+    let plotted = dmabridge_cli::demo::html_report::Figures::from_json(&value).map_err(|e| e.to_string()).and_then(|f| write_plot(&args.plot, &f).map_err(|e| e.to_string()));
+    match plotted {
         Ok(()) => {
             println!();
-            println!("plot: {} ({PLOT_LEGEND})", args.plot.display());
+            println!("plot: {}", args.plot.display());
+            if let Err(why) = font() {
+                println!("(drawn without text: {why})");
+            }
         }
         Err(e) => eprintln!("dmabridge bench: {e}"),
     }

@@ -56,6 +56,8 @@ pub struct PathResult {
     pub height: u32,
     pub us_per_frame: f64,
     pub gbps: f64,
+    /// The batches' interquartile range relative to their median.
+    pub spread: f64,
 }
 
 /// One measured frame conversion, on the path the cost model chose.
@@ -81,13 +83,19 @@ pub struct ConvertResult {
     pub gstreamer_gbps: Option<f64>,
     /// `gbps / gstreamer_gbps`.
     pub vs_gstreamer: Option<f64>,
+    /// The repetitions' interquartile range relative to their median.
+    pub spread: f64,
 }
 
 /// The whole report; serialises to exactly the contract's JSON.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
     pub device: String,
+    /// The machine: device, driver, CPU, kernel.
+    pub system: super::html_report::SystemInfo,
     pub memcpy_gbps: f64,
+    /// The memcpy samples' interquartile range relative to their median.
+    pub memcpy_spread: f64,
     pub results: Vec<PathResult>,
     pub convert: Vec<ConvertResult>,
     pub negotiate_us: f64,
@@ -136,8 +144,19 @@ fn median(v: &mut [f64]) -> f64 {
     v[v.len() / 2]
 }
 
+/// The noise of a sample: its interquartile range relative to its median (0 for fewer than
+/// two samples). What `--compare` widens its band by.
+fn spread(v: &mut [f64]) -> f64 {
+    let m = median(v);
+    if v.len() < 2 || m <= 0.0 {
+        return 0.0;
+    }
+    let q = |f: f64| v[((v.len() - 1) as f64 * f).round() as usize];
+    (q(0.75) - q(0.25)) / m
+}
+
 /// memcpy bandwidth: a 4K AR24 frame's worth of bytes, copied several times, GB/s of bytes copied.
-pub fn memcpy_gbps(quick: bool) -> f64 {
+pub fn memcpy_gbps(quick: bool) -> (f64, f64) {
     let len = 3840 * 2160 * 4;
     let src = vec![0x5au8; len];
     let mut dst = vec![0u8; len];
@@ -150,7 +169,7 @@ pub fn memcpy_gbps(quick: bool) -> f64 {
             len as f64 / t.elapsed().as_secs_f64() / 1e9
         })
         .collect();
-    median(&mut samples)
+    (median(&mut samples), spread(&mut samples))
 }
 
 /// A frame source: a linear dma-buf of `fourcc` (exported where the device can, else a memfd).
@@ -420,6 +439,7 @@ fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, op
         other => return Err(DemoError::Unavailable(format!("unknown path {other}"))),
     }
     let us = median(&mut batches);
+    let noise = spread(&mut batches);
     Ok(Some(PathResult {
         path: PATHS.iter().copied().find(|p| *p == path).unwrap_or("zero-copy"),
         format: fourcc.trimmed(),
@@ -427,6 +447,7 @@ fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, op
         height: h,
         us_per_frame: us,
         gbps: if us > 0.0 { source.bytes as f64 / us / 1e3 } else { 0.0 },
+        spread: noise,
     }))
 }
 
@@ -500,7 +521,7 @@ fn gst_case(c: &FrameConversion) -> Option<GstCase> {
 /// Output GB/s of `c` on the path the engine's cost model picks (measuring the candidates
 /// the first time), into a reused output buffer, from a frame in memory: the median of
 /// `reps` runs after one warm-up.
-pub fn convert_gbps(conv: &dmabridge::Converter, c: &FrameConversion, reps: usize) -> Result<(f64, dmabridge::Choice, Vec<u8>), dmabridge::ConvertError> {
+pub fn convert_gbps(conv: &dmabridge::Converter, c: &FrameConversion, reps: usize) -> Result<(f64, f64, dmabridge::Choice, Vec<u8>), dmabridge::ConvertError> {
     let choice = conv.choose(c, None)?;
     let (in_size, out_size) = c.sizes()?;
     // A frame with content (a constant frame could flatter a branchy path).
@@ -513,14 +534,14 @@ pub fn convert_gbps(conv: &dmabridge::Converter, c: &FrameConversion, reps: usiz
         conv.convert_frame_into(c, choice.path, &input, &mut out)?;
         samples.push(out_size as f64 / t.elapsed().as_secs_f64() / 1e9);
     }
-    Ok((median(&mut samples), choice, input))
+    Ok((median(&mut samples), spread(&mut samples), choice, input))
 }
 
 /// Runs everything, calling `progress` with a label before each step.
 pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<BenchReport, DemoError> {
     let mut notes = Vec::new();
     progress("memcpy baseline");
-    let memcpy = memcpy_gbps(opts.quick);
+    let (memcpy, memcpy_spread) = memcpy_gbps(opts.quick);
     let mut results = Vec::new();
     for &(w, h) in opts.sizes() {
         for fourcc in FORMATS {
@@ -551,7 +572,7 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
     }
     for c in conversions(3840, 2160) {
         progress(&format!("convert {c}"));
-        let (gbps, choice, input) = match convert_gbps(&conv, &c, if opts.quick { 3 } else { 8 }) {
+        let (gbps, noise, choice, input) = match convert_gbps(&conv, &c, if opts.quick { 3 } else { 8 }) {
             Ok(r) => r,
             Err(e) => {
                 notes.push(format!("convert {c}: {e}"));
@@ -579,11 +600,14 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
             candidates: choice.candidates,
             gstreamer_gbps,
             vs_gstreamer: gstreamer_gbps.map(|g| gbps / g),
+            spread: noise,
         });
     }
     Ok(BenchReport {
         device: engine.info().name.clone(),
+        system: super::html_report::SystemInfo::collect(engine),
         memcpy_gbps: memcpy,
+        memcpy_spread,
         results,
         convert,
         negotiate_us: negotiate,

@@ -17,7 +17,7 @@ use dmabridge_interop::{FormatSet, Fourcc};
 
 use super::control::{recv_msg, send_msg, ConsumerReport, Mismatch, Peer, ToConsumer, ToProducer, WireParticipant};
 use super::producer::{dispatch, read_u32, wire_formats};
-use super::report::{write_contact_sheet, Thumb};
+use super::report::{write_contact_sheet, SheetRow, Thumb};
 use super::{DemoError, Mode, Percentiles, COMPOSITE_SPV, DEMO_FORMATS, FRAME_TIMEOUT};
 
 /// Buffers the consumer may hold at once (the one it composites, one queued).
@@ -68,7 +68,7 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool, pee
             },
         },
     )?;
-    let mut thumbs: Vec<(Mode, Vec<Thumb>)> = Vec::new();
+    let mut thumbs: Vec<SheetRow> = Vec::new();
     let out_dir = {
         let sum = GpuBuffer::new(&engine, 8, BufferLocation::Readback)?;
         loop {
@@ -94,7 +94,8 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool, pee
                     drop(composite);
                     drop(sampler);
                     let timing = Percentiles::of(&report.frame_us);
-                    thumbs.push((mode, mode_thumbs));
+                    let label = format!("{} {} {width}x{height}: {:.0} µs/frame median, {}/{frames} frames verified", mode.name(), fourcc.trimmed(), timing.median, report.verified);
+                    thumbs.push(SheetRow { mode, label, thumbs: mode_thumbs });
                     send_msg(control, peer, &ToProducer::ModeDone { report, timing })?;
                 }
                 ToConsumer::Bye { out_dir } => break out_dir,
@@ -102,7 +103,7 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool, pee
             }
         }
     };
-    let sheet = if thumbs.iter().any(|(_, t)| !t.is_empty()) {
+    let sheet = if thumbs.iter().any(|r| !r.thumbs.is_empty()) {
         let path = PathBuf::from(&out_dir).join("contact_sheet.png");
         write_contact_sheet(&path, &thumbs)?;
         Some(path.to_string_lossy().into_owned())
@@ -202,7 +203,7 @@ impl ModeCtx<'_> {
                     report.mismatches.push(Mismatch { frame: index, expected: checksum, got });
                 }
                 if sample {
-                    thumbs.push(Thumb::from_rgba(out.bytes()?, w, h));
+                    thumbs.push(Thumb::from_rgba(out.bytes()?, w, h, index, got == checksum));
                 }
                 send_release(self.buffers, id).map_err(|e| self.peer.handoff_error(e))?;
                 if cache.stats().evictions != 0 {

@@ -58,6 +58,7 @@ pub mod command;
 pub mod consumer;
 pub mod control;
 pub mod gst_baseline;
+pub mod html_report;
 pub mod producer;
 pub mod report;
 

@@ -51,7 +51,16 @@ fn the_report_parses_and_its_charts_are_labelled() {
     let stderr = String::from_utf8_lossy(&r.stderr);
     assert!(stderr.contains("+0.0%") && !stderr.contains("SLOWER") && !stderr.contains("FASTER"), "{stderr}");
     assert!(!html.contains("class=\"flag\""));
-    assert!(d.join("bench.json").exists() && d.join("bench.png").exists());
+    assert!(d.join("bench.json").exists());
+    // The PNG carries its titles: dark pixels in the strip above the charts, where there is
+    // nothing but the caption (without a font that strip is white).
+    let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(d.join("bench.png")).expect("bench.png")));
+    let mut reader = decoder.read_info().expect("png");
+    let mut buf = vec![0u8; reader.output_buffer_size()];
+    let info = reader.next_frame(&mut buf).expect("frame");
+    let row = info.line_size;
+    let dark = (4..30).flat_map(|y| buf[y * row..(y + 1) * row].chunks_exact(3)).filter(|p| p.iter().all(|c| *c < 90)).count();
+    assert!(dark > 200, "the plot's caption is missing: {dark} dark pixels");
     let _ = std::fs::remove_dir_all(d);
 }
 

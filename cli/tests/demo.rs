@@ -308,7 +308,10 @@ fn bench_json_follows_the_contract() {
     let v: Value = serde_json::from_slice(&o.stdout).expect("stdout is one JSON document");
     let mut keys: Vec<&str> = v.as_object().expect("an object").keys().map(String::as_str).collect();
     keys.sort_unstable();
-    assert_eq!(keys, ["convert", "device", "handoff_us", "memcpy_gbps", "negotiate_us", "results"]);
+    assert_eq!(keys, ["convert", "device", "handoff_us", "memcpy_gbps", "memcpy_spread", "negotiate_us", "results", "system"]);
+    for k in ["device", "driver", "cpu", "kernel"] {
+        assert!(v["system"][k].as_str().is_some_and(|s| !s.is_empty()), "system.{k}: {}", v["system"]);
+    }
     assert!(v["device"].as_str().is_some_and(|d| !d.is_empty()));
     for k in ["memcpy_gbps", "negotiate_us", "handoff_us"] {
         assert!(v[k].as_f64().is_some_and(|x| x > 0.0), "{k}: {}", v[k]);
@@ -320,7 +323,7 @@ fn bench_json_follows_the_contract() {
     for r in results {
         let mut k: Vec<&str> = r.as_object().expect("entry").keys().map(String::as_str).collect();
         k.sort_unstable();
-        assert_eq!(k, ["format", "gbps", "height", "path", "us_per_frame", "width"]);
+        assert_eq!(k, ["format", "gbps", "height", "path", "spread", "us_per_frame", "width"]);
         assert!(["zero-copy", "copy-gpu", "copy-cpu"].contains(&r["path"].as_str().unwrap_or("")), "{r}");
         assert!(["AR24", "NV12"].contains(&r["format"].as_str().unwrap_or("")), "{r}");
         assert!(r["us_per_frame"].as_f64().is_some_and(|x| x > 0.0), "{r}");
@@ -337,6 +340,16 @@ fn bench_json_follows_the_contract() {
         convert.iter().any(|c| c["layout"] == "samsung-64x32" && c["format"] == "NV12" && c["width"] == 3840 && c["height"] == 2160),
         "{v:#}"
     );
+    for c in convert {
+        assert!(["cpu", "gpu", "copy-commands"].contains(&c["path"].as_str().unwrap_or("")), "{c}");
+        assert!(c["candidates"].as_array().is_some_and(|a| a.len() >= 2), "the cost model measured each candidate: {c}");
+        // vs_gstreamer is there exactly when GStreamer was measured, and is the ratio.
+        match (c["gstreamer_gbps"].as_f64(), c["vs_gstreamer"].as_f64()) {
+            (Some(g), Some(vs)) => assert!((vs - c["gbps"].as_f64().unwrap_or(0.0) / g).abs() < 1e-9, "{c}"),
+            (None, None) => {}
+            other => panic!("gstreamer_gbps and vs_gstreamer disagree: {other:?} in {c}"),
+        }
+    }
 }
 
 #[test]

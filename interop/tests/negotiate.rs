@@ -696,7 +696,7 @@ fn samsung_tiled_decoder_to_linear_display_is_a_detile_copy() {
     let r = Report::new(&n);
     assert_eq!(r.exit_code(), 0);
     let json = r.to_json();
-    assert!(json.starts_with(r#"{"outcome":"copy","format":"NV12","modifiers":["0x0400000000000001"],"implicit":false,"buffers":1,"alignment":1,"groups":[{"participants":["dec"],"format":"NV12","modifiers":["0x0400000000000001"],"sync":"cpu-wait"},{"participants":["display"],"format":"NV12","modifiers":["0x0000000000000000"],"sync":"cpu-wait"}],"conversions":[{"from_group":0,"to_group":1,"kind":"detile samsung-64x32 -> linear"}],"conflicts":[{"#), "{json}");
+    assert!(json.starts_with(r#"{"outcome":"copy","format":"NV12","modifiers":["0x0400000000000001"],"implicit":false,"buffers":1,"alignment":1,"groups":[{"participants":["dec"],"format":"NV12","modifiers":["0x0400000000000001"],"sync":"cpu-wait"},{"participants":["display"],"format":"NV12","modifiers":["0x0000000000000000"],"sync":"cpu-wait"}],"conversions":[{"from_group":0,"to_group":1,"kind":"detile samsung-64x32 -> linear","steps":["detile samsung-64x32 -> linear"],"convert":"--format NV12 --from samsung-64x32 --to linear --to-format NV12"}],"conflicts":[{"#), "{json}");
 }
 
 #[test]

@@ -10,7 +10,8 @@
 //! the copy fallback has a fused path; [`ConversionKind::steps`] names them. The cost of a
 //! conversion is the bytes it reads plus the bytes it writes per frame, with tile padding
 //! (`tiling::tiled_size`, which is `format_info`'s packed size for linear), at the largest
-//! extent everyone accepts (capped at 16384 per side, so that sizes cannot overflow). The cheapest plan wins; ties go
+//! extent everyone accepts (capped at 16384 per side, so that sizes cannot overflow). A
+//! group is fed without a colour conversion wherever one that keeps the pixels exists. The cheapest plan wins; ties go
 //! to fewer groups, then to the first found (participants stay with earlier ones).
 //!
 //! Each group is pinned to one explicit format: a conversion must know the layout it
@@ -301,7 +302,10 @@ fn cheapest_edge(
                 let kind = ConversionKind::between(src, t)?;
                 Some((t, kind, src_bytes.saturating_add(bytes), rank))
             })
-            .min_by_key(|(_, _, cost, rank)| (*cost, *rank))
+            // A colour conversion changes the pixels (subsampling, rounding): it is taken
+            // only where no conversion that keeps them can feed the group, however few bytes
+            // it would move.
+            .min_by_key(|(t, _, cost, rank)| (t.fourcc != src.fourcc, *cost, *rank))
             .map(|(t, k, c, _)| (t, k, c))
     })
 }

@@ -94,7 +94,7 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool, pee
                     drop(composite);
                     drop(sampler);
                     let timing = Percentiles::of(&report.frame_us);
-                    let label = format!("{} {} {width}x{height}: {:.0} µs/frame median, {}/{frames} frames verified", mode.name(), fourcc.trimmed(), timing.median, report.verified);
+                    let label = format!("{} {} {width}x{height}: consumer {:.0} µs/frame median, {}/{frames} frames verified", mode.name(), fourcc.trimmed(), timing.median, report.verified);
                     thumbs.push(SheetRow { mode, label, thumbs: mode_thumbs });
                     send_msg(control, peer, &ToProducer::ModeDone { report, timing })?;
                 }

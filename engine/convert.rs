@@ -341,6 +341,43 @@ impl Converter {
         Ok(())
     }
 
+    /// Records NV12/P010 in `layout` (`src` holds the tiled buffer from `tiled_base`, planes
+    /// as the tiled-buffer conventions place them; linear: packed planes) -> RGB format `to`
+    /// into `dst` at `rgb` (offset and stride multiples of 4): detile and colour conversion in
+    /// one dispatch, in a command buffer the host owns and submits. The buffers' own uses are
+    /// the caller's to track.
+    ///
+    /// # Safety
+    /// - `cmd` is a command buffer of this converter's engine's device, recording, to be
+    ///   submitted on the engine's queue family with a submission that signals `until`;
+    /// - both buffers have STORAGE_BUFFER usage and outlive that submission (their sizes are
+    ///   checked here).
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn record_yuv_to_rgb(
+        &self,
+        cmd: vk::CommandBuffer,
+        (layout, from, to): (TileLayout, Fourcc, Fourcc),
+        (matrix, range): (ColourMatrix, ColourRange),
+        (width, height): (u32, u32),
+        (src, tiled_base): (&dyn ConversionBuffer, u64),
+        (dst, rgb): (&dyn ConversionBuffer, LinearPlane),
+        until: Completion,
+    ) -> Result<(), ConvertError> {
+        let g = tiled_size(layout, from, width, height)?;
+        need(&format!("{layout} {from} {width}x{height} source"), tiled_base.saturating_add(g.size), src.byte_len())?;
+        let row = u64::from(width) * 4;
+        let end = rgb.stride.saturating_mul(u64::from(height).saturating_sub(1)).saturating_add(rgb.offset).saturating_add(row);
+        need(&format!("{to} {width}x{height} destination"), end, dst.byte_len())?;
+        let d = tiled_yuv_to_rgb_dispatch(layout, from, to, matrix, range, width, height, tiled_base, rgb)?;
+        let ctx = self.take_context()?;
+        let result = self.set(&ctx, &self.colour, &[src.vk_buffer(), src.vk_buffer(), dst.vk_buffer()]).and_then(|set| {
+            // SAFETY: the caller's contract; the buffers hold the frame (checked above).
+            unsafe { self.record(cmd, &self.colour, set, &[d], until) }
+        });
+        self.return_context(ctx, until);
+        result
+    }
+
     /// Records the conversion of every plane between a tiled buffer (`tiled`, starting at
     /// `tiled_base`) and a linear one (`linear`, planes at `planes`): copy commands where the
     /// layout's tiles are wide row-major blocks (see `copy_blocks`), the compute shader

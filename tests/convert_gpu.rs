@@ -152,6 +152,57 @@ fn every_path_agrees_on_tiled_yuv_to_every_rgb_format() {
     common::assert_clean(&engine);
 }
 
+/// The fused detile+colour shader recorded into a command buffer the caller submits (here the
+/// engine's own submit, standing in for a host's): the same bytes as the CPU reference, and
+/// a destination too small for the frame is a typed error before anything is recorded.
+#[test]
+fn the_fused_conversion_records_into_the_callers_command_buffer() {
+    use dmabridge::{BufferLocation, GpuBuffer, SubmitOptions};
+    let engine = common::engine();
+    let conv = Converter::new(&engine).expect("pipelines");
+    let (w, h) = (200u32, 90u32);
+    let layout = TileLayout::Samsung64x32;
+    let g = tiled_size(layout, Fourcc::NV12, w, h).expect("g");
+    let tiled = common::pattern(g.size as usize, 61);
+    let linear = tiling::detile_to_vec(layout, Fourcc::NV12, w, h, &tiled).expect("detile");
+    let want = tiling::yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XBGR8888, ColourMatrix::Bt709, ColourRange::Limited, w, h, &linear).expect("reference");
+    // The tiled frame 256 bytes into its buffer, the RGB rows padded to 1024 bytes.
+    let mut src_bytes = vec![0u8; 256];
+    src_bytes.extend_from_slice(&tiled);
+    let src = GpuBuffer::from_bytes(&engine, &src_bytes).expect("src");
+    let rgb = tiling::LinearPlane { offset: 64, stride: 1024 };
+    let dst = GpuBuffer::new(&engine, 64 + 1024 * h as u64, BufferLocation::Readback).expect("dst");
+    let (_, done) = engine
+        .submit(SubmitOptions::default(), |cmd, until| {
+            // SAFETY: the engine's own command buffer, recording, submitted with `until`;
+            // both buffers are tracked below and outlive the wait.
+            let r = unsafe {
+                conv.record_yuv_to_rgb(cmd, (layout, Fourcc::NV12, Fourcc::XBGR8888), (ColourMatrix::Bt709, ColourRange::Limited), (w, h), (&src, 256), (&dst, rgb), until)
+            };
+            src.track(until);
+            dst.track(until);
+            r
+        })
+        .expect("record");
+    done.wait(dmabridge::READBACK_TIMEOUT).expect("wait");
+    let out = dst.bytes().expect("idle");
+    for y in 0..h as usize {
+        let row = &out[64 + y * 1024..64 + y * 1024 + w as usize * 4];
+        assert!(row == &want[y * w as usize * 4..(y + 1) * w as usize * 4], "row {y}");
+    }
+    let small = GpuBuffer::new(&engine, 1024, BufferLocation::Readback).expect("small");
+    let (refused, nothing) = engine.submit(SubmitOptions::default(), |cmd, until| {
+        // SAFETY: as above.
+        let r = unsafe { conv.record_yuv_to_rgb(cmd, (layout, Fourcc::NV12, Fourcc::XBGR8888), (ColourMatrix::Bt709, ColourRange::Limited), (w, h), (&src, 256), (&small, rgb), until) };
+        Ok::<_, ConvertError>(r)
+    }).expect("submit");
+    assert!(matches!(refused, Err(ConvertError::InputSize { .. })), "{refused:?}");
+    nothing.wait(dmabridge::READBACK_TIMEOUT).expect("an empty submission completes");
+    drop((src, dst, small));
+    drop(conv);
+    common::assert_clean(&engine);
+}
+
 /// The model measures once per combination and size class, then answers from what it
 /// measured; a forced path (per call, or for the whole engine) wins over it.
 #[test]

@@ -26,12 +26,20 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 # rustc never run under it.
 cargo test --workspace --all-targets --no-run --quiet
 
-# The examples embedders copy from, run as they are documented, with validation on.
+# The C ABI (libdmabridge.so, include/dmabridge.h) and the C program that tests it.
+cargo build -p dmabridge-capi --quiet
+mkdir -p target/c
+gcc -Wall -Wextra -Werror -Iinclude tests/c/capi_test.c -Ltarget/debug -ldmabridge -o target/c/capi_test
+
+# The examples embedders copy from, run as they are documented, with validation on; and
+# the C program, under the validation layer too.
 run_examples() {
     for example in embed_host_device video_pipeline; do
         echo "--- example $example"
         DMABRIDGE_VALIDATION=1 "$@" "target/debug/examples/$example"
     done
+    echo "--- C ABI (tests/c/capi_test.c)"
+    DMABRIDGE_VALIDATION=1 LD_LIBRARY_PATH="$PWD/target/debug" "$@" target/c/capi_test
 }
 
 echo "=== configuration 1/2: plain lavapipe (no udmabuf) ==="

@@ -1,0 +1,398 @@
+//! dmabridge's C ABI: `libdmabridge.so` and `include/dmabridge.h`, for the C video engines
+//! (FFmpeg, GStreamer elements, players) that cannot call Rust.
+//!
+//! The frame descriptor is shaped like FFmpeg's `AVDRMFrameDescriptor` (objects = fds with a
+//! size and a modifier; planes = object index, offset, pitch), so an `AVFrame` of
+//! `AV_PIX_FMT_DRM_PRIME` maps onto it field for field.
+//!
+//! Contract of every function:
+//! - No Rust panic crosses the boundary: each body runs under `catch_unwind`; a panic
+//!   returns `DMB_ERR_DEVICE` with the message in `dmb_last_error`.
+//! - Null pointers, negative or closed fds, counts out of range and frames the layout checks
+//!   refuse return `DMB_ERR_INVALID` with a message; nothing is read through a bad pointer.
+//! - fds in a `dmb_frame` are borrowed: dmabridge dups what it keeps and never closes the
+//!   caller's.
+//! - `dmb_last_error` is per thread and stays valid until that thread's next call.
+#![deny(unsafe_op_in_unsafe_fn)]
+#![deny(clippy::undocumented_unsafe_blocks)]
+#![allow(non_camel_case_types)]
+
+use std::cell::RefCell;
+use std::ffi::{c_char, c_int, CStr, CString};
+use std::os::fd::BorrowedFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use dmabridge::ash::vk;
+use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
+use dmabridge::interop::negotiate::{negotiate, Member, Report};
+use dmabridge::interop::tiling::FrameConversion;
+use dmabridge::interop::{Fourcc, Layout, Modifier, TileLayout};
+use dmabridge::{Converter, Engine, EngineOptions, ImportError, ImportedImage};
+use dmabridge_cli::participants::{build_participants_with, ConstraintSpec, ParticipantSpec, PeerKind};
+
+/// What every function returns.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum dmb_status {
+    DMB_OK = 0,
+    /// Bad input: a null pointer, a bad fd, a layout the checks refuse.
+    DMB_ERR_INVALID = 1,
+    /// Valid, but no way exists (a negotiation with no outcome, a conversion with no path).
+    DMB_ERR_IMPOSSIBLE = 2,
+    /// This device cannot do it (no DMA_BUF import, a format without a Vulkan mapping).
+    DMB_ERR_UNSUPPORTED = 3,
+    /// The device failed, or dmabridge did (a caught panic).
+    DMB_ERR_DEVICE = 4,
+}
+
+use dmb_status::*;
+
+/// `AVDRMObjectDescriptor`: one fd.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct dmb_object {
+    pub fd: c_int,
+    pub size: u64,
+    pub format_modifier: u64,
+}
+
+/// `AVDRMPlaneDescriptor`: where a plane lies in an object.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct dmb_plane {
+    pub object_index: c_int,
+    pub offset: u64,
+    pub pitch: u64,
+}
+
+/// A frame: the format, the extent, its objects and its planes.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct dmb_frame {
+    pub drm_format: u32,
+    pub width: u32,
+    pub height: u32,
+    pub nb_objects: c_int,
+    pub objects: [dmb_object; 4],
+    pub nb_planes: c_int,
+    pub planes: [dmb_plane; 4],
+}
+
+/// An engine: a Vulkan device, and the conversion pipelines made on first use.
+pub struct dmb_engine {
+    engine: Engine,
+    converter: Option<Converter>,
+}
+
+/// An imported frame.
+pub struct dmb_image {
+    image: ImportedImage,
+}
+
+thread_local! {
+    static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
+}
+
+fn set_error(message: &str) {
+    // An interior NUL would truncate the message; keep what precedes it.
+    let clean: String = message.chars().take_while(|c| *c != '\0').collect();
+    LAST_ERROR.with(|e| *e.borrow_mut() = CString::new(clean).unwrap_or_default());
+}
+
+/// Runs `body`, turning an `Err` into its status and message and a panic into
+/// `DMB_ERR_DEVICE`.
+fn guard(body: impl FnOnce() -> Result<(), (dmb_status, String)>) -> dmb_status {
+    match catch_unwind(AssertUnwindSafe(body)) {
+        Ok(Ok(())) => {
+            set_error("");
+            DMB_OK
+        }
+        Ok(Err((status, message))) => {
+            set_error(&message);
+            status
+        }
+        Err(panic) => {
+            let what = panic.downcast_ref::<&str>().map(|s| (*s).to_owned()).or_else(|| panic.downcast_ref::<String>().cloned()).unwrap_or_default();
+            set_error(&format!("internal error (a panic, caught at the C boundary): {what}"));
+            DMB_ERR_DEVICE
+        }
+    }
+}
+
+fn invalid(message: impl Into<String>) -> (dmb_status, String) {
+    (DMB_ERR_INVALID, message.into())
+}
+
+/// This thread's last error message ("" after a success). Valid until this thread's next
+/// dmabridge call; never null.
+#[no_mangle]
+pub extern "C" fn dmb_last_error() -> *const c_char {
+    LAST_ERROR.with(|e| e.borrow().as_ptr())
+}
+
+/// A new engine on the best Vulkan device (`DMABRIDGE_DEVICE` picks another,
+/// `DMABRIDGE_VALIDATION=1` turns the validation layer on).
+///
+/// # Safety
+/// `out` is null or points to writable storage for one pointer.
+#[no_mangle]
+pub unsafe extern "C" fn dmb_engine_new(out: *mut *mut dmb_engine) -> dmb_status {
+    guard(|| {
+        if out.is_null() {
+            return Err(invalid("out is null"));
+        }
+        let engine = Engine::new(&EngineOptions::from_env()).map_err(|e| (DMB_ERR_DEVICE, e.to_string()))?;
+        let boxed = Box::into_raw(Box::new(dmb_engine { engine, converter: None }));
+        // SAFETY: `out` is non-null and writable (the caller's contract).
+        unsafe { *out = boxed };
+        Ok(())
+    })
+}
+
+/// Frees an engine (null is ignored). Images made from it keep the device alive until they
+/// are freed too.
+///
+/// # Safety
+/// `e` is null or came from `dmb_engine_new` and is not used again.
+#[no_mangle]
+pub unsafe extern "C" fn dmb_engine_free(e: *mut dmb_engine) {
+    if !e.is_null() {
+        // SAFETY: made by Box::into_raw in dmb_engine_new; the caller gives it up.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(e) })));
+    }
+}
+
+/// The number of warnings and errors the validation layer reported on this engine's device
+/// (0 when validation is off: `DMABRIDGE_VALIDATION=1` turns it on), or -1 for a null engine.
+///
+/// # Safety
+/// `e` is null or came from `dmb_engine_new`.
+#[no_mangle]
+pub unsafe extern "C" fn dmb_engine_validation_problems(e: *const dmb_engine) -> c_int {
+    if e.is_null() {
+        return -1;
+    }
+    // SAFETY: non-null and valid (the caller's contract).
+    let e = unsafe { &*e };
+    catch_unwind(AssertUnwindSafe(|| e.engine.validation().map_or(0, |v| v.problems().len()))).map_or(-1, |n| c_int::try_from(n).unwrap_or(c_int::MAX))
+}
+
+/// Frees a string dmabridge returned (null is ignored).
+///
+/// # Safety
+/// `s` is null or came from a dmabridge function and is not used again.
+#[no_mangle]
+pub unsafe extern "C" fn dmb_string_free(s: *mut c_char) {
+    if !s.is_null() {
+        // SAFETY: made by CString::into_raw in dmabridge; the caller gives it up.
+        drop(unsafe { CString::from_raw(s) });
+    }
+}
+
+/// The C strings `args[0..nargs]`, or why not.
+///
+/// # Safety
+/// As [`dmb_negotiate_json`].
+unsafe fn strings(args: *const *const c_char, nargs: usize) -> Result<Vec<String>, (dmb_status, String)> {
+    if nargs > 4096 {
+        return Err(invalid(format!("{nargs} arguments; at most 4096")));
+    }
+    if args.is_null() && nargs > 0 {
+        return Err(invalid("args is null"));
+    }
+    (0..nargs)
+        .map(|i| {
+            // SAFETY: args holds nargs pointers (the caller's contract).
+            let p = unsafe { *args.add(i) };
+            if p.is_null() {
+                return Err(invalid(format!("argument {i} is null")));
+            }
+            // SAFETY: a NUL-terminated string (the caller's contract).
+            Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+        })
+        .collect()
+}
+
+/// Negotiates the participants given as `dmabridge negotiate`'s arguments (`--drm-formats`,
+/// `display=XR24,AR24`, `--v4l2`, `dec=NV12MT`, `--constraint`, ...; `--flag=value` also
+/// works) and returns its JSON document in `*json_out` (free it with `dmb_string_free`).
+/// `DMB_ERR_IMPOSSIBLE` still returns the document, which names the conflicts.
+///
+/// # Safety
+/// `args` points to `nargs` NUL-terminated strings; `json_out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dmb_negotiate_json(args: *const *const c_char, nargs: usize, json_out: *mut *mut c_char) -> dmb_status {
+    guard(|| {
+        if json_out.is_null() {
+            return Err(invalid("json_out is null"));
+        }
+        // SAFETY: the caller's contract.
+        let args = unsafe { strings(args, nargs) }?;
+        let mut specs = Vec::new();
+        let mut constraints = Vec::new();
+        let mut it = args.iter();
+        while let Some(a) = it.next() {
+            let (flag, inline) = match a.split_once('=') {
+                Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
+                _ => (a.as_str(), None),
+            };
+            let mut value = || inline.clone().or_else(|| it.next().cloned()).ok_or_else(|| invalid(format!("{flag} needs a value")));
+            if flag == "--constraint" {
+                constraints.push(ConstraintSpec::parse(&value()?).map_err(|e| invalid(e.to_string()))?);
+            } else if let Some(kind) = PeerKind::ALL.into_iter().find(|k| k.flag() == flag) {
+                specs.push(ParticipantSpec::parse(kind, &value()?).map_err(|e| invalid(e.to_string()))?);
+            } else {
+                return Err(invalid(format!("unknown argument {:?}", a.chars().take(60).collect::<String>())));
+            }
+        }
+        let parts = build_participants_with(&specs, &constraints, &ParticipantSpec::load).map_err(|e| invalid(e.to_string()))?;
+        let members: Vec<Member> = parts.into_iter().map(Member::from).collect();
+        let n = negotiate(&members).map_err(|e| invalid(e.to_string()))?;
+        let report = Report::new(&n);
+        let json = CString::new(report.to_json()).map_err(|e| (DMB_ERR_DEVICE, e.to_string()))?;
+        // SAFETY: json_out is writable (checked non-null; the caller's contract).
+        unsafe { *json_out = json.into_raw() };
+        if report.exit_code() == 0 {
+            Ok(())
+        } else {
+            Err((DMB_ERR_IMPOSSIBLE, "no buffer and no copy plan serves every participant (see the document's conflicts)".into()))
+        }
+    })
+}
+
+/// The frame as a dmabridge descriptor, every fd checked to be open and dup'd.
+fn descriptor(f: &dmb_frame) -> Result<DmaBuf, (dmb_status, String)> {
+    let nb_objects = usize::try_from(f.nb_objects).ok().filter(|n| (1..=4).contains(n)).ok_or_else(|| invalid(format!("nb_objects {} is not 1..4", f.nb_objects)))?;
+    let nb_planes = usize::try_from(f.nb_planes).ok().filter(|n| (1..=4).contains(n)).ok_or_else(|| invalid(format!("nb_planes {} is not 1..4", f.nb_planes)))?;
+    let modifier = f.objects[0].format_modifier;
+    if f.objects[..nb_objects].iter().any(|o| o.format_modifier != modifier) {
+        return Err(invalid("objects disagree on the format modifier"));
+    }
+    let mut planes = Vec::with_capacity(nb_planes);
+    for (i, p) in f.planes[..nb_planes].iter().enumerate() {
+        let o = usize::try_from(p.object_index).ok().filter(|o| *o < nb_objects).ok_or_else(|| invalid(format!("plane {i}: object_index {} is not below nb_objects {nb_objects}", p.object_index)))?;
+        let raw = f.objects[o].fd;
+        if raw < 0 {
+            return Err(invalid(format!("plane {i}: fd {raw} is negative")));
+        }
+        // A closed fd number must not be borrowed: look it up before treating it as an fd.
+        if std::fs::symlink_metadata(format!("/proc/self/fd/{raw}")).is_err() {
+            return Err(invalid(format!("plane {i}: fd {raw} is not open")));
+        }
+        // SAFETY: open (checked just above) and the caller's for the duration of this call.
+        let fd = unsafe { BorrowedFd::borrow_raw(raw) }.try_clone_to_owned().map_err(|e| invalid(format!("plane {i}: cannot dup fd {raw}: {e}")))?;
+        planes.push(PlaneDesc { fd, offset: p.offset, stride: p.pitch });
+    }
+    DmaBuf::new(Fourcc::from_code(f.drm_format), Layout::from_wire(Modifier::from_raw(modifier)), f.width, f.height, planes).map_err(|e| invalid(e.to_string()))
+}
+
+/// Checks and imports a frame for sampling and reading back. The fds are borrowed.
+///
+/// # Safety
+/// `e` came from `dmb_engine_new`; `f` points to a `dmb_frame`; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn dmb_import(e: *mut dmb_engine, f: *const dmb_frame, out: *mut *mut dmb_image) -> dmb_status {
+    guard(|| {
+        if e.is_null() || f.is_null() || out.is_null() {
+            return Err(invalid("engine, frame or out is null"));
+        }
+        // SAFETY: non-null and valid (the caller's contract).
+        let (e, f) = unsafe { (&*e, &*f) };
+        let buf = descriptor(f)?;
+        let usage = vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC;
+        let image = e.engine.import_dmabuf(&buf, usage).map_err(|err| {
+            let status = match &err {
+                ImportError::Check(_) | ImportError::NeedsConversion(_) | ImportError::Read { .. } | ImportError::Changed { .. } => DMB_ERR_INVALID,
+                ImportError::UnknownFourcc(_) | ImportError::Unsupported(_) | ImportError::NotZeroCopy(_) => DMB_ERR_UNSUPPORTED,
+                _ => DMB_ERR_DEVICE,
+            };
+            (status, err.to_string())
+        })?;
+        let boxed = Box::into_raw(Box::new(dmb_image { image }));
+        // SAFETY: writable (the caller's contract).
+        unsafe { *out = boxed };
+        Ok(())
+    })
+}
+
+/// Reads an imported frame back through the GPU: its planes' visible rows, tightly packed,
+/// one plane after another, into `dst` (at least that many bytes).
+///
+/// # Safety
+/// `img` came from `dmb_import`; `dst` points to `dst_size` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn dmb_image_read(img: *mut dmb_image, dst: *mut u8, dst_size: u64) -> dmb_status {
+    guard(|| {
+        if img.is_null() || dst.is_null() {
+            return Err(invalid("image or dst is null"));
+        }
+        // SAFETY: non-null and valid (the caller's contract).
+        let img = unsafe { &*img };
+        let bytes = img.image.read_back().map_err(|e| (DMB_ERR_DEVICE, e.to_string()))?;
+        if (bytes.len() as u64) > dst_size {
+            return Err(invalid(format!("dst holds {dst_size} bytes; the frame is {}", bytes.len())));
+        }
+        // SAFETY: dst holds dst_size >= bytes.len() writable bytes (the caller's contract)
+        // and cannot overlap dmabridge's own buffer.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), dst, bytes.len()) };
+        Ok(())
+    })
+}
+
+/// Frees an image (null is ignored).
+///
+/// # Safety
+/// `img` is null or came from `dmb_import` and is not used again.
+#[no_mangle]
+pub unsafe extern "C" fn dmb_image_free(img: *mut dmb_image) {
+    if !img.is_null() {
+        // SAFETY: made by Box::into_raw in dmb_import; the caller gives it up.
+        let _ = catch_unwind(AssertUnwindSafe(|| drop(unsafe { Box::from_raw(img) })));
+    }
+}
+
+/// Converts one frame between layouts (names as `dmabridge convert` takes them:
+/// `samsung-64x32`, `linear`, or a hex modifier) in `drm_format`, on the path the cost
+/// model picks. `src` is the whole input frame, `dst` receives the whole output frame.
+///
+/// # Safety
+/// `e` came from `dmb_engine_new`; the layouts are NUL-terminated strings; `src` points to
+/// `src_size` readable bytes and `dst` to `dst_size` writable ones.
+#[no_mangle]
+pub unsafe extern "C" fn dmb_convert(
+    e: *mut dmb_engine,
+    from_layout: *const c_char,
+    to_layout: *const c_char,
+    drm_format: u32,
+    width: u32,
+    height: u32,
+    src: *const u8,
+    src_size: u64,
+    dst: *mut u8,
+    dst_size: u64,
+) -> dmb_status {
+    guard(|| {
+        if e.is_null() || from_layout.is_null() || to_layout.is_null() || src.is_null() || dst.is_null() {
+            return Err(invalid("engine, a layout, src or dst is null"));
+        }
+        // SAFETY: non-null, valid, NUL-terminated (the caller's contract).
+        let (e, from, to) = unsafe { (&mut *e, CStr::from_ptr(from_layout), CStr::from_ptr(to_layout)) };
+        let layout = |s: &CStr| s.to_str().ok().and_then(|s| s.parse::<TileLayout>().ok()).ok_or_else(|| invalid(format!("unknown layout {s:?}")));
+        let fourcc = Fourcc::from_code(drm_format);
+        let c = FrameConversion::new((layout(from)?, fourcc), (layout(to)?, fourcc), width, height);
+        let (in_size, out_size) = c.sizes().map_err(|err| invalid(err.to_string()))?;
+        if src_size < in_size || dst_size < out_size {
+            return Err(invalid(format!("{c} reads {in_size} and writes {out_size} bytes; src holds {src_size}, dst {dst_size}")));
+        }
+        // SAFETY: src holds src_size >= in_size readable bytes, dst dst_size >= out_size
+        // writable ones (the caller's contract), and the two do not overlap (the C caller's
+        // buffers are distinct, as for memcpy).
+        let (input, output) = unsafe { (std::slice::from_raw_parts(src, in_size as usize), std::slice::from_raw_parts_mut(dst, out_size as usize)) };
+        if e.converter.is_none() {
+            e.converter = Some(Converter::new(&e.engine).map_err(|err| (DMB_ERR_DEVICE, err.to_string()))?);
+        }
+        let conv = e.converter.as_ref().ok_or_else(|| (DMB_ERR_DEVICE, "no converter".to_owned()))?;
+        let choice = conv.choose(&c, None).map_err(|err| (DMB_ERR_IMPOSSIBLE, err.to_string()))?;
+        conv.convert_frame_into(&c, choice.path, input, output).map_err(|err| (DMB_ERR_DEVICE, err.to_string()))
+    })
+}

@@ -10,7 +10,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use ash::vk;
-use dmabridge_interop::Modifier;
+use dmabridge_interop::peers::gst::paste_caps;
+use dmabridge_interop::{Format, Modifier};
 
 use crate::caps::{CapsError, CapsQuery, CapsSource};
 use crate::usage::{create_flags_name, image_usage_name, ImageUse, IMAGE_USAGES};
@@ -53,12 +54,19 @@ pub struct ProbeFormat {
     /// `drm-format-modifier` or `linear-tiling` (no modifier extension: implicit world).
     pub source: CapsSource,
     pub modifiers: Vec<ProbeModifier>,
+    /// Caps to paste into a GStreamer pipeline for the modifiers this device imports or
+    /// exports for some use of the run: the `DMA_DRM` form (GStreamer 1.24) and, for LINEAR,
+    /// the 1.22 form.
+    pub gst_caps: Vec<String>,
 }
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ProbeModifier {
     pub modifier: String,
     pub name: String,
+    /// The kernel's macro name and the hex, as `drm_info` prints them
+    /// (`I915_FORMAT_MOD_X_TILED (0x0100000000000001)`).
+    pub kernel_name: String,
     pub plane_count: u32,
     /// Per usage key (a name of [`IMAGE_USAGES`], or a `+`-joined combination): whether
     /// that use can import and export.
@@ -123,6 +131,7 @@ pub fn probe(engine: &Engine, options: &ProbeOptions) -> Result<ProbeReport, Cap
                         modifiers.push(ProbeModifier {
                             modifier: m.modifier.to_hex(),
                             name: m.modifier.display_name(),
+                            kernel_name: m.modifier.kernel_label(),
                             plane_count: m.plane_count,
                             usages: columns.iter().map(|(k, _)| (k.clone(), Support::default())).collect(),
                         });
@@ -137,11 +146,18 @@ pub fn probe(engine: &Engine, options: &ProbeOptions) -> Result<ProbeReport, Cap
                 });
             }
         }
+        let shared: Vec<Format> = modifiers
+            .iter()
+            .filter(|m| m.usages.values().any(|s| s.import || s.export))
+            .filter_map(row_modifier)
+            .map(|m| Format::explicit(entry.fourcc, m))
+            .collect();
         formats.push(ProbeFormat {
             fourcc: entry.fourcc.padded(),
             vk_format: vk_format_name(entry.vk_format),
             source,
             modifiers,
+            gst_caps: paste_caps(&shared),
         });
     }
     Ok(ProbeReport {
@@ -220,7 +236,10 @@ impl ProbeReport {
                     };
                     let _ = write!(out, "  {:<w$}", cell, w = u.len());
                 }
-                let _ = writeln!(out);
+                let _ = writeln!(out, "  {}", m.kernel_name);
+            }
+            for caps in &f.gst_caps {
+                let _ = writeln!(out, "  caps: {caps}");
             }
             let _ = writeln!(out);
         }

@@ -9,7 +9,7 @@
 use std::process::ExitCode;
 
 use dmabridge::interop::tiling::{tiled_size, ColourMatrix, ColourRange, FrameConversion, MAX_CPU_FRAME_BYTES};
-use dmabridge::interop::{Fourcc, TileLayout};
+use dmabridge::interop::{Fourcc, Layout, TileLayout};
 use dmabridge::{ConvertPath, Converter, Engine, EngineOptions};
 
 #[derive(clap::Args)]
@@ -17,9 +17,9 @@ pub struct ConvertArgs {
     #[command(flatten)]
     frame: crate::frame::FrameArgs,
     /// Input layout: a name (linear, i915-x, samsung-64x32, nvidia-block-linear-v4, ...)
-    /// or the hex modifier of one.
-    #[arg(long)]
-    from: String,
+    /// or the hex modifier of one; `--drm-format` names it instead.
+    #[arg(long, required_unless_present = "drm_format")]
+    from: Option<String>,
     /// Output layout, as --from.
     #[arg(long)]
     to: String,
@@ -89,7 +89,13 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
             Some(f) => f.parse().map_err(|e| format!("--to-format: {e}"))?,
             None => fourcc,
         };
-        let from: TileLayout = args.from.parse().map_err(|e| format!("--from: {e}"))?;
+        let from: TileLayout = match (&args.from, args.frame.drm_format_layout()?) {
+            (Some(_), Some(_)) => return Err("give --drm-format or --from, not both".into()),
+            (Some(f), None) => f.parse().map_err(|e| format!("--from: {e}"))?,
+            (None, Some(Layout::Explicit(m))) => TileLayout::from_modifier(m).ok_or_else(|| format!("--drm-format: {m} is not a layout dmabridge converts"))?,
+            (None, Some(Layout::Implicit)) => return Err("--drm-format: an implicit layout has no addressing to convert".into()),
+            (None, None) => return Err("give --from or --drm-format".into()),
+        };
         let to: TileLayout = args.to.parse().map_err(|e| format!("--to: {e}"))?;
         let matrix: ColourMatrix = args.matrix.parse().map_err(|e| format!("--matrix {e}"))?;
         let range: ColourRange = args.range.parse().map_err(|e| format!("--range {e}"))?;

@@ -8,16 +8,17 @@ use std::process::ExitCode;
 
 use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::{DmaBuf, FdTrust, PlaneDesc};
-use dmabridge::interop::{Fourcc, Layout, Modifier};
+use dmabridge::interop::Fourcc;
 use dmabridge::{Converter, Engine, EngineOptions, ImageUse, ImportError, ImportOptions};
 
 #[derive(clap::Args)]
 pub struct ImportArgs {
     #[command(flatten)]
     frame: crate::frame::FrameArgs,
-    /// `0x` and 16 hex digits; `0x00ffffffffffffff` (INVALID) means an implicit layout.
-    #[arg(long, default_value = "0x0000000000000000")]
-    modifier: String,
+    /// `0x` and 16 hex digits (default LINEAR); `0x00ffffffffffffff` (INVALID) means an
+    /// implicit layout. `--drm-format` names it instead.
+    #[arg(long)]
+    modifier: Option<String>,
     /// FD:OFFSET:STRIDE of one plane, in plane order; FD is inherited from the parent.
     #[arg(long = "plane", required = true)]
     planes: Vec<String>,
@@ -90,7 +91,7 @@ fn dup_inherited(n: i32) -> Result<OwnedFd, String> {
 
 fn build(args: &ImportArgs) -> Result<DmaBuf, String> {
     let fourcc: Fourcc = args.frame.fourcc()?;
-    let modifier = Modifier::parse_hex(&args.modifier).map_err(|e| format!("--modifier: {e}"))?;
+    let layout = args.frame.layout_with(args.modifier.as_deref())?;
     if args.planes.len() > 4 {
         return Err(format!("{} planes given; a dma-buf has 1 to 4", args.planes.len()));
     }
@@ -99,7 +100,7 @@ fn build(args: &ImportArgs) -> Result<DmaBuf, String> {
         let p = parse_plane(p)?;
         planes.push(PlaneDesc { fd: dup_inherited(p.fd)?, offset: p.offset, stride: p.stride });
     }
-    DmaBuf::new(fourcc, Layout::from_wire(modifier), args.frame.width, args.frame.height, planes).map_err(|e| e.to_string())
+    DmaBuf::new(fourcc, layout, args.frame.width, args.frame.height, planes).map_err(|e| e.to_string())
 }
 
 pub fn run(args: &ImportArgs) -> ExitCode {

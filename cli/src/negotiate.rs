@@ -34,7 +34,7 @@ pub struct NegotiateArgs {
 }
 
 /// clap id, value name and help of each participant flag.
-const PEER_ARGS: [(PeerKind, &str, &str, &str); 6] = [
+const PEER_ARGS: [(PeerKind, &str, &str, &str); 7] = [
     (
         PeerKind::GstCaps,
         "gst-caps",
@@ -46,6 +46,12 @@ const PEER_ARGS: [(PeerKind, &str, &str, &str); 6] = [
         "kms-in-formats",
         "NAME=FILE",
         "a raw KMS IN_FORMATS blob",
+    ),
+    (
+        PeerKind::DrmInfo,
+        "drm-info",
+        "NAME=FILE[:PLANE_ID]",
+        "drm_info -j output: a plane's IN_FORMATS (default: the first node's primary plane)",
     ),
     (
         PeerKind::WaylandTable,

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::DmaBuf;
-use dmabridge::interop::{format_info, Fourcc, Layout, Modifier};
+use dmabridge::interop::{format_info, Fourcc};
 use dmabridge::present::{
     self, FrameOptions, PresentModePolicy, PresentOutcome, Presenter, PresenterOptions, YcbcrMatrix, YcbcrRange,
 };
@@ -52,8 +52,8 @@ pub struct ViewArgs {
     frame: crate::frame::FrameArgs,
     /// `0x` and 16 hex digits. The planes are laid out linearly, so LINEAR (the default) is
     /// the one that describes FILE truthfully; others go to the import checks as given.
-    #[arg(long, default_value = "0x0000000000000000")]
-    modifier: String,
+    #[arg(long)]
+    modifier: Option<String>,
     /// Close the window after this many seconds (default: when the window is closed).
     #[arg(long)]
     seconds: Option<f64>,
@@ -71,7 +71,7 @@ pub struct ViewArgs {
 /// The memfd descriptor for FILE's packed planes.
 fn build(args: &ViewArgs) -> Result<DmaBuf, String> {
     let fourcc: Fourcc = args.frame.fourcc()?;
-    let modifier = Modifier::parse_hex(&args.modifier).map_err(|e| format!("--modifier: {e}"))?;
+    let layout = args.frame.layout_with(args.modifier.as_deref())?;
     let info = format_info(fourcc).ok_or_else(|| format!("--format: {fourcc} has no plane layout in dmabridge's table"))?;
     if args.frame.width == 0 || args.frame.height == 0 {
         return Err(format!("--width/--height: {}x{} has no pixels", args.frame.width, args.frame.height));
@@ -94,7 +94,7 @@ fn build(args: &ViewArgs) -> Result<DmaBuf, String> {
         offset += info.packed_plane_size(i, args.frame.width, args.frame.height);
     }
     let fd = dmabridge::interop::dmabuf::sealed_memfd("dmabridge-view", &bytes).map_err(|e| format!("cannot make a memfd for the frame: {e}"))?;
-    DmaBuf::in_one_file(fourcc, Layout::from_wire(modifier), args.frame.width, args.frame.height, fd, &planes).map_err(|e| e.to_string())
+    DmaBuf::in_one_file(fourcc, layout, args.frame.width, args.frame.height, fd, &planes).map_err(|e| e.to_string())
 }
 
 /// winit's side: the window and what happened to it since the last look.

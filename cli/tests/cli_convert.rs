@@ -127,6 +127,33 @@ fn tiled_nv12_to_every_rgb_format_on_every_path() {
     let _ = std::fs::remove_dir_all(d);
 }
 
+/// `--drm-format FOURCC:0xMODIFIER` names the format and the input layout in one, as
+/// GStreamer's drm-format spells them.
+#[test]
+fn drm_format_names_the_format_and_the_layout() {
+    let d = dir("drm-format");
+    let (w, h) = (130u32, 66u32);
+    let linear = common::pattern((w * h + w * h.div_ceil(2)) as usize, 12);
+    let tiled = dmabridge::interop::tiling::tile_to_vec(dmabridge::interop::TileLayout::Samsung64x32, dmabridge::interop::Fourcc::NV12, w, h, &linear).expect("tile");
+    let input = d.join("in.tiled");
+    std::fs::write(&input, &tiled).expect("write");
+    let (i, o, ws, hs) = (s(input.display()), s(d.join("out").display()), s(w), s(h));
+    ok(&convert(&["--drm-format", "NV12:0x0400000000000001", "--width", &ws, "--height", &hs, "--to", "linear", "--cpu", "--in", &i, "--out", &o]));
+    assert_eq!(std::fs::read(d.join("out")).expect("out"), linear);
+    for (args, needle) in [
+        (&["--drm-format", "NV12:0x0400000000000001", "--from", "linear"][..], "not both"),
+        (&["--drm-format", "NV12:0x0000000000000000"][..], "LINEAR"),
+        (&["--drm-format", "NV12:0x0100000000000003"][..], "not a layout dmabridge converts"),
+    ] {
+        let mut a = args.to_vec();
+        a.extend(["--width", &ws, "--height", &hs, "--to", "linear", "--cpu", "--in", &i, "--out", &o]);
+        let r = convert(&a);
+        assert_eq!(r.status.code(), Some(1), "{a:?}");
+        assert!(String::from_utf8_lossy(&r.stderr).contains(needle), "{a:?}: {}", String::from_utf8_lossy(&r.stderr));
+    }
+    let _ = std::fs::remove_dir_all(d);
+}
+
 #[test]
 fn bad_input_exits_1() {
     let d = dir("bad-input");

@@ -135,6 +135,22 @@ fn the_image_is_created_for_the_use_asked_for() {
 }
 
 #[test]
+fn drm_format_names_the_format_and_the_modifier() {
+    let (w, h) = (16usize, 4usize);
+    let packed = common::pattern(w * h * 4, 77);
+    let fd = inheritable(&packed);
+    let out = out_path("drm-format");
+    let plane = format!("{}:0:{}", fd.as_raw_fd(), w * 4);
+    let r = import(&[s("--drm-format"), s("AR24"), s("--width"), s(w), s("--height"), s(h), s("--plane"), plane.clone(), s("--out"), s(out.display())]);
+    assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+    assert_eq!(std::fs::read(&out).expect("output"), packed);
+    let r = import(&[s("--drm-format"), s("AR24"), s("--modifier"), s("0x0000000000000000"), s("--width"), s(w), s("--height"), s(h), s("--plane"), plane, s("--out"), s(out.display())]);
+    assert_eq!(r.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&r.stderr).contains("not both"));
+    let _ = std::fs::remove_file(out);
+}
+
+#[test]
 fn a_tiled_modifier_is_detiled_on_the_gpu() {
     use dmabridge::interop::tiling::{self, packed_planes, tiled_size};
     use dmabridge::interop::{Fourcc, TileLayout};

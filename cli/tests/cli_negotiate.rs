@@ -148,6 +148,53 @@ fn a_tiled_decoder_and_an_rgb_display_get_a_copy_plan_that_convert_runs() {
     let _ = std::fs::remove_dir_all(cache);
 }
 
+/// A `drm_info -j` file (drm_info's documented shape: node -> planes[] ->
+/// properties.IN_FORMATS.data = [{modifier, formats[]}], integers) negotiates exactly like the
+/// same plane's raw IN_FORMATS blob.
+#[test]
+fn drm_info_json_negotiates_like_the_raw_blob() {
+    use dmabridge::interop::peers::kms::write_in_formats;
+    use dmabridge::interop::{Format, FormatSet, Fourcc, Modifier};
+    let dir = std::env::temp_dir().join(format!("dmabridge-cli-negotiate-{}-drm-info", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("dir");
+    let x_tiled = Modifier::from_raw(0x0100_0000_0000_0001);
+    let set: FormatSet = [
+        Format::new(Fourcc::XRGB8888, Modifier::LINEAR),
+        Format::new(Fourcc::XRGB8888, x_tiled),
+        Format::new(Fourcc::NV12, Modifier::LINEAR),
+        Format::new(Fourcc::NV12, x_tiled),
+    ]
+    .into_iter()
+    .collect();
+    let blob = dir.join("in_formats.bin");
+    std::fs::write(&blob, write_in_formats(&set)).expect("blob");
+    // What drm_info -j prints for an i915 card with a cursor and a primary plane (ids 31, 41).
+    let json = r#"{"/dev/dri/card0": {"driver": {"name": "i915", "desc": "Intel Graphics"}, "device": {"bus_type": 0},
+        "planes": [
+            {"id": 31, "possible_crtcs": 1, "properties": {"type": {"id": 7, "value": 2, "raw_value": 2},
+                "IN_FORMATS": {"id": 33, "value": 50, "data": [{"modifier": 0, "formats": [875713089]}]}}},
+            {"id": 41, "possible_crtcs": 1, "properties": {"type": {"id": 7, "value": 1, "raw_value": 1},
+                "IN_FORMATS": {"id": 33, "value": 51, "data": [
+                    {"modifier": 0, "formats": [875713112, 842094158]},
+                    {"modifier": 72057594037927937, "formats": [875713112, 842094158]}]}}}
+        ]}}"#;
+    let info = dir.join("drm_info.json");
+    std::fs::write(&info, json).expect("json");
+    let run = |display: &str| negotiate(&["--v4l2", "dec=NV12MT", display]);
+    let (a, va) = run(&format!("--kms-in-formats=display={}", blob.display()));
+    let (b, vb) = run(&format!("--drm-info=display={}", info.display()));
+    let (c, vc) = run(&format!("--drm-info=display={}:41", info.display()));
+    for o in [&a, &b, &c] {
+        assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    assert_eq!(va, vb, "drm_info's primary plane negotiates like the blob");
+    assert_eq!(va, vc, "and so does the plane named by id");
+    let (d, _) = run(&format!("--drm-info=display={}:99", info.display()));
+    assert_eq!(d.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&d.stderr).contains("no plane with id 99"));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
 #[test]
 fn bad_input_names_the_participant() {
     let (out, _) = negotiate(&["--vulkan", "gpu=bogus", "--drm-formats", "d=AR24"]);

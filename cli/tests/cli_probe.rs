@@ -154,3 +154,36 @@ fn the_table_prints_combinations_as_columns() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("\"scanout\""));
 }
+
+/// Every caps string probe prints is one GStreamer itself parses (gst-launch hands it to
+/// `gst_caps_from_string` through capsfilter's `caps` property), and every modifier row
+/// carries the kernel's macro name next to the hex, as drm_info prints it.
+#[test]
+fn paste_able_caps_parse_in_gstreamer_and_modifiers_have_kernel_names() {
+    let (stdout, _) = probe(&["--json"]);
+    let v: Value = serde_json::from_str(&stdout).expect("valid JSON");
+    let mut caps: Vec<String> = Vec::new();
+    for f in v["formats"].as_array().expect("formats") {
+        for m in f["modifiers"].as_array().expect("modifiers") {
+            let label = m["kernel_name"].as_str().expect("kernel_name");
+            assert!(label.ends_with(&format!("({})", m["modifier"].as_str().expect("hex"))), "{label}");
+        }
+        caps.extend(f["gst_caps"].as_array().expect("gst_caps").iter().filter_map(|c| c.as_str().map(str::to_owned)));
+    }
+    let ar24 = v["formats"].as_array().expect("formats").iter().find(|f| f["fourcc"] == "AR24").expect("AR24");
+    assert_eq!(ar24["modifiers"][0]["kernel_name"], "DRM_FORMAT_MOD_LINEAR (0x0000000000000000)");
+    assert!(caps.contains(&"video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=AR24".to_owned()), "{caps:?}");
+    assert!(caps.contains(&"video/x-raw(memory:DMABuf),format=BGRA".to_owned()), "{caps:?}");
+    caps.sort();
+    caps.dedup();
+    for c in caps.iter().chain(std::iter::once(&"video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=(string){ NV12:0x0100000000000002, NV12 }".to_owned())) {
+        let out = Command::new("gst-launch-1.0")
+            .args(["-q", "fakesrc", "num-buffers=0", "!", "capsfilter", &format!("caps={c}"), "!", "fakesink"])
+            .output()
+            .expect("gst-launch-1.0 (scripts/setup.sh installs gstreamer1.0-tools)");
+        assert!(out.status.success(), "GStreamer cannot parse {c:?}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    // A broken string is refused by the same check (so the check can fail).
+    let broken = Command::new("gst-launch-1.0").args(["-q", "fakesrc", "num-buffers=0", "!", "capsfilter", "caps=video/x-raw,format=(string){ NV12", "!", "fakesink"]).output().expect("gst-launch");
+    assert!(!broken.status.success());
+}

@@ -52,6 +52,11 @@ pub fn drm_format_list(data: &[u8]) -> bool {
 
 /// `parse_in_formats`; what parses writes to a blob that parses to the same pairs.
 pub fn kms_in_formats(data: &[u8]) -> bool {
+    // The same bytes as a drm_info -j document: a list or a typed error, never a panic.
+    if let Ok(text) = std::str::from_utf8(data) {
+        let _ = dmabridge_interop::peers::drm_info::in_formats(text, None);
+        let _ = dmabridge_interop::peers::drm_info::in_formats(text, Some(1));
+    }
     let Ok(set) = kms::parse_in_formats(data) else { return false };
     let blob = kms::write_in_formats(&set);
     let again = kms::parse_in_formats(&blob).unwrap_or_else(|e| panic!("written blob does not parse: {e}"));

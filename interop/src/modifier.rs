@@ -163,6 +163,39 @@ impl Modifier {
         }
     }
 
+    /// The kernel's macro name, as `drm_info` prints it: `DRM_FORMAT_MOD_LINEAR`,
+    /// `I915_FORMAT_MOD_X_TILED`, `DRM_FORMAT_MOD_SAMSUNG_64_32_TILE`,
+    /// `DRM_FORMAT_MOD_NVIDIA_16BX2_BLOCK(4)`, and drm_info's
+    /// `NVIDIA_BLOCK_LINEAR_2D(h=4, k=254, g=2, s=1, c=0)` for the general NVIDIA form.
+    pub fn macro_name(self) -> Option<String> {
+        if let Some(nv) = self.as_nvidia_block_linear() {
+            return Some(if nv.is_plain_16bx2() {
+                format!("DRM_FORMAT_MOD_NVIDIA_16BX2_BLOCK({})", nv.log2_block_height)
+            } else {
+                format!(
+                    "NVIDIA_BLOCK_LINEAR_2D(h={}, k={}, g={}, s={}, c={})",
+                    nv.log2_block_height, nv.page_kind, nv.gob_kind, nv.sector_layout, nv.compression
+                )
+            });
+        }
+        let name = self.name()?;
+        // drm_fourcc's names drop the family prefix: Intel's macros are I915_FORMAT_MOD_*,
+        // everyone else's DRM_FORMAT_MOD_*.
+        Some(match name.strip_prefix("I915_") {
+            Some(rest) => format!("I915_FORMAT_MOD_{rest}"),
+            None => format!("DRM_FORMAT_MOD_{name}"),
+        })
+    }
+
+    /// `MACRO (0x…)` as drm_info prints a modifier, or the hex alone when the kernel has no
+    /// name for it.
+    pub fn kernel_label(self) -> String {
+        match self.macro_name() {
+            Some(name) => format!("{name} ({})", self.to_hex()),
+            None => self.to_hex(),
+        }
+    }
+
     /// `0x` and 16 hex digits: the form GStreamer caps and dmabridge's JSON use.
     pub fn to_hex(self) -> String {
         format!("{:#018x}", self.0)
@@ -280,5 +313,14 @@ mod tests {
         assert_eq!(m.vendor(), Vendor::Unknown(0x78));
         assert_eq!(m.name(), None);
         assert_eq!(m.to_string(), "0x7800000000000001");
+    }
+
+    #[test]
+    fn kernel_labels_are_drm_infos() {
+        assert_eq!(Modifier::from_raw(0x0100_0000_0000_0001).kernel_label(), "I915_FORMAT_MOD_X_TILED (0x0100000000000001)");
+        assert_eq!(Modifier::LINEAR.kernel_label(), "DRM_FORMAT_MOD_LINEAR (0x0000000000000000)");
+        assert_eq!(Modifier::from(DrmModifier::Samsung_64_32_tile).macro_name().as_deref(), Some("DRM_FORMAT_MOD_SAMSUNG_64_32_TILE"));
+        assert_eq!(Modifier::nvidia_16bx2_block(4).macro_name().as_deref(), Some("DRM_FORMAT_MOD_NVIDIA_16BX2_BLOCK(4)"));
+        assert_eq!(Modifier::from_raw(0x7800_0000_0000_0001).kernel_label(), "0x7800000000000001");
     }
 }

@@ -89,7 +89,7 @@ fn seed_vapostproc_to_glupload_gives_nv12_x_tiled_only() {
     assert_eq!(r.exit_code(), 0);
     let json = r.to_json();
     assert!(
-        json.starts_with(r#"{"outcome":"shared","format":"NV12","modifiers":["0x0100000000000001"],"implicit":false,"buffers":1,"alignment":1,"groups":[{"participants":["vapostproc","glupload"],"format":"NV12","modifiers":["0x0100000000000001"],"sync":"cpu-wait"}],"conversions":[],"conflicts":[],"sync":"cpu-wait"}"#),
+        json == r#"{"outcome":"shared","format":"NV12","modifiers":["0x0100000000000001"],"implicit":false,"buffers":1,"alignment":1,"groups":[{"participants":["vapostproc","glupload"],"format":"NV12","modifiers":["0x0100000000000001"],"sync":"cpu-wait","gst_caps":["video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=NV12:0x0100000000000001"]}],"conversions":[],"conflicts":[],"sync":"cpu-wait","gst_caps":["video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=NV12:0x0100000000000001"],"modifier_names":["I915_FORMAT_MOD_X_TILED (0x0100000000000001)"]}"#,
         "{json}"
     );
 }
@@ -696,7 +696,7 @@ fn samsung_tiled_decoder_to_linear_display_is_a_detile_copy() {
     let r = Report::new(&n);
     assert_eq!(r.exit_code(), 0);
     let json = r.to_json();
-    assert!(json.starts_with(r#"{"outcome":"copy","format":"NV12","modifiers":["0x0400000000000001"],"implicit":false,"buffers":1,"alignment":1,"groups":[{"participants":["dec"],"format":"NV12","modifiers":["0x0400000000000001"],"sync":"cpu-wait"},{"participants":["display"],"format":"NV12","modifiers":["0x0000000000000000"],"sync":"cpu-wait"}],"conversions":[{"from_group":0,"to_group":1,"kind":"detile samsung-64x32 -> linear","steps":["detile samsung-64x32 -> linear"],"convert":"--format NV12 --from samsung-64x32 --to linear --to-format NV12"}],"conflicts":[{"#), "{json}");
+    assert!(json.starts_with(r#"{"outcome":"copy","format":"NV12","modifiers":["0x0400000000000001"],"implicit":false,"buffers":1,"alignment":1,"groups":[{"participants":["dec"],"format":"NV12","modifiers":["0x0400000000000001"],"sync":"cpu-wait","gst_caps":["video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=NV12:0x0400000000000001"]},{"participants":["display"],"format":"NV12","modifiers":["0x0000000000000000"],"sync":"cpu-wait","gst_caps":["video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=NV12","video/x-raw(memory:DMABuf),format=NV12"]}],"conversions":[{"from_group":0,"to_group":1,"kind":"detile samsung-64x32 -> linear","steps":["detile samsung-64x32 -> linear"],"convert":"--format NV12 --from samsung-64x32 --to linear --to-format NV12"}],"conflicts":[{"#), "{json}");
 }
 
 #[test]
@@ -889,7 +889,7 @@ fn human_summary_names_the_outcome() {
     ])).unwrap();
     let h = human(&n);
     assert!(
-        h.starts_with("shared: NV12 with 0x0100000000000001 (I915_X_TILED)"),
+        h.starts_with("shared: NV12 with I915_FORMAT_MOD_X_TILED (0x0100000000000001)"),
         "{h}"
     );
     let n = negotiate(&members(vec![p("a", &[nv12()]).constrain(|c| c.align = 3)])).unwrap();

@@ -3,7 +3,7 @@
 //! (`SYNC_METHODS` of each; a bare drm-format list says nothing, so cpu-wait only).
 
 use dmabridge_interop::negotiate::{Candidates, ExtentRange, Participant};
-use dmabridge_interop::peers::{gst, kms, v4l2, wayland};
+use dmabridge_interop::peers::{drm_info, gst, kms, v4l2, wayland};
 use dmabridge_interop::FormatSet;
 
 use super::{ParticipantSpec, PeerKind, SpecError};
@@ -31,6 +31,13 @@ pub(crate) fn load(spec: &ParticipantSpec) -> Result<Participant, SpecError> {
         PeerKind::KmsInFormats => {
             let bytes = spec.read_file()?;
             let set = kms::parse_in_formats(&bytes).map_err(|e| err(&e))?;
+            Ok(Participant::new(&spec.name, set).with_sync(kms::SYNC_METHODS))
+        }
+        PeerKind::DrmInfo => {
+            let (path, plane) = spec.drm_info_target();
+            let bytes = spec.read_path(path)?;
+            let text = String::from_utf8(bytes).map_err(|_| spec.peer_error(format_args!("{} is not UTF-8 JSON", path)))?;
+            let set = drm_info::in_formats(&text, plane).map_err(|e| err(&e))?;
             Ok(Participant::new(&spec.name, set).with_sync(kms::SYNC_METHODS))
         }
         PeerKind::WaylandTable => {

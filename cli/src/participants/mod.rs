@@ -21,6 +21,8 @@ pub const MAX_PEER_FILE: u64 = 16 << 20;
 pub enum PeerKind {
     GstCaps,
     KmsInFormats,
+    /// `drm_info -j` output: a plane's IN_FORMATS.
+    DrmInfo,
     WaylandTable,
     DrmFormats,
     V4l2,
@@ -28,9 +30,10 @@ pub enum PeerKind {
 }
 
 impl PeerKind {
-    pub const ALL: [PeerKind; 6] = [
+    pub const ALL: [PeerKind; 7] = [
         PeerKind::GstCaps,
         PeerKind::KmsInFormats,
+        PeerKind::DrmInfo,
         PeerKind::WaylandTable,
         PeerKind::DrmFormats,
         PeerKind::V4l2,
@@ -42,6 +45,7 @@ impl PeerKind {
         match self {
             PeerKind::GstCaps => "--gst-caps",
             PeerKind::KmsInFormats => "--kms-in-formats",
+            PeerKind::DrmInfo => "--drm-info",
             PeerKind::WaylandTable => "--wayland-table",
             PeerKind::DrmFormats => "--drm-formats",
             PeerKind::V4l2 => "--v4l2",
@@ -54,6 +58,7 @@ impl PeerKind {
         match self {
             PeerKind::GstCaps => "CAPS",
             PeerKind::KmsInFormats | PeerKind::WaylandTable => "FILE",
+            PeerKind::DrmInfo => "FILE[:PLANE_ID]",
             PeerKind::DrmFormats => "LIST",
             PeerKind::V4l2 => "PIXFMT[,PIXFMT]",
             PeerKind::Vulkan => "USAGE[+USAGE][:create=FLAG,...][:srgb-view]",
@@ -106,7 +111,7 @@ pub enum SpecError {
         kind: PeerKind,
         what: &'static str,
     },
-    #[error("no participants: give at least one of --gst-caps, --kms-in-formats, --wayland-table, --drm-formats, --v4l2, --vulkan")]
+    #[error("no participants: give at least one of --gst-caps, --kms-in-formats, --drm-info, --wayland-table, --drm-formats, --v4l2, --vulkan")]
     NoParticipants,
 }
 
@@ -163,14 +168,31 @@ impl ParticipantSpec {
 
     /// Reads the file a `--kms-in-formats` or `--wayland-table` value names, bounded.
     pub(crate) fn read_file(&self) -> Result<Vec<u8>, SpecError> {
+        self.read_path(&self.value)
+    }
+
+    /// The file and plane id of a `--drm-info FILE[:PLANE_ID]` value (a trailing `:N` is
+    /// the plane when N is a number, so paths with colons still work).
+    pub(crate) fn drm_info_target(&self) -> (&str, Option<u64>) {
+        match self.value.rsplit_once(':') {
+            Some((path, id)) if !path.is_empty() => match id.parse::<u64>() {
+                Ok(id) => (path, Some(id)),
+                Err(_) => (&self.value, None),
+            },
+            _ => (&self.value, None),
+        }
+    }
+
+    /// Reads `path`, bounded by [`MAX_PEER_FILE`].
+    pub(crate) fn read_path(&self, path: &str) -> Result<Vec<u8>, SpecError> {
         use std::io::Read;
         let io = |e: std::io::Error| SpecError::Io {
             participant: one_line(&self.name),
             kind: self.kind,
-            path: one_line(&self.value),
+            path: one_line(path),
             reason: one_line(&e.to_string()),
         };
-        let file = std::fs::File::open(&self.value).map_err(io)?;
+        let file = std::fs::File::open(path).map_err(io)?;
         let mut bytes = Vec::new();
         file.take(MAX_PEER_FILE + 1)
             .read_to_end(&mut bytes)
@@ -178,7 +200,7 @@ impl ParticipantSpec {
         if bytes.len() as u64 > MAX_PEER_FILE {
             return Err(self.peer_error(format_args!(
                 "{} is larger than {MAX_PEER_FILE} bytes",
-                one_line(&self.value)
+                one_line(path)
             )));
         }
         Ok(bytes)

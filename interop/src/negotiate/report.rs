@@ -52,6 +52,12 @@ pub struct Report {
     pub conflicts: Vec<Conflict>,
     /// `"sync-file"`, `"implicit-bridge"` or `"cpu-wait"`; `null` when impossible.
     pub sync: Option<SyncMethod>,
+    /// The collection's (group 0's) format as caps to paste into a GStreamer pipeline (see
+    /// [`crate::peers::gst::paste_caps`]); empty when impossible or implicit.
+    pub gst_caps: Vec<String>,
+    /// The modifiers as the kernel names them, `drm_info` style:
+    /// `I915_FORMAT_MOD_X_TILED (0x0100000000000001)`.
+    pub modifier_names: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -60,6 +66,8 @@ pub struct ReportGroup {
     pub format: String,
     pub modifiers: Vec<Modifier>,
     pub sync: SyncMethod,
+    /// As [`Report::gst_caps`], for this group.
+    pub gst_caps: Vec<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -98,7 +106,13 @@ fn group_of(a: &Allocation) -> ReportGroup {
         format: a.fourcc.trimmed(),
         modifiers: a.layout.modifiers().to_vec(),
         sync: a.sync,
+        gst_caps: caps_of(a),
     }
+}
+
+fn caps_of(a: &Allocation) -> Vec<String> {
+    let formats: Vec<crate::Format> = a.layout.modifiers().iter().map(|m| crate::Format::explicit(a.fourcc, *m)).collect();
+    crate::peers::gst::paste_caps(&formats)
 }
 
 impl Report {
@@ -114,6 +128,8 @@ impl Report {
             conversions: vec![],
             conflicts: vec![],
             sync: None,
+            gst_caps: vec![],
+            modifier_names: vec![],
         };
         let top = |a: &Allocation| Report {
             format: Some(a.fourcc.trimmed()),
@@ -122,6 +138,8 @@ impl Report {
             buffers: Some(a.buffers),
             alignment: Some(a.align),
             sync: Some(a.sync),
+            gst_caps: caps_of(a),
+            modifier_names: a.layout.modifiers().iter().map(|m| m.kernel_label()).collect(),
             ..empty.clone()
         };
         match &n.outcome {
@@ -184,10 +202,7 @@ fn mods(m: &[Modifier]) -> String {
     if m.is_empty() {
         return "implicit modifier".to_owned();
     }
-    m.iter()
-        .map(|m| format!("{} ({})", m.to_hex(), m.display_name()))
-        .collect::<Vec<_>>()
-        .join(", ")
+    m.iter().map(|m| m.kernel_label()).collect::<Vec<_>>().join(", ")
 }
 
 /// A short summary for people.
@@ -234,6 +249,9 @@ pub fn human(n: &Negotiation) -> String {
                 a.writers.join(", ")
             );
             let _ = writeln!(s, "  sync: {}", a.sync);
+            for caps in caps_of(a) {
+                let _ = writeln!(s, "  caps: {caps}");
+            }
         }
         Outcome::Copy { plan, conflicts: c } => {
             let (w, h) = plan.cost_extent;

@@ -3,6 +3,7 @@
 //!
 //! - [`gst`]: GStreamer `drm-format` strings and `memory:DMABuf` caps (seed 000);
 //! - [`kms`]: the KMS plane property `IN_FORMATS` (`struct drm_format_modifier_blob`);
+//! - [`drm_info`]: the same list as `drm_info -j` prints it (JSON);
 //! - [`wayland`]: linux-dmabuf v4 feedback (format table, tranches) and v3 `modifier` events;
 //! - [`egl`]: the answers of `eglQueryDmaBufFormatsEXT` / `eglQueryDmaBufModifiersEXT`;
 //! - [`v4l2`]: V4L2 pixel formats, including the tiled decoder layouts with no DRM modifier.
@@ -18,6 +19,7 @@
 //! [`SyncMethods`](crate::sync::SyncMethods)): what a participant built from its list
 //! supports in negotiation. [`SYNC_DEFAULTS`] is the table of them.
 
+pub mod drm_info;
 pub mod egl;
 pub mod gst;
 pub mod kms;
@@ -28,6 +30,7 @@ pub use egl::{EglEntry, EglError, EglFormats, EglModifier, EglUsage};
 pub use gst::{
     parse_drm_format, parse_drm_format_list, parse_drm_format_value, print_drm_format, Caps, GstError, IntRange,
 };
+pub use drm_info::DrmInfoError;
 pub use kms::{parse_in_formats, write_in_formats, KmsError};
 pub use v4l2::{V4l2Entry, V4l2Error, V4l2Formats, V4l2Mapping, V4l2PlaneFormat};
 pub use wayland::{

@@ -178,6 +178,59 @@ pub fn parse_drm_format_value(text: &str) -> Result<FormatSet, GstError> {
     Ok(set)
 }
 
+/// GStreamer's video format name for a DRM fourcc (`AR24` is `BGRA`: both name memory byte
+/// order differently, see `gst_video_dma_drm_fourcc_to_format`), where GStreamer has one.
+pub fn video_format_name(fourcc: Fourcc) -> Option<&'static str> {
+    const TABLE: [(Fourcc, &str); 22] = [
+        (Fourcc::ARGB8888, "BGRA"),
+        (Fourcc::XRGB8888, "BGRx"),
+        (Fourcc::ABGR8888, "RGBA"),
+        (Fourcc::XBGR8888, "RGBx"),
+        (Fourcc::RGBA8888, "ABGR"),
+        (Fourcc::RGBX8888, "xBGR"),
+        (Fourcc::BGRA8888, "ARGB"),
+        (Fourcc::BGRX8888, "xRGB"),
+        (Fourcc::RGB565, "RGB16"),
+        (Fourcc::ARGB2101010, "BGR10A2_LE"),
+        (Fourcc::ABGR2101010, "RGB10A2_LE"),
+        (Fourcc::R8, "GRAY8"),
+        (Fourcc::R16, "GRAY16_LE"),
+        (Fourcc::NV12, "NV12"),
+        (Fourcc::NV21, "NV21"),
+        (Fourcc::NV16, "NV16"),
+        (Fourcc::P010, "P010_10LE"),
+        (Fourcc::P016, "P016_LE"),
+        (Fourcc::YUV420, "I420"),
+        (Fourcc::YVU420, "YV12"),
+        (Fourcc::YUYV, "YUY2"),
+        (Fourcc::UYVY, "UYVY"),
+    ];
+    TABLE.iter().find(|(f, _)| *f == fourcc).map(|(_, n)| *n)
+}
+
+/// The caps to paste into a pipeline for `formats` (one fourcc's layouts): GStreamer 1.24's
+/// `video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=...` and, where the list holds
+/// LINEAR and GStreamer names the format, the 1.22 form a linear dma-buf negotiates with
+/// (`video/x-raw(memory:DMABuf),format=NV12`). Implicit layouts have no caps spelling and are
+/// left out.
+pub fn paste_caps(formats: &[Format]) -> Vec<String> {
+    let explicit: Vec<Format> = formats.iter().copied().filter(|f| matches!(f.layout, Layout::Explicit(_))).collect();
+    let mut out = Vec::new();
+    match explicit.as_slice() {
+        [] => {}
+        [one] => out.push(format!("video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format={}", print_drm_format(*one).trim_end())),
+        many => out.push(format!(
+            "video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=(string){{ {} }}",
+            many.iter().map(|f| print_drm_format(*f).trim_end().to_owned()).collect::<Vec<_>>().join(", ")
+        )),
+    }
+    let linear = explicit.iter().find(|f| f.layout == Layout::Explicit(Modifier::LINEAR));
+    if let Some(name) = linear.and_then(|f| video_format_name(f.fourcc)) {
+        out.push(format!("video/x-raw(memory:DMABuf),format={name}"));
+    }
+    out
+}
+
 /// The inverse of [`parse_drm_format_list`].
 pub fn print_drm_format_list(set: &FormatSet) -> String {
     set.iter().map(|f| print_drm_format(*f)).collect::<Vec<_>>().join(",")

@@ -35,7 +35,14 @@ for p in "${PKGS[@]}"; do pkg_ok "$p" || missing+=("$p"); done
 missing_lean=()
 for p in "${LEAN[@]}"; do pkg_ok "$p" || missing_lean+=("$p"); done
 
-if mesa_ok && egl_ok && [ ${#missing[@]} -eq 0 ] && [ ${#missing_lean[@]} -eq 0 ]; then
+# GStreamer's development files, for the dmabridgeconvert plugin (gst-plugin/): from
+# bookworm-backports, because they pull libdrm/gbm/wayland -dev packages that must match the
+# backports Mesa (plain apt-get refuses them as "held broken packages").
+BACKPORTS_DEV=(libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev)
+missing_dev=()
+for p in "${BACKPORTS_DEV[@]}"; do pkg_ok "$p" || missing_dev+=("$p"); done
+
+if mesa_ok && egl_ok && [ ${#missing[@]} -eq 0 ] && [ ${#missing_lean[@]} -eq 0 ] && [ ${#missing_dev[@]} -eq 0 ]; then
     exit 0
 fi
 
@@ -55,6 +62,9 @@ $SUDO apt-get update -qq
 $SUDO apt-get install -y -qq -t bookworm-backports mesa-vulkan-drivers libegl-mesa0 libgl1-mesa-dri libgbm1 >/dev/null
 if [ ${#missing[@]} -gt 0 ]; then
     $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if [ ${#missing_dev[@]} -gt 0 ]; then
+    $SUDO apt-get install -y -qq -t bookworm-backports "${missing_dev[@]}" >/dev/null
 fi
 if [ ${#missing_lean[@]} -gt 0 ]; then
     $SUDO apt-get install -y -qq --no-install-recommends "${missing_lean[@]}" >/dev/null

@@ -26,8 +26,9 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 # rustc never run under it.
 cargo test --workspace --all-targets --no-run --quiet
 
-# The C ABI (libdmabridge.so, include/dmabridge.h) and the C program that tests it.
-cargo build -p dmabridge-capi --quiet
+# The C ABI (libdmabridge.so, include/dmabridge.h) and the C program that tests it; the
+# GStreamer plugin (libgstdmabridge.so), whose tests run gst-launch-1.0 pipelines with it.
+cargo build -p dmabridge-capi -p gst-plugin-dmabridge --quiet
 mkdir -p target/c
 gcc -Wall -Wextra -Werror -Iinclude tests/c/capi_test.c -Ltarget/debug -ldmabridge -o target/c/capi_test
 

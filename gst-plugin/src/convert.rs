@@ -1,0 +1,311 @@
+//! The element: caps, properties, and the per-buffer conversion.
+
+pub(crate) mod imp {
+    use std::sync::{LazyLock, Mutex, PoisonError};
+
+    use dmabridge::interop::tiling::{ColourMatrix, ColourRange, FrameConversion};
+    use dmabridge::interop::{Fourcc, TileLayout};
+    use dmabridge::{ConvertPath, Converter, Engine, EngineOptions};
+    use gst::glib;
+    use gst::prelude::*;
+    use gst::subclass::prelude::*;
+    use gst_base::subclass::prelude::*;
+    use gst_video::VideoFormat;
+
+    static CAT: LazyLock<gst::DebugCategory> =
+        LazyLock::new(|| gst::DebugCategory::new("dmabridgeconvert", gst::DebugColorFlags::empty(), Some("dmabridge conversions")));
+
+    /// What the sink takes: the decoders' tiled NV12 layouts, linear NV12/P010, 8-bit RGB.
+    const SINK_FORMATS: [VideoFormat; 11] = [
+        VideoFormat::Nv124l4,
+        VideoFormat::Nv1232l32,
+        VideoFormat::Nv1264z32,
+        VideoFormat::Nv1216l32s,
+        VideoFormat::Nv128l128,
+        VideoFormat::Nv12,
+        VideoFormat::P01010le,
+        VideoFormat::Bgrx,
+        VideoFormat::Bgra,
+        VideoFormat::Rgbx,
+        VideoFormat::Rgba,
+    ];
+
+    /// What the source writes.
+    const SRC_FORMATS: [VideoFormat; 5] = [VideoFormat::Nv12, VideoFormat::Bgrx, VideoFormat::Bgra, VideoFormat::Rgbx, VideoFormat::Rgba];
+
+    /// dmabridge's (layout, fourcc) for a GStreamer format. GStreamer's tiled NV12 buffers are
+    /// laid out as dmabridge's tiled buffers (planes padded to whole tiles, back to back).
+    fn layout_of(f: VideoFormat) -> Option<(TileLayout, Fourcc)> {
+        Some(match f {
+            VideoFormat::Nv124l4 => (TileLayout::Nv12_4L4, Fourcc::NV12),
+            VideoFormat::Nv1232l32 => (TileLayout::Allwinner32x32, Fourcc::NV12),
+            VideoFormat::Nv1264z32 => (TileLayout::Samsung64x32, Fourcc::NV12),
+            VideoFormat::Nv1216l32s => (TileLayout::Nv12_16L32S, Fourcc::NV12),
+            VideoFormat::Nv128l128 => (TileLayout::Nv12_8L128, Fourcc::NV12),
+            VideoFormat::Nv12 => (TileLayout::Linear, Fourcc::NV12),
+            VideoFormat::P01010le => (TileLayout::Linear, Fourcc::P010),
+            VideoFormat::Bgrx => (TileLayout::Linear, Fourcc::XRGB8888),
+            VideoFormat::Bgra => (TileLayout::Linear, Fourcc::ARGB8888),
+            VideoFormat::Rgbx => (TileLayout::Linear, Fourcc::XBGR8888),
+            VideoFormat::Rgba => (TileLayout::Linear, Fourcc::ABGR8888),
+            _ => return None,
+        })
+    }
+
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    struct Settings {
+        /// None: the cost model's choice.
+        path: Option<ConvertPath>,
+        /// None: the caps' colorimetry.
+        matrix: Option<ColourMatrix>,
+    }
+
+    struct State {
+        conversion: FrameConversion,
+        in_info: gst_video::VideoInfo,
+        out_info: gst_video::VideoInfo,
+        /// The engine's converter, or None: no Vulkan device, the CPU path.
+        converter: Option<Converter>,
+        path: ConvertPath,
+    }
+
+    pub struct DmabridgeConvert {
+        settings: Mutex<Settings>,
+        state: Mutex<Option<State>>,
+    }
+
+    impl Default for DmabridgeConvert {
+        fn default() -> Self {
+            DmabridgeConvert { settings: Mutex::new(Settings { path: None, matrix: None }), state: Mutex::new(None) }
+        }
+    }
+
+    #[glib::object_subclass]
+    impl ObjectSubclass for DmabridgeConvert {
+        const NAME: &'static str = "GstDmabridgeConvert";
+        type Type = super::super::DmabridgeConvert;
+        type ParentType = gst_base::BaseTransform;
+    }
+
+    impl ObjectImpl for DmabridgeConvert {
+        fn properties() -> &'static [glib::ParamSpec] {
+            static PROPS: LazyLock<Vec<glib::ParamSpec>> = LazyLock::new(|| {
+                vec![
+                    glib::ParamSpecString::builder("path")
+                        .nick("Path")
+                        .blurb("Where conversions run: auto (the cost model's measured choice), cpu, gpu")
+                        .default_value(Some("auto"))
+                        .build(),
+                    glib::ParamSpecString::builder("matrix")
+                        .nick("Matrix")
+                        .blurb("YCbCr matrix: auto (the caps' colorimetry), bt601, bt709, bt2020")
+                        .default_value(Some("auto"))
+                        .build(),
+                ]
+            });
+            PROPS.as_ref()
+        }
+
+        fn set_property(&self, _id: usize, value: &glib::Value, pspec: &glib::ParamSpec) {
+            let text: String = value.get::<Option<String>>().ok().flatten().unwrap_or_else(|| "auto".into());
+            let mut s = self.settings.lock().unwrap_or_else(PoisonError::into_inner);
+            match pspec.name() {
+                "path" => match text.as_str() {
+                    "auto" => s.path = None,
+                    "cpu" | "gpu" => s.path = text.parse().ok(),
+                    other => gst::warning!(CAT, imp = self, "path {other:?}: expected auto, cpu or gpu; keeping {:?}", s.path),
+                },
+                "matrix" => match text.as_str() {
+                    "auto" => s.matrix = None,
+                    m => match m.parse::<ColourMatrix>() {
+                        Ok(m) => s.matrix = Some(m),
+                        Err(e) => gst::warning!(CAT, imp = self, "matrix {e}; keeping {:?}", s.matrix),
+                    },
+                },
+                _ => {}
+            }
+        }
+
+        fn property(&self, _id: usize, pspec: &glib::ParamSpec) -> glib::Value {
+            let s = self.settings.lock().unwrap_or_else(PoisonError::into_inner);
+            match pspec.name() {
+                "path" => s.path.map_or("auto", |p| p.name()).to_value(),
+                _ => s.matrix.map_or("auto", |m| m.name()).to_value(),
+            }
+        }
+    }
+
+    impl GstObjectImpl for DmabridgeConvert {}
+
+    impl ElementImpl for DmabridgeConvert {
+        fn metadata() -> Option<&'static gst::subclass::ElementMetadata> {
+            static META: LazyLock<gst::subclass::ElementMetadata> = LazyLock::new(|| {
+                gst::subclass::ElementMetadata::new(
+                    "dmabridge converter",
+                    "Filter/Converter/Video",
+                    "Tiled -> linear and YUV <-> RGB with dmabridge: the fastest path the device measures (CPU or GPU), detile and colour fused",
+                    "dmabridge",
+                )
+            });
+            Some(&META)
+        }
+
+        fn pad_templates() -> &'static [gst::PadTemplate] {
+            static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
+                let caps = |formats: &[VideoFormat]| gst_video::VideoCapsBuilder::new().format_list(formats.iter().copied()).build();
+                let mut out = Vec::new();
+                for (name, dir, c) in [("sink", gst::PadDirection::Sink, caps(&SINK_FORMATS)), ("src", gst::PadDirection::Src, caps(&SRC_FORMATS))] {
+                    if let Ok(t) = gst::PadTemplate::new(name, dir, gst::PadPresence::Always, &c) {
+                        out.push(t);
+                    }
+                }
+                out
+            });
+            TEMPLATES.as_ref()
+        }
+    }
+
+    impl BaseTransformImpl for DmabridgeConvert {
+        const MODE: gst_base::subclass::BaseTransformMode = gst_base::subclass::BaseTransformMode::NeverInPlace;
+        const PASSTHROUGH_ON_SAME_CAPS: bool = true;
+        const TRANSFORM_IP_ON_PASSTHROUGH: bool = false;
+
+        fn transform_caps(&self, direction: gst::PadDirection, caps: &gst::Caps, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
+            let formats: &[VideoFormat] = if direction == gst::PadDirection::Src { &SINK_FORMATS } else { &SRC_FORMATS };
+            let mut other = caps.clone();
+            for s in other.make_mut().iter_mut() {
+                s.remove_fields(["format", "colorimetry", "chroma-site"]);
+                s.set("format", gst::List::new(formats.iter().map(|f| f.to_str())));
+            }
+            // The same caps first: passthrough when the other side takes them.
+            let mut result = caps.clone();
+            result.merge(other);
+            Some(match filter {
+                Some(f) => f.intersect_with_mode(&result, gst::CapsIntersectMode::First),
+                None => result,
+            })
+        }
+
+        /// One frame in, one frame out, whatever the input buffer's size (a tiled frame may be
+        /// shorter than GStreamer's padded estimate of it; its own size is checked per buffer).
+        fn transform_size(&self, _direction: gst::PadDirection, _caps: &gst::Caps, _size: usize, othercaps: &gst::Caps) -> Option<usize> {
+            gst_video::VideoInfo::from_caps(othercaps).ok().map(|i| i.size())
+        }
+
+        fn set_caps(&self, incaps: &gst::Caps, outcaps: &gst::Caps) -> Result<(), gst::LoggableError> {
+            let in_info = gst_video::VideoInfo::from_caps(incaps).map_err(|_| gst::loggable_error!(CAT, "bad input caps {incaps}"))?;
+            let out_info = gst_video::VideoInfo::from_caps(outcaps).map_err(|_| gst::loggable_error!(CAT, "bad output caps {outcaps}"))?;
+            let (from, to) = (layout_of(in_info.format()), layout_of(out_info.format()));
+            let (Some(from), Some(to)) = (from, to) else {
+                return Err(gst::loggable_error!(CAT, "{} -> {} is not a conversion dmabridge has", in_info.format(), out_info.format()));
+            };
+            let settings = *self.settings.lock().unwrap_or_else(PoisonError::into_inner);
+            // The YUV side's colorimetry decides the colour arithmetic.
+            let yuv = if from.1 == Fourcc::NV12 || from.1 == Fourcc::P010 { &in_info } else { &out_info };
+            let c = yuv.colorimetry();
+            let matrix = settings.matrix.unwrap_or(match c.matrix() {
+                gst_video::VideoColorMatrix::Bt601 => ColourMatrix::Bt601,
+                gst_video::VideoColorMatrix::Bt2020 => ColourMatrix::Bt2020,
+                _ => ColourMatrix::Bt709,
+            });
+            let range = if c.range() == gst_video::VideoColorRange::Range0_255 { ColourRange::Full } else { ColourRange::Limited };
+            let conversion = FrameConversion { matrix, range, ..FrameConversion::new(from, to, in_info.width(), in_info.height()) };
+            conversion.steps().map_err(|e| gst::loggable_error!(CAT, "{e}"))?;
+            // Reuse the engine across caps changes; without a device, the CPU path.
+            let previous = self.state.lock().unwrap_or_else(PoisonError::into_inner).take();
+            let converter = match previous.and_then(|s| s.converter) {
+                Some(c) => Some(c),
+                None => match Engine::new(&EngineOptions::from_env()).map_err(|e| e.to_string()).and_then(|e| Converter::new(&e).map_err(|e| e.to_string())) {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        gst::info!(CAT, imp = self, "no Vulkan device ({e}): converting on the CPU");
+                        None
+                    }
+                },
+            };
+            let path = match (&converter, settings.path) {
+                (None, _) => ConvertPath::Cpu,
+                (Some(conv), p) => conv.choose(&conversion, p).map_err(|e| gst::loggable_error!(CAT, "{e}"))?.path,
+            };
+            gst::info!(CAT, imp = self, "{conversion} on {path}");
+            *self.state.lock().unwrap_or_else(PoisonError::into_inner) = Some(State { conversion, in_info, out_info, converter, path });
+            Ok(())
+        }
+
+        fn stop(&self) -> Result<(), gst::ErrorMessage> {
+            *self.state.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            Ok(())
+        }
+
+        fn transform(&self, inbuf: &gst::Buffer, outbuf: &mut gst::BufferRef) -> Result<gst::FlowSuccess, gst::FlowError> {
+            let guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let state = guard.as_ref().ok_or(gst::FlowError::NotNegotiated)?;
+            let input = packed_input(state, inbuf).map_err(|e| {
+                gst::element_imp_error!(self, gst::StreamError::Format, ["{e}"]);
+                gst::FlowError::Error
+            })?;
+            let (_, out_size) = state.conversion.sizes().map_err(|_| gst::FlowError::Error)?;
+            let mut packed = vec![0u8; out_size as usize];
+            let done = match &state.converter {
+                Some(conv) => conv.convert_frame_into(&state.conversion, state.path, &input, &mut packed).map_err(|e| e.to_string()),
+                None => state.conversion.run_cpu_into(&input, &mut packed, 0).map_err(|e| e.to_string()),
+            };
+            done.map_err(|e| {
+                gst::element_imp_error!(self, gst::StreamError::Failed, ["{}: {e}", state.conversion]);
+                gst::FlowError::Error
+            })?;
+            write_output(state, &packed, outbuf).map_err(|e| {
+                gst::element_imp_error!(self, gst::StreamError::Failed, ["{e}"]);
+                gst::FlowError::Error
+            })?;
+            Ok(gst::FlowSuccess::Ok)
+        }
+    }
+
+    /// The input frame as dmabridge's packed buffer: a tiled frame as GStreamer lays it out
+    /// (which is dmabridge's layout), a linear one with its rows gathered from GStreamer's
+    /// strides (which pad rows to 4 bytes).
+    fn packed_input(state: &State, inbuf: &gst::Buffer) -> Result<Vec<u8>, String> {
+        let (in_size, _) = state.conversion.sizes().map_err(|e| e.to_string())?;
+        let map = inbuf.map_readable().map_err(|_| "the input buffer cannot be mapped".to_owned())?;
+        if state.conversion.from_layout != TileLayout::Linear {
+            let bytes = map.as_slice().get(..in_size as usize).ok_or_else(|| format!("the input buffer holds {} bytes, the tiled frame {in_size}", map.size()))?;
+            return Ok(bytes.to_vec());
+        }
+        gather(&state.in_info, map.as_slice(), state.conversion.from, in_size)
+    }
+
+    /// Rows of each plane from GStreamer's offsets and strides into a packed buffer.
+    fn gather(info: &gst_video::VideoInfo, bytes: &[u8], fourcc: Fourcc, size: u64) -> Result<Vec<u8>, String> {
+        let fi = dmabridge::interop::format_info(fourcc).ok_or("no plane table")?;
+        let mut out = Vec::with_capacity(size as usize);
+        for p in 0..fi.plane_count() {
+            let (offset, stride) = (info.offset()[p], info.stride()[p] as usize);
+            let row = fi.min_stride(p, info.width()) as usize;
+            for y in 0..fi.plane_height(p, info.height()) as usize {
+                let at = offset + y * stride;
+                out.extend_from_slice(bytes.get(at..at + row).ok_or("the input buffer is shorter than its caps say")?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The packed output into GStreamer's planes, at its offsets and strides.
+    fn write_output(state: &State, packed: &[u8], outbuf: &mut gst::BufferRef) -> Result<(), String> {
+        let info = &state.out_info;
+        let fi = dmabridge::interop::format_info(state.conversion.to).ok_or("no plane table")?;
+        let mut map = outbuf.map_writable().map_err(|_| "the output buffer cannot be mapped")?;
+        let out = map.as_mut_slice();
+        let mut at = 0usize;
+        for p in 0..fi.plane_count() {
+            let (offset, stride) = (info.offset()[p], info.stride()[p] as usize);
+            let row = fi.min_stride(p, info.width()) as usize;
+            for y in 0..fi.plane_height(p, info.height()) as usize {
+                let dst = out.get_mut(offset + y * stride..offset + y * stride + row).ok_or("the output buffer is shorter than its caps say")?;
+                dst.copy_from_slice(packed.get(at..at + row).ok_or("short conversion output")?);
+                at += row;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,43 @@
+//! `libgstdmabridge.so`: GStreamer's door to dmabridge. It registers **`dmabridgeconvert`**,
+//! which turns the tiled NV12 layouts V4L2 decoders write (NV12_4L4, NV12_32L32, NV12_64Z32,
+//! NV12_16L32S, NV12_8L128) and linear NV12/P010 into NV12 or an RGB format a display takes
+//! (BGRx, BGRA, RGBx, RGBA), and RGB back into NV12, with the engine's conversions: the path
+//! its cost model measured fastest (the CPU fast path, the GPU shaders), or the one the
+//! `path` property names; without a Vulkan device, the CPU path. Detile and colour run fused
+//! in one pass. Colour follows the caps' colorimetry (BT.601/709/2020, limited or full
+//! range) unless the `matrix` property overrides the matrix. Same caps on both sides: the
+//! element passes buffers through.
+//!
+//! ```text
+//! GST_PLUGIN_PATH=target/debug gst-launch-1.0 filesrc location=frame.4l4 ! \
+//!     rawvideoparse format=nv12-4l4 width=1920 height=1088 ! dmabridgeconvert ! \
+//!     video/x-raw,format=BGRx ! filesink location=frame.bgrx
+//! ```
+//!
+//! System memory only for now: the `memory:DMABuf` caps (zero-copy import and export) and
+//! GStreamer 1.24's `DMA_DRM` negotiation are not built yet.
+
+use gst::glib;
+use gst::prelude::*;
+
+mod convert;
+
+glib::wrapper! {
+    /// The `dmabridgeconvert` element.
+    pub struct DmabridgeConvert(ObjectSubclass<convert::imp::DmabridgeConvert>) @extends gst_base::BaseTransform, gst::Element, gst::Object;
+}
+
+fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
+    gst::Element::register(Some(plugin), "dmabridgeconvert", gst::Rank::NONE, DmabridgeConvert::static_type())
+}
+
+gst::plugin_define!(
+    dmabridge,
+    env!("CARGO_PKG_DESCRIPTION"),
+    plugin_init,
+    env!("CARGO_PKG_VERSION"),
+    "MIT/X11",
+    env!("CARGO_PKG_NAME"),
+    env!("CARGO_PKG_NAME"),
+    env!("CARGO_PKG_REPOSITORY")
+);

@@ -34,7 +34,7 @@ pub struct NegotiateArgs {
 }
 
 /// clap id, value name and help of each participant flag.
-const PEER_ARGS: [(PeerKind, &str, &str, &str); 7] = [
+const PEER_ARGS: [(PeerKind, &str, &str, &str); 8] = [
     (
         PeerKind::GstCaps,
         "gst-caps",
@@ -52,6 +52,12 @@ const PEER_ARGS: [(PeerKind, &str, &str, &str); 7] = [
         "drm-info",
         "NAME=FILE[:PLANE_ID]",
         "drm_info -j output: a plane's IN_FORMATS (default: the first node's primary plane)",
+    ),
+    (
+        PeerKind::Wayland,
+        "wayland",
+        "NAME",
+        "the compositor WAYLAND_DISPLAY names, asked for its linux-dmabuf formats",
     ),
     (
         PeerKind::WaylandTable,

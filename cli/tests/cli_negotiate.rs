@@ -195,6 +195,44 @@ fn drm_info_json_negotiates_like_the_raw_blob() {
     let _ = std::fs::remove_dir_all(dir);
 }
 
+/// `--wayland NAME` asks the compositor WAYLAND_DISPLAY names (the test Weston that
+/// scripts/test.sh starts) for its linux-dmabuf formats, as the Wayland sink does.
+#[test]
+fn the_live_compositor_is_a_participant() {
+    let (name, dir) = match (std::env::var("DMABRIDGE_TEST_WAYLAND_DISPLAY"), std::env::var("DMABRIDGE_TEST_XDG_RUNTIME_DIR")) {
+        (Ok(n), Ok(d)) if !n.is_empty() && !d.is_empty() => (n, d),
+        _ if std::env::var_os("CI").is_some() => panic!("no test Weston (scripts/test.sh starts it)"),
+        _ => {
+            eprintln!("skipped: no test Weston (run through scripts/test.sh)");
+            return;
+        }
+    };
+    let offered = dmabridge::wayland::query_formats(&dmabridge::wayland::Display::in_dir(&dir, &name)).expect("Weston's formats");
+    let run = |display: &str| {
+        Command::new(env!("CARGO_BIN_EXE_dmabridge"))
+            .args(["negotiate", "--json", "--wayland", "weston", "--drm-formats", "producer=XR24,AR24"])
+            .env("WAYLAND_DISPLAY", display)
+            .env("XDG_RUNTIME_DIR", &dir)
+            .output()
+            .expect("run dmabridge")
+    };
+    let out = run(&name);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+    // Weston here offers LINEAR XR24 (llvmpipe): one shared buffer, the compositor named.
+    let linear_xr24 = offered.formats.contains(&dmabridge::interop::Format::linear(dmabridge::interop::Fourcc::XRGB8888));
+    if linear_xr24 {
+        assert_eq!(out.status.code(), Some(0), "{stderr}");
+        assert_eq!(v["outcome"], "shared", "{v}");
+        assert!(v["groups"][0]["participants"].as_array().is_some_and(|p| p.contains(&"weston".into())), "{v}");
+    } else {
+        assert!(out.status.code() != Some(1), "the compositor was asked: {stderr}");
+    }
+    let gone = run("no-such-compositor");
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&gone.stderr).contains("\"weston\""), "{}", String::from_utf8_lossy(&gone.stderr));
+}
+
 #[test]
 fn bad_input_names_the_participant() {
     let (out, _) = negotiate(&["--vulkan", "gpu=bogus", "--drm-formats", "d=AR24"]);

@@ -40,6 +40,11 @@ pub(crate) fn load(spec: &ParticipantSpec) -> Result<Participant, SpecError> {
             let set = drm_info::in_formats(&text, plane).map_err(|e| err(&e))?;
             Ok(Participant::new(&spec.name, set).with_sync(kms::SYNC_METHODS))
         }
+        PeerKind::Wayland => {
+            let formats = dmabridge::wayland::query_formats(&dmabridge::wayland::Display::Env).map_err(|e| err(&e))?;
+            let p = formats.participant();
+            Ok(Participant { name: spec.name.clone(), ..p }.with_sync(wayland::SYNC_METHODS))
+        }
         PeerKind::WaylandTable => {
             let bytes = spec.read_file()?;
             let table = wayland::parse_format_table(&bytes).map_err(|e| err(&e))?;

@@ -24,16 +24,19 @@ pub enum PeerKind {
     /// `drm_info -j` output: a plane's IN_FORMATS.
     DrmInfo,
     WaylandTable,
+    /// The live compositor of `WAYLAND_DISPLAY`, asked for its linux-dmabuf formats.
+    Wayland,
     DrmFormats,
     V4l2,
     Vulkan,
 }
 
 impl PeerKind {
-    pub const ALL: [PeerKind; 7] = [
+    pub const ALL: [PeerKind; 8] = [
         PeerKind::GstCaps,
         PeerKind::KmsInFormats,
         PeerKind::DrmInfo,
+        PeerKind::Wayland,
         PeerKind::WaylandTable,
         PeerKind::DrmFormats,
         PeerKind::V4l2,
@@ -47,6 +50,7 @@ impl PeerKind {
             PeerKind::KmsInFormats => "--kms-in-formats",
             PeerKind::DrmInfo => "--drm-info",
             PeerKind::WaylandTable => "--wayland-table",
+            PeerKind::Wayland => "--wayland",
             PeerKind::DrmFormats => "--drm-formats",
             PeerKind::V4l2 => "--v4l2",
             PeerKind::Vulkan => "--vulkan",
@@ -59,6 +63,7 @@ impl PeerKind {
             PeerKind::GstCaps => "CAPS",
             PeerKind::KmsInFormats | PeerKind::WaylandTable => "FILE",
             PeerKind::DrmInfo => "FILE[:PLANE_ID]",
+            PeerKind::Wayland => "",
             PeerKind::DrmFormats => "LIST",
             PeerKind::V4l2 => "PIXFMT[,PIXFMT]",
             PeerKind::Vulkan => "USAGE[+USAGE][:create=FLAG,...][:srgb-view]",
@@ -111,7 +116,7 @@ pub enum SpecError {
         kind: PeerKind,
         what: &'static str,
     },
-    #[error("no participants: give at least one of --gst-caps, --kms-in-formats, --drm-info, --wayland-table, --drm-formats, --v4l2, --vulkan")]
+    #[error("no participants: give at least one of --gst-caps, --kms-in-formats, --drm-info, --wayland, --wayland-table, --drm-formats, --v4l2, --vulkan")]
     NoParticipants,
 }
 
@@ -138,8 +143,12 @@ pub struct ParticipantSpec {
 }
 
 impl ParticipantSpec {
-    /// Splits `NAME=VALUE` at the first `=`. The name must not be empty.
+    /// Splits `NAME=VALUE` at the first `=`. The name must not be empty. `--wayland` takes a
+    /// name alone (the compositor is the one `WAYLAND_DISPLAY` names).
     pub fn parse(kind: PeerKind, arg: &str) -> Result<Self, SpecError> {
+        if kind == PeerKind::Wayland && !arg.is_empty() && !arg.contains('=') {
+            return Ok(ParticipantSpec { kind, name: arg.to_owned(), value: String::new() });
+        }
         match arg.split_once('=') {
             Some((name, value)) if !name.is_empty() => Ok(ParticipantSpec {
                 kind,

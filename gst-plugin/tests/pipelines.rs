@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use dmabridge_interop::tiling::colour::yuv_to_rgb_float;
-use dmabridge_interop::tiling::{tile_to_vec, yuv_to_rgb_vec, ColourMatrix, ColourRange};
+use dmabridge_interop::tiling::{test_pattern as pattern, tile_to_vec, yuv_to_rgb_vec, ColourMatrix, ColourRange};
 use dmabridge_interop::{Fourcc, TileLayout};
 
 /// The directory holding libgstdmabridge.so (target/debug, beside this test's deps/).
@@ -23,18 +23,6 @@ fn scratch(test: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("dmabridge-gst-{}-{test}", std::process::id()));
     std::fs::create_dir_all(&d).expect("dir");
     d
-}
-
-fn pattern(n: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-    (0..n)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x >> 24) as u8
-        })
-        .collect()
 }
 
 /// Runs `filesrc ! rawvideoparse PARSE ! ELEMENT ! CAPS ! filesink` and returns the output.

@@ -60,15 +60,7 @@ pub fn memfd_with(bytes: &[u8]) -> OwnedFd {
 
 /// Deterministic bytes that differ from row to row and plane to plane.
 pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 17;
-            x ^= x << 5;
-            (x >> 24) as u8
-        })
-        .collect()
+    dmabridge::interop::tiling::test_pattern(len, seed)
 }
 
 /// Lays `packed` (tightly packed rows of `row_bytes`) out at `offset` with `stride`, into `buf`.

@@ -103,11 +103,11 @@ pub(crate) fn alloc_output(what: &'static str, bytes: u64) -> Result<Vec<u8>, Ti
     Ok(out)
 }
 
-/// Deterministic bytes for the unit tests of the conversion paths (xorshift: no dependency).
-#[cfg(test)]
-pub(crate) fn test_pattern(n: usize, seed: u32) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(2_654_435_761) | 1;
-    (0..n)
+/// Deterministic bytes that differ from row to row and plane to plane (xorshift, no
+/// dependency): the test frames of this workspace's tests and benches, in one place.
+pub fn test_pattern(len: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..len)
         .map(|_| {
             x ^= x << 13;
             x ^= x >> 17;

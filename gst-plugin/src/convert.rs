@@ -67,16 +67,20 @@ pub(crate) mod imp {
         /// The engine's converter, or None: no Vulkan device, the CPU path.
         converter: Option<Converter>,
         path: ConvertPath,
+        /// Downstream takes dma-bufs: output buffers are sealed memfds wrapped as dma-buf memory.
+        out_dmabuf: bool,
     }
 
     pub struct DmabridgeConvert {
         settings: Mutex<Settings>,
         state: Mutex<Option<State>>,
+        /// Frames read straight from their dma-buf (after the checks), for `dmabuf-imports`.
+        dmabuf_imports: std::sync::atomic::AtomicU64,
     }
 
     impl Default for DmabridgeConvert {
         fn default() -> Self {
-            DmabridgeConvert { settings: Mutex::new(Settings { path: None, matrix: None }), state: Mutex::new(None) }
+            DmabridgeConvert { settings: Mutex::new(Settings { path: None, matrix: None }), state: Mutex::new(None), dmabuf_imports: Default::default() }
         }
     }
 
@@ -100,6 +104,11 @@ pub(crate) mod imp {
                         .nick("Matrix")
                         .blurb("YCbCr matrix: auto (the caps' colorimetry), bt601, bt709, bt2020")
                         .default_value(Some("auto"))
+                        .build(),
+                    glib::ParamSpecUInt64::builder("dmabuf-imports")
+                        .nick("dma-buf imports")
+                        .blurb("Frames read straight from their dma-buf, after dmabridge's layout checks, without GStreamer's mapping")
+                        .read_only()
                         .build(),
                 ]
             });
@@ -130,6 +139,7 @@ pub(crate) mod imp {
             let s = self.settings.lock().unwrap_or_else(PoisonError::into_inner);
             match pspec.name() {
                 "path" => s.path.map_or("auto", |p| p.name()).to_value(),
+                "dmabuf-imports" => self.dmabuf_imports.load(std::sync::atomic::Ordering::Relaxed).to_value(),
                 _ => s.matrix.map_or("auto", |m| m.name()).to_value(),
             }
         }
@@ -153,8 +163,15 @@ pub(crate) mod imp {
         fn pad_templates() -> &'static [gst::PadTemplate] {
             static TEMPLATES: LazyLock<Vec<gst::PadTemplate>> = LazyLock::new(|| {
                 let caps = |formats: &[VideoFormat]| gst_video::VideoCapsBuilder::new().format_list(formats.iter().copied()).build();
+                // The sink also takes dma-bufs (GStreamer 1.22's form: memory:DMABuf with a
+                // plain format), read through the layout checks without a copy.
+                let mut sink = caps(&SINK_FORMATS);
+                sink.merge(gst_video::VideoCapsBuilder::new().features([gst_allocators::CAPS_FEATURE_MEMORY_DMABUF]).format_list(SINK_FORMATS).build());
+                // The source writes system memory, or dma-bufs where downstream takes them.
+                let mut src = caps(&SRC_FORMATS);
+                src.merge(gst_video::VideoCapsBuilder::new().features([gst_allocators::CAPS_FEATURE_MEMORY_DMABUF]).format_list(SRC_FORMATS).build());
                 let mut out = Vec::new();
-                for (name, dir, c) in [("sink", gst::PadDirection::Sink, caps(&SINK_FORMATS)), ("src", gst::PadDirection::Src, caps(&SRC_FORMATS))] {
+                for (name, dir, c) in [("sink", gst::PadDirection::Sink, sink), ("src", gst::PadDirection::Src, src)] {
                     if let Ok(t) = gst::PadTemplate::new(name, dir, gst::PadPresence::Always, &c) {
                         out.push(t);
                     }
@@ -172,10 +189,21 @@ pub(crate) mod imp {
 
         fn transform_caps(&self, direction: gst::PadDirection, caps: &gst::Caps, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
             let formats: &[VideoFormat] = if direction == gst::PadDirection::Src { &SINK_FORMATS } else { &SRC_FORMATS };
-            let mut other = caps.clone();
-            for s in other.make_mut().iter_mut() {
+            let mut other = gst::Caps::new_empty();
+            for (s, _) in caps.iter_with_features() {
+                let mut s = s.to_owned();
                 s.remove_fields(["format", "colorimetry", "chroma-site"]);
                 s.set("format", gst::List::new(formats.iter().map(|f| f.to_str())));
+                // Either side may be system memory or dma-bufs.
+                for f in [None, Some(gst_allocators::CAPS_FEATURE_MEMORY_DMABUF)] {
+                    let features = match f {
+                        Some(f) => gst::CapsFeatures::new([f]),
+                        None => gst::CapsFeatures::new_empty(),
+                    };
+                    if let Some(c) = other.get_mut() {
+                        c.append_structure_full(s.clone(), Some(features));
+                    }
+                }
             }
             // The same caps first: passthrough when the other side takes them.
             let mut result = caps.clone();
@@ -228,8 +256,40 @@ pub(crate) mod imp {
                 (Some(conv), p) => conv.choose(&conversion, p).map_err(|e| gst::loggable_error!(CAT, "{e}"))?.path,
             };
             gst::info!(CAT, imp = self, "{conversion} on {path}");
-            *self.state.lock().unwrap_or_else(PoisonError::into_inner) = Some(State { conversion, in_info, out_info, converter, path });
+            let out_dmabuf = outcaps.features(0).is_some_and(|f| f.contains(gst_allocators::CAPS_FEATURE_MEMORY_DMABUF));
+            *self.state.lock().unwrap_or_else(PoisonError::into_inner) = Some(State { conversion, in_info, out_info, converter, path, out_dmabuf });
             Ok(())
+        }
+
+        /// Downstream takes dma-bufs: each output frame is a new memfd (sealed against
+        /// shrinking and growing, so a consumer may map it safely) as dma-buf memory.
+        fn prepare_output_buffer(&self, inbuf: gst_base::subclass::base_transform::InputBuffer) -> Result<gst_base::subclass::base_transform::PrepareOutputBufferSuccess, gst::FlowError> {
+            let size = {
+                let guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                match guard.as_ref() {
+                    Some(s) if s.out_dmabuf => s.out_info.size(),
+                    _ => return self.parent_prepare_output_buffer(inbuf),
+                }
+            };
+            let fd = dmabridge::interop::dmabuf::sealed_memfd_of_size("dmabridgeconvert", size as u64).map_err(|e| {
+                gst::element_imp_error!(self, gst::ResourceError::NoSpaceLeft, ["cannot make a {size}-byte dma-buf: {e}"]);
+                gst::FlowError::Error
+            })?;
+            // SAFETY: the memory takes ownership of the fd, which holds `size` bytes.
+            let mem = unsafe { gst_allocators::DmaBufAllocator::new().alloc(fd, size) }.map_err(|_| gst::FlowError::Error)?;
+            let mut out = gst::Buffer::new();
+            {
+                let out = out.get_mut().ok_or(gst::FlowError::Error)?;
+                out.append_memory(mem);
+                let src: &gst::BufferRef = match &inbuf {
+                    gst_base::subclass::base_transform::InputBuffer::Readable(b) => b,
+                    gst_base::subclass::base_transform::InputBuffer::Writable(b) => b,
+                };
+                out.set_pts(src.pts());
+                out.set_dts(src.dts());
+                out.set_duration(src.duration());
+            }
+            Ok(gst_base::subclass::base_transform::PrepareOutputBufferSuccess::Buffer(out))
         }
 
         fn stop(&self) -> Result<(), gst::ErrorMessage> {
@@ -240,7 +300,14 @@ pub(crate) mod imp {
         fn transform(&self, inbuf: &gst::Buffer, outbuf: &mut gst::BufferRef) -> Result<gst::FlowSuccess, gst::FlowError> {
             let guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
             let state = guard.as_ref().ok_or(gst::FlowError::NotNegotiated)?;
-            let input = packed_input(state, inbuf).map_err(|e| {
+            let from_dmabuf = dmabuf_input(state, inbuf).transpose().map_err(|e| {
+                gst::element_imp_error!(self, gst::StreamError::Format, ["the dma-buf: {e}"]);
+                gst::FlowError::Error
+            })?;
+            if from_dmabuf.is_some() {
+                self.dmabuf_imports.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            let input = from_dmabuf.map_or_else(|| packed_input(state, inbuf), Ok).map_err(|e| {
                 gst::element_imp_error!(self, gst::StreamError::Format, ["{e}"]);
                 gst::FlowError::Error
             })?;
@@ -275,12 +342,73 @@ pub(crate) mod imp {
         gather(&state.in_info, map.as_slice(), state.conversion.from, in_size)
     }
 
+    /// The frame read from its dma-buf, when the buffer is one dma-buf memory: described to
+    /// dmabridge (fd, the layout's modifier, the planes' offsets and strides), put through the
+    /// layout checks, and mapped read-only where the fd cannot shrink (else read with
+    /// pread). `None`: not a dma-buf, or a layout with no DRM modifier (it is read through
+    /// GStreamer's mapping instead).
+    fn dmabuf_input(state: &State, inbuf: &gst::Buffer) -> Option<Result<Vec<u8>, String>> {
+        use dmabridge::interop::dmabuf::{check_import_with, DmaBuf, ImportFacts, ImportOptions, PlaneDesc};
+        use dmabridge::interop::{Layout, Modifier};
+        if inbuf.n_memory() != 1 {
+            return None;
+        }
+        let mem = inbuf.peek_memory(0);
+        let dm = mem.downcast_memory_ref::<gst_allocators::DmaBufMemory>()?;
+        let c = &state.conversion;
+        let modifier = if c.from_layout == TileLayout::Linear { Some(Modifier::LINEAR) } else { c.from_layout.modifier() }?;
+        Some((|| {
+            let geometry = dmabridge::interop::tiling::tiled_size(c.from_layout, c.from, c.width, c.height).map_err(|e| e.to_string())?;
+            let raw = dm.fd();
+            // SAFETY: the fd belongs to the memory, which the buffer holds for this call.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
+            let base = mem.offset() as u64;
+            let mut planes = Vec::with_capacity(geometry.planes.len());
+            for (i, p) in geometry.planes.iter().enumerate() {
+                // Tiled planes lie as dmabridge's geometry places them; linear ones at
+                // GStreamer's offsets and strides.
+                let (offset, stride) = if c.from_layout == TileLayout::Linear {
+                    (state.in_info.offset()[i] as u64, state.in_info.stride()[i] as u64)
+                } else {
+                    (p.offset, u64::from(p.padded_width_bytes))
+                };
+                planes.push(PlaneDesc { fd: fd.try_clone_to_owned().map_err(|e| e.to_string())?, offset: base + offset, stride });
+            }
+            let buf = DmaBuf::new(c.from, Layout::Explicit(modifier), c.width, c.height, planes).map_err(|e| e.to_string())?;
+            let facts = |f: dmabridge::interop::Format| {
+                (f == buf.format()).then_some(ImportFacts { memory_plane_count: geometry.planes.len(), max_width: 16384, max_height: 16384, disjoint: true })
+            };
+            let checked = check_import_with(&buf, &facts, ImportOptions::default()).map_err(|e| e.to_string())?;
+            // The whole frame, from the first plane: planes lie back to back in the fd.
+            let end_of_frame = geometry.size;
+            if c.from_layout == TileLayout::Linear {
+                let bytes = if checked.zero_copy_safe() {
+                    checked.map_plane(0, state.in_info.size() as u64).map_err(|e| e.to_string())?.bytes().to_vec()
+                } else {
+                    dmabridge::interop::dmabuf::read_at(fd, base, state.in_info.size() as u64, 1 << 30).map_err(|e| e.to_string())?
+                };
+                // Offsets are relative to the plane-0 start now.
+                return gather_at(&state.in_info, &bytes, c.from, geometry.size, 0);
+            }
+            if checked.zero_copy_safe() {
+                Ok(checked.map_plane(0, end_of_frame).map_err(|e| e.to_string())?.bytes().to_vec())
+            } else {
+                dmabridge::interop::dmabuf::read_at(fd, base, end_of_frame, 1 << 30).map_err(|e| e.to_string())
+            }
+        })())
+    }
+
     /// Rows of each plane from GStreamer's offsets and strides into a packed buffer.
     fn gather(info: &gst_video::VideoInfo, bytes: &[u8], fourcc: Fourcc, size: u64) -> Result<Vec<u8>, String> {
+        gather_at(info, bytes, fourcc, size, 0)
+    }
+
+    /// [`gather`] with GStreamer's offsets shifted back by `base` bytes.
+    fn gather_at(info: &gst_video::VideoInfo, bytes: &[u8], fourcc: Fourcc, size: u64, base: usize) -> Result<Vec<u8>, String> {
         let fi = dmabridge::interop::format_info(fourcc).ok_or("no plane table")?;
         let mut out = Vec::with_capacity(size as usize);
         for p in 0..fi.plane_count() {
-            let (offset, stride) = (info.offset()[p], info.stride()[p] as usize);
+            let (offset, stride) = (info.offset()[p].saturating_sub(base), info.stride()[p] as usize);
             let row = fi.min_stride(p, info.width()) as usize;
             for y in 0..fi.plane_height(p, info.height()) as usize {
                 let at = offset + y * stride;

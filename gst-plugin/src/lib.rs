@@ -14,8 +14,10 @@
 //!     video/x-raw,format=BGRx ! filesink location=frame.bgrx
 //! ```
 //!
-//! System memory only for now: the `memory:DMABuf` caps (zero-copy import and export) and
-//! GStreamer 1.24's `DMA_DRM` negotiation are not built yet.
+//! `memory:DMABuf` (GStreamer 1.22's form) on both pads: an upstream dma-buf is put through
+//! dmabridge's layout checks and read from its fd (mapped read-only where it cannot shrink),
+//! and where downstream takes dma-bufs each output frame is a sealed memfd handed on as
+//! dma-buf memory. GStreamer 1.24's `DMA_DRM` negotiation is not built yet.
 
 use gst::glib;
 use gst::prelude::*;

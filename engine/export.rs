@@ -80,6 +80,12 @@ pub enum ExportError {
     ExtentTooLarge { fourcc: Fourcc, width: u32, height: u32, max_width: u32, max_height: u32 },
     #[error("the driver chose modifier {chosen}, which is not in the acceptable list")]
     ModifierNotRequested { chosen: Modifier },
+    /// The driver placed a plane elsewhere than the explicit layout asked.
+    #[error("the driver put plane {plane} at offset {} with row pitch {}, not the asked offset {} and pitch {}", .got.0, .got.1, .asked.0, .asked.1)]
+    LayoutNotHonoured { plane: usize, asked: (u64, u64), got: (u64, u64) },
+    /// An explicit layout with the wrong number of memory planes for its modifier.
+    #[error("{modifier} has {expected} memory planes, the explicit layout gives {got}")]
+    LayoutPlaneCount { modifier: Modifier, expected: usize, got: usize },
     #[error("no memory type can hold the image")]
     NoMemoryType,
     #[error("the device cannot export {fourcc} memory as OPAQUE_FD")]
@@ -453,6 +459,51 @@ impl Engine {
         self.finish_export(req, format, partial, Layout::Explicit(chosen), &planes)
     }
 
+    /// Allocates and exports an image with `modifier` whose memory planes are where
+    /// `planes` says (`(offset, row pitch)` per memory plane, in one allocation), through
+    /// `VkImageDrmFormatModifierExplicitCreateInfoEXT`. The layout the driver then reports
+    /// must be the one asked for, else [`ExportError::LayoutNotHonoured`]: a driver may
+    /// accept an explicit layout for an image it allocates and still place it its own way.
+    pub fn export_image_with_layout(&self, req: &ExportRequest, modifier: Modifier, planes: &[(u64, u64)]) -> Result<ExportedImage, ExportError> {
+        let entry = vk_format::to_vk(req.fourcc).ok_or(ExportError::UnknownFourcc(req.fourcc))?;
+        if req.width == 0 || req.height == 0 {
+            return Err(ExportError::ZeroExtent { width: req.width, height: req.height });
+        }
+        if req.image_use.create.contains(vk::ImageCreateFlags::DISJOINT) {
+            return Err(ExportError::DisjointExport(req.image_use));
+        }
+        let caps = self.query_caps(&CapsQuery::new(req.fourcc, req.image_use))?;
+        let c = caps
+            .get(modifier)
+            .filter(|c| c.can_export() && self.has_modifiers())
+            .ok_or_else(|| ExportError::NoAcceptableModifier { fourcc: req.fourcc, acceptable: vec![Layout::Explicit(modifier)], exportable: caps.exportable().collect() })?;
+        check_extent(req, c.limits.map_or((0, 0), |l| (l.max_extent.width, l.max_extent.height)))?;
+        if planes.len() != c.plane_count as usize {
+            return Err(ExportError::LayoutPlaneCount { modifier, expected: c.plane_count as usize, got: planes.len() });
+        }
+        let layouts: Vec<vk::SubresourceLayout> = planes
+            .iter()
+            .map(|&(offset, row_pitch)| vk::SubresourceLayout { offset, size: 0, row_pitch, array_pitch: 0, depth_pitch: 0 })
+            .collect();
+        // VUID-VkImageDrmFormatModifierExplicitCreateInfoEXT-size-02267 (size 0), -arrayPitch-02268
+        // and -depthPitch-02269 (0 for one 2-D layer), -drmFormatModifierPlaneCount-02265 (checked above).
+        let mut explicit = vk::ImageDrmFormatModifierExplicitCreateInfoEXT::default()
+            .drm_format_modifier(modifier.raw())
+            .plane_layouts(&layouts);
+        let (partial, _) = self.create_exportable(req, entry.vk_format, Tiling::Explicit(&mut explicit))?;
+        for (i, &(offset, pitch)) in planes.iter().enumerate() {
+            let sub = vk::ImageSubresource { aspect_mask: memory_plane_aspect(i), mip_level: 0, array_layer: 0 };
+            // SAFETY: DRM-modifier images are queried per MEMORY_PLANE_i aspect, i below
+            // the modifier's plane count (VUID-vkGetImageSubresourceLayout-tiling-02271).
+            let l = unsafe { self.device().get_image_subresource_layout(partial.image, sub) };
+            if (l.offset, l.row_pitch) != (offset, pitch) {
+                return Err(ExportError::LayoutNotHonoured { plane: i, asked: (offset, pitch), got: (l.offset, l.row_pitch) });
+            }
+        }
+        tracing::debug!(fourcc = %req.fourcc, %modifier, ?planes, "exported with an imposed explicit layout");
+        self.finish_export(req, entry.vk_format, partial, Layout::Explicit(modifier), planes)
+    }
+
     fn export_linear_tiling(&self, req: &ExportRequest, format: vk::Format, layout: Layout) -> Result<ExportedImage, ExportError> {
         let (partial, vk_planes) = self.create_exportable(req, format, Tiling::Linear)?;
         let planes: Vec<(u64, u64)> = (0..vk_planes as usize)
@@ -530,10 +581,11 @@ impl Engine {
             _ => vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT,
         };
         let mut external = vk::ExternalMemoryImageCreateInfo::default().handle_types(handle);
-        let (vk_tiling, modifiers) = match tiling {
-            Tiling::Modifiers(list) => (vk::ImageTiling::DRM_FORMAT_MODIFIER_EXT, Some(list)),
-            Tiling::Linear => (vk::ImageTiling::LINEAR, None),
-            Tiling::Optimal => (vk::ImageTiling::OPTIMAL, None),
+        let (vk_tiling, modifiers, explicit) = match tiling {
+            Tiling::Modifiers(list) => (vk::ImageTiling::DRM_FORMAT_MODIFIER_EXT, Some(list), None),
+            Tiling::Explicit(e) => (vk::ImageTiling::DRM_FORMAT_MODIFIER_EXT, None, Some(e)),
+            Tiling::Linear => (vk::ImageTiling::LINEAR, None, None),
+            Tiling::Optimal => (vk::ImageTiling::OPTIMAL, None, None),
         };
         let views = req.image_use.view_formats(format);
         let mut view_list = vk::ImageFormatListCreateInfo::default().view_formats(&views);
@@ -542,6 +594,10 @@ impl Engine {
         if let Some(list) = modifiers {
             // VUID-VkImageCreateInfo-tiling-02261: DRM tiling needs a modifier list or explicit layout.
             info = info.push_next(list);
+        }
+        if let Some(e) = explicit {
+            // VUID-VkImageCreateInfo-tiling-02261, the explicit form.
+            info = info.push_next(e);
         }
         // SAFETY: the capability query accepted this format, tiling, use (usage, create flags,
         // view formats) and handle type (VUID-VkImageCreateInfo-pNext-00990), and the extent was checked against its
@@ -607,6 +663,8 @@ impl Engine {
 enum Tiling<'a, 'b> {
     /// `DRM_FORMAT_MODIFIER_EXT` from this acceptable list (a dma-buf).
     Modifiers(&'a mut vk::ImageDrmFormatModifierListCreateInfoEXT<'b>),
+    /// `DRM_FORMAT_MODIFIER_EXT` with the planes where the caller says (a dma-buf).
+    Explicit(&'a mut vk::ImageDrmFormatModifierExplicitCreateInfoEXT<'b>),
     /// LINEAR: the DRM LINEAR layout, without the modifier extension (a dma-buf).
     Linear,
     /// OPTIMAL: the driver's own layout, shared only as OPAQUE_FD.

@@ -37,6 +37,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod allocate;
 pub mod buffer;
 pub mod caps;
 pub mod compute;
@@ -69,6 +70,7 @@ pub mod wayland;
 pub use ash;
 pub use dmabridge_interop as interop;
 
+pub use allocate::{AllocateError, Allocated, AllocatedBuffer, AllocationSpec, LayoutSource};
 pub use buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer};
 pub use caps::{CapsError, CapsQuery, CapsSource, FormatCaps, ListedModifier, ModifierCaps};
 pub use compute::{Binding, ComputeError, ComputePipeline};

@@ -5,6 +5,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use dmabridge_cli::demo;
 
+mod allocate;
 mod bench;
 mod convert;
 mod frame;
@@ -31,6 +32,8 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Reconcile participants' formats and constraints: shared buffers, a copy plan, or why not.
     Negotiate(negotiate::NegotiateArgs),
+    /// Negotiate like `negotiate`, then allocate the collection on the live device, honouring every constraint.
+    Allocate(allocate::AllocateArgs),
     /// Two processes, a producer and a consumer, pass animated frames zero-copy and by GPU copy; summary, table and contact sheet.
     Demo(demo::command::DemoArgs),
     /// The demo's consumer process (started by `demo` with inherited sockets).
@@ -69,6 +72,7 @@ fn main() -> ExitCode {
         Command::DemoConsumer(args) => demo::command::run_consumer(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Negotiate(args) => negotiate_with_device(&args),
+        Command::Allocate(args) => allocate::run(&args, &load_participant),
         Command::View(args) => view::run(&args),
         Command::WaylandDemo(args) => wayland_demo::run(&args),
     }
@@ -89,28 +93,35 @@ fn exit_status(engine: &dmabridge::Engine) -> ExitCode {
 /// `negotiate`, with `--vulkan NAME=USE` answered by the live device for exactly that use
 /// (created only when such a participant is given).
 fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
-    use dmabridge_cli::participants::{PeerKind, SpecError};
     let engine = std::cell::OnceCell::new();
     let engine = || engine.get_or_init(|| dmabridge::Engine::new(&dmabridge::EngineOptions::from_env()).map_err(|e| e.to_string()));
     let converter = std::cell::OnceCell::new();
     negotiate::run_with(
         args,
-        &|spec| {
-            if spec.kind != PeerKind::Vulkan {
-                return spec.load();
-            }
-            let peer = |reason: String| SpecError::Peer { participant: spec.name.clone(), kind: spec.kind, reason };
-            let usage = spec.vulkan_use()?;
-            let request = dmabridge::ParticipantRequest::new(spec.name.as_str(), usage, dmabridge::Direction::Both);
-            match engine() {
-                Ok(e) => e.participant(&request).map_err(|e| peer(e.to_string())),
-                Err(e) => Err(peer(format!("no Vulkan device: {e}"))),
-            }
-        },
+        &|spec| load_participant(spec, engine()),
         &|c| {
             let conv = converter.get_or_init(|| engine().clone().and_then(|e| dmabridge::Converter::new(&e).map_err(|e| e.to_string())));
             let choice = conv.as_ref().map_err(|e| format!("no Vulkan device: {e}"))?.choose(c, None).map_err(|e| e.to_string())?;
             Ok(choice.explain())
         },
     )
+}
+
+/// Loads one participant; `--vulkan NAME=USE` is the live device (`engine`) for exactly
+/// that use.
+fn load_participant(
+    spec: &dmabridge_cli::participants::ParticipantSpec,
+    engine: &Result<dmabridge::Engine, String>,
+) -> Result<dmabridge_interop::negotiate::Participant, dmabridge_cli::participants::SpecError> {
+    use dmabridge_cli::participants::{PeerKind, SpecError};
+    if spec.kind != PeerKind::Vulkan {
+        return spec.load();
+    }
+    let peer = |reason: String| SpecError::Peer { participant: spec.name.clone(), kind: spec.kind, reason };
+    let usage = spec.vulkan_use()?;
+    let request = dmabridge::ParticipantRequest::new(spec.name.as_str(), usage, dmabridge::Direction::Both);
+    match engine {
+        Ok(e) => e.participant(&request).map_err(|e| peer(e.to_string())),
+        Err(e) => Err(peer(format!("no Vulkan device: {e}"))),
+    }
 }

@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 use dmabridge_cli::participants::{build_participants_with, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
-use dmabridge_interop::negotiate::{human, negotiate, Member, Outcome, Participant, Report};
+use dmabridge_interop::negotiate::{human, negotiate, Member, Negotiation, Outcome, Participant, Report};
 use dmabridge_interop::tiling::FrameConversion;
 use dmabridge_interop::Fourcc;
 
@@ -101,7 +101,7 @@ impl Args for NegotiateArgs {
                     .long("constraint")
                     .value_name("NAME:KEY=VALUE")
                     .action(ArgAction::Append)
-                    .help("KEY: min-buffers, align, stride-align, width, height (N or A-B), cpu-access, domain, read-only"),
+                    .help("KEY: min-buffers, max-buffers, min-size, align, stride-align, offset-align, width, height (N or A-B), cpu-access, domain, read-only"),
             );
         for (_, id, value_name, help) in PEER_ARGS {
             cmd = cmd.arg(
@@ -161,19 +161,10 @@ pub fn run_with(
     load: &dyn Fn(&ParticipantSpec) -> Result<Participant, SpecError>,
     path: &dyn Fn(&FrameConversion) -> Result<String, String>,
 ) -> ExitCode {
-    let parts =
-        match parse(args).and_then(|(specs, cons)| build_participants_with(&specs, &cons, load)) {
-            Ok(p) => p,
-            Err(e) => {
-                // Ignore a closed stderr: there is no one left to tell.
-                let _ = writeln!(std::io::stderr().lock(), "dmabridge negotiate: {e}");
-                return ExitCode::from(1);
-            }
-        };
-    let members: Vec<Member> = parts.into_iter().map(Member::from).collect();
-    let negotiation = match negotiate(&members) {
+    let negotiation = match negotiation_of(args, load) {
         Ok(n) => n,
         Err(e) => {
+            // Ignore a closed stderr: there is no one left to tell.
             let _ = writeln!(std::io::stderr().lock(), "dmabridge negotiate: {e}");
             return ExitCode::from(1);
         }
@@ -200,6 +191,19 @@ pub fn run_with(
     // A closed stdout (`| head`) must not panic, as println! would.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());
     ExitCode::from(report.exit_code())
+}
+
+/// Loads the participants in order, applies the constraints and negotiates; an error is bad
+/// input (exit status 1), an impossible outcome is not an error.
+pub fn negotiation_of(
+    args: &NegotiateArgs,
+    load: &dyn Fn(&ParticipantSpec) -> Result<Participant, SpecError>,
+) -> Result<Negotiation, String> {
+    let parts = parse(args)
+        .and_then(|(specs, cons)| build_participants_with(&specs, &cons, load))
+        .map_err(|e| e.to_string())?;
+    let members: Vec<Member> = parts.into_iter().map(Member::from).collect();
+    negotiate(&members).map_err(|e| e.to_string())
 }
 
 fn parse(args: &NegotiateArgs) -> Result<(Vec<ParticipantSpec>, Vec<ConstraintSpec>), SpecError> {

@@ -225,8 +225,11 @@ impl ParticipantSpec {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConstraintKey {
     MinBuffers,
+    MaxBuffers,
+    MinSize,
     Align,
     StrideAlign,
+    OffsetAlign,
     Width,
     Height,
     CpuAccess,
@@ -235,10 +238,13 @@ pub enum ConstraintKey {
 }
 
 impl ConstraintKey {
-    const ALL: [(&'static str, ConstraintKey); 8] = [
+    const ALL: [(&'static str, ConstraintKey); 11] = [
         ("min-buffers", ConstraintKey::MinBuffers),
+        ("max-buffers", ConstraintKey::MaxBuffers),
+        ("min-size", ConstraintKey::MinSize),
         ("align", ConstraintKey::Align),
         ("stride-align", ConstraintKey::StrideAlign),
+        ("offset-align", ConstraintKey::OffsetAlign),
         ("width", ConstraintKey::Width),
         ("height", ConstraintKey::Height),
         ("cpu-access", ConstraintKey::CpuAccess),
@@ -304,6 +310,19 @@ impl ConstraintSpec {
                 c.min_buffers = v
                     .parse()
                     .map_err(|_| bad("expected a count from 0 to 4294967295".into()))?
+            }
+            ConstraintKey::MaxBuffers => {
+                c.max_buffers = Some(
+                    v.parse()
+                        .map_err(|_| bad("expected a count from 0 to 4294967295".into()))?,
+                )
+            }
+            ConstraintKey::MinSize => {
+                c.min_size = parse_u64(v).ok_or_else(|| bad("expected a number of bytes".into()))?
+            }
+            ConstraintKey::OffsetAlign => {
+                c.offset_align =
+                    parse_u64(v).ok_or_else(|| bad("expected a number of bytes".into()))?
             }
             ConstraintKey::Align => {
                 c.align = parse_u64(v).ok_or_else(|| bad("expected a number of bytes".into()))?
@@ -441,6 +460,9 @@ mod tests {
             ),
             ("p:align=0x1000", &|c| c.align == 4096),
             ("p:stride-align=100", &|c| c.stride_align == 100),
+            ("p:max-buffers=3", &|c| c.max_buffers == Some(3)),
+            ("p:min-size=0x1000", &|c| c.min_size == 4096),
+            ("p:offset-align=64", &|c| c.offset_align == 64),
             ("p:width=1920", &|c| c.width == ExtentRange::exactly(1920)),
             ("p:height=16-1088", &|c| {
                 c.height == ExtentRange::new(16, 1088)

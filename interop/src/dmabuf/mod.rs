@@ -15,6 +15,8 @@
 //!   processes, each optionally with a fence.
 //! - [`fd_count`]: the number of open fds, for leak accounting in tests and demos.
 //!
+//! - [`place`]: the per-plane offsets, strides and sizes that honour a collection's
+//!   alignments and minimum size, and sealed memfds that hold them.
 //! - [`map`]: a read-only mapping of a checked, fixed-size plane, for the CPU copy path.
 //!
 //! Nothing else here maps a memfd or a dma-buf; everything else is `fstat`, `fcntl`,
@@ -26,6 +28,7 @@ pub mod fd_kind;
 pub mod handoff;
 pub mod map;
 pub mod memfd;
+pub mod placement;
 pub mod pread;
 pub mod wire;
 
@@ -35,6 +38,7 @@ pub use checks::{
 };
 pub use fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, FileKind, NotFixedReason};
 pub use map::{MapError, PlaneMap};
+pub use placement::{place, PlacedPlane, Placement, PlacementError, PlacementRequest};
 pub use memfd::{sealed_memfd, sealed_memfd_of_size, MemfdError, MEMFD_SEALS};
 pub use pread::{read_at, read_exact_at, ReadError};
 pub use descriptor::{

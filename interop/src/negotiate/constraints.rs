@@ -10,6 +10,13 @@ use crate::sync::{SyncMethod, SyncMethods};
 pub struct Merged {
     /// Sum of everyone's `min_buffers`, at least 1.
     pub buffers: u32,
+    /// The smallest of everyone's `max_buffers` (`None`: nobody set one). Never less than
+    /// `buffers` when there is no conflict.
+    pub max_buffers: Option<u32>,
+    /// Maximum of everyone's `min_size`.
+    pub min_size: u64,
+    /// Maximum of everyone's `offset_align` (powers of two).
+    pub offset_align: u64,
     /// Maximum of everyone's `align` (all powers of two, so it satisfies each).
     pub align: u64,
     pub stride_align: u64,
@@ -47,6 +54,30 @@ pub(crate) fn merge(parts: &[&Participant], rules: MergeRules) -> (Merged, Vec<C
             u32::MAX
         })
         .max(1);
+
+    let max_buffers = parts.iter().filter_map(|p| p.constraints.max_buffers.map(|m| (p, m))).min_by_key(|&(_, m)| m);
+    if let Some((limiter, max)) = max_buffers {
+        if max < buffers {
+            let campers = parts.iter().filter(|p| p.constraints.min_buffers > 0).map(|p| p.name.as_str());
+            conflicts.push(Conflict::new(
+                dedup(std::iter::once(limiter.name.as_str()).chain(campers)),
+                ConstraintKind::MaxBuffers,
+                format!(
+                    "{} allows at most {max} buffers, but the participants' min-buffers sum to {buffers}",
+                    limiter.name
+                ),
+                format!("raise {}'s max-buffers to {buffers}, or lower min-buffers", limiter.name),
+            ));
+        }
+    }
+    let max_buffers = max_buffers.map(|(_, m)| m);
+    let min_size = parts.iter().map(|p| p.constraints.min_size).max().unwrap_or(0);
+    let offset_align = merge_pow2(
+        parts,
+        |p| p.constraints.offset_align,
+        ConstraintKind::OffsetAlign,
+        &mut conflicts,
+    );
 
     let align = merge_pow2(
         parts,
@@ -128,6 +159,9 @@ pub(crate) fn merge(parts: &[&Participant], rules: MergeRules) -> (Merged, Vec<C
     (
         Merged {
             buffers,
+            max_buffers,
+            min_size,
+            offset_align,
             align,
             stride_align,
             width,

@@ -277,6 +277,15 @@ pub struct Constraints {
     pub height: ExtentRange,
     /// Buffers this participant may hold at once (sysmem "camping"). Summed over participants.
     pub min_buffers: u32,
+    /// The most buffers this participant can use (a decoder's fixed slot table, a display's
+    /// swapchain); `None` for no limit. Merged by minimum; less than the summed
+    /// `min_buffers` is a `max-buffers` conflict.
+    pub max_buffers: Option<u32>,
+    /// The least size of each buffer's file in bytes (a decoder that reuses buffers across
+    /// streams, or needs slack past the last row). Merged by maximum.
+    pub min_size: u64,
+    /// Alignment of every plane's offset in its file; a power of two. Merged by maximum.
+    pub offset_align: u64,
     /// Base address alignment in bytes; a power of two. Merged by maximum.
     pub align: u64,
     /// Row pitch alignment in bytes; a power of two. Merged by maximum.
@@ -293,6 +302,9 @@ impl Default for Constraints {
             width: ExtentRange::ANY,
             height: ExtentRange::ANY,
             min_buffers: 0,
+            max_buffers: None,
+            min_size: 0,
+            offset_align: 1,
             align: 1,
             stride_align: 1,
             cpu_access: CpuAccess::None,

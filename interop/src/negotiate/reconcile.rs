@@ -48,6 +48,12 @@ pub struct Allocation {
     pub layout: ChainLayout,
     /// Buffers in the collection: the sum of everyone's `min_buffers` (at least 1).
     pub buffers: u32,
+    /// The most buffers every participant can use (`None`: no limit); at least `buffers`.
+    pub max_buffers: Option<u32>,
+    /// The least size of each buffer's file in bytes.
+    pub min_size: u64,
+    /// Alignment of every plane's offset in its file (a power of two).
+    pub offset_align: u64,
     /// Base address alignment in bytes (a power of two).
     pub align: u64,
     /// Row pitch alignment in bytes (a power of two).
@@ -77,6 +83,9 @@ impl Allocation {
             fourcc,
             layout,
             buffers: m.buffers,
+            max_buffers: m.max_buffers,
+            min_size: m.min_size,
+            offset_align: m.offset_align,
             align: m.align,
             stride_align: m.stride_align,
             width: m.width,

@@ -248,6 +248,15 @@ pub fn human(n: &Negotiation) -> String {
                 a.participants.join(", "),
                 a.writers.join(", ")
             );
+            if a.max_buffers.is_some() || a.min_size > 0 || a.offset_align > 1 {
+                let _ = writeln!(
+                    s,
+                    "  max buffers {}, min size {}, offset alignment {}",
+                    a.max_buffers.map_or_else(|| "none".to_owned(), |m| m.to_string()),
+                    a.min_size,
+                    a.offset_align
+                );
+            }
             let _ = writeln!(s, "  sync: {}", a.sync);
             for caps in caps_of(a) {
                 let _ = writeln!(s, "  caps: {caps}");

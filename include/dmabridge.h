@@ -43,6 +43,34 @@ typedef enum {
 
 /* A new engine on the best Vulkan device ($DMABRIDGE_DEVICE, $DMABRIDGE_VALIDATION=1). */
 dmb_status dmb_engine_new(dmb_engine **out);
+
+/* The host engine's own Vulkan objects (dispatchable handles are pointers: pass the host's
+ * VkInstance, VkPhysicalDevice and VkDevice as they are). */
+typedef void (*dmb_void_fn)(void);
+typedef dmb_void_fn (*dmb_get_instance_proc_addr)(void *instance, const char *name);
+typedef struct {
+    void *instance;                 /* VkInstance */
+    void *physical_device;          /* VkPhysicalDevice */
+    void *device;                   /* VkDevice, created from physical_device */
+    uint32_t instance_api_version;  /* the instance's apiVersion, at least Vulkan 1.2 */
+    uint32_t queue_family_index;    /* a queue with compute support dmabridge submits to */
+    uint32_t queue_index;
+    dmb_get_instance_proc_addr get_instance_proc_addr;
+    const char *const *enabled_device_extensions; /* what the host enabled; dmabridge uses only these */
+    size_t enabled_device_extension_count;
+    int timeline_semaphore;         /* non-zero: the feature is enabled (required) */
+    int sampler_ycbcr_conversion;   /* non-zero: enabled (NV12 sampling) */
+    void (*on_drop)(void *user);    /* called once, on any thread, when dmabridge is done with the
+                                       device (the engine and all its images freed); may be NULL */
+    void *user;
+} dmb_host_vulkan;
+
+/* An engine on the host's device: dmabridge uses the host's extensions and features and
+ * nothing more, and the host destroys its device only after on_drop. DMB_ERR_UNSUPPORTED
+ * names what the core needs and the device lacks; DMB_ERR_INVALID for null handles. The
+ * host submits to that queue only while dmabridge is not using it. */
+dmb_status dmb_engine_from_host(const dmb_host_vulkan *host, dmb_engine **out);
+/* Frees an engine; its images keep the device in use until they are freed too. */
 void dmb_engine_free(dmb_engine *e);
 /* Warnings and errors the validation layer reported on the engine's device; -1 for NULL. */
 int dmb_engine_validation_problems(const dmb_engine *e);

@@ -31,6 +31,7 @@ cargo test --workspace --all-targets --no-run --quiet
 cargo build -p dmabridge-capi -p gst-plugin-dmabridge --quiet
 mkdir -p target/c
 gcc -Wall -Wextra -Werror -Iinclude tests/c/capi_test.c -Ltarget/debug -ldmabridge -o target/c/capi_test
+gcc -Wall -Wextra -Werror -Iinclude tests/c/capi_host_test.c -Ltarget/debug -ldmabridge -ldl -o target/c/capi_host_test
 
 # The examples embedders copy from, run as they are documented, with validation on; and
 # the C program, under the validation layer too.
@@ -41,6 +42,8 @@ run_examples() {
     done
     echo "--- C ABI (tests/c/capi_test.c)"
     DMABRIDGE_VALIDATION=1 LD_LIBRARY_PATH="$PWD/target/debug" "$@" target/c/capi_test
+    echo "--- C ABI on the host's own device (tests/c/capi_host_test.c)"
+    DMABRIDGE_VALIDATION=1 LD_LIBRARY_PATH="$PWD/target/debug" "$@" target/c/capi_host_test
 }
 
 echo "=== configuration 1/2: plain lavapipe (no udmabuf) ==="

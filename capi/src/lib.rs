@@ -149,6 +149,125 @@ pub unsafe extern "C" fn dmb_engine_new(out: *mut *mut dmb_engine) -> dmb_status
     })
 }
 
+/// A host's `vkGetInstanceProcAddr`.
+pub type dmb_get_instance_proc_addr = Option<unsafe extern "system" fn(instance: *mut std::ffi::c_void, name: *const c_char) -> Option<unsafe extern "system" fn()>>;
+
+/// The host engine's Vulkan objects, for [`dmb_engine_from_host`]. Handles are the host's
+/// `VkInstance`, `VkPhysicalDevice` and `VkDevice` (dispatchable handles: pointers).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct dmb_host_vulkan {
+    pub instance: *mut std::ffi::c_void,
+    pub physical_device: *mut std::ffi::c_void,
+    pub device: *mut std::ffi::c_void,
+    /// The `apiVersion` the instance was created with (at least Vulkan 1.2).
+    pub instance_api_version: u32,
+    pub queue_family_index: u32,
+    pub queue_index: u32,
+    pub get_instance_proc_addr: dmb_get_instance_proc_addr,
+    /// The device extensions the host enabled; dmabridge uses only those.
+    pub enabled_device_extensions: *const *const c_char,
+    pub enabled_device_extension_count: usize,
+    /// Non-zero when the host enabled `timelineSemaphore` (required) and
+    /// `samplerYcbcrConversion`.
+    pub timeline_semaphore: c_int,
+    pub sampler_ycbcr_conversion: c_int,
+    /// Called once, with `user`, when dmabridge is done with the device (after the engine
+    /// and every image made from it are freed): the host may destroy it from then on.
+    pub on_drop: Option<unsafe extern "C" fn(user: *mut std::ffi::c_void)>,
+    pub user: *mut std::ffi::c_void,
+}
+
+/// The host's drop callback and its argument, called on whichever thread frees last.
+struct HostDrop {
+    callback: unsafe extern "C" fn(*mut std::ffi::c_void),
+    user: *mut std::ffi::c_void,
+}
+
+// SAFETY: the header's contract: `on_drop` may be called from any thread with `user`.
+unsafe impl Send for HostDrop {}
+// SAFETY: as above; it is only ever called once, by value.
+unsafe impl Sync for HostDrop {}
+
+impl HostDrop {
+    fn call(self) {
+        // SAFETY: the host's callback, with the argument it gave, once (the header's contract).
+        unsafe { (self.callback)(self.user) }
+    }
+}
+
+/// An engine on the host's own instance, device and queue (see `dmb_host_vulkan`): the C
+/// face of `Engine::from_host`. dmabridge uses the extensions and features the host
+/// enabled and nothing more; a device without what the core needs (Vulkan 1.2, timeline
+/// semaphores) is `DMB_ERR_UNSUPPORTED`, naming what is missing.
+///
+/// # Safety
+/// `host` is null or points to a valid `dmb_host_vulkan` whose handles are valid, created as
+/// it says, and outlive the engine and its images (until `on_drop` runs); its extension
+/// array holds `enabled_device_extension_count` NUL-terminated strings; the host submits to
+/// that queue only while dmabridge is not using it. `out` is null or writable.
+#[no_mangle]
+pub unsafe extern "C" fn dmb_engine_from_host(host: *const dmb_host_vulkan, out: *mut *mut dmb_engine) -> dmb_status {
+    use dmabridge::ash::vk::Handle;
+    guard(|| {
+        if host.is_null() || out.is_null() {
+            return Err(invalid("host or out is null"));
+        }
+        // SAFETY: non-null and valid for reads (the caller's contract).
+        let h = unsafe { *host };
+        if h.instance.is_null() || h.physical_device.is_null() || h.device.is_null() {
+            return Err(invalid("the instance, physical device and device must all be given"));
+        }
+        let gipa = h.get_instance_proc_addr.ok_or_else(|| invalid("get_instance_proc_addr is null"))?;
+        if h.enabled_device_extension_count > 1024 || (h.enabled_device_extension_count > 0 && h.enabled_device_extensions.is_null()) {
+            return Err(invalid(format!("{} device extensions at a null or oversized array", h.enabled_device_extension_count)));
+        }
+        let mut extensions = Vec::with_capacity(h.enabled_device_extension_count);
+        for i in 0..h.enabled_device_extension_count {
+            // SAFETY: the array has `enabled_device_extension_count` entries (the contract).
+            let name = unsafe { *h.enabled_device_extensions.add(i) };
+            if name.is_null() {
+                return Err(invalid(format!("device extension {i} is null")));
+            }
+            // SAFETY: a NUL-terminated string (the contract).
+            extensions.push(unsafe { CStr::from_ptr(name) }.to_owned());
+        }
+        // The C and the ash function types differ only in how the handle is spelled: a
+        // dispatchable handle is a pointer either way.
+        // SAFETY: same ABI ("system"), same argument and return layout (pointer, pointer -> fn pointer).
+        let static_fn = dmabridge::ash::StaticFn { get_instance_proc_addr: unsafe { std::mem::transmute::<unsafe extern "system" fn(*mut std::ffi::c_void, *const c_char) -> Option<unsafe extern "system" fn()>, vk::PFN_vkGetInstanceProcAddr>(gipa) } };
+        let instance = vk::Instance::from_raw(h.instance as u64);
+        // SAFETY: the host's loader entry point (the contract).
+        let entry = unsafe { dmabridge::ash::Entry::from_static_fn(static_fn.clone()) };
+        // SAFETY: a valid instance from that loader (the contract).
+        let ash_instance = unsafe { dmabridge::ash::Instance::load(&static_fn, instance) };
+        // SAFETY: a valid device of that instance (the contract).
+        let device = unsafe { dmabridge::ash::Device::load(ash_instance.fp_v1_0(), vk::Device::from_raw(h.device as u64)) };
+        let on_drop = h.on_drop.map(|callback| HostDrop { callback, user: h.user });
+        let host = dmabridge::HostVulkan {
+            entry,
+            instance: ash_instance,
+            instance_api_version: h.instance_api_version,
+            physical_device: vk::PhysicalDevice::from_raw(h.physical_device as u64),
+            device,
+            queue_family_index: h.queue_family_index,
+            queue_index: h.queue_index,
+            enabled_device_extensions: extensions,
+            enabled_features: dmabridge::EnabledFeatures { timeline_semaphore: h.timeline_semaphore != 0, sampler_ycbcr_conversion: h.sampler_ycbcr_conversion != 0 },
+            on_drop: on_drop.map(|d| Box::new(move || d.call()) as Box<dyn FnOnce() + Send + Sync>),
+        };
+        // SAFETY: forwarded from this function's contract, which is Engine::from_host's.
+        let engine = unsafe { Engine::from_host(host) }.map_err(|e| {
+            let status = if matches!(e, dmabridge::EngineError::MissingRequirement { .. } | dmabridge::EngineError::BadQueueFamily(_)) { DMB_ERR_UNSUPPORTED } else { DMB_ERR_DEVICE };
+            (status, e.to_string())
+        })?;
+        let boxed = Box::into_raw(Box::new(dmb_engine { engine, converter: None }));
+        // SAFETY: `out` is non-null and writable (the caller's contract).
+        unsafe { *out = boxed };
+        Ok(())
+    })
+}
+
 /// Frees an engine (null is ignored). Images made from it keep the device alive until they
 /// are freed too.
 ///

@@ -22,6 +22,7 @@
 //! otherwise; [`Allocated::disjoint_reason`] says which and why.
 
 use dmabridge_interop::dmabuf::{classify, file_size, place, DmaBuf, FdTrust, PlacementError, PlacementRequest};
+use dmabridge_interop::collection::{Allocator, AllocatorError, Reconciled};
 use dmabridge_interop::negotiate::{Allocation, ChainLayout, ConstraintKind, Domain};
 use dmabridge_interop::{format_info, Fourcc, Layout, Modifier};
 
@@ -86,6 +87,57 @@ impl AllocationSpec {
             return Err(AllocateError::TooManyBuffers { count: a.buffers, max, constraint: ConstraintKind::MaxBuffers });
         }
         Ok(spec)
+    }
+}
+
+impl AllocationSpec {
+    /// The spec for a collection's reconciled attribute list (its one chosen layout, count,
+    /// alignments, min size and domain), for `image_use`.
+    pub fn from_reconciled(r: &Reconciled, image_use: impl Into<ImageUse>) -> Self {
+        AllocationSpec {
+            fourcc: r.format.fourcc,
+            layouts: vec![r.format.layout],
+            width: r.width,
+            height: r.height,
+            count: r.buffers,
+            stride_align: r.stride_align,
+            offset_align: r.offset_align,
+            min_size: r.min_size,
+            domain: r.domain,
+            image_use: image_use.into(),
+        }
+    }
+}
+
+/// A buffer collection's allocator on the live device ([`Engine::allocate`]): plug it into a
+/// [`collection::Server`](dmabridge_interop::collection::Server) so that the reconciled
+/// constraints reach the device. Device-local buffers keep their exported images alive
+/// here, for as long as the allocator lives (the server's lifetime); the fds handed out keep
+/// the memory itself alive after that.
+pub struct DeviceAllocator {
+    engine: Engine,
+    image_use: ImageUse,
+    exported: Vec<ExportedImage>,
+}
+
+impl DeviceAllocator {
+    /// Buffers for `image_use` on `engine`'s device.
+    pub fn new(engine: &Engine, image_use: impl Into<ImageUse>) -> Self {
+        DeviceAllocator { engine: engine.clone(), image_use: image_use.into(), exported: Vec::new() }
+    }
+}
+
+impl Allocator for DeviceAllocator {
+    fn allocate(&mut self, r: &Reconciled) -> Result<Vec<DmaBuf>, AllocatorError> {
+        let spec = AllocationSpec::from_reconciled(r, self.image_use);
+        let allocated = self.engine.allocate(&spec).map_err(|e| AllocatorError::Other(e.to_string()))?;
+        tracing::debug!(source = allocated.source.name(), disjoint = allocated.disjoint, reason = %allocated.disjoint_reason, "collection allocated on the device");
+        let mut out = Vec::with_capacity(allocated.buffers.len());
+        for b in allocated.buffers {
+            out.push(b.dmabuf);
+            self.exported.extend(b.exported);
+        }
+        Ok(out)
     }
 }
 

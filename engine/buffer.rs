@@ -1,13 +1,13 @@
 //! Buffers: dmabridge's own (staging, readback, storage for the converters), and buffers over
 //! a dma-buf's memory (the copy paths and conversions read and write the fd in place).
 
-use std::os::fd::{AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, IntoRawFd, OwnedFd};
 
 use ash::vk;
 use gpu_allocator::vulkan::Allocation;
 use gpu_allocator::MemoryLocation;
 
-use dmabridge_interop::dmabuf::{read_exact_at, DmaBuf, ReadError};
+use dmabridge_interop::dmabuf::{read_exact_at, DmaBuf, FileId, ReadError};
 
 use crate::error::{VkError, VkResultExt};
 use crate::memory::MemoryError;
@@ -317,6 +317,21 @@ impl Drop for ImportedBuffer {
 }
 
 /// Imports `fd` as DMA_BUF memory for an object with `reqs`, dedicated to `image` when
+/// Disposes of an fd whose import failed. The spec says a failed import leaves the fd with
+/// the caller, but a driver may have closed it anyway (lavapipe does when it cannot map the
+/// file); closing it again could close a file another thread has opened under the same
+/// number since. So it is closed only if it still refers to the file it referred to before
+/// the call (`before`), and otherwise forgotten.
+pub(crate) fn close_after_failed_import(fd: OwnedFd, before: Option<FileId>) {
+    match (FileId::of(fd.as_fd()), before) {
+        (Ok(now), Some(was)) if now == was => drop(fd),
+        _ => {
+            tracing::warn!(fd = fd.as_raw_fd(), "the driver closed an fd it did not take after a failed import; not closing it again");
+            let _ = fd.into_raw_fd();
+        }
+    }
+}
+
 /// given. Takes ownership of `fd`: Vulkan keeps it on success, it is closed on failure.
 /// `fd_size` is the file's size, checked against the requirement first.
 pub(crate) fn import_memory(
@@ -346,10 +361,17 @@ pub(crate) fn import_memory(
     if image.is_some() {
         alloc = alloc.push_next(&mut dedicated);
     }
+    let before = FileId::of(fd.as_fd()).ok();
     // SAFETY: the fd holds at least reqs.size bytes (checked above), the memory type is one
     // the fd allows (VUID-VkImportMemoryFdInfoKHR-handleType-00667), and a dedicated
     // allocation has exactly the image's size (VUID-VkMemoryDedicatedAllocateInfo-image-01433).
-    let memory = unsafe { engine.device().allocate_memory(&alloc, None) }.vk("vkAllocateMemory")?;
+    let memory = match unsafe { engine.device().allocate_memory(&alloc, None) }.vk("vkAllocateMemory") {
+        Ok(m) => m,
+        Err(e) => {
+            close_after_failed_import(fd, before);
+            return Err(e.into());
+        }
+    };
     // Vulkan owns the fd now (VkImportMemoryFdInfoKHR: a successful import transfers ownership).
     let _ = fd.into_raw_fd();
     Ok(memory)

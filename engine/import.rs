@@ -16,7 +16,10 @@
 //!   reads its planes with `pread` into memory dmabridge owns and copies that into the image,
 //!   so a sender that truncates the file gets a clean error, not a SIGBUS in the receiver.
 //!   A caller that requires zero-copy ([`ImportOptions::require_zero_copy`]) gets an error
-//!   naming the missing seal instead.
+//!   naming the missing seal instead. A read-only fd of a memfd or a regular file (what a
+//!   read-only collection holder gets) takes this path too: a driver that imports a file by
+//!   mapping it maps it writable, which the fd refuses, and lavapipe then closes an fd the
+//!   spec says it did not take.
 //!
 //! Nothing reaches the driver before [`check_import_with`] has passed: lavapipe mmaps the fd,
 //! so a layout that overruns the file would crash inside Mesa.
@@ -28,7 +31,7 @@
 //! the copy path, the copy itself), and after its last use *releases* it
 //! ([`ImportedImage::record_release`]) so that the producer may write the next frame.
 
-use std::os::fd::{AsRawFd, IntoRawFd};
+use std::os::fd::{AsFd, AsRawFd, IntoRawFd};
 use std::sync::Arc;
 
 use ash::vk;
@@ -59,8 +62,9 @@ pub enum ImportPath {
     Explicit,
     /// The dma-buf was imported as buffers and is copied into a device image on acquire.
     BufferCopy,
-    /// The file can shrink, so it is read with `pread` into dmabridge's memory on every
-    /// acquire and copied into a device image; Vulkan never maps it.
+    /// The file can shrink, or its fd is read-only (a driver maps an imported memfd
+    /// writable), so it is read with `pread` into dmabridge's memory on every acquire and
+    /// copied into a device image; Vulkan never maps it.
     ReadCopy,
     /// `OPAQUE_FD` memory of another instance of the same driver: zero copies.
     OpaqueFd,
@@ -71,7 +75,7 @@ impl std::fmt::Display for ImportPath {
         f.write_str(match self {
             ImportPath::Explicit => "explicit (zero-copy)",
             ImportPath::BufferCopy => "buffer-copy (fallback)",
-            ImportPath::ReadCopy => "read-copy (the fd can shrink: pread, never mapped)",
+            ImportPath::ReadCopy => "read-copy (pread, never mapped: the fd can shrink, or is read-only)",
             ImportPath::OpaqueFd => "opaque-fd (zero-copy, same driver)",
         })
     }
@@ -517,6 +521,14 @@ impl Building<'_> {
     }
 }
 
+/// Whether the planes may be given to the driver to map: fixed-size files, and no
+/// read-only fd of a file the driver imports by mapping it (a memfd or a regular file:
+/// lavapipe maps those read-write, which a read-only fd refuses). A real dma-buf's access
+/// mode is not what the driver's import looks at.
+fn mappable(checked: &CheckedImport<'_>) -> bool {
+    checked.zero_copy_safe() && !(checked.dmabuf().read_only() && checked.planes().iter().any(|p| p.class != FdClass::DmaBuf))
+}
+
 impl Engine {
     /// [`Engine::import_dmabuf_with`] with the default options: nothing trusted, copy
     /// paths allowed.
@@ -571,13 +583,22 @@ impl Engine {
                 },
                 checks,
             )?;
-            if checked.zero_copy_safe() {
+            let why_not = || {
+                if checked.zero_copy_safe() {
+                    "its fds are read-only, and the driver maps an imported file writable".to_owned()
+                } else {
+                    not_fixed(&checked)
+                }
+            };
+            if mappable(&checked) {
                 self.import_explicit(&checked, entry, usage, options.trust)
+            } else if options.require_zero_copy {
+                Err(ImportError::NotZeroCopy(why_not()))
             } else if buf.layout() == Layout::Explicit(Modifier::LINEAR) {
                 self.import_by_copy(&checked, entry, usage, options.trust)
             } else {
                 // Tiled bytes read into memory are still tiled: no copy makes them an image.
-                Err(ImportError::NotZeroCopy(not_fixed(&checked)))
+                Err(ImportError::NotZeroCopy(why_not()))
             }
         } else {
             if options.require_zero_copy {
@@ -654,9 +675,16 @@ impl Engine {
             .memory_type_index(share.memory_type_index)
             .push_next(&mut import)
             .push_next(&mut dedicated);
+        let before = dmabridge_interop::dmabuf::FileId::of(fd.as_fd()).ok();
         // SAFETY: same device and driver (UUIDs checked), the exporter's size and memory type
         // (VUID-VkMemoryAllocateInfo-allocationSize-01742), dedicated to an identical image.
-        let memory = unsafe { device.allocate_memory(&alloc, None) }.vk("vkAllocateMemory")?;
+        let memory = match unsafe { device.allocate_memory(&alloc, None) }.vk("vkAllocateMemory") {
+            Ok(m) => m,
+            Err(e) => {
+                crate::buffer::close_after_failed_import(fd, before);
+                return Err(e.into());
+            }
+        };
         // Vulkan owns the fd now (a successful import transfers ownership).
         let _ = fd.into_raw_fd();
         building.memories.push(memory);
@@ -824,7 +852,7 @@ impl Engine {
         let info = format_info(buf.fourcc()).ok_or(ImportError::UnknownFourcc(buf.fourcc()))?;
         let usage = ImageUse { usage: usage.usage | vk::ImageUsageFlags::TRANSFER_DST, ..usage };
         let target = DeviceImage::new(self, entry.vk_format, (buf.width(), buf.height()), usage)?;
-        let mapped = checked.zero_copy_safe();
+        let mapped = mappable(checked);
         let mut files: Vec<(FileId, ImportedBuffer)> = Vec::new();
         let mut read_planes: Vec<PlaneRead> = Vec::new();
         let mut staging_len = 0u64;

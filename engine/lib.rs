@@ -70,7 +70,7 @@ pub mod wayland;
 pub use ash;
 pub use dmabridge_interop as interop;
 
-pub use allocate::{AllocateError, Allocated, AllocatedBuffer, AllocationSpec, LayoutSource};
+pub use allocate::{AllocateError, Allocated, AllocatedBuffer, AllocationSpec, DeviceAllocator, LayoutSource};
 pub use buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer};
 pub use caps::{CapsError, CapsQuery, CapsSource, FormatCaps, ListedModifier, ModifierCaps};
 pub use compute::{Binding, ComputeError, ComputePipeline};

@@ -613,6 +613,7 @@ impl Engine {
             .flags(vk::SemaphoreImportFlags::TEMPORARY)
             .handle_type(vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD)
             .fd(fd.as_raw_fd());
+        let before = dmabridge_interop::dmabuf::FileId::of(std::os::fd::AsFd::as_fd(&fd)).ok();
         // SAFETY: SYNC_FD imports must be temporary (VUID-VkImportSemaphoreFdInfoKHR-handleType-07307);
         // the semaphore is new and unused.
         match unsafe { fd_fn.import_semaphore_fd(&info) }.vk("vkImportSemaphoreFdKHR") {
@@ -622,6 +623,7 @@ impl Engine {
                 Ok(semaphore)
             }
             Err(e) => {
+                crate::buffer::close_after_failed_import(fd, before);
                 // The import failed and left the semaphore as it was: back to the pool.
                 shared.submitter.free_binaries.lock().unwrap_or_else(PoisonError::into_inner).push((semaphore, SemaphoreKind::Import));
                 Err(e.into())

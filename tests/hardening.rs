@@ -119,6 +119,27 @@ fn a_sealed_memfd_is_imported_zero_copy_where_the_device_can_and_cannot_shrink()
 }
 
 #[test]
+fn a_read_only_fd_is_read_by_copy_and_never_given_to_the_driver() {
+    // What a read-only collection holder gets: the same sealed memfd, re-opened O_RDONLY.
+    // lavapipe maps an imported file writable; given this fd it fails and closes it, though
+    // the spec says a failed import leaves the fd with the caller. Read-copy avoids both.
+    let engine = common::engine();
+    let bytes = common::pattern(64 * 32 * 4, 3);
+    let buf = ar24(common::memfd_with(&bytes), 64, 32).reopen_read_only().expect("read-only");
+    assert!(buf.read_only());
+    for _ in 0..20 {
+        let image = engine.import_dmabuf(&buf, USAGE).expect("import");
+        assert_eq!(image.path(), ImportPath::ReadCopy);
+        assert_eq!(image.read_back().expect("read"), bytes);
+    }
+    assert!(matches!(
+        engine.import_dmabuf_with(&buf, USAGE, ImportOptions { require_zero_copy: true, ..Default::default() }),
+        Err(ImportError::NotZeroCopy(_))
+    ));
+    common::assert_clean(&engine);
+}
+
+#[test]
 fn requiring_zero_copy_names_the_missing_seal_or_the_device() {
     let engine = common::engine();
     let buf = ar24(unsealed(&[1u8; 32 * 8 * 4]), 32, 8);

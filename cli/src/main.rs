@@ -39,6 +39,9 @@ enum Command {
     /// The demo's consumer process (started by `demo` with inherited sockets).
     #[command(hide = true)]
     DemoConsumer(demo::command::ConsumerArgs),
+    /// The decoder demo's consumer and recorder processes (started by `demo --producer decoder`).
+    #[command(hide = true)]
+    DemoDecoderPeer(demo::command::DecoderPeerArgs),
     /// Per-frame cost of the zero-copy, GPU-copy and CPU-copy paths per size, against memcpy.
     Bench(bench::BenchArgs),
     /// Show a raw frame (tightly packed planes) in a window, imported as a dma-buf.
@@ -70,6 +73,7 @@ fn main() -> ExitCode {
         Command::Convert(args) => convert::run(&args),
         Command::Demo(args) => demo::command::run(&args),
         Command::DemoConsumer(args) => demo::command::run_consumer(&args),
+        Command::DemoDecoderPeer(args) => demo::command::run_decoder_peer(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Negotiate(args) => negotiate_with_device(&args),
         Command::Allocate(args) => allocate::run(&args, &load_participant),

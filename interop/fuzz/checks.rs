@@ -405,3 +405,15 @@ pub fn handoff_wire(data: &[u8]) -> bool {
     assert!(msg.fd_count() <= wire::MAX_FDS);
     true
 }
+
+/// The collection wire decoder: any bytes give a message or a typed error, never a panic;
+/// every message that decodes re-encodes to exactly the bytes it came from, within the cap,
+/// with at most one fd (a token's socket).
+pub fn collection_wire(data: &[u8]) -> bool {
+    use dmabridge_interop::collection::wire;
+    let Ok(msg) = wire::decode(data) else { return false };
+    assert_eq!(wire::encode(&msg).ok().as_deref(), Some(data));
+    assert!(data.len() <= wire::MAX_MESSAGE_LEN);
+    assert!(msg.fd_count() <= 1);
+    true
+}

@@ -5,12 +5,14 @@
 //! sets, and the static plane layout of each format. On top of that it reads peers'
 //! format lists ([`peers`]), reconciles participants ([`negotiate`]), describes and passes
 //! dma-bufs ([`dmabuf`]), names how the parties synchronise ([`sync`]) and holds the CPU
-//! reference of every layout conversion ([`tiling`]). An engine with no Vulkan at all can use
-//! all of it.
+//! reference of every layout conversion ([`tiling`]). [`collection`] runs sysmem-style buffer
+//! collections (tokens, attribute lists, late joiners) across processes. An engine with no
+//! Vulkan at all can use all of it.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
+pub mod collection;
 pub mod dmabuf;
 pub mod format;
 pub mod format_info;

@@ -22,6 +22,7 @@ const TARGETS: &[(&str, Check)] = &[
     ("handoff_wire", checks::handoff_wire),
     ("import_checks", checks::import_checks),
     ("tiling_geometry", checks::tiling_geometry),
+    ("collection_wire", checks::collection_wire),
 ];
 
 fn fuzz_dir() -> PathBuf {

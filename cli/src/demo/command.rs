@@ -26,8 +26,28 @@ pub enum FormatArg {
     Nv12,
 }
 
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProducerArg {
+    /// A GPU renderer: animated frames, zero-copy and by GPU copy.
+    Render,
+    /// A V4L2 stateless decoder: NV12 frames with reference frames, buffers from
+    /// collections, a resolution change and a late-joining recorder (three processes).
+    Decoder,
+}
+
 #[derive(clap::Args)]
 pub struct DemoArgs {
+    /// What produces the frames.
+    #[arg(long, value_enum, default_value = "render")]
+    producer: ProducerArg,
+    /// Decoder only: the stream switches from 1280x720 to 1920x1080 at this frame (a new
+    /// collection is negotiated while the old frames drain).
+    #[arg(long, value_name = "N")]
+    resolution_change_at: Option<u32>,
+    /// Decoder only: a read-only recorder process attaches to the running collection at this
+    /// frame and verifies every frame after it.
+    #[arg(long, value_name = "N")]
+    late_join_at: Option<u32>,
     /// Frames per mode.
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     frames: u32,
@@ -81,7 +101,106 @@ fn validation_wanted(flag: bool) -> bool {
     flag || std::env::var("DMABRIDGE_VALIDATION").is_ok_and(|v| v == "1" || v == "true")
 }
 
+/// The arguments of the hidden `demo-decoder-peer` subcommand.
+#[derive(clap::Args)]
+pub struct DecoderPeerArgs {
+    #[arg(long, value_enum)]
+    role: super::decoder_peer::Role,
+    #[arg(long)]
+    control_fd: RawFd,
+    #[arg(long)]
+    validation: bool,
+    #[arg(long, default_value_t = super::control::DEFAULT_PEER_TIMEOUT.as_secs_f64(), value_parser = peer_timeout)]
+    peer_timeout: f64,
+}
+
+pub fn run_decoder_peer(args: &DecoderPeerArgs) -> ExitCode {
+    let control = match inherited(args.control_fd, "control") {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("dmabridge demo-decoder-peer: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match super::decoder_peer::run(args.role, control, args.validation, std::time::Duration::from_secs_f64(args.peer_timeout)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("dmabridge demo-decoder-peer ({}): {e}", args.role.name());
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run_decoder(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
+    let exe = match std::env::current_exe() {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("dmabridge demo: cannot find this program to start the peers: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let config = super::decoder::DecoderConfig {
+        frames: args.frames,
+        resolution_change_at: args.resolution_change_at,
+        late_join_at: args.late_join_at,
+        out_dir: out.clone(),
+        validation,
+        peer_timeout: std::time::Duration::from_secs_f64(args.peer_timeout),
+        corrupt_frame: args.corrupt_frame,
+    };
+    let outcome = match super::decoder::run(&config, &exe) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("dmabridge demo: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let summary_path = out.join("summary.json");
+    let text = serde_json::to_string_pretty(&outcome.summary).unwrap_or_else(|_| "{}".into());
+    if let Err(e) = std::fs::write(&summary_path, text + "\n") {
+        eprintln!("dmabridge demo: cannot write {}: {e}", summary_path.display());
+        return ExitCode::from(1);
+    }
+    let s = &outcome.summary;
+    println!("dmabridge demo --producer decoder on {} ({} frames)", s["device"].as_str().unwrap_or("?"), args.frames);
+    println!();
+    println!("{:<11} {:>10} {:>8} {:>20} {:>15} {:>9}", "collection", "size", "buffers", "modifier", "frames carried", "released");
+    for c in s["collections"].as_array().into_iter().flatten() {
+        println!(
+            "{:<11} {:>10} {:>8} {:>20} {:>15} {:>9}",
+            c["index"].to_string(),
+            c["size"].as_str().unwrap_or("?"),
+            c["buffer_count"].to_string(),
+            c["modifier"].as_str().unwrap_or("?"),
+            c["frames_carried"].to_string(),
+            c["buffers_released"].to_string()
+        );
+    }
+    println!();
+    println!("consumer: {}/{} frames verified through the device ({})", s["verified_frames"], args.frames, s["consumer"]["import_path"].as_str().unwrap_or("?"));
+    if let Some(l) = s["late_joiner"].as_object() {
+        println!(
+            "late joiner (read-only recorder, attached at frame {}): {}/{} frames verified, writes through its fds refused: {}",
+            l["joined_at"], l["frames_verified"], l["frames"], l["writes_refused"]
+        );
+    }
+    println!("dropped frames: {}; reference frames broken: {}", s["dropped_frames"], s["reference_errors"]);
+    println!("leaked fds: {}", s["leaked_fds"]);
+    println!("summary: {}", summary_path.display());
+    if !outcome.ok {
+        for p in &outcome.problems {
+            eprintln!("dmabridge demo: {p}");
+        }
+        return ExitCode::from(4);
+    }
+    ExitCode::SUCCESS
+}
+
 pub fn run(args: &DemoArgs) -> ExitCode {
+    if args.producer == ProducerArg::Render && (args.resolution_change_at.is_some() || args.late_join_at.is_some()) {
+        eprintln!("dmabridge demo: --resolution-change-at and --late-join-at need --producer decoder");
+        return ExitCode::from(1);
+    }
     let modes = match args.mode {
         ModeArg::ZeroCopy => vec![Mode::ZeroCopy],
         ModeArg::Copy => vec![Mode::Copy],
@@ -93,6 +212,9 @@ pub fn run(args: &DemoArgs) -> ExitCode {
     }
     let out = std::fs::canonicalize(&args.out).unwrap_or_else(|_| args.out.clone());
     let validation = validation_wanted(args.validation);
+    if args.producer == ProducerArg::Decoder {
+        return run_decoder(args, out, validation);
+    }
     let fourcc = match args.format {
         FormatArg::Ar24 => Fourcc::ARGB8888,
         FormatArg::Nv12 => Fourcc::NV12,

@@ -57,6 +57,9 @@ pub mod bench;
 pub mod command;
 pub mod consumer;
 pub mod control;
+pub mod decoder;
+pub mod decoder_peer;
+pub mod decoder_stream;
 pub mod gst_baseline;
 pub mod html_report;
 pub mod producer;
@@ -114,6 +117,10 @@ pub enum DemoError {
     Memfd(#[from] dmabridge_interop::dmabuf::MemfdError),
     #[error(transparent)]
     Vk(#[from] VkError),
+    #[error(transparent)]
+    Collection(#[from] dmabridge_interop::collection::CollectionError),
+    #[error(transparent)]
+    CollectionServer(#[from] dmabridge_interop::collection::ServerError),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
     #[error("control message: {0}")]

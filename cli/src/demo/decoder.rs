@@ -1,0 +1,506 @@
+//! `dmabridge demo --producer decoder`: a V4L2 stateless decoder's buffer rules across three
+//! processes, with the buffers coming from buffer collections (seeds 002 and 004).
+//!
+//! - The **decoder** (this process) owns each collection's server. It duplicates a token for
+//!   the consumer and binds its own constraints: NV12 LINEAR at the stream's size, 64-byte
+//!   row alignment, system memory it writes with the CPU, and min-buffers = its decoded
+//!   picture buffer ([`DPB`]) + the frame being decoded. The consumer binds read-only with
+//!   min-buffers = its queue depth, so the pool is DPB + 1 + pipeline depth, reconciled by
+//!   the collection and allocated on the device ([`dmabridge::DeviceAllocator`]).
+//! - Frame n references frames n-1, n-2 and n-4 of its segment. Before decoding it, the
+//!   decoder checks that each reference is intact in its buffer; it decodes into a buffer
+//!   that holds no frame a later frame references and that no peer holds, and waits for a
+//!   release otherwise. Nothing is ever overwritten early: the peers re-check each frame's
+//!   header when they hand it back.
+//! - `--resolution-change-at N`: from frame N the stream is 1920x1080. A new collection is
+//!   negotiated and allocated (new tokens to every peer) while the old frames drain; each
+//!   process closes its old token once it holds none of its buffers, and the old server
+//!   reports its buffers released once the last one has.
+//! - `--late-join-at N`: a third process, a read-only recorder, is started at frame N; its
+//!   token is attached to the running collection (sysmem AttachToken), judged against the
+//!   existing buffers, and it verifies every frame from then on.
+//! - End of stream: the peers release and close everything and report.
+//!
+//! `summary.json` has `collections` (size, buffer count, modifier, layout, frames carried,
+//! released), `dropped_frames`, `late_joiner` and every process's leaked fds.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::path::PathBuf;
+use std::process::{Child, Command};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use dmabridge::ash::vk;
+use dmabridge::interop::collection::{Rights, Server, ServerError, ServerOutcome, Token};
+use dmabridge::interop::dmabuf::{fd_count, read_exact_at, socketpair, DmaBuf};
+use dmabridge::interop::negotiate::{Constraints, CpuAccess, Domain, ExtentRange, Participant};
+use dmabridge::interop::{Format, FormatSet, Fourcc};
+use dmabridge::{DeviceAllocator, Engine, EngineOptions, ImageUse};
+use rustix::event::{poll, PollFd, PollFlags};
+use serde_json::json;
+
+use super::control::{recv_msg, send_msg, Peer};
+use super::decoder_peer::Role;
+use super::decoder_stream::{pattern_row, planes, FromPeer, Header, PeerReport, ToPeer, DPB, HEADER_LEN, REFERENCES, SIZES};
+use super::DemoError;
+
+/// What the decoder demo runs.
+#[derive(Debug, Clone)]
+pub struct DecoderConfig {
+    pub frames: u32,
+    pub resolution_change_at: Option<u32>,
+    pub late_join_at: Option<u32>,
+    pub out_dir: PathBuf,
+    pub validation: bool,
+    pub peer_timeout: Duration,
+    /// Damage this frame after decoding it (a test of the peers' verification).
+    pub corrupt_frame: Option<u32>,
+}
+
+/// The decoder's result: the summary and whether everything held.
+pub struct DecoderOutcome {
+    pub summary: serde_json::Value,
+    pub ok: bool,
+    pub problems: Vec<String>,
+}
+
+struct PeerProc {
+    role: Role,
+    control: OwnedFd,
+    child: Child,
+    report: Option<PeerReport>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct Slot {
+    frame: Option<u32>,
+    /// Held by the consumer, the recorder.
+    held: [bool; 2],
+}
+
+struct Coll {
+    index: u32,
+    width: u32,
+    height: u32,
+    token: Option<Token>,
+    server: Option<JoinHandle<Result<ServerOutcome, ServerError>>>,
+    outcome: Option<String>,
+    buffers: Vec<DmaBuf>,
+    slots: Vec<Slot>,
+    frames_carried: u32,
+    summary: serde_json::Value,
+}
+
+fn peer_index(role: Role) -> usize {
+    match role {
+        Role::Consumer => 0,
+        Role::Recorder => 1,
+    }
+}
+
+fn decoder_participant(width: u32, height: u32) -> Participant {
+    let formats: FormatSet = [Format::linear(Fourcc::NV12)].into_iter().collect();
+    Participant::new("decoder", formats).with_constraints(Constraints {
+        width: ExtentRange::exactly(width),
+        height: ExtentRange::exactly(height),
+        min_buffers: DPB + 1,
+        stride_align: 64,
+        // It writes each frame and reads its references back.
+        cpu_access: CpuAccess::ReadWrite,
+        domain: Domain::System,
+        ..Default::default()
+    })
+}
+
+/// Runs the decoder; `exe` is this program, started again for the peers.
+pub fn run(config: &DecoderConfig, exe: &std::path::Path) -> Result<DecoderOutcome, DemoError> {
+    let engine = Engine::new(&EngineOptions { validation: config.validation, ..EngineOptions::from_env() })?;
+    let before = fd_count()?;
+    let mut d = Decoder { config: config.clone(), engine, exe: exe.to_owned(), peers: Vec::new(), colls: Vec::new(), reference_errors: 0, problems: Vec::new() };
+    let result = d.stream();
+    if result.is_err() {
+        for p in &mut d.peers {
+            let _ = p.child.kill();
+        }
+    }
+    let mut reports = Vec::new();
+    for mut p in std::mem::take(&mut d.peers) {
+        let status = p.child.wait()?;
+        if !status.success() && result.is_ok() {
+            d.problems.push(format!("the {} exited with {status}", p.role.name()));
+        }
+        reports.push((p.role, p.report.take()));
+    }
+    result?;
+    let colls: Vec<serde_json::Value> = d.colls.iter().map(|c| c.summary.clone()).collect();
+    let all_released = d.colls.iter().all(|c| c.outcome.as_deref() == Some("released"));
+    let validation: Vec<String> = d.engine.validation().map(|v| v.problems()).unwrap_or_default().iter().map(|p| p.to_string()).collect();
+    let device = d.engine.info().name.clone();
+    d.colls.clear();
+    let decoder_leaked = fd_count()? as i64 - before as i64;
+
+    let report_of = |role: Role| reports.iter().find(|(r, _)| *r == role).and_then(|(_, rep)| rep.clone());
+    let consumer = report_of(Role::Consumer).unwrap_or_default();
+    let recorder = report_of(Role::Recorder);
+    let mut problems = std::mem::take(&mut d.problems);
+    problems.extend(validation.iter().map(|v| format!("validation: {v}")));
+    if consumer.verified != config.frames {
+        problems.push(format!("the consumer verified {} of {} frames", consumer.verified, config.frames));
+    }
+    problems.extend(consumer.mismatches.iter().map(|m| format!("consumer: {m}")));
+    if d.reference_errors > 0 {
+        problems.push(format!("{} reference frames were not intact when a later frame used them", d.reference_errors));
+    }
+    if !all_released {
+        problems.push("a collection's buffers were not released".into());
+    }
+    let expected_late = config.late_join_at.filter(|&n| n < config.frames).map(|n| config.frames - n);
+    if let Some(want) = expected_late {
+        match &recorder {
+            Some(r) if r.verified == want && r.mismatches.is_empty() && r.writes_refused == Some(true) => {}
+            Some(r) => problems.push(format!(
+                "the late joiner verified {} of {want} frames (writes refused: {:?}); {}",
+                r.verified,
+                r.writes_refused,
+                r.mismatches.join("; ")
+            )),
+            None => problems.push("the late joiner sent no report".into()),
+        }
+    }
+    let leaked = json!({
+        "decoder": decoder_leaked,
+        "consumer": consumer.leaked_fds,
+        "recorder": recorder.as_ref().map(|r| r.leaked_fds),
+    });
+    let total_leaked = decoder_leaked + consumer.leaked_fds + recorder.as_ref().map_or(0, |r| r.leaked_fds);
+    if total_leaked != 0 {
+        problems.push(format!("leaked fds: {leaked}"));
+    }
+    let dropped = consumer.dropped + recorder.as_ref().map_or(0, |r| r.dropped);
+    let summary = json!({
+        "producer": "decoder",
+        "device": device,
+        "frames": config.frames,
+        "resolution_change_at": config.resolution_change_at,
+        "late_join_at": config.late_join_at,
+        "dpb": DPB,
+        "references": REFERENCES,
+        "collections": colls,
+        "verified_frames": consumer.verified,
+        "dropped_frames": dropped,
+        "reference_errors": d.reference_errors,
+        "consumer": {
+            "frames": consumer.frames,
+            "verified": consumer.verified,
+            "import_path": consumer.import_path,
+            "mismatches": consumer.mismatches,
+            "leaked_fds": consumer.leaked_fds,
+        },
+        "late_joiner": recorder.as_ref().map(|r| json!({
+            "joined_at": config.late_join_at,
+            "frames": r.frames,
+            "frames_verified": r.verified,
+            "writes_refused": r.writes_refused,
+            "mismatches": r.mismatches,
+            "leaked_fds": r.leaked_fds,
+        })),
+        "leaked_fds": leaked,
+        "total_leaked_fds": total_leaked,
+        "problems": problems,
+    });
+    Ok(DecoderOutcome { ok: problems.is_empty(), problems, summary })
+}
+
+struct Decoder {
+    config: DecoderConfig,
+    engine: Engine,
+    exe: PathBuf,
+    peers: Vec<PeerProc>,
+    colls: Vec<Coll>,
+    reference_errors: u32,
+    problems: Vec<String>,
+}
+
+impl Decoder {
+    fn timeout(&self) -> Duration {
+        self.config.peer_timeout
+    }
+
+    fn peer(&self, role: Role) -> Peer {
+        Peer { name: role.name(), timeout: self.timeout() }
+    }
+
+    fn spawn(&mut self, role: Role) -> Result<(), DemoError> {
+        let (ours, theirs) = socketpair()?;
+        self.peer(role).apply(&ours)?;
+        // dup() gives an fd without FD_CLOEXEC: the peer inherits exactly this one.
+        let inherited = rustix::io::dup(&theirs).map_err(|e| DemoError::Io(e.into()))?;
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("demo-decoder-peer").arg("--role").arg(role.name()).arg("--control-fd").arg(inherited.as_raw_fd().to_string());
+        cmd.arg("--peer-timeout").arg(self.timeout().as_secs_f64().to_string());
+        if self.config.validation {
+            cmd.arg("--validation");
+        }
+        let child = cmd.spawn();
+        drop((inherited, theirs));
+        self.peers.push(PeerProc { role, control: ours, child: child?, report: None });
+        Ok(())
+    }
+
+    fn send(&self, i: usize, msg: &ToPeer) -> Result<(), DemoError> {
+        let p = &self.peers[i];
+        send_msg(&p.control, &self.peer(p.role), msg)
+    }
+
+    fn stream(&mut self) -> Result<(), DemoError> {
+        self.spawn(Role::Consumer)?;
+        let change = self.config.resolution_change_at.filter(|&n| n > 0 && n < self.config.frames);
+        for n in 0..self.config.frames {
+            let seg = usize::from(change.is_some_and(|c| n >= c));
+            if self.colls.len() <= seg {
+                self.open_collection(seg as u32, n)?;
+            }
+            if self.config.late_join_at == Some(n) {
+                self.late_join(seg)?;
+            }
+            self.decode(seg, n)?;
+            self.retire_old(seg)?;
+        }
+        for i in 0..self.peers.len() {
+            self.send(i, &ToPeer::End)?;
+        }
+        while self.peers.iter().any(|p| p.report.is_none()) {
+            self.wait_message()?;
+        }
+        for c in &mut self.colls {
+            c.buffers.clear();
+            if let Some(t) = c.token.take() {
+                t.close()?;
+            }
+        }
+        for c in &mut self.colls {
+            finish_server(c)?;
+        }
+        Ok(())
+    }
+
+    /// A new collection for frames from `first`: a server on the device, a token for every
+    /// peer, the decoder's own bind (which returns once every peer has bound).
+    fn open_collection(&mut self, index: u32, first: u32) -> Result<(), DemoError> {
+        let (width, height) = SIZES[index as usize];
+        let image_use = ImageUse::new(vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC);
+        let (server, mut root) = Server::new(&format!("stream-{index}"), Box::new(DeviceAllocator::new(&self.engine, image_use)))?;
+        let serving = server.spawn();
+        let t = self.timeout();
+        for i in 0..self.peers.len() {
+            let role = self.peers[i].role;
+            // The recorder is optional: its failure must not fail the stream.
+            let token = root.duplicate(Rights { read_only: true }, role == Role::Recorder, role.name(), t)?;
+            self.send(i, &ToPeer::Collection { index, width, height, late: false })?;
+            token.send_token_over(self.peers[i].control.as_fd())?;
+        }
+        let got = root.bind(&decoder_participant(width, height), t)?;
+        for _ in 0..self.peers.len() {
+            self.expect_bound(index)?;
+        }
+        let outputs = got.reconciled.outputs.clone();
+        let first_buf = got.buffers.first().ok_or_else(|| DemoError::Protocol("a collection with no buffers".into()))?;
+        let summary = json!({
+            "index": index,
+            "size": format!("{width}x{height}"),
+            "first_frame": first,
+            "buffer_count": got.buffers.len(),
+            "modifier": format!("0x{:016x}", first_buf.layout().to_wire().raw()),
+            "planes": first_buf.planes().map(|p| json!({"offset": p.offset, "stride": p.stride})).collect::<Vec<_>>(),
+            "bytes_per_buffer": outputs.as_ref().map(|o| o.size()),
+            "participants": got.reconciled.participants,
+        });
+        tracing::info!(index, width, height, buffers = got.buffers.len(), "collection allocated");
+        let slots = vec![Slot::default(); got.buffers.len()];
+        self.colls.push(Coll { index, width, height, token: Some(root), server: Some(serving), outcome: None, buffers: got.buffers, slots, frames_carried: 0, summary });
+        Ok(())
+    }
+
+    fn expect_bound(&mut self, index: u32) -> Result<(), DemoError> {
+        loop {
+            if let Some((_, FromPeer::Bound { collection, .. })) = self.wait_message()? {
+                if collection == index {
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Starts the recorder and attaches its token to the running collection.
+    fn late_join(&mut self, seg: usize) -> Result<(), DemoError> {
+        self.spawn(Role::Recorder)?;
+        let i = self.peers.len() - 1;
+        let t = self.timeout();
+        let c = &mut self.colls[seg];
+        let (index, width, height) = (c.index, c.width, c.height);
+        let root = c.token.as_mut().ok_or_else(|| DemoError::Protocol("the running collection has no root token".into()))?;
+        let token = root.attach_token("recorder", t)?;
+        self.send(i, &ToPeer::Collection { index, width, height, late: true })?;
+        token.send_token_over(self.peers[i].control.as_fd())?;
+        self.expect_bound(index)
+    }
+
+    fn decode(&mut self, seg: usize, n: u32) -> Result<(), DemoError> {
+        let target = loop {
+            let c = &self.colls[seg];
+            let free = c.slots.iter().position(|s| s.frame.map_or(true, |f| f + DPB < n) && !s.held.iter().any(|h| *h));
+            match free {
+                Some(i) => break i,
+                None => {
+                    self.wait_message()?;
+                }
+            }
+        };
+        let c = &mut self.colls[seg];
+        let first = c.summary["first_frame"].as_u64().unwrap_or(0) as u32;
+        let mut refs_ok = 1;
+        for d in REFERENCES {
+            let Some(r) = n.checked_sub(d).filter(|r| *r >= first) else { continue };
+            let intact = c.slots.iter().position(|s| s.frame == Some(r)).and_then(|i| header_of(&c.buffers[i]).ok()).is_some_and(|h| h.frame == r && h.width == c.width);
+            if !intact {
+                refs_ok = 0;
+                self.reference_errors += 1;
+            }
+        }
+        write_frame(&c.buffers[target], n, c.width, c.height, refs_ok)?;
+        if self.config.corrupt_frame == Some(n) {
+            // One chroma byte, as a transfer fault would leave it.
+            if let Some(p) = c.buffers[target].plane(1) {
+                write_all_at(p.fd, &[0x5a ^ 0xff], p.offset + p.stride * 3 + 17)?;
+            }
+        }
+        c.slots[target].frame = Some(n);
+        c.frames_carried += 1;
+        let index = c.index;
+        for i in 0..self.peers.len() {
+            let role = self.peers[i].role;
+            self.colls[seg].slots[target].held[peer_index(role)] = true;
+            self.send(i, &ToPeer::Frame { collection: index, buffer: target as u32, frame: n })?;
+        }
+        // Take what has arrived without waiting, so releases do not pile up.
+        while self.poll_message(Duration::ZERO)?.is_some() {}
+        Ok(())
+    }
+
+    /// Closes the decoder's token of every older collection no peer holds a buffer of.
+    fn retire_old(&mut self, current: usize) -> Result<(), DemoError> {
+        for c in self.colls.iter_mut().take(current) {
+            if c.token.is_some() && c.slots.iter().all(|s| !s.held.iter().any(|h| *h)) {
+                c.buffers.clear();
+                if let Some(t) = c.token.take() {
+                    t.close()?;
+                }
+                tracing::info!(collection = c.index, "decoder closed its token of the drained collection");
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits (at most the peer timeout) for the next message from any peer and applies it.
+    fn wait_message(&mut self) -> Result<Option<(Role, FromPeer)>, DemoError> {
+        match self.poll_message(self.timeout())? {
+            Some(m) => Ok(Some(m)),
+            None => {
+                let waiting: Vec<&str> = self.peers.iter().map(|p| p.role.name()).collect();
+                Err(DemoError::PeerStalled { peer: if waiting.len() > 1 { "consumer or recorder" } else { "consumer" }, after: self.timeout() })
+            }
+        }
+    }
+
+    fn poll_message(&mut self, timeout: Duration) -> Result<Option<(Role, FromPeer)>, DemoError> {
+        let ready = {
+            let mut fds: Vec<PollFd<'_>> = self.peers.iter().filter(|p| p.report.is_none()).map(|p| PollFd::new(&p.control, PollFlags::IN)).collect();
+            if fds.is_empty() {
+                return Ok(None);
+            }
+            let ts = rustix::time::Timespec::try_from(timeout).map_err(|_| DemoError::Protocol("bad timeout".into()))?;
+            match poll(&mut fds, Some(&ts)) {
+                Ok(0) => return Ok(None),
+                Ok(_) => {}
+                Err(rustix::io::Errno::INTR) => return Ok(None),
+                Err(e) => return Err(DemoError::Io(e.into())),
+            }
+            fds.iter().position(|f| !f.revents().is_empty())
+        };
+        let Some(k) = ready else { return Ok(None) };
+        let i = self.peers.iter().enumerate().filter(|(_, p)| p.report.is_none()).nth(k).map(|(i, _)| i).ok_or_else(|| DemoError::Protocol("poll".into()))?;
+        let role = self.peers[i].role;
+        let msg = recv_msg::<FromPeer>(&self.peers[i].control, &self.peer(role))?;
+        match &msg {
+            FromPeer::Release { collection, buffer, frame } => {
+                let slot = self.colls.iter_mut().find(|c| c.index == *collection).and_then(|c| c.slots.get_mut(*buffer as usize));
+                match slot {
+                    Some(s) if s.frame == Some(*frame) && s.held[peer_index(role)] => s.held[peer_index(role)] = false,
+                    _ => return Err(DemoError::Protocol(format!("the {} released buffer {buffer} of collection {collection} (frame {frame}), which it did not hold", role.name()))),
+                }
+            }
+            FromPeer::Final(r) => self.peers[i].report = Some(r.clone()),
+            FromPeer::Failed { error } => return Err(DemoError::Consumer(format!("{}: {error}", role.name()))),
+            FromPeer::Bound { .. } | FromPeer::Closed { .. } => {}
+        }
+        Ok(Some((role, msg)))
+    }
+}
+
+/// Waits for a collection's server to finish (every token closed) and records how.
+fn finish_server(c: &mut Coll) -> Result<(), DemoError> {
+    if let Some(h) = c.server.take() {
+        let outcome = h.join().map_err(|_| DemoError::Protocol(format!("collection {}'s server thread panicked", c.index)))??;
+        let name = match outcome {
+            ServerOutcome::Released => "released".to_owned(),
+            ServerOutcome::Failed(f) => format!("failed: {f}"),
+            ServerOutcome::Stopped => "stopped".to_owned(),
+        };
+        if let Some(o) = c.summary.as_object_mut() {
+            o.insert("frames_carried".into(), json!(c.frames_carried));
+            o.insert("buffers_released".into(), json!(name == "released"));
+            o.insert("server_outcome".into(), json!(name));
+        }
+        c.outcome = Some(name);
+    }
+    Ok(())
+}
+
+fn header_of(buf: &DmaBuf) -> Result<Header, DemoError> {
+    let p = buf.plane(0).ok_or_else(|| DemoError::Protocol("a buffer without planes".into()))?;
+    let mut h = [0u8; HEADER_LEN];
+    read_exact_at(p.fd, p.offset, &mut h).map_err(|e| DemoError::Protocol(format!("reading a header: {e}")))?;
+    Ok(Header::from_bytes(&h))
+}
+
+/// "Decodes" frame `n` into `buf`: its rows at the buffer's offsets and strides, written
+/// with `pwrite` (the decoder is a device writing memory, not a Vulkan user).
+fn write_frame(buf: &DmaBuf, n: u32, width: u32, height: u32, refs_ok: u32) -> Result<(), DemoError> {
+    let mut row = Vec::new();
+    for (pi, (p, (bytes, rows))) in buf.planes().zip(planes(width, height)).enumerate() {
+        row.resize(bytes, 0);
+        for y in 0..rows {
+            pattern_row(n, pi, y, &mut row);
+            if pi == 0 && y == 0 {
+                row[..HEADER_LEN].copy_from_slice(&Header { frame: n, width, height, refs_ok }.to_bytes());
+            }
+            write_all_at(p.fd, &row, p.offset + y as u64 * p.stride)?;
+        }
+    }
+    Ok(())
+}
+
+fn write_all_at(fd: BorrowedFd<'_>, mut bytes: &[u8], mut at: u64) -> Result<(), DemoError> {
+    while !bytes.is_empty() {
+        match rustix::io::pwrite(fd, bytes, at) {
+            Ok(0) => return Err(DemoError::Protocol("a buffer took no bytes".into())),
+            Ok(k) => {
+                bytes = &bytes[k..];
+                at += k as u64;
+            }
+            Err(rustix::io::Errno::INTR) => {}
+            Err(e) => return Err(DemoError::Io(e.into())),
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,86 @@
+//! Allocation is pluggable: the collection decides what to allocate ([`Reconciled`]), an
+//! [`Allocator`] makes it. [`SystemAllocator`] makes sealed memfds here; the engine brings
+//! a device allocator.
+
+use crate::dmabuf::{place, DmaBuf, PlacementError, PlacementRequest};
+
+use super::attrs::Reconciled;
+use super::limits::MAX_BUFFERS;
+
+/// Why an allocator made no buffers.
+#[derive(Debug, thiserror::Error)]
+pub enum AllocatorError {
+    /// The list cannot be laid out (an opaque modifier, a tiled pitch that cannot be
+    /// widened, an overflow) or the memory could not be had.
+    #[error("system allocation failed: {0}")]
+    Placement(#[from] PlacementError),
+    /// The list asks for more buffers than a collection holds.
+    #[error("{0} buffers are more than the {MAX_BUFFERS} a collection holds")]
+    TooManyBuffers(u32),
+    /// A base alignment beyond what a memfd's mapping guarantees (its page).
+    #[error("base alignment {0} is more than the {PAGE} bytes a memfd mapping guarantees")]
+    Align(u64),
+    /// The list asks for memory this allocator does not have.
+    #[error("this allocator has no {0} memory")]
+    Domain(&'static str),
+    /// Anything else an allocator outside this crate reports.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// Makes a collection's buffers from its reconciled list: exactly `r.buffers` of them, each
+/// `r.format` at `r.width` x `r.height`, all laid out alike, honouring the list's
+/// alignments, min size and disjointness. The caller owns the returned buffers.
+///
+/// Object-safe and `Send`, so a server thread can own a `Box<dyn Allocator>`.
+pub trait Allocator: Send {
+    fn allocate(&mut self, r: &Reconciled) -> Result<Vec<DmaBuf>, AllocatorError>;
+}
+
+/// The alignment every mapping of a memfd has: its first byte starts a page.
+const PAGE: u64 = 4096;
+
+/// Sealed memfds in system memory, laid out by [`place`]: linear and the tiled layouts
+/// interop knows. Refuses device-local lists (a memfd is not device memory).
+#[derive(Debug, Clone, Default)]
+pub struct SystemAllocator {
+    /// Shown in `/proc/PID/fd` as each memfd's name.
+    pub name: String,
+}
+
+impl SystemAllocator {
+    pub fn new(name: impl Into<String>) -> Self {
+        SystemAllocator { name: name.into() }
+    }
+}
+
+impl Allocator for SystemAllocator {
+    fn allocate(&mut self, r: &Reconciled) -> Result<Vec<DmaBuf>, AllocatorError> {
+        if r.buffers > MAX_BUFFERS {
+            return Err(AllocatorError::TooManyBuffers(r.buffers));
+        }
+        if r.align > PAGE {
+            return Err(AllocatorError::Align(r.align));
+        }
+        if r.domain == crate::negotiate::Domain::DeviceLocal {
+            return Err(AllocatorError::Domain("device-local"));
+        }
+        let placement = place(&PlacementRequest {
+            fourcc: r.format.fourcc,
+            layout: r.format.layout,
+            width: r.width,
+            height: r.height,
+            stride_align: r.stride_align,
+            offset_align: r.offset_align,
+            min_size: r.min_size,
+            disjoint: r.disjoint,
+        })?;
+        let name = if self.name.is_empty() { "dmabridge-collection" } else { self.name.as_str() };
+        let mut out = Vec::with_capacity(r.buffers as usize);
+        for _ in 0..r.buffers {
+            out.push(placement.allocate(name, r.format.fourcc, r.format.layout, r.width, r.height)?);
+        }
+        tracing::debug!(buffers = out.len(), format = %r.format, width = r.width, height = r.height, "system allocation");
+        Ok(out)
+    }
+}

@@ -1,0 +1,18 @@
+//! How much one collection takes on, whoever drives it (a trusted initiator or a hostile
+//! peer process): every count and length that comes from outside is checked against these
+//! before anything is allocated.
+
+/// Most tokens alive at once in one collection (sysmem tracks a few dozen participants).
+pub const MAX_TOKENS: usize = 64;
+/// Most buffers in one collection.
+pub const MAX_BUFFERS: u32 = 64;
+/// Largest width or height a collection allocates.
+pub const MAX_EXTENT: u32 = 16384;
+/// Longest token or participant name, in bytes.
+pub const MAX_NAME_LEN: usize = 128;
+/// Longest failure reason or conflict detail on the wire, in bytes.
+pub const MAX_TEXT_LEN: usize = 1024;
+/// Most formats in one attribute list on the wire.
+pub const MAX_FORMATS: usize = 256;
+/// Most conflicts in one refusal on the wire.
+pub const MAX_CONFLICTS: usize = 16;

@@ -1,0 +1,316 @@
+//! The process that owns a [`Collection`]: one `SOCK_SEQPACKET` socket per token, polled
+//! together; messages drive the state machine, the [`Allocator`] runs when allocation is
+//! due, and each holder is sent what concerns it. A socket that hangs up without a prior
+//! Close is its holder's process dying: that token fails with "process exited".
+//!
+//! The server's ends are non-blocking: a holder that stops reading cannot stall the
+//! server; once its socket buffer is full, a send to it fails and so does that holder.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::io::Errno;
+use tracing::{debug, info, warn};
+
+use crate::dmabuf::{send_buffer, socketpair, HandoffError};
+
+use super::alloc::Allocator;
+use super::attrs::{AttrConflict, ReconcileOptions};
+use super::client::Token;
+use super::limits::{MAX_CONFLICTS, MAX_NAME_LEN, MAX_TEXT_LEN};
+use super::state::{Collection, Event, Failure, Progress, Rights, StateError, TokenId};
+use super::transport::{self, TransportError};
+use super::wire::{clip_text, Message, MAX_CONFLICT_NAMES};
+
+/// How long one poll waits before the loop looks at its stop flag again. Not a busy loop:
+/// messages wake it at once.
+const POLL_INTERVAL: Duration = Duration::from_millis(200);
+
+/// Why a server could not start or stopped early.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error(transparent)]
+    State(#[from] StateError),
+    #[error("creating a token socket pair failed: {0}")]
+    Socket(std::io::Error),
+    #[error("poll failed: {0}")]
+    Poll(std::io::Error),
+}
+
+/// How a server's run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ServerOutcome {
+    /// Every holder closed its token; the buffers were released.
+    Released,
+    /// The collection failed; every live holder was told.
+    Failed(Failure),
+    /// The stop flag was raised.
+    Stopped,
+}
+
+/// The server end of a collection. Build it with [`Server::new`], hand the root [`Token`]
+/// to the initiator, and [`Server::run`] it (on a thread: [`Server::spawn`]).
+pub struct Server {
+    collection: Collection,
+    allocator: Box<dyn Allocator>,
+    /// The server's end of each live token's socket pair. The server owns these.
+    sockets: BTreeMap<TokenId, OwnedFd>,
+    stop: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server").field("collection", &self.collection).field("sockets", &self.sockets.len()).finish()
+    }
+}
+
+impl Server {
+    /// A collection named `name` whose buffers `allocator` makes, and its root token.
+    pub fn new(name: &str, allocator: Box<dyn Allocator>) -> Result<(Server, Token), ServerError> {
+        Server::with_options(name, allocator, ReconcileOptions::default())
+    }
+
+    /// [`Server::new`] with collection-wide choices (disjoint planes).
+    pub fn with_options(name: &str, allocator: Box<dyn Allocator>, options: ReconcileOptions) -> Result<(Server, Token), ServerError> {
+        let (collection, root) = Collection::with_options(name, options)?;
+        let (ours, theirs) = server_pair().map_err(ServerError::Socket)?;
+        let mut sockets = BTreeMap::new();
+        sockets.insert(root, ours);
+        let server = Server { collection, allocator, sockets, stop: Arc::new(AtomicBool::new(false)) };
+        Ok((server, Token::named(theirs, name)))
+    }
+
+    /// A flag that makes [`Server::run`] return [`ServerOutcome::Stopped`] within a poll
+    /// interval once raised (the token sockets are then closed, which holders see as failure).
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    /// Runs [`Server::run`] on a new thread.
+    pub fn spawn(self) -> JoinHandle<Result<ServerOutcome, ServerError>> {
+        std::thread::spawn(move || self.run())
+    }
+
+    /// Serves until no token socket is left (every holder closed, or the collection failed
+    /// and everyone was told) or the stop flag is raised.
+    pub fn run(mut self) -> Result<ServerOutcome, ServerError> {
+        info!(collection = %self.collection.name(), "collection server running");
+        let ts = Timespec::try_from(POLL_INTERVAL).map_err(|_| ServerError::Poll(std::io::ErrorKind::InvalidInput.into()))?;
+        while !self.sockets.is_empty() {
+            if self.stop.load(Ordering::Relaxed) {
+                return Ok(ServerOutcome::Stopped);
+            }
+            let ids: Vec<TokenId> = self.sockets.keys().copied().collect();
+            let ready: Vec<TokenId> = {
+                let mut fds: Vec<PollFd<'_>> = self.sockets.values().map(|s| PollFd::new(s, PollFlags::IN)).collect();
+                match poll(&mut fds, Some(&ts)) {
+                    Ok(_) => {}
+                    Err(Errno::INTR) => continue,
+                    Err(e) => return Err(ServerError::Poll(e.into())),
+                }
+                ids.iter().zip(&fds).filter(|(_, f)| !f.revents().is_empty()).map(|(t, _)| *t).collect()
+            };
+            for t in ready {
+                self.serve_one(t);
+                self.drive();
+            }
+        }
+        let outcome = match self.collection.failure() {
+            Some(f) => ServerOutcome::Failed(f.clone()),
+            None => ServerOutcome::Released,
+        };
+        info!(collection = %self.collection.name(), ?outcome, "collection server done");
+        Ok(outcome)
+    }
+
+    /// Reads and handles one message from `t`'s socket.
+    fn serve_one(&mut self, t: TokenId) {
+        let Some(sock) = self.sockets.get(&t) else { return };
+        let got = transport::recv(sock.as_fd());
+        let result = match got {
+            Ok((msg, fd)) => {
+                drop(fd); // A client sends none; the decoder already refused a count mismatch.
+                self.handle(t, msg)
+            }
+            // A wake-up without a message (the socket is non-blocking): not the holder's fault.
+            Err(e) if e.is_would_block() => Ok(()),
+            Err(e) if e.is_hangup() => {
+                self.sockets.remove(&t);
+                if self.collection.is_live(t) {
+                    let name = self.collection.token_name(t).unwrap_or_default();
+                    warn!(collection = %self.collection.name(), participant = %name, "holder hung up without closing");
+                    self.collection.fail(t, "process exited").map(|_| ())
+                } else {
+                    Ok(())
+                }
+            }
+            Err(e) => {
+                warn!(collection = %self.collection.name(), %t, error = %e, "bad message");
+                self.collection.fail(t, &format!("protocol error: {e}")).map(|_| ())
+            }
+        };
+        if let Err(e) = result {
+            debug!(%t, error = %e, "request refused");
+            // A refused request is the requester's failure: it must not wait for a reply
+            // that never comes.
+            if self.collection.is_live(t) {
+                let _ = self.collection.fail(t, &e.to_string());
+            } else if let Some(sock) = self.sockets.remove(&t) {
+                let f = Failure { participant: self.collection.name().to_owned(), reason: e.to_string() };
+                let _ = transport::send(sock.as_fd(), &failed_msg(&f), None);
+            }
+        }
+    }
+
+    fn handle(&mut self, t: TokenId, msg: Message) -> Result<(), StateError> {
+        match msg {
+            Message::Bind(p) => self.collection.bind(t, p).map(|_| ()),
+            Message::Duplicate { read_only, dispensable, name } => {
+                let new = self.collection.duplicate(t, Rights { read_only }, dispensable, &name)?;
+                self.hand_out(t, new, &name);
+                Ok(())
+            }
+            Message::AttachToken { name } => {
+                let new = self.collection.attach_token(t, &name)?;
+                self.hand_out(t, new, &name);
+                Ok(())
+            }
+            Message::Close => {
+                self.sockets.remove(&t);
+                self.collection.close(t).map(|_| ())
+            }
+            other => {
+                let reason = format!("protocol error: a holder sent a {} message, which only the server sends", other.kind_name());
+                self.collection.fail(t, &reason).map(|_| ())
+            }
+        }
+    }
+
+    /// Makes the socket pair of token `new` and sends its client end to `requester`.
+    fn hand_out(&mut self, requester: TokenId, new: TokenId, name: &str) {
+        let sent = server_pair().map_err(|e| e.to_string()).and_then(|(ours, theirs)| {
+            let sock = self.sockets.get(&requester).ok_or_else(|| "requester gone".to_owned())?;
+            let msg = Message::NewToken { name: name.to_owned() };
+            transport::send(sock.as_fd(), &msg, Some(theirs.as_fd())).map_err(|e| e.to_string())?;
+            // `theirs` closes here: the requester holds the only client end now.
+            self.sockets.insert(new, ours);
+            Ok(())
+        });
+        if let Err(e) = sent {
+            warn!(%new, error = %e, "could not hand out a token");
+            let _ = self.collection.close(new);
+        }
+    }
+
+    /// Runs the allocator when due and delivers every queued event.
+    fn drive(&mut self) {
+        if let Progress::Allocate(_) = self.collection.progress() {
+            self.collection.allocate_with(self.allocator.as_mut());
+        }
+        for (t, event) in self.collection.take_events() {
+            let Some(sock) = self.sockets.get(&t) else { continue };
+            let sent = match &event {
+                Event::Allocated => self.send_buffers(t),
+                Event::LateJoinRefused(c) => {
+                    transport::send(sock.as_fd(), &Message::LateJoinRefused(wire_conflicts(c)), None).map_err(Delivery::from)
+                }
+                Event::Failed(f) => {
+                    let r = transport::send(sock.as_fd(), &failed_msg(f), None).map_err(Delivery::from);
+                    // Sysmem closes a failed node's channel; the holder keeps its buffers.
+                    self.sockets.remove(&t);
+                    r
+                }
+            };
+            if let Err(e) = sent {
+                warn!(%t, error = %e.0, "could not deliver an event");
+                // A holder that cannot be told cannot take part: it is gone, or it stopped
+                // reading and its socket buffer is full. Either way the server lets go of it.
+                self.sockets.remove(&t);
+                if self.collection.is_live(t) {
+                    let _ = self.collection.fail(t, e.reason());
+                }
+            }
+        }
+        // Failing a holder above may have queued events; deliver them now, not on the next
+        // message, so that every survivor hears promptly.
+        if self.collection.has_events() {
+            self.drive();
+        }
+    }
+
+    fn send_buffers(&self, t: TokenId) -> Result<(), Delivery> {
+        let sock = self.sockets.get(&t).ok_or_else(|| Delivery::other("no socket"))?;
+        let bufs = self.collection.buffers_for(t).map_err(|e| Delivery::other(e.to_string()))?;
+        let reconciled = self.collection.reconciled().cloned().ok_or_else(|| Delivery::other("no reconciled list"))?;
+        let n = reconciled.buffers;
+        transport::send(sock.as_fd(), &Message::Allocated { reconciled, buffers: n }, None)?;
+        for (i, b) in bufs.iter().enumerate() {
+            send_buffer(sock.as_fd(), i as u64, b).map_err(|e| match e {
+                HandoffError::Send(io) => Delivery(TransportError::Send(io)),
+                other => Delivery::other(other.to_string()),
+            })?;
+        }
+        // `bufs` (dups or read-only re-opens) close here; the holder has its own copies.
+        Ok(())
+    }
+}
+
+/// Why a holder could not be sent what concerns it.
+struct Delivery(TransportError);
+
+impl Delivery {
+    fn other(s: impl Into<String>) -> Delivery {
+        Delivery(TransportError::Send(std::io::Error::other(s.into())))
+    }
+
+    /// The failure reason the collection records for the holder.
+    fn reason(&self) -> &'static str {
+        if self.0.is_would_block() {
+            "stopped reading its messages (its socket buffer is full)"
+        } else if self.0.is_hangup() {
+            "process exited"
+        } else {
+            "could not be sent its messages"
+        }
+    }
+}
+
+impl From<TransportError> for Delivery {
+    fn from(e: TransportError) -> Self {
+        Delivery(e)
+    }
+}
+
+/// A token's socket pair: the server's end (first) non-blocking, the holder's blocking.
+fn server_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let (ours, theirs) = socketpair()?;
+    rustix::io::ioctl_fionbio(&ours, true)?;
+    Ok((ours, theirs))
+}
+
+fn failed_msg(f: &Failure) -> Message {
+    Message::Failed(Failure { participant: clip_text(&f.participant, MAX_TEXT_LEN), reason: clip_text(&f.reason, MAX_TEXT_LEN) })
+}
+
+/// Conflicts cut to what the wire carries.
+fn wire_conflicts(c: &[AttrConflict]) -> Vec<AttrConflict> {
+    c.iter()
+        .take(MAX_CONFLICTS)
+        .map(|c| AttrConflict {
+            participants: c.participants.iter().take(MAX_CONFLICT_NAMES).map(|n| clip_text(n, MAX_NAME_LEN)).collect(),
+            attribute: c.attribute,
+            detail: clip_text(&c.detail, MAX_TEXT_LEN),
+        })
+        .collect()
+}
+
+// The server runs on its own thread.
+const _: fn() = || {
+    fn is_send<T: Send>() {}
+    is_send::<Server>();
+};

@@ -71,7 +71,7 @@ impl FromArgMatches for AllocateArgs {
     }
 }
 
-type Loader<'a> = dyn Fn(&ParticipantSpec, &Result<Engine, String>) -> Result<Participant, SpecError> + 'a;
+type Loader<'a> = dyn for<'e> Fn(&ParticipantSpec, &dyn Fn() -> &'e Result<Engine, String>) -> Result<Participant, SpecError> + 'a;
 
 fn say(text: &str) {
     // A closed stdout (`| head`) must not panic, as println! would.
@@ -97,7 +97,7 @@ fn impossible(e: &AllocateError) -> bool {
 
 pub fn run(args: &AllocateArgs, load: &Loader<'_>) -> ExitCode {
     let engine = Engine::new(&EngineOptions::from_env()).map_err(|e| e.to_string());
-    let negotiation = match negotiation_of(&args.negotiate, &|spec| load(spec, &engine)) {
+    let negotiation = match negotiation_of(&args.negotiate, &|spec| load(spec, &|| &engine)) {
         Ok(n) => n,
         Err(e) => return fail(1, &e),
     };

@@ -102,7 +102,7 @@ fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
     let converter = std::cell::OnceCell::new();
     negotiate::run_with(
         args,
-        &|spec| load_participant(spec, engine()),
+        &|spec| load_participant(spec, &engine),
         &|c| {
             let conv = converter.get_or_init(|| engine().clone().and_then(|e| dmabridge::Converter::new(&e).map_err(|e| e.to_string())));
             let choice = conv.as_ref().map_err(|e| format!("no Vulkan device: {e}"))?.choose(c, None).map_err(|e| e.to_string())?;
@@ -111,11 +111,11 @@ fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
     )
 }
 
-/// Loads one participant; `--vulkan NAME=USE` is the live device (`engine`) for exactly
-/// that use.
-fn load_participant(
+/// Loads one participant; `--vulkan NAME=USE` is the live device (`engine`, opened only
+/// then) for exactly that use.
+fn load_participant<'a>(
     spec: &dmabridge_cli::participants::ParticipantSpec,
-    engine: &Result<dmabridge::Engine, String>,
+    engine: &dyn Fn() -> &'a Result<dmabridge::Engine, String>,
 ) -> Result<dmabridge_interop::negotiate::Participant, dmabridge_cli::participants::SpecError> {
     use dmabridge_cli::participants::{PeerKind, SpecError};
     if spec.kind != PeerKind::Vulkan {
@@ -124,7 +124,7 @@ fn load_participant(
     let peer = |reason: String| SpecError::Peer { participant: spec.name.clone(), kind: spec.kind, reason };
     let usage = spec.vulkan_use()?;
     let request = dmabridge::ParticipantRequest::new(spec.name.as_str(), usage, dmabridge::Direction::Both);
-    match engine {
+    match engine() {
         Ok(e) => e.participant(&request).map_err(|e| peer(e.to_string())),
         Err(e) => Err(peer(format!("no Vulkan device: {e}"))),
     }

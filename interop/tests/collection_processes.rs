@@ -5,8 +5,9 @@
 //!
 //! - A non-dispensable participant killed with SIGKILL halfway: every survivor hears
 //!   `Failed` naming it within 1 s of the kill.
-//! - A dispensable participant killed halfway: nothing happens to the others; they go on
-//!   sharing the same buffers and close normally.
+//! - A dispensable participant, or a late joiner (attached to the allocated collection),
+//!   killed halfway: nothing happens to the others; they go on sharing the same buffers and
+//!   close normally.
 //! - Every surviving process ends with the fds it started with.
 //!
 //! Every wait has a timeout; nothing sleeps in place of waiting for a message.
@@ -108,7 +109,8 @@ fn collection_child() {
     match role.as_str() {
         "producer-a" => producer_a(ctl.as_fd()),
         "producer-b" => producer_b(ctl.as_fd()),
-        "consumer-a" | "spare-b" => victim(ctl.as_fd()),
+        "producer-c" => producer_c(ctl.as_fd()),
+        "consumer-a" | "spare-b" | "joiner-c" => victim(ctl.as_fd()),
         "joiner-a" => joiner_a(ctl.as_fd()),
         "consumer-b" => consumer_b(ctl.as_fd()),
         other => panic!("unknown role {other}"),
@@ -173,7 +175,27 @@ fn producer_b(ctl: BorrowedFd<'_>) {
     say(ctl, "ready");
     assert_eq!(hear(ctl, WAIT), "killed");
     assert!(root.wait_event(Duration::from_millis(300)).unwrap().is_none(), "the spare's death is not ours");
-    write_buffer(&mine.buffers[2], 7);
+    write_buffer(mine.buffers.last().unwrap(), 7);
+    say(ctl, "written");
+    assert_eq!(hear(ctl, WAIT), "close");
+    drop(mine);
+    root.close().unwrap();
+    assert_eq!(serving.join().unwrap().unwrap(), ServerOutcome::Released);
+}
+
+/// Scenario C's producer: a consumer, then a late joiner attached to the allocated
+/// collection; after the joiner dies it keeps writing, and closes when told.
+fn producer_c(ctl: BorrowedFd<'_>) {
+    let (server, mut root) = Server::new("frames", Box::new(SystemAllocator::new("frames"))).unwrap();
+    let serving = server.spawn();
+    root.duplicate(Rights { read_only: true }, false, "consumer", WAIT).unwrap().send_token_over(ctl).unwrap();
+    let mine = root.bind(&producer(), WAIT).unwrap();
+    assert_eq!(mine.buffers.len(), 2);
+    root.attach_token("joiner", WAIT).unwrap().send_token_over(ctl).unwrap();
+    say(ctl, "ready");
+    assert_eq!(hear(ctl, WAIT), "killed");
+    assert!(root.wait_event(Duration::from_millis(300)).unwrap().is_none(), "the late joiner's death is not ours");
+    write_buffer(mine.buffers.last().unwrap(), 7);
     say(ctl, "written");
     assert_eq!(hear(ctl, WAIT), "close");
     drop(mine);
@@ -189,7 +211,7 @@ fn consumer_b(ctl: BorrowedFd<'_>) {
     say(ctl, "ready");
     assert_eq!(hear(ctl, WAIT), "check");
     assert!(t.wait_event(Duration::from_millis(300)).unwrap().is_none(), "the spare's death is not ours");
-    assert_eq!(read_buffer(&bufs.buffers[2]), pattern(7), "the same buffers, still shared");
+    assert_eq!(read_buffer(bufs.buffers.last().unwrap()), pattern(7), "the same buffers, still shared");
     say(ctl, "checked");
     assert_eq!(hear(ctl, WAIT), "close");
     drop(bufs);
@@ -330,5 +352,30 @@ fn killing_a_dispensable_participant_changes_nothing_for_the_others() {
     consumer.finish();
     producer.finish();
     drop(spare);
+    assert_eq!(fd_count().unwrap(), before, "this process too");
+}
+
+#[test]
+fn killing_a_late_joiner_halfway_changes_nothing_for_the_others() {
+    let _g = lock();
+    let before = fd_count().unwrap();
+    let producer = spawn("producer-c");
+    let consumer = spawn("consumer-b");
+    let mut joiner = spawn("joiner-c");
+    forward_token(producer.ctl.as_fd(), consumer.ctl.as_fd());
+    assert_eq!(consumer.hear(), "ready");
+    forward_token(producer.ctl.as_fd(), joiner.ctl.as_fd());
+    assert_eq!(producer.hear(), "ready");
+    assert_eq!(joiner.hear(), "ready", "the late joiner was accepted against the existing buffers");
+    joiner.kill();
+    producer.say("killed");
+    assert_eq!(producer.hear(), "written");
+    consumer.say("check");
+    assert_eq!(consumer.hear(), "checked");
+    consumer.say("close");
+    producer.say("close");
+    consumer.finish();
+    producer.finish();
+    drop(joiner);
     assert_eq!(fd_count().unwrap(), before, "this process too");
 }

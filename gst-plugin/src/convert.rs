@@ -16,7 +16,7 @@ pub(crate) mod imp {
         LazyLock::new(|| gst::DebugCategory::new("dmabridgeconvert", gst::DebugColorFlags::empty(), Some("dmabridge conversions")));
 
     /// What the sink takes: the decoders' tiled NV12 layouts, linear NV12/P010, 8-bit RGB.
-    const SINK_FORMATS: [VideoFormat; 11] = [
+    pub(crate) const SINK_FORMATS: [VideoFormat; 11] = [
         VideoFormat::Nv124l4,
         VideoFormat::Nv1232l32,
         VideoFormat::Nv1264z32,
@@ -31,11 +31,11 @@ pub(crate) mod imp {
     ];
 
     /// What the source writes.
-    const SRC_FORMATS: [VideoFormat; 5] = [VideoFormat::Nv12, VideoFormat::Bgrx, VideoFormat::Bgra, VideoFormat::Rgbx, VideoFormat::Rgba];
+    pub(crate) const SRC_FORMATS: [VideoFormat; 5] = [VideoFormat::Nv12, VideoFormat::Bgrx, VideoFormat::Bgra, VideoFormat::Rgbx, VideoFormat::Rgba];
 
     /// dmabridge's (layout, fourcc) for a GStreamer format. GStreamer's tiled NV12 buffers are
     /// laid out as dmabridge's tiled buffers (planes padded to whole tiles, back to back).
-    fn layout_of(f: VideoFormat) -> Option<(TileLayout, Fourcc)> {
+    pub(crate) fn layout_of(f: VideoFormat) -> Option<(TileLayout, Fourcc)> {
         Some(match f {
             VideoFormat::Nv124l4 => (TileLayout::Nv12_4L4, Fourcc::NV12),
             VideoFormat::Nv1232l32 => (TileLayout::Allwinner32x32, Fourcc::NV12),
@@ -170,6 +170,11 @@ pub(crate) mod imp {
                 // The source writes system memory, or dma-bufs where downstream takes them.
                 let mut src = caps(&SRC_FORMATS);
                 src.merge(gst_video::VideoCapsBuilder::new().features([gst_allocators::CAPS_FEATURE_MEMORY_DMABUF]).format_list(SRC_FORMATS).build());
+                // GStreamer 1.24's form: format=DMA_DRM with the DRM formats read and written.
+                if crate::dma_drm::enabled() {
+                    sink.merge(crate::dma_drm::caps(&crate::dma_drm::sink_drm_formats()));
+                    src.merge(crate::dma_drm::caps(&crate::dma_drm::src_drm_formats()));
+                }
                 let mut out = Vec::new();
                 for (name, dir, c) in [("sink", gst::PadDirection::Sink, sink), ("src", gst::PadDirection::Src, src)] {
                     if let Ok(t) = gst::PadTemplate::new(name, dir, gst::PadPresence::Always, &c) {
@@ -189,10 +194,19 @@ pub(crate) mod imp {
 
         fn transform_caps(&self, direction: gst::PadDirection, caps: &gst::Caps, filter: Option<&gst::Caps>) -> Option<gst::Caps> {
             let formats: &[VideoFormat] = if direction == gst::PadDirection::Src { &SINK_FORMATS } else { &SRC_FORMATS };
+            let drm_formats = if direction == gst::PadDirection::Src { crate::dma_drm::sink_drm_formats() } else { crate::dma_drm::src_drm_formats() };
             let mut other = gst::Caps::new_empty();
             for (s, _) in caps.iter_with_features() {
                 let mut s = s.to_owned();
-                s.remove_fields(["format", "colorimetry", "chroma-site"]);
+                s.remove_fields(["format", "drm-format", "colorimetry", "chroma-site"]);
+                if crate::dma_drm::enabled() {
+                    let mut d = s.clone();
+                    d.set("format", crate::dma_drm::DMA_DRM);
+                    d.set("drm-format", gst::List::new(drm_formats.iter().map(String::as_str)));
+                    if let Some(c) = other.get_mut() {
+                        c.append_structure_full(d, Some(gst::CapsFeatures::new([gst_allocators::CAPS_FEATURE_MEMORY_DMABUF])));
+                    }
+                }
                 s.set("format", gst::List::new(formats.iter().map(|f| f.to_str())));
                 // Either side may be system memory or dma-bufs.
                 for f in [None, Some(gst_allocators::CAPS_FEATURE_MEMORY_DMABUF)] {
@@ -217,12 +231,13 @@ pub(crate) mod imp {
         /// One frame in, one frame out, whatever the input buffer's size (a tiled frame may be
         /// shorter than GStreamer's padded estimate of it; its own size is checked per buffer).
         fn transform_size(&self, _direction: gst::PadDirection, _caps: &gst::Caps, _size: usize, othercaps: &gst::Caps) -> Option<usize> {
-            gst_video::VideoInfo::from_caps(othercaps).ok().map(|i| i.size())
+            crate::dma_drm::info_of(othercaps).ok().map(|i| i.size())
         }
 
         fn set_caps(&self, incaps: &gst::Caps, outcaps: &gst::Caps) -> Result<(), gst::LoggableError> {
-            let in_info = gst_video::VideoInfo::from_caps(incaps).map_err(|_| gst::loggable_error!(CAT, "bad input caps {incaps}"))?;
-            let out_info = gst_video::VideoInfo::from_caps(outcaps).map_err(|_| gst::loggable_error!(CAT, "bad output caps {outcaps}"))?;
+            // DMA_DRM caps stand for the GStreamer format their drm-format names.
+            let in_info = crate::dma_drm::info_of(incaps).map_err(|e| gst::loggable_error!(CAT, "input caps: {e}"))?;
+            let out_info = crate::dma_drm::info_of(outcaps).map_err(|e| gst::loggable_error!(CAT, "output caps: {e}"))?;
             let (from, to) = (layout_of(in_info.format()), layout_of(out_info.format()));
             let (Some(from), Some(to)) = (from, to) else {
                 return Err(gst::loggable_error!(CAT, "{} -> {} is not a conversion dmabridge has", in_info.format(), out_info.format()));
@@ -281,6 +296,12 @@ pub(crate) mod imp {
             {
                 let out = out.get_mut().ok_or(gst::FlowError::Error)?;
                 out.append_memory(mem);
+                // Where each plane lies: what a DMA_DRM consumer must read (seed 000).
+                let info = self.state.lock().unwrap_or_else(PoisonError::into_inner).as_ref().map(|s| s.out_info.clone());
+                if let Some(info) = info {
+                    gst_video::VideoMeta::add_full(out, gst_video::VideoFrameFlags::empty(), info.format(), info.width(), info.height(), info.offset(), info.stride())
+                        .map_err(|_| gst::FlowError::Error)?;
+                }
                 let src: &gst::BufferRef = match &inbuf {
                     gst_base::subclass::base_transform::InputBuffer::Readable(b) => b,
                     gst_base::subclass::base_transform::InputBuffer::Writable(b) => b,
@@ -368,7 +389,12 @@ pub(crate) mod imp {
                 // Tiled planes lie as dmabridge's geometry places them; linear ones at
                 // GStreamer's offsets and strides.
                 let (offset, stride) = if c.from_layout == TileLayout::Linear {
-                    (state.in_info.offset()[i] as u64, state.in_info.stride()[i] as u64)
+                    // The buffer's own video meta, where it has one (DMA_DRM producers put
+                    // their real offsets and pitches there), else the caps' standard layout.
+                    match inbuf.meta::<gst_video::VideoMeta>() {
+                        Some(m) if m.offset().len() > i && m.stride().len() > i => (m.offset()[i] as u64, m.stride()[i] as u64),
+                        _ => (state.in_info.offset()[i] as u64, state.in_info.stride()[i] as u64),
+                    }
                 } else {
                     (p.offset, u64::from(p.padded_width_bytes))
                 };
@@ -382,13 +408,24 @@ pub(crate) mod imp {
             // The whole frame, from the first plane: planes lie back to back in the fd.
             let end_of_frame = geometry.size;
             if c.from_layout == TileLayout::Linear {
-                let bytes = if checked.zero_copy_safe() {
-                    checked.map_plane(0, state.in_info.size() as u64).map_err(|e| e.to_string())?.bytes().to_vec()
-                } else {
-                    dmabridge::interop::dmabuf::read_at(fd, base, state.in_info.size() as u64, 1 << 30).map_err(|e| e.to_string())?
-                };
-                // Offsets are relative to the plane-0 start now.
-                return gather_at(&state.in_info, &bytes, c.from, geometry.size, 0);
+                // Each plane's visible rows at its own offset and stride (the meta's or the
+                // caps'), read through a mapping where the file cannot shrink, else pread.
+                let fi = dmabridge::interop::format_info(c.from).ok_or("no plane table")?;
+                let mut out = Vec::with_capacity(end_of_frame as usize);
+                for (i, p) in checked.planes().iter().enumerate() {
+                    let row = fi.min_stride(i, c.width) as usize;
+                    let len = p.end - p.offset;
+                    let bytes = if checked.zero_copy_safe() {
+                        checked.map_plane(i, len).map_err(|e| e.to_string())?.bytes().to_vec()
+                    } else {
+                        dmabridge::interop::dmabuf::read_at(fd, p.offset, len, 1 << 30).map_err(|e| e.to_string())?
+                    };
+                    for y in 0..p.rows as usize {
+                        let at = y * p.stride as usize;
+                        out.extend_from_slice(bytes.get(at..at + row).ok_or("a plane is shorter than its rows")?);
+                    }
+                }
+                return Ok(out);
             }
             if checked.zero_copy_safe() {
                 Ok(checked.map_plane(0, end_of_frame).map_err(|e| e.to_string())?.bytes().to_vec())

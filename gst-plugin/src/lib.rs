@@ -17,12 +17,14 @@
 //! `memory:DMABuf` (GStreamer 1.22's form) on both pads: an upstream dma-buf is put through
 //! dmabridge's layout checks and read from its fd (mapped read-only where it cannot shrink),
 //! and where downstream takes dma-bufs each output frame is a sealed memfd handed on as
-//! dma-buf memory. GStreamer 1.24's `DMA_DRM` negotiation is not built yet.
+//! dma-buf memory. GStreamer 1.24's `DMA_DRM` negotiation ([`dma_drm`]) lists the DRM formats
+//! the element reads and writes, and is on with a 1.24 runtime (or `DMABRIDGE_GST_DMA_DRM=1`).
 
 use gst::glib;
 use gst::prelude::*;
 
 mod convert;
+pub mod dma_drm;
 
 glib::wrapper! {
     /// The `dmabridgeconvert` element.

@@ -48,6 +48,36 @@ fn gst_inspect_finds_the_element() {
     }
 }
 
+/// DMA_DRM is in the templates with a 1.24 runtime, or when forced; 1.22's tools never see it
+/// otherwise. Each run scans into its own registry, so no cached templates answer.
+#[test]
+fn dma_drm_templates_follow_the_runtime_version() {
+    let version = Command::new("gst-inspect-1.0").arg("--version").output().expect("gst-inspect-1.0");
+    let runtime_1_24 = String::from_utf8_lossy(&version.stdout).lines().find_map(|l| l.strip_prefix("GStreamer ")).and_then(|v| {
+        let mut it = v.split('.').map(|n| n.trim().parse::<u32>().unwrap_or(0));
+        Some((it.next()?, it.next()?) >= (1, 24))
+    });
+    for forced in [false, true] {
+        let registry = std::env::temp_dir().join(format!("dmabridge-gst-registry-{}-{forced}.bin", std::process::id()));
+        let mut cmd = Command::new("gst-inspect-1.0");
+        cmd.arg("dmabridgeconvert").env("GST_PLUGIN_PATH", plugin_dir()).env("GST_REGISTRY", &registry);
+        if forced {
+            cmd.env("DMABRIDGE_GST_DMA_DRM", "1");
+        } else {
+            cmd.env_remove("DMABRIDGE_GST_DMA_DRM");
+        }
+        let r = cmd.output().expect("gst-inspect-1.0");
+        let _ = std::fs::remove_file(&registry);
+        let text = String::from_utf8_lossy(&r.stdout);
+        assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
+        let expected = forced || runtime_1_24 == Some(true);
+        assert_eq!(text.contains("DMA_DRM"), expected, "forced={forced}, runtime 1.24+={runtime_1_24:?}:\n{text}");
+        if expected {
+            assert!(text.contains("NV12:0x0400000000000001"), "{text}");
+        }
+    }
+}
+
 #[test]
 fn every_tiled_layout_detiles_as_videoconvert_does() {
     let d = scratch("detile");

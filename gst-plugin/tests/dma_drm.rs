@@ -1,0 +1,178 @@
+//! GStreamer 1.24's `DMA_DRM` negotiation, run on this machine's 1.22 with
+//! `DMABRIDGE_GST_DMA_DRM=1` (the caps are plain structures to the core; `appsrc` and
+//! `appsink` pass them as they are): a tiled frame named by its DRM format and modifier is
+//! read from its dma-buf and detiled into a DMA_DRM linear frame carrying a video meta; a
+//! linear frame whose pitches only its video meta knows is converted to BGRx; a modifier the
+//! element cannot read does not negotiate.
+
+use std::io::Write;
+use std::os::fd::OwnedFd;
+use std::path::Path;
+
+use dmabridge_interop::tiling::{test_pattern, tile_to_vec, yuv_to_rgb_vec, ColourMatrix, ColourRange};
+use dmabridge_interop::{Fourcc, TileLayout};
+use gst::prelude::*;
+use gst_video::prelude::*;
+
+fn init() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let exe = std::env::current_exe().expect("test path");
+        let dir = exe.parent().and_then(Path::parent).expect("target/debug").to_path_buf();
+        assert!(dir.join("libgstdmabridge.so").exists(), "build the plugin first: cargo build -p gst-plugin-dmabridge");
+        // Set before init, which scans the registry; no other thread reads the environment yet.
+        std::env::set_var("GST_PLUGIN_PATH", &dir);
+        std::env::set_var("DMABRIDGE_GST_DMA_DRM", "1");
+        // A registry of its own: the shared cache must not learn templates only forcing gives.
+        std::env::set_var("GST_REGISTRY", std::env::temp_dir().join(format!("dmabridge-dma-drm-registry-{}.bin", std::process::id())));
+        gst::init().expect("GStreamer");
+    });
+}
+
+/// A memfd holding `bytes`, sealed against shrinking and growing (a dma-buf's fixed size).
+fn sealed(bytes: &[u8]) -> OwnedFd {
+    use rustix::fs::{fcntl_add_seals, memfd_create, MemfdFlags, SealFlags};
+    let fd = memfd_create("gst-dma-drm-test", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).expect("memfd");
+    std::fs::File::from(fd.try_clone().expect("dup")).write_all(bytes).expect("write");
+    fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).expect("seal");
+    fd
+}
+
+fn dmabuf_buffer(bytes: &[u8]) -> gst::Buffer {
+    let fd = sealed(bytes);
+    // SAFETY: the memory takes ownership of the fd, which holds `bytes.len()` bytes.
+    let mem = unsafe { gst_allocators::DmaBufAllocator::new().alloc(fd, bytes.len()) }.expect("dma-buf memory");
+    let mut buffer = gst::Buffer::new();
+    buffer.get_mut().expect("new buffer").append_memory(mem);
+    buffer
+}
+
+struct Run {
+    pipeline: gst::Pipeline,
+    src: gst_app::AppSrc,
+    sink: gst_app::AppSink,
+}
+
+fn pipeline(description: &str) -> Run {
+    let pipeline = gst::parse::launch(description).expect("pipeline").downcast::<gst::Pipeline>().expect("a pipeline");
+    let src = pipeline.by_name("src").expect("src").downcast::<gst_app::AppSrc>().expect("appsrc");
+    let sink = pipeline.by_name("sink").expect("sink").downcast::<gst_app::AppSink>().expect("appsink");
+    pipeline.set_state(gst::State::Playing).expect("playing");
+    Run { pipeline, src, sink }
+}
+
+#[test]
+fn the_templates_list_drm_formats() {
+    init();
+    // The element's class templates (the factory's may come from a registry cache that a
+    // process without DMABRIDGE_GST_DMA_DRM wrote).
+    let element = gst::ElementFactory::make("dmabridgeconvert").build().expect("element");
+    let caps = |name: &str| element.pad_template(name).map(|t| t.caps().to_string()).expect("template");
+    let (sink, src) = (caps("sink"), caps("src"));
+    for wanted in ["format=(string)DMA_DRM", "NV12:0x0400000000000001", "NV12:0x0900000000000001", "AR24", "P010"] {
+        assert!(sink.contains(wanted), "sink lacks {wanted}: {sink}");
+    }
+    assert!(src.contains("format=(string)DMA_DRM") && src.contains("XR24") && !src.contains("NV12:0x"), "the source writes linear: {src}");
+}
+
+#[test]
+fn a_tiled_dma_drm_frame_detiles_into_a_linear_dma_drm_frame_with_a_video_meta() {
+    init();
+    let (w, h) = (256u32, 128u32);
+    let linear = test_pattern((w * h * 3 / 2) as usize, 29);
+    let tiled = tile_to_vec(TileLayout::Samsung64x32, Fourcc::NV12, w, h, &linear).expect("tile");
+    let run = pipeline(&format!(
+        "appsrc name=src format=time caps=video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=NV12:0x0400000000000001,width={w},height={h},framerate=0/1 ! \
+         dmabridgeconvert name=conv ! video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=NV12 ! appsink name=sink sync=false"
+    ));
+    run.src.push_buffer(dmabuf_buffer(&tiled)).expect("push");
+    run.src.end_of_stream().expect("eos");
+    let sample = run.sink.pull_sample().expect("a frame: the DMA_DRM caps negotiated");
+    let caps = sample.caps().expect("caps").to_string();
+    assert!(caps.contains("drm-format=(string)NV12") && caps.contains("memory:DMABuf"), "{caps}");
+    let buffer = sample.buffer().expect("buffer");
+    let mem = buffer.peek_memory(0);
+    assert!(mem.downcast_memory_ref::<gst_allocators::DmaBufMemory>().is_some(), "dma-buf memory out");
+    let meta = buffer.meta::<gst_video::VideoMeta>().expect("a video meta: where the planes are");
+    let (offsets, strides) = (meta.offset().to_vec(), meta.stride().to_vec());
+    assert_eq!((meta.width(), meta.height()), (w, h));
+    let map = buffer.map_readable().expect("map");
+    let bytes = map.as_slice();
+    // Read the frame the way a DMA_DRM consumer must: through the meta's offsets and pitches.
+    let mut got = Vec::new();
+    for (p, rows) in [(0usize, h as usize), (1, h as usize / 2)] {
+        for y in 0..rows {
+            let at = offsets[p] + y * strides[p] as usize;
+            got.extend_from_slice(&bytes[at..at + w as usize]);
+        }
+    }
+    assert!(got == linear, "the DMA_DRM frame detiles to the original");
+    drop(map);
+    assert_eq!(run.pipeline.by_name("conv").expect("conv").property::<u64>("dmabuf-imports"), 1);
+    run.pipeline.set_state(gst::State::Null).expect("stop");
+}
+
+#[test]
+fn a_linear_frame_is_read_at_the_pitches_its_video_meta_gives() {
+    init();
+    let (w, h) = (128u32, 64u32);
+    // Pitch 192 (not GStreamer's 128) and the chroma plane 4 KiB past the luma: only the meta says so.
+    let (pitch, uv_offset) = (192usize, 192 * 64 + 4096);
+    let packed = test_pattern((w * h * 3 / 2) as usize, 31);
+    let mut file = vec![0u8; uv_offset + pitch * 32];
+    for y in 0..64 {
+        file[y * pitch..y * pitch + 128].copy_from_slice(&packed[y * 128..(y + 1) * 128]);
+    }
+    for y in 0..32 {
+        let src = 128 * 64 + y * 128;
+        file[uv_offset + y * pitch..uv_offset + y * pitch + 128].copy_from_slice(&packed[src..src + 128]);
+    }
+    let mut buffer = dmabuf_buffer(&file);
+    gst_video::VideoMeta::add_full(
+        buffer.get_mut().expect("writable"),
+        gst_video::VideoFrameFlags::empty(),
+        gst_video::VideoFormat::Nv12,
+        w,
+        h,
+        &[0, uv_offset],
+        &[pitch as i32, pitch as i32],
+    )
+    .expect("meta");
+    let run = pipeline(&format!(
+        "appsrc name=src format=time caps=video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=NV12,width={w},height={h},framerate=0/1,colorimetry=bt709 ! \
+         dmabridgeconvert ! video/x-raw,format=BGRx ! appsink name=sink sync=false"
+    ));
+    run.src.push_buffer(buffer).expect("push");
+    run.src.end_of_stream().expect("eos");
+    let sample = run.sink.pull_sample().expect("a frame");
+    let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(sample.buffer().expect("buffer"), &gst_video::VideoInfo::from_caps(sample.caps().expect("caps")).expect("info")).expect("frame");
+    let expected = yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt709, ColourRange::Limited, w, h, &packed).expect("reference");
+    let stride = frame.plane_stride()[0] as usize;
+    let data = frame.plane_data(0).expect("plane");
+    for y in 0..h as usize {
+        assert!(data[y * stride..y * stride + w as usize * 4] == expected[y * w as usize * 4..(y + 1) * w as usize * 4], "row {y}");
+    }
+    drop(frame);
+    run.pipeline.set_state(gst::State::Null).expect("stop");
+}
+
+#[test]
+fn a_modifier_the_element_cannot_read_does_not_negotiate() {
+    init();
+    let pipeline = gst::parse::launch(
+        "appsrc name=src format=time caps=video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=NV12:0x0200000000000001,width=64,height=64,framerate=0/1 ! \
+         dmabridgeconvert ! video/x-raw,format=NV12 ! appsink name=sink sync=false",
+    )
+    .expect("pipeline")
+    .downcast::<gst::Pipeline>()
+    .expect("a pipeline");
+    let src = pipeline.by_name("src").expect("src").downcast::<gst_app::AppSrc>().expect("appsrc");
+    pipeline.set_state(gst::State::Playing).expect("playing");
+    let _ = src.push_buffer(dmabuf_buffer(&vec![0u8; 64 * 64 * 3 / 2]));
+    let bus = pipeline.bus().expect("bus");
+    let msg = bus.timed_pop_filtered(gst::ClockTime::from_seconds(10), &[gst::MessageType::Error]).expect("an error, not a hang");
+    let gst::MessageView::Error(e) = msg.view() else { unreachable!() };
+    let text = format!("{} {:?}", e.error(), e.debug());
+    assert!(text.contains("not-negotiated") || text.contains("negotiat"), "{text}");
+    pipeline.set_state(gst::State::Null).expect("stop");
+}

@@ -328,20 +328,31 @@ pub(crate) mod imp {
             if from_dmabuf.is_some() {
                 self.dmabuf_imports.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
-            let input = from_dmabuf.map_or_else(|| packed_input(state, inbuf), Ok).map_err(|e| {
+            let input = from_dmabuf.map_or_else(|| packed_input(state, inbuf).map(Input::Owned), Ok).map_err(|e| {
                 gst::element_imp_error!(self, gst::StreamError::Format, ["{e}"]);
                 gst::FlowError::Error
             })?;
             let (_, out_size) = state.conversion.sizes().map_err(|_| gst::FlowError::Error)?;
-            let mut packed = vec![0u8; out_size as usize];
-            let done = match &state.converter {
-                Some(conv) => conv.convert_frame_into(&state.conversion, state.path, &input, &mut packed).map_err(|e| e.to_string()),
-                None => state.conversion.run_cpu_into(&input, &mut packed, 0).map_err(|e| e.to_string()),
+            let convert = |dst: &mut [u8]| -> Result<(), gst::FlowError> {
+                let done = match &state.converter {
+                    Some(conv) => conv.convert_frame_into(&state.conversion, state.path, input.bytes(), dst).map_err(|e| e.to_string()),
+                    None => state.conversion.run_cpu_into(input.bytes(), dst, 0).map_err(|e| e.to_string()),
+                };
+                done.map_err(|e| {
+                    gst::element_imp_error!(self, gst::StreamError::Failed, ["{}: {e}", state.conversion]);
+                    gst::FlowError::Error
+                })
             };
-            done.map_err(|e| {
-                gst::element_imp_error!(self, gst::StreamError::Failed, ["{}: {e}", state.conversion]);
-                gst::FlowError::Error
-            })?;
+            // Where GStreamer's layout of the output is dmabridge's packed one (planes back to
+            // back, rows unpadded), the conversion writes the output buffer itself.
+            if packed_layout(&state.out_info, state.conversion.to) {
+                let mut map = outbuf.map_writable().map_err(|_| gst::FlowError::Error)?;
+                let dst = map.as_mut_slice().get_mut(..out_size as usize).ok_or(gst::FlowError::Error)?;
+                convert(dst)?;
+                return Ok(gst::FlowSuccess::Ok);
+            }
+            let mut packed = vec![0u8; out_size as usize];
+            convert(&mut packed)?;
             write_output(state, &packed, outbuf).map_err(|e| {
                 gst::element_imp_error!(self, gst::StreamError::Failed, ["{e}"]);
                 gst::FlowError::Error
@@ -368,7 +379,23 @@ pub(crate) mod imp {
     /// layout checks, and mapped read-only where the fd cannot shrink (else read with
     /// pread). `None`: not a dma-buf, or a layout with no DRM modifier (it is read through
     /// GStreamer's mapping instead).
-    fn dmabuf_input(state: &State, inbuf: &gst::Buffer) -> Option<Result<Vec<u8>, String>> {
+    /// The input frame: the dma-buf's own mapping (a tiled frame is read by the conversion
+    /// straight from it: zero copies), or bytes gathered into dmabridge's packed layout.
+    enum Input {
+        Mapped(dmabridge::interop::dmabuf::PlaneMap),
+        Owned(Vec<u8>),
+    }
+
+    impl Input {
+        fn bytes(&self) -> &[u8] {
+            match self {
+                Input::Mapped(m) => m.bytes(),
+                Input::Owned(v) => v,
+            }
+        }
+    }
+
+    fn dmabuf_input(state: &State, inbuf: &gst::Buffer) -> Option<Result<Input, String>> {
         use dmabridge::interop::dmabuf::{check_import_with, DmaBuf, ImportFacts, ImportOptions, PlaneDesc};
         use dmabridge::interop::{Layout, Modifier};
         if inbuf.n_memory() != 1 {
@@ -425,14 +452,29 @@ pub(crate) mod imp {
                         out.extend_from_slice(bytes.get(at..at + row).ok_or("a plane is shorter than its rows")?);
                     }
                 }
-                return Ok(out);
+                return Ok(Input::Owned(out));
             }
             if checked.zero_copy_safe() {
-                Ok(checked.map_plane(0, end_of_frame).map_err(|e| e.to_string())?.bytes().to_vec())
+                Ok(Input::Mapped(checked.map_plane(0, end_of_frame).map_err(|e| e.to_string())?))
             } else {
-                dmabridge::interop::dmabuf::read_at(fd, base, end_of_frame, 1 << 30).map_err(|e| e.to_string())
+                dmabridge::interop::dmabuf::read_at(fd, base, end_of_frame, 1 << 30).map(Input::Owned).map_err(|e| e.to_string())
             }
         })())
+    }
+
+    /// Whether `info`'s planes are dmabridge's packed layout of `fourcc`: back to back, each
+    /// row exactly the visible bytes.
+    fn packed_layout(info: &gst_video::VideoInfo, fourcc: Fourcc) -> bool {
+        let Some(fi) = dmabridge::interop::format_info(fourcc) else { return false };
+        let mut at = 0usize;
+        for p in 0..fi.plane_count() {
+            let row = fi.min_stride(p, info.width()) as usize;
+            if info.offset().get(p) != Some(&at) || info.stride().get(p).map(|s| *s as usize) != Some(row) {
+                return false;
+            }
+            at += row * fi.plane_height(p, info.height()) as usize;
+        }
+        true
     }
 
     /// Rows of each plane from GStreamer's offsets and strides into a packed buffer.

@@ -90,3 +90,82 @@ fn dmabuf_output_where_downstream_takes_it() {
     drop(out);
     pipeline.set_state(gst::State::Null).expect("stop");
 }
+
+/// A measurement, not a check (run it: `cargo test --release -p gst-plugin-dmabridge --test
+/// dmabuf_input -- --ignored --nocapture`): 4K samsung-64x32 NV12 detiled to NV12 on the CPU
+/// path, the same frames pushed as system memory and as dma-bufs, against memcpy of the frame
+/// in the same run. The dma-buf input is read by the detile straight from its mapping.
+#[test]
+#[ignore]
+fn measure_dmabuf_input_against_system_memory() {
+    init();
+    let (w, h, frames) = (3840u32, 2160u32, 40usize);
+    let linear = test_pattern((w * h * 3 / 2) as usize, 5);
+    let tiled = tile_to_vec(TileLayout::Samsung64x32, Fourcc::NV12, w, h, &linear).expect("tile");
+    let memcpy = {
+        let mut dst = vec![0u8; tiled.len()];
+        let t = std::time::Instant::now();
+        for _ in 0..frames {
+            dst.copy_from_slice(std::hint::black_box(&tiled));
+        }
+        std::hint::black_box(&dst);
+        t.elapsed()
+    };
+    let run = |dmabuf: bool| {
+        let features = if dmabuf { "(memory:DMABuf)" } else { "" };
+        let pipeline = gst::parse::launch(&format!(
+            "appsrc name=src caps=video/x-raw{features},format=NV12_64Z32,width={w},height={h},framerate=0/1 format=time ! \
+             dmabridgeconvert path=cpu ! video/x-raw,format=NV12 ! appsink name=sink sync=false max-buffers=4"
+        ))
+        .expect("pipeline")
+        .downcast::<gst::Pipeline>()
+        .expect("a pipeline");
+        let src = pipeline.by_name("src").expect("src").downcast::<gst_app::AppSrc>().expect("appsrc");
+        let sink = pipeline.by_name("sink").expect("sink").downcast::<gst_app::AppSink>().expect("appsink");
+        pipeline.set_state(gst::State::Playing).expect("playing");
+        // Buffers made before the clock starts: the measurement is the element, not the source.
+        let buffers: Vec<gst::Buffer> = (0..frames)
+            .map(|_| {
+                if dmabuf {
+                    let fd = rustix::fs::memfd_create("measure", rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING).expect("memfd");
+                    std::fs::File::from(fd.try_clone().expect("dup")).write_all(&tiled).expect("write");
+                    rustix::fs::fcntl_add_seals(&fd, rustix::fs::SealFlags::SHRINK | rustix::fs::SealFlags::GROW).expect("seal");
+                    // SAFETY: the memory takes ownership of the fd, which holds `tiled.len()` bytes.
+                    let mem = unsafe { gst_allocators::DmaBufAllocator::new().alloc(fd, tiled.len()) }.expect("memory");
+                    let mut b = gst::Buffer::new();
+                    b.get_mut().expect("new").append_memory(mem);
+                    b
+                } else {
+                    gst::Buffer::from_slice(tiled.clone())
+                }
+            })
+            .collect();
+        let t = std::time::Instant::now();
+        let pusher = std::thread::spawn(move || {
+            for b in buffers {
+                src.push_buffer(b).expect("push");
+            }
+            src.end_of_stream().expect("eos");
+        });
+        for _ in 0..frames {
+            sink.pull_sample().expect("a frame");
+        }
+        let took = t.elapsed();
+        pusher.join().expect("pusher");
+        pipeline.set_state(gst::State::Null).expect("stop");
+        took
+    };
+    let _warm = run(false);
+    let system = run(false);
+    let dmabuf = run(true);
+    let gbps = |d: std::time::Duration| (tiled.len() * frames) as f64 / d.as_secs_f64() / 1e9;
+    println!(
+        "4K samsung-64x32 -> NV12, {frames} frames, cpu path: system memory {:.2} GB/s, dma-buf {:.2} GB/s ({:.2}x), memcpy {:.2} GB/s; system / memcpy {:.2}, dma-buf / memcpy {:.2}",
+        gbps(system),
+        gbps(dmabuf),
+        gbps(dmabuf) / gbps(system),
+        gbps(memcpy),
+        gbps(system) / gbps(memcpy),
+        gbps(dmabuf) / gbps(memcpy)
+    );
+}

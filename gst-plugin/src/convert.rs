@@ -313,6 +313,20 @@ pub(crate) mod imp {
             Ok(gst_base::subclass::base_transform::PrepareOutputBufferSuccess::Buffer(out))
         }
 
+        /// Without a pool from downstream, GStreamer would allocate (and the kernel zero) a
+        /// new output buffer for every frame: an empty pool entry makes the base class make a
+        /// pool of its own, whose buffers are reused. Dma-buf output makes its own memory.
+        fn decide_allocation(&self, query: &mut gst::query::Allocation) -> Result<(), gst::LoggableError> {
+            if query.allocation_pools().is_empty() {
+                let (caps, _) = query.get();
+                let system = caps.is_some_and(|c| c.features(0).map_or(true, |f| !f.contains(gst_allocators::CAPS_FEATURE_MEMORY_DMABUF)));
+                if let (true, Some(info)) = (system, caps.and_then(|c| crate::dma_drm::info_of(c).ok())) {
+                    query.add_allocation_pool(None::<&gst::BufferPool>, info.size() as u32, 2, 0);
+                }
+            }
+            self.parent_decide_allocation(query)
+        }
+
         fn stop(&self) -> Result<(), gst::ErrorMessage> {
             *self.state.lock().unwrap_or_else(PoisonError::into_inner) = None;
             Ok(())

@@ -7,6 +7,9 @@
 //! - A frame damaged on purpose after its checksum was taken (`--corrupt-frame K`) is caught
 //!   by the consumer's verification: that frame, and only that one, fails, and the exit
 //!   status says so.
+//! - `--producer decoder`: two collections across a resolution change, a late read-only
+//!   recorder, every frame verified, nothing dropped or leaked in any of the three processes;
+//!   a frame damaged after decoding is caught by both peers.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -26,6 +29,18 @@ fn out_dir(name: &str) -> PathBuf {
 fn demo(out: &Path, extra: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_dmabridge"))
         .args(["demo", "--validation", "--width", "320", "--height", "180", "--out"])
+        .arg(out)
+        .args(extra)
+        .output()
+        .expect("run dmabridge demo")
+}
+
+/// `dmabridge demo --producer decoder`: three real processes (the decoder, the consumer it
+/// starts, and a read-only recorder that joins late), buffers from buffer collections
+/// allocated on the device, the validation layer on.
+fn decoder_demo(out: &Path, extra: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_dmabridge"))
+        .args(["demo", "--producer", "decoder", "--validation", "--out"])
         .arg(out)
         .args(extra)
         .output()
@@ -404,4 +419,68 @@ fn nv12_needs_even_dimensions() {
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("multiple of 4"));
     let _ = std::fs::remove_dir_all(&out);
+}
+
+#[test]
+fn a_resolution_change_and_a_late_joiner_lose_no_frame_and_leak_no_fd() {
+    let out = out_dir("decoder-full");
+    let run = decoder_demo(&out, &["--resolution-change-at", "40", "--late-join-at", "60", "--frames", "120"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    assert_eq!(run.status.code(), Some(0), "{stdout}\n{stderr}");
+    let s = summary(&out);
+    assert_eq!(s["problems"], serde_json::json!([]), "{s}");
+    // Two collections, one per resolution, each DPB (4) + the frame decoded + the consumer's
+    // queue (2) buffers, each released once every process closed its token.
+    let colls = s["collections"].as_array().expect("collections");
+    assert_eq!(colls.len(), 2, "{s}");
+    for (c, (size, frames)) in colls.iter().zip([("1280x720", 40), ("1920x1080", 80)]) {
+        assert_eq!(c["size"], size, "{c}");
+        assert_eq!(c["buffer_count"], 7, "{c}");
+        assert_eq!(c["frames_carried"], frames, "{c}");
+        assert_eq!(c["buffers_released"], true, "{c}");
+        assert_eq!(c["modifier"], "0x0000000000000000", "{c}");
+        // The decoder's 64-byte row alignment reached the allocation.
+        for p in c["planes"].as_array().expect("planes") {
+            assert_eq!(p["stride"].as_u64().expect("stride") % 64, 0, "{c}");
+        }
+    }
+    assert_eq!(s["verified_frames"], 120);
+    assert_eq!(s["dropped_frames"], 0);
+    assert_eq!(s["reference_errors"], 0);
+    let late = &s["late_joiner"];
+    assert_eq!(late["joined_at"], 60, "{s}");
+    assert_eq!(late["frames_verified"], 60, "{s}");
+    assert_eq!(late["writes_refused"], true, "the recorder is read-only: {s}");
+    assert_eq!(s["leaked_fds"], serde_json::json!({"decoder": 0, "consumer": 0, "recorder": 0}), "{s}");
+    assert!(stdout.contains("120/120 frames verified"), "{stdout}");
+}
+
+#[test]
+fn a_frame_damaged_after_decoding_is_caught_by_both_peers() {
+    let out = out_dir("decoder-corrupt");
+    let run = decoder_demo(&out, &["--late-join-at", "5", "--frames", "12", "--corrupt-frame", "8"]);
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert_eq!(run.status.code(), Some(4), "{stderr}");
+    let s = summary(&out);
+    assert_eq!(s["verified_frames"], 11, "{s}");
+    assert_eq!(s["late_joiner"]["frames_verified"], 6, "{s}");
+    let consumer = s["consumer"]["mismatches"].as_array().expect("mismatches");
+    assert_eq!(consumer.len(), 1, "{s}");
+    assert!(consumer[0].as_str().is_some_and(|m| m.starts_with("frame 8 ")), "{s}");
+    // One collection, no late joiner's frames lost, nothing leaked all the same.
+    assert_eq!(s["collections"].as_array().map(Vec::len), Some(1));
+    assert_eq!(s["total_leaked_fds"], 0, "{s}");
+}
+
+#[test]
+fn render_only_flags_are_refused_for_the_renderer() {
+    let out = out_dir("decoder-flags");
+    let run = Command::new(env!("CARGO_BIN_EXE_dmabridge"))
+        .args(["demo", "--late-join-at", "3", "--out"])
+        .arg(&out)
+        .output()
+        .expect("run dmabridge demo");
+    assert_eq!(run.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("--producer decoder"));
 }

@@ -5,47 +5,13 @@
 //! linear frame whose pitches only its video meta knows is converted to BGRx; a modifier the
 //! element cannot read does not negotiate.
 
-use std::io::Write;
-use std::os::fd::OwnedFd;
-use std::path::Path;
+mod common;
 
+use common::dmabuf_buffer;
 use dmabridge_interop::tiling::{test_pattern, tile_to_vec, yuv_to_rgb_vec, ColourMatrix, ColourRange};
 use dmabridge_interop::{Fourcc, TileLayout};
 use gst::prelude::*;
 use gst_video::prelude::*;
-
-fn init() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let exe = std::env::current_exe().expect("test path");
-        let dir = exe.parent().and_then(Path::parent).expect("target/debug").to_path_buf();
-        assert!(dir.join("libgstdmabridge.so").exists(), "build the plugin first: cargo build -p gst-plugin-dmabridge");
-        // Set before init, which scans the registry; no other thread reads the environment yet.
-        std::env::set_var("GST_PLUGIN_PATH", &dir);
-        std::env::set_var("DMABRIDGE_GST_DMA_DRM", "1");
-        // A registry of its own: the shared cache must not learn templates only forcing gives.
-        std::env::set_var("GST_REGISTRY", std::env::temp_dir().join(format!("dmabridge-dma-drm-registry-{}.bin", std::process::id())));
-        gst::init().expect("GStreamer");
-    });
-}
-
-/// A memfd holding `bytes`, sealed against shrinking and growing (a dma-buf's fixed size).
-fn sealed(bytes: &[u8]) -> OwnedFd {
-    use rustix::fs::{fcntl_add_seals, memfd_create, MemfdFlags, SealFlags};
-    let fd = memfd_create("gst-dma-drm-test", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING).expect("memfd");
-    std::fs::File::from(fd.try_clone().expect("dup")).write_all(bytes).expect("write");
-    fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).expect("seal");
-    fd
-}
-
-fn dmabuf_buffer(bytes: &[u8]) -> gst::Buffer {
-    let fd = sealed(bytes);
-    // SAFETY: the memory takes ownership of the fd, which holds `bytes.len()` bytes.
-    let mem = unsafe { gst_allocators::DmaBufAllocator::new().alloc(fd, bytes.len()) }.expect("dma-buf memory");
-    let mut buffer = gst::Buffer::new();
-    buffer.get_mut().expect("new buffer").append_memory(mem);
-    buffer
-}
 
 struct Run {
     pipeline: gst::Pipeline,
@@ -63,7 +29,7 @@ fn pipeline(description: &str) -> Run {
 
 #[test]
 fn the_templates_list_drm_formats() {
-    init();
+    common::init(true);
     // The element's class templates (the factory's may come from a registry cache that a
     // process without DMABRIDGE_GST_DMA_DRM wrote).
     let element = gst::ElementFactory::make("dmabridgeconvert").build().expect("element");
@@ -77,7 +43,7 @@ fn the_templates_list_drm_formats() {
 
 #[test]
 fn a_tiled_dma_drm_frame_detiles_into_a_linear_dma_drm_frame_with_a_video_meta() {
-    init();
+    common::init(true);
     let (w, h) = (256u32, 128u32);
     let linear = test_pattern((w * h * 3 / 2) as usize, 29);
     let tiled = tile_to_vec(TileLayout::Samsung64x32, Fourcc::NV12, w, h, &linear).expect("tile");
@@ -114,7 +80,7 @@ fn a_tiled_dma_drm_frame_detiles_into_a_linear_dma_drm_frame_with_a_video_meta()
 
 #[test]
 fn a_linear_frame_is_read_at_the_pitches_its_video_meta_gives() {
-    init();
+    common::init(true);
     let (w, h) = (128u32, 64u32);
     // Pitch 192 (not GStreamer's 128) and the chroma plane 4 KiB past the luma: only the meta says so.
     let (pitch, uv_offset) = (192usize, 192 * 64 + 4096);
@@ -158,7 +124,7 @@ fn a_linear_frame_is_read_at_the_pitches_its_video_meta_gives() {
 
 #[test]
 fn a_modifier_the_element_cannot_read_does_not_negotiate() {
-    init();
+    common::init(true);
     let pipeline = gst::parse::launch(
         "appsrc name=src format=time caps=video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=NV12:0x0200000000000001,width=64,height=64,framerate=0/1 ! \
          dmabridgeconvert ! video/x-raw,format=NV12 ! appsink name=sink sync=false",

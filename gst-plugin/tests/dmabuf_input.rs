@@ -2,36 +2,18 @@
 //! as GStreamer dma-buf memory by `appsrc`, is read from its fd after dmabridge's layout
 //! checks (the element counts those reads in `dmabuf-imports`), and detiled exactly.
 
-use std::io::Write;
-use std::path::Path;
+mod common;
 
 use dmabridge_interop::tiling::{test_pattern, tile_to_vec};
 use dmabridge_interop::{Fourcc, TileLayout};
 use gst::prelude::*;
 
-fn init() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let exe = std::env::current_exe().expect("test path");
-        let dir = exe.parent().and_then(Path::parent).expect("target/debug").to_path_buf();
-        assert!(dir.join("libgstdmabridge.so").exists(), "build the plugin first: cargo build -p gst-plugin-dmabridge");
-        // Set before init, which scans the registry; no other thread reads the environment yet.
-        std::env::set_var("GST_PLUGIN_PATH", &dir);
-        gst::init().expect("GStreamer");
-    });
-}
-
 #[test]
 fn a_tiled_dmabuf_is_read_from_its_fd_and_detiled() {
-    init();
+    common::init(false);
     let (w, h) = (256u32, 128u32);
     let linear = test_pattern((w * h * 3 / 2) as usize, 17);
     let tiled = tile_to_vec(TileLayout::Samsung64x32, Fourcc::NV12, w, h, &linear).expect("tile");
-    // A memfd sealed against shrinking: what a dma-buf's fixed size is, so it is mapped.
-    let fd = rustix::fs::memfd_create("gst-dmabuf-test", rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING).expect("memfd");
-    std::fs::File::from(fd.try_clone().expect("dup")).write_all(&tiled).expect("write");
-    rustix::fs::fcntl_add_seals(&fd, rustix::fs::SealFlags::SHRINK | rustix::fs::SealFlags::GROW).expect("seal");
-
     let pipeline = gst::parse::launch(&format!(
         "appsrc name=src caps=video/x-raw(memory:DMABuf),format=NV12_64Z32,width={w},height={h},framerate=0/1 format=time ! \
          dmabridgeconvert name=conv ! video/x-raw,format=NV12 ! appsink name=sink sync=false"
@@ -42,12 +24,8 @@ fn a_tiled_dmabuf_is_read_from_its_fd_and_detiled() {
     let src = pipeline.by_name("src").expect("src").downcast::<gst_app::AppSrc>().expect("appsrc");
     let sink = pipeline.by_name("sink").expect("sink").downcast::<gst_app::AppSink>().expect("appsink");
     pipeline.set_state(gst::State::Playing).expect("playing");
-    let allocator = gst_allocators::DmaBufAllocator::new();
-    // SAFETY: the memory takes ownership of the dup'd fd, which holds `tiled.len()` bytes.
-    let mem = unsafe { allocator.alloc(fd.try_clone().expect("dup"), tiled.len()) }.expect("dma-buf memory");
-    let mut buffer = gst::Buffer::new();
-    buffer.get_mut().expect("new buffer").append_memory(mem);
-    src.push_buffer(buffer).expect("push");
+    // A sealed memfd: fixed-size, as a dma-buf is, so it is mapped.
+    src.push_buffer(common::dmabuf_buffer(&tiled)).expect("push");
     src.end_of_stream().expect("eos");
     let sample = sink.pull_sample().expect("a frame");
     let out = sample.buffer().expect("buffer").map_readable().expect("map");
@@ -61,7 +39,7 @@ fn a_tiled_dmabuf_is_read_from_its_fd_and_detiled() {
 /// on as dma-buf memory, and the bytes are the converted frame.
 #[test]
 fn dmabuf_output_where_downstream_takes_it() {
-    init();
+    common::init(false);
     let (w, h) = (128u32, 64u32);
     let linear = test_pattern((w * h * 3 / 2) as usize, 23);
     let tiled = tile_to_vec(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, &linear).expect("tile");
@@ -98,7 +76,7 @@ fn dmabuf_output_where_downstream_takes_it() {
 #[test]
 #[ignore]
 fn measure_dmabuf_input_against_system_memory() {
-    init();
+    common::init(false);
     let (w, h, frames) = (3840u32, 2160u32, 40usize);
     let linear = test_pattern((w * h * 3 / 2) as usize, 5);
     let tiled = tile_to_vec(TileLayout::Samsung64x32, Fourcc::NV12, w, h, &linear).expect("tile");
@@ -130,14 +108,7 @@ fn measure_dmabuf_input_against_system_memory() {
         let buffers: Vec<gst::Buffer> = (0..frames)
             .map(|_| {
                 if dmabuf {
-                    let fd = rustix::fs::memfd_create("measure", rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING).expect("memfd");
-                    std::fs::File::from(fd.try_clone().expect("dup")).write_all(&tiled).expect("write");
-                    rustix::fs::fcntl_add_seals(&fd, rustix::fs::SealFlags::SHRINK | rustix::fs::SealFlags::GROW).expect("seal");
-                    // SAFETY: the memory takes ownership of the fd, which holds `tiled.len()` bytes.
-                    let mem = unsafe { gst_allocators::DmaBufAllocator::new().alloc(fd, tiled.len()) }.expect("memory");
-                    let mut b = gst::Buffer::new();
-                    b.get_mut().expect("new").append_memory(mem);
-                    b
+                    common::dmabuf_buffer(&tiled)
                 } else {
                     gst::Buffer::from_slice(tiled.clone())
                 }

@@ -4,20 +4,16 @@
 //! dmabridge's reference (within ±1 of the float formula, tested in interop); and how far
 //! `videoconvert` itself is from that formula (reported, not copied).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use common::plugin_dir;
 
 use dmabridge_interop::tiling::colour::yuv_to_rgb_float;
 use dmabridge_interop::tiling::{test_pattern as pattern, tile_to_vec, yuv_to_rgb_vec, ColourMatrix, ColourRange};
 use dmabridge_interop::{Fourcc, TileLayout};
-
-/// The directory holding libgstdmabridge.so (target/debug, beside this test's deps/).
-fn plugin_dir() -> PathBuf {
-    let exe = std::env::current_exe().expect("test path");
-    let dir = exe.parent().and_then(Path::parent).expect("target/debug").to_path_buf();
-    assert!(dir.join("libgstdmabridge.so").exists(), "build the plugin first: cargo build -p gst-plugin-dmabridge");
-    dir
-}
 
 fn scratch(test: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("dmabridge-gst-{}-{test}", std::process::id()));

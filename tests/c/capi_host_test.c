@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "dmabridge.h"
+#include "check.h"
 
 /* --- the slice of vulkan_core.h this host uses --- */
 typedef uint32_t VkFlags;
@@ -83,23 +84,12 @@ typedef VkResult (*PFN_vkCreateDebugUtilsMessengerEXT)(VkInstance, const VkDebug
 typedef void (*PFN_vkDestroyDebugUtilsMessengerEXT)(VkInstance, VkDebugUtilsMessengerEXT, const void *);
 /* --- end of the Vulkan slice --- */
 
-#define NV12 0x3231564eu
+#define NV12 DMB_TEST_NV12
 #define W 64
 #define H 32
 
-static int failures = 0;
 static int validation_problems = 0;
 static int drops = 0;
-
-#define CHECK(cond, ...)                                                 \
-    do {                                                                 \
-        if (!(cond)) {                                                   \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fprintf(stderr, " (last error: %s)\n", dmb_last_error());    \
-            failures++;                                                  \
-        }                                                                \
-    } while (0)
 
 static VkBool32 on_message(uint32_t severity, VkFlags types, const VkDebugUtilsMessengerCallbackDataEXT *data, void *user) {
     (void)types; (void)user;
@@ -215,19 +205,10 @@ int main(void) {
 
     /* The real thing: import a padded NV12 frame on the host's device and read it back. */
     CHECK(dmb_engine_from_host(&host, &e) == DMB_OK && e, "the host's device");
-    const size_t stride = 128, uv_offset = stride * H + 4096, len = uv_offset + stride * (H / 2);
-    uint8_t *file = calloc(len, 1), *expected = malloc(W * H * 3 / 2), *got = malloc(W * H * 3 / 2);
-    for (int y = 0; y < H; y++)
-        for (int x = 0; x < W; x++) file[y * stride + x] = expected[y * W + x] = (uint8_t)(x * 5 + y * 11);
-    for (int y = 0; y < H / 2; y++)
-        for (int x = 0; x < W; x++) file[uv_offset + y * stride + x] = expected[W * H + y * W + x] = (uint8_t)(x * 3 + y * 17 + 9);
-    int fd = memfd_create("capi-host-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    CHECK(fd >= 0 && write(fd, file, len) == (ssize_t)len, "memfd");
-    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
-    dmb_frame f = {.drm_format = NV12, .width = W, .height = H, .nb_objects = 1, .nb_planes = 2};
-    f.objects[0] = (dmb_object){.fd = fd, .size = len, .format_modifier = 0};
-    f.planes[0] = (dmb_plane){.object_index = 0, .offset = 0, .pitch = stride};
-    f.planes[1] = (dmb_plane){.object_index = 0, .offset = uv_offset, .pitch = stride};
+    uint8_t *expected = malloc(W * H * 3 / 2), *got = malloc(W * H * 3 / 2);
+    dmb_frame f = padded_nv12(W, H, 5, expected);
+    int fd = f.objects[0].fd;
+    CHECK(fd >= 0, "memfd");
     dmb_image *img = NULL;
     if (e) {
         CHECK(dmb_import(e, &f, &img) == DMB_OK && img, "import on the host's device");
@@ -249,7 +230,7 @@ int main(void) {
     ((PFN_vkDestroyInstance)gipa(instance, "vkDestroyInstance"))(instance, NULL);
     CHECK(validation_problems == 0, "%d validation messages", validation_problems);
     close(fd);
-    free(file); free(expected); free(got); free(exts); free(props);
+    free(expected); free(got); free(exts); free(props);
     dlclose(loader);
     if (failures) {
         fprintf(stderr, "capi_host_test: %d failures\n", failures);

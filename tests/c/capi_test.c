@@ -14,22 +14,12 @@
 #include <unistd.h>
 
 #include "dmabridge.h"
+#include "check.h"
 
-#define NV12 0x3231564eu /* 'N' 'V' '1' '2' */
+#define NV12 DMB_TEST_NV12
 #define W 64
 #define H 32
 
-static int failures = 0;
-
-#define CHECK(cond, ...)                                                 \
-    do {                                                                 \
-        if (!(cond)) {                                                   \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);         \
-            fprintf(stderr, __VA_ARGS__);                                \
-            fprintf(stderr, " (last error: %s)\n", dmb_last_error());    \
-            failures++;                                                  \
-        }                                                                \
-    } while (0)
 
 static int fd_count(void) {
     DIR *d = opendir("/proc/self/fd");
@@ -40,14 +30,6 @@ static int fd_count(void) {
     return n;
 }
 
-/* A memfd holding `len` bytes, sealed against shrinking (what a dma-buf's size is). */
-static int sealed_memfd(const uint8_t *bytes, size_t len) {
-    int fd = memfd_create("capi-test", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0 || write(fd, bytes, len) != (ssize_t)len) return -1;
-    fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW);
-    return fd;
-}
-
 int main(void) {
     dmb_engine *e = NULL;
     if (dmb_engine_new(&e) != DMB_OK) {
@@ -56,18 +38,11 @@ int main(void) {
     }
 
     /* NV12 64x32: Y rows 128 bytes apart, the UV plane 4 KiB further on. */
-    const size_t stride = 128, uv_offset = stride * H + 4096, len = uv_offset + stride * (H / 2);
-    uint8_t *file = calloc(len, 1), *expected = malloc(W * H * 3 / 2), *got = malloc(W * H * 3 / 2);
-    for (int y = 0; y < H; y++)
-        for (int x = 0; x < W; x++) file[y * stride + x] = expected[y * W + x] = (uint8_t)(x * 7 + y * 13);
-    for (int y = 0; y < H / 2; y++)
-        for (int x = 0; x < W; x++) file[uv_offset + y * stride + x] = expected[W * H + y * W + x] = (uint8_t)(x * 3 + y * 29 + 1);
-    int fd = sealed_memfd(file, len);
+    uint8_t *expected = malloc(W * H * 3 / 2), *got = malloc(W * H * 3 / 2);
+    dmb_frame f = padded_nv12(W, H, 0, expected);
+    int fd = f.objects[0].fd;
+    const size_t len = f.objects[0].size;
     CHECK(fd >= 0, "memfd");
-    dmb_frame f = {.drm_format = NV12, .width = W, .height = H, .nb_objects = 1, .nb_planes = 2};
-    f.objects[0] = (dmb_object){.fd = fd, .size = len, .format_modifier = 0};
-    f.planes[0] = (dmb_plane){.object_index = 0, .offset = 0, .pitch = stride};
-    f.planes[1] = (dmb_plane){.object_index = 0, .offset = uv_offset, .pitch = stride};
     dmb_image *img = NULL;
     CHECK(dmb_import(e, &f, &img) == DMB_OK, "import the padded NV12 frame");
     if (img) {
@@ -133,7 +108,7 @@ int main(void) {
     CHECK(dmb_engine_validation_problems(e) == 0, "the validation layer reported %d problem(s)", dmb_engine_validation_problems(e));
     dmb_engine_free(e);
     close(fd);
-    free(file), free(expected), free(got), free(tiled), free(back);
+    free(expected), free(got), free(tiled), free(back);
     if (failures) {
         fprintf(stderr, "%d failure(s)\n", failures);
         return 1;

@@ -131,6 +131,17 @@ pub fn run_decoder_peer(args: &DecoderPeerArgs) -> ExitCode {
     }
 }
 
+/// Writes `summary.json` into `out`; the exit status to return when it cannot.
+fn write_summary(out: &std::path::Path, summary: &serde_json::Value) -> Result<PathBuf, ExitCode> {
+    let path = out.join("summary.json");
+    let text = serde_json::to_string_pretty(summary).unwrap_or_else(|_| "{}".into());
+    std::fs::write(&path, text + "\n").map_err(|e| {
+        eprintln!("dmabridge demo: cannot write {}: {e}", path.display());
+        ExitCode::from(1)
+    })?;
+    Ok(path)
+}
+
 fn run_decoder(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
     let exe = match std::env::current_exe() {
         Ok(e) => e,
@@ -155,12 +166,10 @@ fn run_decoder(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let summary_path = out.join("summary.json");
-    let text = serde_json::to_string_pretty(&outcome.summary).unwrap_or_else(|_| "{}".into());
-    if let Err(e) = std::fs::write(&summary_path, text + "\n") {
-        eprintln!("dmabridge demo: cannot write {}: {e}", summary_path.display());
-        return ExitCode::from(1);
-    }
+    let summary_path = match write_summary(&out, &outcome.summary) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
     let s = &outcome.summary;
     println!("dmabridge demo --producer decoder on {} ({} frames)", s["device"].as_str().unwrap_or("?"), args.frames);
     println!();
@@ -266,12 +275,10 @@ pub fn run(args: &DemoArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let summary_path = out.join("summary.json");
-    let text = serde_json::to_string_pretty(&outcome.summary).unwrap_or_else(|_| "{}".into());
-    if let Err(e) = std::fs::write(&summary_path, text + "\n") {
-        eprintln!("dmabridge demo: cannot write {}: {e}", summary_path.display());
-        return ExitCode::from(1);
-    }
+    let summary_path = match write_summary(&out, &outcome.summary) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
 
     println!("dmabridge demo on {} ({} frames per mode)", outcome.device, args.frames);
     println!();

@@ -341,6 +341,16 @@ fn clean(field: &'static str, value: u32, known: u32) -> Result<(), WireError> {
     Ok(())
 }
 
+/// `max-buffers` as the wire carries it: a value and a flag saying it is set. A value without
+/// the flag is refused, so that one message has one meaning.
+fn optional_max(flagged: bool, raw: u32) -> Result<Option<u32>, WireError> {
+    match (flagged, raw) {
+        (true, v) => Ok(Some(v)),
+        (false, 0) => Ok(None),
+        (false, v) => Err(WireError::Reserved { field: "max-buffers without its flag", value: u64::from(v) }),
+    }
+}
+
 fn count_ok(field: &'static str, count: usize, min: usize, max: usize) -> Result<(), WireError> {
     if count < min || count > max {
         return Err(WireError::Count { field, count, min, max });
@@ -541,13 +551,7 @@ impl Reader<'_> {
         let (wmin, wmax, hmin, hmax) = (self.u32()?, self.u32()?, self.u32()?, self.u32()?);
         let min_buffers = self.u32()?;
         let max_raw = self.u32()?;
-        let max_buffers = if flags & LIST_HAS_MAX != 0 {
-            Some(max_raw)
-        } else if max_raw != 0 {
-            return Err(WireError::Reserved { field: "max-buffers without its flag", value: u64::from(max_raw) });
-        } else {
-            None
-        };
+        let max_buffers = optional_max(flags & LIST_HAS_MAX != 0, max_raw)?;
         let (align, stride_align, offset_align, min_size) = (self.u64()?, self.u64()?, self.u64()?, self.u64()?);
         let n = self.u32()? as usize;
         let formats = if flags & LIST_ANY_FORMAT != 0 {
@@ -589,13 +593,7 @@ impl Reader<'_> {
         let (width, height, buffers, max_raw, flags) = (self.u32()?, self.u32()?, self.u32()?, self.u32()?, self.u32()?);
         count_ok("buffers", buffers as usize, 1, MAX_BUFFERS as usize)?;
         clean("reconciled flags", flags, REC_HAS_MAX | REC_DISJOINT | REC_OUTPUTS)?;
-        let max_buffers = if flags & REC_HAS_MAX != 0 {
-            Some(max_raw)
-        } else if max_raw != 0 {
-            return Err(WireError::Reserved { field: "max-buffers without its flag", value: u64::from(max_raw) });
-        } else {
-            None
-        };
+        let max_buffers = optional_max(flags & REC_HAS_MAX != 0, max_raw)?;
         let (align, stride_align, offset_align, min_size) = (self.u64()?, self.u64()?, self.u64()?, self.u64()?);
         let cpu_access = self.pick("cpu-access", &CPU)?;
         let domain = self.pick("domain", &DOMAIN)?;

@@ -4,7 +4,8 @@
 //! Two ways to get a buffer, chosen by the domain and the layout:
 //! - **Imposed** (system memory, or "any" with a layout dmabridge can compute: LINEAR and
 //!   the tiled layouts of [`interop::tiling`](crate::interop::tiling)): dmabridge places the
-//!   planes itself ([`place`]), allocates sealed memfds, and imports one buffer into the
+//!   planes itself ([`place`]), allocates system memory (dma-bufs from the system dma-heap
+//!   where the kernel has one, sealed memfds elsewhere: [`SystemMemory`]), and imports one buffer into the
 //!   device with that explicit layout to prove the device takes it. Every constraint holds
 //!   by construction. This is the way whenever the driver would not let us choose the
 //!   layout: `VK_EXT_image_drm_format_modifier` lets an *importer* state offsets and
@@ -21,8 +22,8 @@
 //! layout disjoint (`VK_FORMAT_FEATURE_2_DISJOINT_BIT` on its modifier), and one fd
 //! otherwise; [`Allocated::disjoint_reason`] says which and why.
 
-use dmabridge_interop::dmabuf::{classify, file_size, place, DmaBuf, FdTrust, PlacementError, PlacementRequest};
-use dmabridge_interop::collection::{Allocator, AllocatorError, Reconciled};
+use dmabridge_interop::dmabuf::{classify, file_size, place, DmaBuf, FdTrust, PlacementError, PlacementRequest, SystemMemory};
+use dmabridge_interop::collection::{Allocator, AllocatorError, Holders, Reconciled};
 use dmabridge_interop::negotiate::{Allocation, ChainLayout, ConstraintKind, Domain};
 use dmabridge_interop::{format_info, Fourcc, Layout, Modifier};
 
@@ -55,6 +56,9 @@ pub struct AllocationSpec {
     pub domain: Domain,
     /// The use every buffer is imported or exported for.
     pub image_use: ImageUse,
+    /// Some holder gets read-only fds: system memory must then be one that can be reopened
+    /// read-only (memfds; a dma-heap buffer cannot).
+    pub read_only_holders: bool,
 }
 
 impl AllocationSpec {
@@ -82,6 +86,7 @@ impl AllocationSpec {
             min_size: a.min_size,
             domain: a.domain,
             image_use: image_use.into(),
+            read_only_holders: a.participants.iter().any(|p| !a.writers.contains(p)),
         };
         if let Some(max) = a.max_buffers.filter(|&m| m < a.buffers) {
             return Err(AllocateError::TooManyBuffers { count: a.buffers, max, constraint: ConstraintKind::MaxBuffers });
@@ -93,7 +98,7 @@ impl AllocationSpec {
 impl AllocationSpec {
     /// The spec for a collection's reconciled attribute list (its one chosen layout, count,
     /// alignments, min size and domain), for `image_use`.
-    pub fn from_reconciled(r: &Reconciled, image_use: impl Into<ImageUse>) -> Self {
+    pub fn from_reconciled(r: &Reconciled, image_use: impl Into<ImageUse>, holders: Holders) -> Self {
         AllocationSpec {
             fourcc: r.format.fourcc,
             layouts: vec![r.format.layout],
@@ -105,6 +110,7 @@ impl AllocationSpec {
             min_size: r.min_size,
             domain: r.domain,
             image_use: image_use.into(),
+            read_only_holders: holders.read_only,
         }
     }
 }
@@ -128,8 +134,8 @@ impl DeviceAllocator {
 }
 
 impl Allocator for DeviceAllocator {
-    fn allocate(&mut self, r: &Reconciled) -> Result<Vec<DmaBuf>, AllocatorError> {
-        let spec = AllocationSpec::from_reconciled(r, self.image_use);
+    fn allocate(&mut self, r: &Reconciled, holders: Holders) -> Result<Vec<DmaBuf>, AllocatorError> {
+        let spec = AllocationSpec::from_reconciled(r, self.image_use, holders);
         let allocated = self.engine.allocate(&spec).map_err(|e| AllocatorError::Other(e.to_string()))?;
         tracing::debug!(source = allocated.source.name(), disjoint = allocated.disjoint, reason = %allocated.disjoint_reason, "collection allocated on the device");
         let mut out = Vec::with_capacity(allocated.buffers.len());
@@ -182,6 +188,11 @@ pub struct Allocated {
     pub disjoint: bool,
     /// Why the buffers are, or are not, disjoint.
     pub disjoint_reason: String,
+    /// Where the memory came from: `dma-heap:system` or `memfd` (imposed layouts, system
+    /// memory), `device` (the device's exports).
+    pub memory: String,
+    /// Why system memory is not the dma-heap's, where there is one.
+    pub memory_reason: Option<String>,
 }
 
 /// Why an allocation failed.
@@ -261,9 +272,10 @@ impl Engine {
             min_size: spec.min_size,
             disjoint,
         })?;
+        let (memory, memory_reason) = SystemMemory::detect().for_holders(spec.read_only_holders);
         let mut buffers = Vec::with_capacity(spec.count as usize);
         for i in 0..spec.count {
-            let dmabuf = placement.allocate("dmabridge-collection", spec.fourcc, layout, spec.width, spec.height)?;
+            let dmabuf = placement.allocate(&memory, "dmabridge-collection", spec.fourcc, layout, spec.width, spec.height)?;
             // One import proves the device takes this exact layout; the rest are identical.
             if i == 0 {
                 match self.import_dmabuf(&dmabuf, spec.image_use) {
@@ -277,7 +289,15 @@ impl Engine {
             buffers.push(AllocatedBuffer { dmabuf, exported: None });
         }
         tracing::debug!(fourcc = %spec.fourcc, %layout, count = spec.count, disjoint, "allocated with an imposed layout");
-        Ok(Allocated { buffers, source: LayoutSource::Imposed, disjoint, disjoint_reason })
+        tracing::debug!(memory = %memory, "system memory");
+        Ok(Allocated {
+            buffers,
+            source: LayoutSource::Imposed,
+            disjoint,
+            disjoint_reason,
+            memory: memory.name(),
+            memory_reason: memory_reason.map(str::to_owned),
+        })
     }
 
     fn allocate_exported(&self, spec: &AllocationSpec) -> Result<Allocated, AllocateError> {
@@ -304,6 +324,8 @@ impl Engine {
             source: LayoutSource::DriverChosen,
             disjoint,
             disjoint_reason: "an export is one allocation, so its planes share one fd".into(),
+            memory: "device".into(),
+            memory_reason: None,
         })
     }
 }
@@ -350,6 +372,8 @@ impl Engine {
             source: LayoutSource::ImposedOnExport,
             disjoint: false,
             disjoint_reason: "an export is one allocation, so its planes share one fd".into(),
+            memory: "device".into(),
+            memory_reason: None,
         })
     }
 }

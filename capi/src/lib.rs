@@ -130,6 +130,16 @@ pub extern "C" fn dmb_last_error() -> *const c_char {
     LAST_ERROR.with(|e| e.borrow().as_ptr())
 }
 
+/// Gives the caller a new `dmb_engine` for `engine` in `*out`; `dmb_engine_free` frees it.
+///
+/// # Safety
+/// `out` is non-null and writable for one pointer.
+unsafe fn hand_out(engine: Engine, out: *mut *mut dmb_engine) {
+    let boxed = Box::into_raw(Box::new(dmb_engine { engine, converter: None }));
+    // SAFETY: the caller's contract.
+    unsafe { *out = boxed };
+}
+
 /// A new engine on the best Vulkan device (`DMABRIDGE_DEVICE` picks another,
 /// `DMABRIDGE_VALIDATION=1` turns the validation layer on).
 ///
@@ -142,9 +152,8 @@ pub unsafe extern "C" fn dmb_engine_new(out: *mut *mut dmb_engine) -> dmb_status
             return Err(invalid("out is null"));
         }
         let engine = Engine::new(&EngineOptions::from_env()).map_err(|e| (DMB_ERR_DEVICE, e.to_string()))?;
-        let boxed = Box::into_raw(Box::new(dmb_engine { engine, converter: None }));
-        // SAFETY: `out` is non-null and writable (the caller's contract).
-        unsafe { *out = boxed };
+        // SAFETY: `out` was checked non-null; writable is the caller's contract.
+        unsafe { hand_out(engine, out) };
         Ok(())
     })
 }
@@ -261,9 +270,8 @@ pub unsafe extern "C" fn dmb_engine_from_host(host: *const dmb_host_vulkan, out:
             let status = if matches!(e, dmabridge::EngineError::MissingRequirement { .. } | dmabridge::EngineError::BadQueueFamily(_)) { DMB_ERR_UNSUPPORTED } else { DMB_ERR_DEVICE };
             (status, e.to_string())
         })?;
-        let boxed = Box::into_raw(Box::new(dmb_engine { engine, converter: None }));
-        // SAFETY: `out` is non-null and writable (the caller's contract).
-        unsafe { *out = boxed };
+        // SAFETY: `out` was checked non-null; writable is the caller's contract.
+        unsafe { hand_out(engine, out) };
         Ok(())
     })
 }

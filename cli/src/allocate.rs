@@ -10,9 +10,12 @@
 //!
 //! Output: the negotiation's summary, or with `--json` its document (see
 //! [`dmabridge_interop::negotiate::Report`]) where `buffers` becomes the list of buffers
-//! (`{"modifier", "fds", "planes": [{"fd_index", "offset", "stride", "size"}], "verified"}`)
-//! and the count moves to `buffer_count`, plus `layout_source`, `disjoint`,
-//! `disjoint_reason`, the merged `stride_align`, `offset_align`, `min_size`, `max_buffers`
+//! (`{"modifier", "fds", "planes": [{"fd_index", "offset", "stride", "size", "file"}],
+//! "verified"}`, `file` being `dma-buf` or `sealed memfd`) and the count moves to
+//! `buffer_count`, plus `layout_source`, `disjoint`, `disjoint_reason`, `memory` (where
+//! the memory came from: `dma-heap:system` where the kernel has a system dma-heap,
+//! `memfd` elsewhere or when a participant is read-only, with `memory_reason`; `device` for
+//! the device's exports), the merged `stride_align`, `offset_align`, `min_size`, `max_buffers`
 //! and `domain`, and `read_only` (per read-only participant, whether its fds refuse writes).
 //!
 //! Exit status: 0 allocated, 2 impossible (the conflicts, or the constraint the device
@@ -20,14 +23,13 @@
 //! no one collection every participant shares, and `negotiate` shows the plan.
 
 use std::io::Write;
-use std::os::fd::BorrowedFd;
 use std::process::ExitCode;
 
 use clap::{Arg, ArgMatches, Args, Command, FromArgMatches};
 use dmabridge::ash::vk;
-use dmabridge::interop::dmabuf::DmaBuf;
+use dmabridge::interop::dmabuf::{check_read_only, classify, file_size, write_all_at, write_planes, DmaBuf, FdTrust};
 use dmabridge::interop::negotiate::{Allocation, Outcome, Participant, Report};
-use dmabridge::interop::tiling::{packed_planes, test_pattern, tile_to_vec, tiled_size};
+use dmabridge::interop::tiling::{test_pattern, tile_to_vec, tiled_size};
 use dmabridge::interop::{Layout, TileLayout};
 use dmabridge::{AllocateError, Allocated, AllocationSpec, Converter, Engine, EngineOptions, ImageUse, LayoutSource};
 use dmabridge_cli::participants::{ParticipantSpec, SpecError};
@@ -156,29 +158,7 @@ fn read_only_names(_args: &NegotiateArgs, n: &dmabridge::interop::negotiate::Neg
 /// write through each fd fails with `EBADF`.
 fn refuses_writes(buf: &DmaBuf) -> Result<(), String> {
     let ro = buf.reopen_read_only().map_err(|e| e.to_string())?;
-    for (i, p) in ro.planes().enumerate() {
-        match rustix::io::pwrite(p.fd, &[0u8], p.offset) {
-            Err(rustix::io::Errno::BADF) => {}
-            Ok(_) => return Err(format!("plane {i}: a write through the read-only fd succeeded")),
-            Err(e) => return Err(format!("plane {i}: a write failed with {e}, not EBADF")),
-        }
-    }
-    Ok(())
-}
-
-fn write_all_at(fd: BorrowedFd<'_>, mut bytes: &[u8], mut at: u64) -> Result<(), String> {
-    while !bytes.is_empty() {
-        match rustix::io::pwrite(fd, bytes, at) {
-            Ok(0) => return Err("the file took no bytes".into()),
-            Ok(n) => {
-                bytes = &bytes[n..];
-                at += n as u64;
-            }
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(e.to_string()),
-        }
-    }
-    Ok(())
+    check_read_only(&ro).map_err(|e| e.to_string())
 }
 
 /// Writes a pattern into the buffer's planes at their offsets and strides, and reads it
@@ -191,15 +171,19 @@ fn verify(engine: &Engine, buf: &DmaBuf, seed: u32) -> Result<(), String> {
     };
     let linear = tiled_size(TileLayout::Linear, f, w, h).map_err(|e| e.to_string())?;
     let pattern = test_pattern(linear.size as usize, seed);
-    let source = if tile == TileLayout::Linear { pattern.clone() } else { tile_to_vec(tile, f, w, h, &pattern).map_err(|e| e.to_string())? };
-    let g = tiled_size(tile, f, w, h).map_err(|e| e.to_string())?;
-    for (p, gp) in buf.planes().zip(&g.planes) {
-        let plane = &source[gp.offset as usize..(gp.offset + gp.size) as usize];
-        // A tiled plane is whole rows of tiles, `stride` apart; a linear one is visible rows.
-        let (row, rows) = if tile == TileLayout::Linear { (gp.width_bytes as usize, gp.rows as usize) } else { (gp.padded_width_bytes as usize * gp.tile_height as usize, gp.tiles_y as usize) };
-        let step = if tile == TileLayout::Linear { p.stride } else { p.stride * u64::from(gp.tile_height) };
-        for r in 0..rows {
-            write_all_at(p.fd, &plane[r * row..(r + 1) * row], p.offset + r as u64 * step)?;
+    if tile == TileLayout::Linear {
+        write_planes(buf, &pattern).map_err(|e| e.to_string())?;
+    } else {
+        // A tiled plane is whole rows of tiles, `stride` apart.
+        let tiled = tile_to_vec(tile, f, w, h, &pattern).map_err(|e| e.to_string())?;
+        let g = tiled_size(tile, f, w, h).map_err(|e| e.to_string())?;
+        for (p, gp) in buf.planes().zip(&g.planes) {
+            let row = gp.padded_width_bytes as usize * gp.tile_height as usize;
+            let plane = tiled.get(gp.offset as usize..(gp.offset + gp.size) as usize).ok_or("the tiled frame is shorter than its geometry")?;
+            for (r, bytes) in plane.chunks_exact(row).enumerate() {
+                let at = p.offset + r as u64 * p.stride * u64::from(gp.tile_height);
+                write_all_at(p.fd, at, bytes).map_err(|e| e.to_string())?;
+            }
         }
     }
     let back = if tile == TileLayout::Linear {
@@ -210,8 +194,7 @@ fn verify(engine: &Engine, buf: &DmaBuf, seed: u32) -> Result<(), String> {
         let (out, _) = conv.detile_dmabuf(buf, dmabridge::READBACK_TIMEOUT).map_err(|e| e.to_string())?;
         out.bytes().map_err(|e| e.to_string())?.to_vec()
     };
-    let packed = packed_planes(f, w, h).map_err(|e| e.to_string())?;
-    if packed.len() != g.planes.len() || back != pattern {
+    if back != pattern {
         let at = back.iter().zip(&pattern).position(|(a, b)| a != b).unwrap_or(back.len().min(pattern.len()));
         return Err(format!("read back differs from what was written at byte {at} (of {})", pattern.len()));
     }
@@ -234,8 +217,10 @@ fn document(report: &Report, a: &Allocation, allocated: &Allocated, verified: &[
                         files.push(p.file);
                         files.len() - 1
                     });
-                    let size = rustix::fs::fstat(p.fd).map_or(0, |s| s.st_size.max(0) as u64);
-                    serde_json::json!({ "fd_index": fd_index, "offset": p.offset, "stride": p.stride, "size": size })
+                    let class = classify(p.fd, FdTrust::Untrusted).ok();
+                    let size = class.and_then(|c| file_size(p.fd, c).ok()).unwrap_or(0);
+                    let kind = class.map_or("unknown", |c| c.name());
+                    serde_json::json!({ "fd_index": fd_index, "offset": p.offset, "stride": p.stride, "size": size, "file": kind })
                 })
                 .collect();
             let modifier = format!("0x{:016x}", d.layout().to_wire().raw());
@@ -253,6 +238,8 @@ fn document(report: &Report, a: &Allocation, allocated: &Allocated, verified: &[
         obj.insert("layout_source".into(), serde_json::json!(allocated.source.name()));
         obj.insert("disjoint".into(), serde_json::json!(allocated.disjoint));
         obj.insert("disjoint_reason".into(), serde_json::json!(allocated.disjoint_reason));
+        obj.insert("memory".into(), serde_json::json!(allocated.memory));
+        obj.insert("memory_reason".into(), serde_json::json!(allocated.memory_reason));
         obj.insert("stride_align".into(), serde_json::json!(a.stride_align));
         obj.insert("offset_align".into(), serde_json::json!(a.offset_align));
         obj.insert("min_size".into(), serde_json::json!(a.min_size));
@@ -269,8 +256,9 @@ fn document(report: &Report, a: &Allocation, allocated: &Allocated, verified: &[
 
 fn summary(allocated: &Allocated, verified: &[Result<(), String>], read_only: &[(String, Result<(), String>)]) -> String {
     let mut s = format!(
-        "allocated {} buffers, layout {}, {}: {}\n",
+        "allocated {} buffers in {} memory, layout {}, {}: {}\n",
         allocated.buffers.len(),
+        allocated.memory,
         allocated.source.name(),
         if allocated.disjoint { "one fd per plane" } else { "one fd" },
         allocated.disjoint_reason

@@ -29,7 +29,8 @@ use wayland_protocols::xdg::shell::client::{xdg_surface, xdg_toplevel};
 use super::client::{Client, ParamsResult};
 use super::formats::{compositor_participant, CompositorFormats};
 use super::plan::{copy_plan, plan, producer_participant, Plan, PlanError, PlanReason};
-use super::upload::{write_planes, Staging, UploadError};
+use super::upload::{Staging, UploadError};
+use dmabridge_interop::dmabuf::write_planes;
 use super::{Display, WaylandError};
 use crate::export::{ExportError, ExportRequest, ExportedImage};
 use crate::Engine;
@@ -267,7 +268,7 @@ impl WaylandSink {
                 // compositor sees the commit (the cpu-wait sync method).
                 staging.upload(image, w, h, fourcc, frame)?.wait(UPLOAD_TIMEOUT)?;
             }
-            Storage::Own(d) => write_planes(d, frame)?,
+            Storage::Own(d) => write_planes(d, frame).map_err(UploadError::from)?,
         }
         let qh = &self.client.qh;
         self.surface.attach(Some(&s.buffer), 0, 0);

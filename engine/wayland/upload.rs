@@ -1,7 +1,6 @@
 //! Putting a packed frame into a buffer: the Vulkan producer's transfer into an exported
 //! image (zero-copy path), or a copy into the sink's own memfd (copy path).
 
-use dmabridge_interop::dmabuf::DmaBuf;
 use dmabridge_interop::tiling::LinearPlane;
 use dmabridge_interop::{format_info, Fourcc};
 
@@ -21,10 +20,9 @@ pub enum UploadError {
     Buffer(#[from] crate::buffer::BufferError),
     #[error(transparent)]
     Export(#[from] ExportError),
-    #[error("writing plane {plane} of the buffer failed: {source}")]
-    Write { plane: usize, source: std::io::Error },
-    #[error("the buffer's layout does not fit u64 arithmetic")]
-    Overflow,
+    /// The copy into the sink's own memfd ([`dmabridge_interop::dmabuf::write_planes`]).
+    #[error(transparent)]
+    Write(#[from] dmabridge_interop::dmabuf::WriteError),
 }
 
 fn check_size(
@@ -79,26 +77,3 @@ impl Staging {
     }
 }
 
-/// Writes `frame` (packed planes) into `buf`'s planes at their offsets and strides, with
-/// `pwrite` (no mapping): the copy path's CPU copy into the sink's own memfd.
-pub(crate) fn write_planes(buf: &DmaBuf, frame: &[u8]) -> Result<(), UploadError> {
-    let (fourcc, width, height) = (buf.fourcc(), buf.width(), buf.height());
-    let info = check_size(fourcc, width, height, frame)?;
-    let mut src = 0usize;
-    for (i, plane) in buf.planes().enumerate() {
-        let row = usize::try_from(info.min_stride(i, width)).map_err(|_| UploadError::Overflow)?;
-        for r in 0..u64::from(info.plane_height(i, height)) {
-            let at =
-                plane.stride.checked_mul(r).and_then(|o| o.checked_add(plane.offset)).ok_or(UploadError::Overflow)?;
-            let bytes = frame.get(src..src + row).ok_or(UploadError::Overflow)?;
-            let mut done = 0usize;
-            while done < bytes.len() {
-                let n = rustix::io::pwrite(plane.fd, &bytes[done..], at + done as u64)
-                    .map_err(|e| UploadError::Write { plane: i, source: e.into() })?;
-                done += n;
-            }
-            src += row;
-        }
-    }
-    Ok(())
-}

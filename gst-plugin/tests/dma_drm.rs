@@ -7,25 +7,11 @@
 
 mod common;
 
-use common::dmabuf_buffer;
+use common::{dmabuf_buffer, pipeline};
 use dmabridge_interop::tiling::{test_pattern, tile_to_vec, yuv_to_rgb_vec, ColourMatrix, ColourRange};
 use dmabridge_interop::{Fourcc, TileLayout};
 use gst::prelude::*;
 use gst_video::prelude::*;
-
-struct Run {
-    pipeline: gst::Pipeline,
-    src: gst_app::AppSrc,
-    sink: gst_app::AppSink,
-}
-
-fn pipeline(description: &str) -> Run {
-    let pipeline = gst::parse::launch(description).expect("pipeline").downcast::<gst::Pipeline>().expect("a pipeline");
-    let src = pipeline.by_name("src").expect("src").downcast::<gst_app::AppSrc>().expect("appsrc");
-    let sink = pipeline.by_name("sink").expect("sink").downcast::<gst_app::AppSink>().expect("appsink");
-    pipeline.set_state(gst::State::Playing).expect("playing");
-    Run { pipeline, src, sink }
-}
 
 #[test]
 fn the_templates_list_drm_formats() {
@@ -125,15 +111,10 @@ fn a_linear_frame_is_read_at_the_pitches_its_video_meta_gives() {
 #[test]
 fn a_modifier_the_element_cannot_read_does_not_negotiate() {
     common::init(true);
-    let pipeline = gst::parse::launch(
+    let common::Run { pipeline, src, .. } = pipeline(
         "appsrc name=src format=time caps=video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=NV12:0x0200000000000001,width=64,height=64,framerate=0/1 ! \
          dmabridgeconvert ! video/x-raw,format=NV12 ! appsink name=sink sync=false",
-    )
-    .expect("pipeline")
-    .downcast::<gst::Pipeline>()
-    .expect("a pipeline");
-    let src = pipeline.by_name("src").expect("src").downcast::<gst_app::AppSrc>().expect("appsrc");
-    pipeline.set_state(gst::State::Playing).expect("playing");
+    );
     let _ = src.push_buffer(dmabuf_buffer(&vec![0u8; 64 * 64 * 3 / 2]));
     let bus = pipeline.bus().expect("bus");
     let msg = bus.timed_pop_filtered(gst::ClockTime::from_seconds(10), &[gst::MessageType::Error]).expect("an error, not a hang");

@@ -14,16 +14,10 @@ fn a_tiled_dmabuf_is_read_from_its_fd_and_detiled() {
     let (w, h) = (256u32, 128u32);
     let linear = test_pattern((w * h * 3 / 2) as usize, 17);
     let tiled = tile_to_vec(TileLayout::Samsung64x32, Fourcc::NV12, w, h, &linear).expect("tile");
-    let pipeline = gst::parse::launch(&format!(
+    let common::Run { pipeline, src, sink } = common::pipeline(&format!(
         "appsrc name=src caps=video/x-raw(memory:DMABuf),format=NV12_64Z32,width={w},height={h},framerate=0/1 format=time ! \
          dmabridgeconvert name=conv ! video/x-raw,format=NV12 ! appsink name=sink sync=false"
-    ))
-    .expect("pipeline")
-    .downcast::<gst::Pipeline>()
-    .expect("a pipeline");
-    let src = pipeline.by_name("src").expect("src").downcast::<gst_app::AppSrc>().expect("appsrc");
-    let sink = pipeline.by_name("sink").expect("sink").downcast::<gst_app::AppSink>().expect("appsink");
-    pipeline.set_state(gst::State::Playing).expect("playing");
+    ));
     // A sealed memfd: fixed-size, as a dma-buf is, so it is mapped.
     src.push_buffer(common::dmabuf_buffer(&tiled)).expect("push");
     src.end_of_stream().expect("eos");
@@ -43,16 +37,10 @@ fn dmabuf_output_where_downstream_takes_it() {
     let (w, h) = (128u32, 64u32);
     let linear = test_pattern((w * h * 3 / 2) as usize, 23);
     let tiled = tile_to_vec(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, &linear).expect("tile");
-    let pipeline = gst::parse::launch(&format!(
+    let common::Run { pipeline, src, sink } = common::pipeline(&format!(
         "appsrc name=src caps=video/x-raw,format=NV12_4L4,width={w},height={h},framerate=0/1 format=time ! \
          dmabridgeconvert ! video/x-raw(memory:DMABuf),format=NV12 ! appsink name=sink sync=false"
-    ))
-    .expect("pipeline")
-    .downcast::<gst::Pipeline>()
-    .expect("a pipeline");
-    let src = pipeline.by_name("src").expect("src").downcast::<gst_app::AppSrc>().expect("appsrc");
-    let sink = pipeline.by_name("sink").expect("sink").downcast::<gst_app::AppSink>().expect("appsink");
-    pipeline.set_state(gst::State::Playing).expect("playing");
+    ));
     src.push_buffer(gst::Buffer::from_slice(tiled)).expect("push");
     src.end_of_stream().expect("eos");
     let sample = sink.pull_sample().expect("a frame");
@@ -94,16 +82,10 @@ fn measure_dmabuf_input_against_system_memory() {
     };
     let run = |dmabuf: bool| {
         let features = if dmabuf { "(memory:DMABuf)" } else { "" };
-        let pipeline = gst::parse::launch(&format!(
+        let common::Run { pipeline, src, sink } = common::pipeline(&format!(
             "appsrc name=src caps=video/x-raw{features},format=NV12_64Z32,width={w},height={h},framerate=0/1 format=time ! \
              dmabridgeconvert path=cpu ! video/x-raw,format=NV12 ! appsink name=sink sync=false max-buffers=4"
-        ))
-        .expect("pipeline")
-        .downcast::<gst::Pipeline>()
-        .expect("a pipeline");
-        let src = pipeline.by_name("src").expect("src").downcast::<gst_app::AppSrc>().expect("appsrc");
-        let sink = pipeline.by_name("sink").expect("sink").downcast::<gst_app::AppSink>().expect("appsink");
-        pipeline.set_state(gst::State::Playing).expect("playing");
+        ));
         // Buffers made before the clock starts: the measurement is the element, not the source.
         let buffers: Vec<gst::Buffer> = (0..frames)
             .map(|_| {

@@ -245,7 +245,7 @@ fn system_allocator_honours_alignments_min_size_and_disjoint() {
 fn the_system_allocator_refuses_what_it_cannot_honour() {
     let _g = lock();
     let r = reconcile(&[part("gpu", Fourcc::XRGB8888, 1).constrain(|c| c.align = 1 << 16)], ReconcileOptions::default()).unwrap();
-    let err = dmabridge_interop::collection::Allocator::allocate(&mut SystemAllocator::new("t"), &r).unwrap_err();
+    let err = dmabridge_interop::collection::Allocator::allocate(&mut SystemAllocator::new("t"), &r, Default::default()).unwrap_err();
     assert!(matches!(err, dmabridge_interop::collection::AllocatorError::Align(65536)), "{err}");
     // Through a collection the allocator's failure fails it, naming the allocator.
     let (mut c, root) = Collection::new("big").unwrap();

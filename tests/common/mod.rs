@@ -13,10 +13,14 @@ pub enum Config {
     UdmabufEmulation,
     /// The kernel has a real /dev/udmabuf.
     RealUdmabuf,
+    /// Inside the kernel lab (scripts/lab.sh): Linux itself, with a real udmabuf, the system
+    /// dma-heap, sync_file and vgem, and lavapipe with no emulation.
+    Kernel,
 }
 
 pub fn config() -> Config {
     match std::env::var("DMABRIDGE_TEST_CONFIG").as_deref() {
+        Ok("kernel") => Config::Kernel,
         Ok("udmabuf-emulation") => Config::UdmabufEmulation,
         Ok("real-udmabuf") => Config::RealUdmabuf,
         Ok("plain") => Config::Plain,
@@ -30,6 +34,18 @@ pub fn config() -> Config {
 /// lavapipe with a udmabuf (emulated or real) exposes the modifier extension.
 pub fn expect_modifiers() -> bool {
     config() != Config::Plain
+}
+
+/// Whether the kernel gives real dma-bufs (udmabuf, the dma-heap): the lab, or a machine
+/// with a real /dev/udmabuf.
+pub fn real_dmabufs() -> bool {
+    matches!(config(), Config::Kernel | Config::RealUdmabuf)
+}
+
+/// Whether this configuration is the kernel lab, where the test asserts what Linux itself
+/// offers (sync_file, the dma-heap, vgem) rather than skipping without it.
+pub fn in_kernel_lab() -> bool {
+    config() == Config::Kernel
 }
 
 /// An engine of its own with the validation layer on.

@@ -24,7 +24,7 @@
 //! `summary.json` has `collections` (size, buffer count, modifier, layout, frames carried,
 //! released), `dropped_frames`, `late_joiner` and every process's leaked fds.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{Child, Command};
 use std::thread::JoinHandle;
@@ -32,7 +32,7 @@ use std::time::Duration;
 
 use dmabridge::ash::vk;
 use dmabridge::interop::collection::{Rights, Server, ServerError, ServerOutcome, Token};
-use dmabridge::interop::dmabuf::{fd_count, read_exact_at, socketpair, DmaBuf};
+use dmabridge::interop::dmabuf::{fd_count, socketpair, write_all_at, write_planes, DmaBuf};
 use dmabridge::interop::negotiate::{Constraints, CpuAccess, Domain, ExtentRange, Participant};
 use dmabridge::interop::{Format, FormatSet, Fourcc};
 use dmabridge::{DeviceAllocator, Engine, EngineOptions, ImageUse};
@@ -41,7 +41,7 @@ use serde_json::json;
 
 use super::control::{recv_msg, send_msg, Peer};
 use super::decoder_peer::Role;
-use super::decoder_stream::{pattern_row, planes, FromPeer, Header, PeerReport, ToPeer, DPB, HEADER_LEN, REFERENCES, SIZES};
+use super::decoder_stream::{frame_bytes, header_of, FromPeer, PeerReport, ToPeer, DPB, REFERENCES, SIZES};
 use super::DemoError;
 
 /// What the decoder demo runs.
@@ -371,7 +371,7 @@ impl Decoder {
         if self.config.corrupt_frame == Some(n) {
             // One chroma byte, as a transfer fault would leave it.
             if let Some(p) = c.buffers[target].plane(1) {
-                write_all_at(p.fd, &[0x5a ^ 0xff], p.offset + p.stride * 3 + 17)?;
+                write_all_at(p.fd, p.offset + p.stride * 3 + 17, &[0x5a ^ 0xff])?;
             }
         }
         c.slots[target].frame = Some(n);
@@ -466,41 +466,8 @@ fn finish_server(c: &mut Coll) -> Result<(), DemoError> {
     Ok(())
 }
 
-fn header_of(buf: &DmaBuf) -> Result<Header, DemoError> {
-    let p = buf.plane(0).ok_or_else(|| DemoError::Protocol("a buffer without planes".into()))?;
-    let mut h = [0u8; HEADER_LEN];
-    read_exact_at(p.fd, p.offset, &mut h).map_err(|e| DemoError::Protocol(format!("reading a header: {e}")))?;
-    Ok(Header::from_bytes(&h))
-}
-
 /// "Decodes" frame `n` into `buf`: its rows at the buffer's offsets and strides, written
 /// with `pwrite` (the decoder is a device writing memory, not a Vulkan user).
 fn write_frame(buf: &DmaBuf, n: u32, width: u32, height: u32, refs_ok: u32) -> Result<(), DemoError> {
-    let mut row = Vec::new();
-    for (pi, (p, (bytes, rows))) in buf.planes().zip(planes(width, height)).enumerate() {
-        row.resize(bytes, 0);
-        for y in 0..rows {
-            pattern_row(n, pi, y, &mut row);
-            if pi == 0 && y == 0 {
-                row[..HEADER_LEN].copy_from_slice(&Header { frame: n, width, height, refs_ok }.to_bytes());
-            }
-            write_all_at(p.fd, &row, p.offset + y as u64 * p.stride)?;
-        }
-    }
-    Ok(())
-}
-
-fn write_all_at(fd: BorrowedFd<'_>, mut bytes: &[u8], mut at: u64) -> Result<(), DemoError> {
-    while !bytes.is_empty() {
-        match rustix::io::pwrite(fd, bytes, at) {
-            Ok(0) => return Err(DemoError::Protocol("a buffer took no bytes".into())),
-            Ok(k) => {
-                bytes = &bytes[k..];
-                at += k as u64;
-            }
-            Err(rustix::io::Errno::INTR) => {}
-            Err(e) => return Err(DemoError::Io(e.into())),
-        }
-    }
-    Ok(())
+    Ok(write_planes(buf, &frame_bytes(n, width, height, refs_ok))?)
 }

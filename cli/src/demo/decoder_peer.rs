@@ -17,13 +17,13 @@ use std::time::Duration;
 
 use dmabridge::ash::vk;
 use dmabridge::interop::collection::Token;
-use dmabridge::interop::dmabuf::{fd_count, read_exact_at, DmaBuf};
+use dmabridge::interop::dmabuf::{check_read_only, fd_count, read_exact_at, DmaBuf};
 use dmabridge::interop::negotiate::{Constraints, CpuAccess, Participant};
 use dmabridge::interop::{Format, FormatSet, Fourcc};
 use dmabridge::{Engine, EngineOptions, ImageUse, ImportCache};
 
 use super::control::{recv_msg, send_msg, Peer};
-use super::decoder_stream::{packed_frame, planes, FromPeer, Header, PeerReport, ToPeer, CONSUMER_DEPTH, HEADER_LEN};
+use super::decoder_stream::{header_of, packed_frame, planes, FromPeer, Header, PeerReport, ToPeer, CONSUMER_DEPTH, HEADER_LEN};
 use super::DemoError;
 
 /// Which peer this process is.
@@ -150,13 +150,7 @@ impl PeerState {
             return Err(DemoError::Protocol(format!("collection {index} was announced {width}x{height} but allocated {w}x{h}")));
         }
         if self.role == Role::Recorder {
-            // The probe writes back the byte that is there, so a writable fd changes nothing.
-            let refused = got.buffers.iter().all(|b| {
-                b.planes().all(|p| {
-                    let mut byte = [0u8];
-                    read_exact_at(p.fd, p.offset, &mut byte).is_ok() && rustix::io::pwrite(p.fd, &byte, p.offset) == Err(rustix::io::Errno::BADF)
-                })
-            });
+            let refused = got.buffers.iter().all(|b| check_read_only(b).is_ok());
             self.report.writes_refused = Some(self.report.writes_refused.unwrap_or(true) && refused);
         }
         tracing::info!(role = self.role.name(), index, late, buffers = got.buffers.len(), "bound");
@@ -191,15 +185,11 @@ impl PeerState {
         if got == expected {
             self.report.verified += 1;
         } else {
-            let mut h = [0u8; HEADER_LEN];
-            h.copy_from_slice(&got[..HEADER_LEN.min(got.len())]);
-            let at = got.iter().zip(&expected).position(|(a, b)| a != b).unwrap_or(0);
-            self.report.mismatches.push(format!(
-                "frame {frame} ({}x{}) differs at byte {at}; its header says {:?}",
-                held.width,
-                held.height,
-                Header::from_bytes(&h)
-            ));
+            // A read-back shorter than a header (a broken path) says so instead of a header.
+            let header = got.get(..HEADER_LEN).and_then(|h| <&[u8; HEADER_LEN]>::try_from(h).ok()).map(Header::from_bytes);
+            let at = got.iter().zip(&expected).position(|(a, b)| a != b).unwrap_or(got.len().min(expected.len()));
+            let header = header.map_or_else(|| format!("nothing: only {} bytes came back", got.len()), |h| format!("{h:?}"));
+            self.report.mismatches.push(format!("frame {frame} ({}x{}) differs at byte {at}; its header says {header}", held.width, held.height));
         }
         self.queue.push_back((collection, buffer, frame));
         Ok(())
@@ -210,11 +200,9 @@ impl PeerState {
     fn release_oldest(&mut self, control: BorrowedFd<'_>) -> Result<(), DemoError> {
         let Some((collection, buffer, frame)) = self.queue.pop_front() else { return Ok(()) };
         if let Some(buf) = self.collections.get(&collection).and_then(|h| h.buffers.get(buffer as usize)) {
-            let mut h = [0u8; HEADER_LEN];
-            let p = buf.plane(0).ok_or_else(|| DemoError::Protocol("a buffer without planes".into()))?;
-            read_exact_at(p.fd, p.offset, &mut h).map_err(|e| DemoError::Protocol(format!("reading frame {frame}'s header: {e}")))?;
-            if Header::from_bytes(&h).frame != frame {
-                self.report.mismatches.push(format!("buffer {buffer} was overwritten while it held frame {frame} (now {:?})", Header::from_bytes(&h)));
+            let now = header_of(buf)?;
+            if now.frame != frame {
+                self.report.mismatches.push(format!("buffer {buffer} was overwritten while it held frame {frame} (now {now:?})"));
             }
         }
         send_msg(control, &self.peer, &FromPeer::Release { collection, buffer, frame })?;

@@ -10,7 +10,10 @@
 
 use serde::{Deserialize, Serialize};
 
+use dmabridge::interop::dmabuf::{read_exact_at, DmaBuf};
+
 use super::control::{ControlMessage, EXTENTS, MAX_FRAMES, MAX_TEXT};
+use super::DemoError;
 
 /// The stream's two resolutions: before and after `--resolution-change-at`.
 pub const SIZES: [(u32, u32); 2] = [(1280, 720), (1920, 1080)];
@@ -76,6 +79,12 @@ pub fn pattern_row(frame: u32, plane: usize, y: usize, row: &mut [u8]) {
 /// The whole frame as tightly packed NV12 (luma rows, then chroma rows), header included:
 /// what a read-back of a correctly decoded frame gives.
 pub fn packed_frame(frame: u32, width: u32, height: u32) -> Vec<u8> {
+    frame_bytes(frame, width, height, 1)
+}
+
+/// [`packed_frame`] as the decoder writes it, saying in its header whether the frame's
+/// references were intact (`refs_ok` 1) when it was decoded.
+pub fn frame_bytes(frame: u32, width: u32, height: u32, refs_ok: u32) -> Vec<u8> {
     let [(w0, h0), (w1, h1)] = planes(width, height);
     let mut out = vec![0u8; w0 * h0 + w1 * h1];
     let (luma, chroma) = out.split_at_mut(w0 * h0);
@@ -85,9 +94,17 @@ pub fn packed_frame(frame: u32, width: u32, height: u32) -> Vec<u8> {
     for (y, row) in chroma.chunks_exact_mut(w1).enumerate() {
         pattern_row(frame, 1, y, row);
     }
-    let header = Header { frame, width, height, refs_ok: 1 }.to_bytes();
+    let header = Header { frame, width, height, refs_ok }.to_bytes();
     out[..HEADER_LEN].copy_from_slice(&header);
     out
+}
+
+/// The header of the frame a buffer holds now, read with `pread`.
+pub fn header_of(buf: &DmaBuf) -> Result<Header, DemoError> {
+    let p = buf.plane(0).ok_or_else(|| DemoError::Protocol("a buffer without planes".into()))?;
+    let mut h = [0u8; HEADER_LEN];
+    read_exact_at(p.fd, p.offset, &mut h).map_err(|e| DemoError::Protocol(format!("reading a frame header: {e}")))?;
+    Ok(Header::from_bytes(&h))
 }
 
 /// Decoder to consumer or recorder.

@@ -116,6 +116,8 @@ pub enum DemoError {
     #[error(transparent)]
     Memfd(#[from] dmabridge_interop::dmabuf::MemfdError),
     #[error(transparent)]
+    Write(#[from] dmabridge_interop::dmabuf::WriteError),
+    #[error(transparent)]
     Vk(#[from] VkError),
     #[error(transparent)]
     Collection(#[from] dmabridge_interop::collection::CollectionError),

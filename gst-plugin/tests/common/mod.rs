@@ -40,3 +40,20 @@ pub fn dmabuf_buffer(bytes: &[u8]) -> gst::Buffer {
     buffer.get_mut().expect("a new buffer is writable").append_memory(mem);
     buffer
 }
+
+/// A pipeline from `gst-launch` syntax with an `appsrc` named `src` and an `appsink` named
+/// `sink`, set playing.
+pub struct Run {
+    pub pipeline: gst::Pipeline,
+    pub src: gst_app::AppSrc,
+    pub sink: gst_app::AppSink,
+}
+
+pub fn pipeline(description: &str) -> Run {
+    use gst::prelude::*;
+    let pipeline = gst::parse::launch(description).expect("pipeline").downcast::<gst::Pipeline>().expect("a pipeline");
+    let src = pipeline.by_name("src").expect("src").downcast::<gst_app::AppSrc>().expect("appsrc");
+    let sink = pipeline.by_name("sink").expect("sink").downcast::<gst_app::AppSink>().expect("appsink");
+    pipeline.set_state(gst::State::Playing).expect("playing");
+    Run { pipeline, src, sink }
+}

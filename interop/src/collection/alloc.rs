@@ -1,8 +1,9 @@
 //! Allocation is pluggable: the collection decides what to allocate ([`Reconciled`]), an
-//! [`Allocator`] makes it. [`SystemAllocator`] makes sealed memfds here; the engine brings
-//! a device allocator.
+//! [`Allocator`] makes it. [`SystemAllocator`] makes system memory here (dma-heap buffers
+//! where the kernel has a heap, sealed memfds elsewhere: [`SystemMemory`]); the engine
+//! brings a device allocator.
 
-use crate::dmabuf::{place, DmaBuf, PlacementError, PlacementRequest};
+use crate::dmabuf::{place, DmaBuf, PlacementError, PlacementRequest, SystemMemory};
 
 use super::attrs::Reconciled;
 use super::limits::MAX_BUFFERS;
@@ -28,34 +29,52 @@ pub enum AllocatorError {
     Other(String),
 }
 
+/// What the collection knows of its holders that is not in the reconciled list.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Holders {
+    /// Some holder will get read-only fds, so the memory must be one that can be reopened
+    /// read-only (a memfd can; a dma-buf cannot).
+    pub read_only: bool,
+}
+
 /// Makes a collection's buffers from its reconciled list: exactly `r.buffers` of them, each
 /// `r.format` at `r.width` x `r.height`, all laid out alike, honouring the list's
 /// alignments, min size and disjointness. The caller owns the returned buffers.
 ///
 /// Object-safe and `Send`, so a server thread can own a `Box<dyn Allocator>`.
 pub trait Allocator: Send {
-    fn allocate(&mut self, r: &Reconciled) -> Result<Vec<DmaBuf>, AllocatorError>;
+    fn allocate(&mut self, r: &Reconciled, holders: Holders) -> Result<Vec<DmaBuf>, AllocatorError>;
 }
 
 /// The alignment every mapping of a memfd has: its first byte starts a page.
 const PAGE: u64 = 4096;
 
-/// Sealed memfds in system memory, laid out by [`place`]: linear and the tiled layouts
-/// interop knows. Refuses device-local lists (a memfd is not device memory).
-#[derive(Debug, Clone, Default)]
+/// System memory ([`SystemMemory::detect`]: the system dma-heap, else sealed memfds), laid
+/// out by [`place`]: linear and the tiled layouts interop knows. Refuses device-local lists.
+/// A collection with a read-only holder gets memfds ([`SystemMemory::for_holders`]).
+#[derive(Debug, Clone)]
 pub struct SystemAllocator {
     /// Shown in `/proc/PID/fd` as each memfd's name.
     pub name: String,
+    /// Where the memory comes from.
+    pub memory: SystemMemory,
+}
+
+impl Default for SystemAllocator {
+    fn default() -> Self {
+        SystemAllocator::new("")
+    }
 }
 
 impl SystemAllocator {
+    /// An allocator of the system memory this kernel has.
     pub fn new(name: impl Into<String>) -> Self {
-        SystemAllocator { name: name.into() }
+        SystemAllocator { name: name.into(), memory: SystemMemory::detect() }
     }
 }
 
 impl Allocator for SystemAllocator {
-    fn allocate(&mut self, r: &Reconciled) -> Result<Vec<DmaBuf>, AllocatorError> {
+    fn allocate(&mut self, r: &Reconciled, holders: Holders) -> Result<Vec<DmaBuf>, AllocatorError> {
         if r.buffers > MAX_BUFFERS {
             return Err(AllocatorError::TooManyBuffers(r.buffers));
         }
@@ -76,11 +95,12 @@ impl Allocator for SystemAllocator {
             disjoint: r.disjoint,
         })?;
         let name = if self.name.is_empty() { "dmabridge-collection" } else { self.name.as_str() };
+        let (memory, why) = self.memory.clone().for_holders(holders.read_only);
         let mut out = Vec::with_capacity(r.buffers as usize);
         for _ in 0..r.buffers {
-            out.push(placement.allocate(name, r.format.fourcc, r.format.layout, r.width, r.height)?);
+            out.push(placement.allocate(&memory, name, r.format.fourcc, r.format.layout, r.width, r.height)?);
         }
-        tracing::debug!(buffers = out.len(), format = %r.format, width = r.width, height = r.height, "system allocation");
+        tracing::debug!(buffers = out.len(), format = %r.format, width = r.width, height = r.height, %memory, reason = why, "system allocation");
         Ok(out)
     }
 }

@@ -80,7 +80,7 @@ pub mod state;
 pub mod transport;
 pub mod wire;
 
-pub use alloc::{Allocator, AllocatorError, SystemAllocator};
+pub use alloc::{Allocator, AllocatorError, Holders, SystemAllocator};
 pub use attrs::{
     outputs_of, reconcile, validate, Attr, AttrConflict, Outputs, OutputsError, PlaneOutput, ReconcileOptions,
     Reconciled, ValidateFailure,

@@ -12,7 +12,7 @@ use tracing::{debug, info, warn};
 use crate::dmabuf::{DescriptorError, DmaBuf};
 use crate::negotiate::Participant;
 
-use super::alloc::Allocator;
+use super::alloc::{Allocator, Holders};
 use super::attrs::{describe, outputs_of, reconcile, validate_holder, AttrConflict, ReconcileOptions, Reconciled};
 use super::limits::{MAX_NAME_LEN, MAX_TOKENS};
 
@@ -354,7 +354,17 @@ impl Collection {
         let Bind::Bound(p) = &node.bind else {
             return self.progress();
         };
-        let conflicts = validate_holder(&set.reconciled, p, node.rights.read_only);
+        let mut conflicts = validate_holder(&set.reconciled, p, node.rights.read_only);
+        // A dma-buf cannot be reopened read-only: a read-only late joiner of dma-heap
+        // buffers would get fds it could write through, so it is refused instead.
+        let dma_bufs = set.buffers.iter().flat_map(|b| b.planes()).any(|pl| crate::sync::is_dma_buf(pl.fd).unwrap_or(false));
+        if node.rights.read_only && dma_bufs {
+            conflicts.push(super::attrs::AttrConflict {
+                participants: vec![p.name.clone()],
+                attribute: super::attrs::Attr::ReadOnly,
+                detail: "the buffers are dma-bufs, which have no read-only reopen (their access mode is fixed at export); fix: join with write rights, or allocate the collection with the read-only holder bound from the start (it then gets memfds)".into(),
+            });
+        }
         let name = p.name.clone();
         if let Some(n) = self.nodes.get_mut(&token) {
             if conflicts.is_empty() {
@@ -480,7 +490,9 @@ impl Collection {
         let Phase::Allocating(r) = &self.phase else {
             return self.progress();
         };
-        match allocator.allocate(r) {
+        // Holders that get read-only fds (by their rights, which a read-only list implies).
+        let read_only = self.nodes.values().any(|n| n.rights.read_only);
+        match allocator.allocate(r, Holders { read_only }) {
             Ok(b) => self.set_buffers(b).unwrap_or_else(|e| self.allocation_failed(&e.to_string())),
             Err(e) => self.allocation_failed(&e.to_string()),
         }

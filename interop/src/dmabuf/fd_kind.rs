@@ -198,17 +198,17 @@ pub fn classify(fd: BorrowedFd<'_>, trust: FdTrust) -> Result<FdClass, FdClassEr
 }
 
 /// The size of the file behind `fd` (borrowed), which [`classify`] put in `class`. Regular
-/// files report their size in `fstat`; a dma-buf is an anonymous inode whose size, fixed at
-/// export, only `lseek(SEEK_END)` reports. Seeking moves the offset shared by every dup of
-/// the fd, so it is put back.
+/// files report their size in `fstat`. A dma-buf's size, fixed at export, is what
+/// `lseek(SEEK_END)` reports: its `llseek` takes only offset 0 from `SEEK_SET` or `SEEK_END`
+/// (no `SEEK_CUR`), and some kernels leave its `fstat` size at 0. Its file position means
+/// nothing (it has no `read`), so it is put back at 0.
 pub fn file_size(fd: BorrowedFd<'_>, class: FdClass) -> io::Result<u64> {
     if class != FdClass::DmaBuf {
         let st = fstat(fd)?;
         return u64::try_from(st.st_size)
             .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "negative file size"));
     }
-    let here = seek(fd, SeekFrom::Current(0))?;
     let end = seek(fd, SeekFrom::End(0));
-    seek(fd, SeekFrom::Start(here))?;
+    seek(fd, SeekFrom::Start(0))?;
     Ok(end?)
 }

@@ -10,6 +10,8 @@
 //!   memfds sealed with `F_SEAL_SHRINK`, files the caller trusts) may be mapped; the others
 //!   are copied with `pread` ([`read_at`], [`CheckedImport::read_plane`]).
 //! - [`sealed_memfd`]: the one way to make a memfd, sealed so its size is final.
+//! - [`SystemMemory`]: where system-memory buffers come from: a dma-heap's real dma-bufs
+//!   ([`DmaHeap`], `/dev/dma_heap/system`) where the kernel has one, sealed memfds elsewhere.
 //! - [`wire`] and [`handoff`]: a versioned, length-checked message format and the
 //!   `SCM_RIGHTS` transport that carries descriptors (and "release buffer N") between
 //!   processes, each optionally with a fence.
@@ -17,7 +19,12 @@
 //!
 //! - [`place`]: the per-plane offsets, strides and sizes that honour a collection's
 //!   alignments and minimum size, and sealed memfds that hold them.
-//! - [`map`]: a read-only mapping of a checked, fixed-size plane, for the CPU copy path.
+//! - [`read_exact_at`], [`write_planes`], [`write_all_at`]: a buffer's bytes in and out,
+//!   with `pread`/`pwrite` for files and through a guarded mapping for dma-bufs (which have
+//!   neither); [`check_read_only`]: that a read-only holder's fds refuse writes.
+//! - [`map`]: mappings of fixed-size files, the CPU paths' one way into a dma-buf. Each holds
+//!   a [`CpuAccess`](crate::sync::CpuAccess): `DMA_BUF_IOCTL_SYNC` around the access, after a
+//!   bounded wait for the buffer's fences.
 //!
 //! Nothing else here maps a memfd or a dma-buf; everything else is `fstat`, `fcntl`,
 //! `pread` and socket calls.
@@ -26,10 +33,12 @@ mod checks;
 mod descriptor;
 pub mod fd_kind;
 pub mod handoff;
+pub mod heap;
 pub mod map;
 pub mod memfd;
 pub mod placement;
 pub mod pread;
+pub mod pwrite;
 pub mod wire;
 
 pub use checks::{
@@ -37,10 +46,12 @@ pub use checks::{
     ImportFacts, ImportLimits, ImportOptions,
 };
 pub use fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, FileKind, NotFixedReason};
+pub use heap::{DmaHeap, HeapError, SystemMemory, SYSTEM_HEAP};
 pub use map::{MapError, PlaneMap};
 pub use placement::{place, PlacedPlane, Placement, PlacementError, PlacementRequest};
 pub use memfd::{sealed_memfd, sealed_memfd_of_size, MemfdError, MEMFD_SEALS};
 pub use pread::{read_at, read_exact_at, ReadError};
+pub use pwrite::{check_read_only, write_all_at, write_planes, NotReadOnly, WriteError};
 pub use descriptor::{
     BufferIdentity, DescriptorError, DmaBuf, FileId, PlaneDesc, PlaneIdentity, PlaneRef, MAX_PLANES,
 };

@@ -19,7 +19,7 @@
 use std::os::fd::OwnedFd;
 
 use super::descriptor::{DescriptorError, DmaBuf, PlaneDesc, MAX_PLANES};
-use super::memfd::{sealed_memfd_of_size, MemfdError};
+use super::heap::{HeapError, SystemMemory};
 use crate::tiling::{tiled_size, TilingError};
 use crate::{Fourcc, Layout, TileLayout};
 
@@ -78,9 +78,9 @@ pub enum PlacementError {
     /// A size or offset does not fit in 64 bits.
     #[error("the layout's sizes overflow 64 bits")]
     Overflow,
-    /// Making a memfd failed.
+    /// The memory could not be had (a dma-heap allocation, a memfd).
     #[error(transparent)]
-    Memfd(#[from] MemfdError),
+    Memory(#[from] HeapError),
     /// The descriptor refused the planes (it owns the fds by then, and closed them).
     #[error(transparent)]
     Descriptor(#[from] DescriptorError),
@@ -140,12 +140,14 @@ pub fn place(req: &PlacementRequest) -> Result<Placement, PlacementError> {
 }
 
 impl Placement {
-    /// Sealed memfds of the placement's sizes (zeroed), described as `fourcc`/`layout` at
-    /// `width`x`height` (`Layout::Implicit` stays implicit: the chain had no explicit
-    /// modifier, so none is claimed). The returned descriptor owns every fd; a failure closes the ones
-    /// made so far. `name` shows in `/proc/PID/fd`.
+    /// Zeroed files of the placement's sizes from `memory` (dma-heap buffers or sealed
+    /// memfds), described as `fourcc`/`layout` at `width`x`height` (`Layout::Implicit` stays
+    /// implicit: the chain had no explicit modifier, so none is claimed). The returned
+    /// descriptor owns every fd; a failure closes the ones made so far. `name` shows in
+    /// `/proc/PID/fd` for memfds.
     pub fn allocate(
         &self,
+        memory: &SystemMemory,
         name: &str,
         fourcc: Fourcc,
         layout: Layout,
@@ -158,7 +160,7 @@ impl Placement {
         let files: Vec<OwnedFd> = self
             .object_sizes
             .iter()
-            .map(|&size| sealed_memfd_of_size(name, size))
+            .map(|&size| memory.alloc(name, size))
             .collect::<Result<_, _>>()?;
         let mut descs = Vec::with_capacity(self.planes.len());
         for p in &self.planes {
@@ -213,7 +215,7 @@ mod tests {
         let p = place(&r).unwrap();
         assert_eq!(p.object_sizes, vec![10_000, 10_000]);
         assert_eq!((p.planes[1].object, p.planes[1].offset), (1, 0));
-        let buf = p.allocate("t", Fourcc::NV12, Layout::Implicit, 64, 64).unwrap();
+        let buf = p.allocate(&SystemMemory::Memfd, "t", Fourcc::NV12, Layout::Implicit, 64, 64).unwrap();
         assert!(buf.disjoint());
         assert_eq!(buf.layout(), Layout::Implicit);
         assert_eq!(rustix::fs::fstat(buf.plane(1).unwrap().fd).unwrap().st_size, 10_000);

@@ -1,15 +1,24 @@
-//! Reading a file that may shrink: `pread` into memory the caller owns, never a mapping.
+//! Reading a buffer's bytes into memory the caller owns: with `pread` for regular files
+//! (memfds, files), through a guarded mapping for dma-bufs.
 //!
 //! A mapping of a file that its sender truncates faults (SIGBUS) on the next touch of a page
 //! past the new end; `pread` instead returns fewer bytes, which is reported here as
 //! [`ReadError::ShortRead`]. This is the copy path for fds that are not fixed-size
 //! ([`FdClass::Shrinkable`](super::FdClass::Shrinkable)): what it returns is a private copy
 //! that no one else can change or shrink.
+//!
+//! A dma-buf has no `read` or `pread` (`ESPIPE`), but its size is fixed at export, so it is
+//! mapped read-only for the copy, inside a [`CpuAccess`](crate::sync::CpuAccess) bracket
+//! that waits (at most [`CPU_ACCESS_TIMEOUT`]) for its fences.
 
 use std::io;
 use std::os::fd::BorrowedFd;
 
 use rustix::io::{pread, Errno};
+
+use super::fd_kind::FdTrust;
+use super::map::{MapError, PlaneMap};
+use crate::sync::{is_dma_buf, SyncAccess, CPU_ACCESS_TIMEOUT};
 
 /// Why a read failed. Nothing read so far is returned; the caller's buffer holds garbage.
 #[derive(Debug, thiserror::Error)]
@@ -29,6 +38,9 @@ pub enum ReadError {
     /// `pread` failed (the fd is not readable, not a file that supports it, ...).
     #[error("pread at byte {at} failed: {source}")]
     Io { at: u64, source: io::Error },
+    /// A dma-buf could not be mapped for the copy, or its fences did not signal in time.
+    #[error("reading the dma-buf: {0}")]
+    Map(#[from] MapError),
 }
 
 /// Fills all of `dst` from `fd` (borrowed) starting at byte `offset`. The file's offset is
@@ -39,6 +51,17 @@ pub fn read_exact_at(fd: BorrowedFd<'_>, offset: u64, dst: &mut [u8]) -> Result<
         .checked_add(len)
         .filter(|&end| end <= i64::MAX as u64)
         .ok_or(ReadError::Overflow { offset, len })?;
+    if is_dma_buf(fd).map_err(|source| ReadError::Io { at: offset, source })? {
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let map = PlaneMap::of_file(fd, offset, len, SyncAccess::Read, FdTrust::Untrusted, CPU_ACCESS_TIMEOUT).map_err(|e| match e {
+            MapError::OutOfFile { file_size, .. } => ReadError::ShortRead { wanted_end, end_of_file: file_size.max(offset) },
+            e => ReadError::Map(e),
+        })?;
+        dst.copy_from_slice(map.bytes());
+        return Ok(());
+    }
     let mut done = 0usize;
     while let Some(rest) = dst.get_mut(done..).filter(|r| !r.is_empty()) {
         // done <= dst.len(), so this is at most wanted_end.

@@ -16,7 +16,12 @@
 //! - [`SyncMethod::CpuWait`] (`"cpu-wait"`): the producer waits on the CPU for its GPU work
 //!   before it sends the buffer, and the consumer's release message is the release. Always
 //!   possible between two dmabridge processes, so every [`SyncMethods`] contains it.
+//!
+//! A CPU that touches a mapped dma-buf takes part too: [`CpuAccess`] brackets the access
+//! with `DMA_BUF_IOCTL_SYNC` (cache maintenance, and the wait for the buffer's fences, with a
+//! timeout).
 
+pub mod cpu_access;
 mod dma_buf_ioctl;
 mod wait;
 
@@ -28,7 +33,8 @@ pub use dma_buf_ioctl::{
     DMA_BUF_IOCTL_EXPORT_SYNC_FILE, DMA_BUF_IOCTL_IMPORT_SYNC_FILE, DMA_BUF_SYNC_READ,
     DMA_BUF_SYNC_WRITE,
 };
-pub use wait::{poll_readable, wait_sync_file, WaitError, SYNC_IOC_FILE_INFO};
+pub use cpu_access::{is_dma_buf, CpuAccess, CpuAccessError, CPU_ACCESS_TIMEOUT, DMA_BUF_IOCTL_SYNC};
+pub use wait::{poll_for, poll_readable, wait_sync_file, WaitError, SYNC_IOC_FILE_INFO};
 
 /// One way to synchronise access to a shared buffer (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]

@@ -68,6 +68,13 @@ pub fn wait_sync_file(fence: BorrowedFd<'_>, timeout: Duration) -> Result<(), Wa
 /// Waits up to `timeout` for `fd` (borrowed) to poll readable: the wait of
 /// [`wait_sync_file`] without its check that the fd is a fence.
 pub fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> Result<(), WaitError> {
+    poll_for(fd, PollFlags::IN, timeout)
+}
+
+/// Waits up to `timeout` for `fd` (borrowed) to report `ready` (`POLLIN` or `POLLOUT`): a
+/// sync_file is readable once its fence signalled; a dma-buf is readable once its write
+/// fences did, and writable once all its fences did.
+pub fn poll_for(fd: BorrowedFd<'_>, ready: PollFlags, timeout: Duration) -> Result<(), WaitError> {
     let deadline = Instant::now().checked_add(timeout);
     loop {
         let left = deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
@@ -75,14 +82,14 @@ pub fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> Result<(), WaitEr
             tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
             tv_nsec: left.subsec_nanos().into(),
         };
-        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        let mut fds = [PollFd::new(&fd, ready)];
         match poll(&mut fds, Some(&ts)) {
             Ok(0) => return Err(WaitError::Timeout { timeout }),
             Ok(_) => {
                 let r = fds[0].revents();
                 return if r.contains(PollFlags::NVAL) {
                     Err(WaitError::NotOpen)
-                } else if r.contains(PollFlags::IN) {
+                } else if r.intersects(ready) {
                     Ok(())
                 } else if r.contains(PollFlags::ERR) {
                     Err(WaitError::ErrorCondition)

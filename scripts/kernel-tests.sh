@@ -1,0 +1,102 @@
+#!/usr/bin/env bash
+# The `kernel` test configuration, run inside the kernel lab (scripts/lab.sh) by test.sh:
+# a real Linux with /dev/udmabuf, /dev/dma_heap/system, sync_file and vgem, lavapipe with no
+# emulation, the validation layer on in every Vulkan test.
+#
+#   scripts/kernel-tests.sh LIST
+#
+# LIST has one test binary a line, "NAME KIND EXECUTABLE PACKAGE_DIR", as test.sh writes it
+# from `cargo test --no-run --message-format=json`; each runs in its package's directory as
+# `cargo test` would run it. Then the two examples, the C ABI's programs and `dmabridge demo`
+# run as test.sh runs them elsewhere. Exits 1 if anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+LIST="${1:?usage: scripts/kernel-tests.sh LIST}"
+export DMABRIDGE_TEST_CONFIG=kernel
+# lavapipe compiles the same shaders in every process: a cache on the work tree is shared by
+# all of them (and by the next run).
+export MESA_SHADER_CACHE_DIR="$PWD/target/lab/mesa-shader-cache"
+mkdir -p "$MESA_SHADER_CACHE_DIR"
+
+# Not run here, and why. Everything else is.
+declare -A SKIP=(
+    [present]="needs an X server (Xvfb); no fd reaches the kernel that the other configurations do not cover"
+    [wayland]="needs the test Weston; the linux-dmabuf sink's memfds are covered elsewhere"
+    [pipelines]="gst-launch conversions of files against videoconvert: no dma-buf (the element's dma-buf input is dmabuf_input and dma_drm)"
+    [bench_report]="renders the benchmark report in Chromium: no fd"
+    [gstreamer_reference]="the CPU reference against GStreamer's videoconvert: no fd"
+)
+# Single tests left out of a binary that runs, and why (cargo test --skip).
+declare -A SKIP_TESTS=(
+    [demo]="bench_json_follows_the_contract bench_report"
+)
+
+failed=()
+passed=0
+total_failed=0
+ignored=0
+run_binary() {
+    local name="$1" kind="$2" exe="$3" dir="$4"
+    local skips=()
+    for t in ${SKIP_TESTS[$name]:-}; do skips+=(--skip "$t"); done
+    echo "     Running $kind $name ($exe)"
+    local log
+    log=$(mktemp)
+    (cd "$dir" && "$exe" --test-threads=2 -q "${skips[@]}") 2>&1 | tee "$log"
+    local rc=${PIPESTATUS[0]}
+    local line
+    line=$(grep -E '^test result:' "$log" | tail -1)
+    local p f i
+    p=$(sed -n 's/.* \([0-9]\+\) passed.*/\1/p' <<<"$line"); f=$(sed -n 's/.* \([0-9]\+\) failed.*/\1/p' <<<"$line"); i=$(sed -n 's/.* \([0-9]\+\) ignored.*/\1/p' <<<"$line")
+    passed=$((passed + ${p:-0})); total_failed=$((total_failed + ${f:-0})); ignored=$((ignored + ${i:-0}))
+    rm -f "$log"
+    if [ "$rc" -ne 0 ]; then
+        failed+=("$kind $name (exit $rc)")
+        [ -n "$f" ] || total_failed=$((total_failed + 1))
+    fi
+}
+
+start=$(date +%s)
+while read -r name kind exe dir; do
+    [ -n "$name" ] || continue
+    if [ -n "${SKIP[$name]:-}" ]; then
+        echo "     Skipping $kind $name: ${SKIP[$name]}"
+        continue
+    fi
+    run_binary "$name" "$kind" "$exe" "$dir"
+done <"$LIST"
+
+other() { # NAME CMD...: one program that is not a test binary
+    local name="$1"; shift
+    echo "--- $name"
+    if "$@"; then
+        passed=$((passed + 1))
+    else
+        failed+=("$name (exit $?)"); total_failed=$((total_failed + 1))
+    fi
+}
+for example in embed_host_device video_pipeline; do
+    other "example $example" env DMABRIDGE_VALIDATION=1 "target/debug/examples/$example"
+done
+other "C ABI (tests/c/capi_test.c)" env DMABRIDGE_VALIDATION=1 LD_LIBRARY_PATH="$PWD/target/debug" target/c/capi_test
+other "C ABI on the host's own device (tests/c/capi_host_test.c)" env DMABRIDGE_VALIDATION=1 LD_LIBRARY_PATH="$PWD/target/debug" target/c/capi_host_test
+demo_out="$TMPDIR/demo-out"
+other "dmabridge demo (both modes, 120 frames, validation on)" target/debug/dmabridge demo --validation --frames 120 --out "$demo_out"
+if [ -f "$demo_out/summary.json" ]; then
+    other "dmabridge demo synchronised by sync-file, every frame verified, no fd leaked" /usr/bin/python3 - "$demo_out/summary.json" <<'PY'
+import json, sys
+s = json.load(open(sys.argv[1]))
+modes = {k: v for k, v in s.items() if isinstance(v, dict) and v.get("available") is True}
+for k, m in modes.items():
+    print(f'  {k}: {m["verified_frames"]}/{m["frames"]} verified, sync {m.get("sync")}')
+print(f'  leaked fds: {s.get("leaked_fds")}')
+bad = [k for k, m in modes.items() if m.get("sync") != "sync-file" or m["verified_frames"] != m["frames"]]
+sys.exit(1 if bad or len(modes) != 2 or s.get("leaked_fds") != 0 else 0)
+PY
+fi
+
+echo "kernel configuration: $passed passed; $total_failed failed; $ignored ignored ($(( $(date +%s) - start ))s in the lab)"
+if [ ${#failed[@]} -gt 0 ]; then
+    printf 'FAILED in the kernel configuration: %s\n' "${failed[@]}"
+    exit 1
+fi

@@ -1,0 +1,57 @@
+#!/bin/busybox sh
+# The kernel lab's /init (scripts/lab.sh puts it in the initramfs): reaches the host over 9p,
+# loads the modules the job asks for, and runs the job's command chrooted into the host's
+# read-only root, then writes its exit status where lab.sh reads it and powers off.
+/bin/busybox --install -s /bin
+export PATH=/bin
+
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+
+V9P="trans=virtio,version=9p2000.L,msize=512000"
+fail() {
+    echo "lab-init: $*"
+    if [ -d /job/. ] && mountpoint -q /job; then
+        echo "$*" >/job/setup-error
+        echo setup >/job/rc
+    fi
+    sync
+    poweroff -f
+}
+
+for m in netfs 9pnet 9pnet_virtio 9p; do
+    insmod "/lib/modules/$m.ko" || fail "insmod $m.ko failed"
+done
+mkdir -p /job
+mount -t 9p -o "$V9P" labjob /job || fail "mounting the job directory (9p tag labjob) failed"
+# The host's root does not change under the guest: its pages may be cached.
+mount -t 9p -o "$V9P,cache=loose,ro" hostroot /host || fail "mounting the host's root (9p tag hostroot) failed"
+
+while read -r ko; do
+    [ -n "$ko" ] || continue
+    insmod "/host$ko" || fail "insmod $ko failed"
+done </job/modules
+
+mount -t proc proc /host/proc || fail "mounting /proc failed"
+mount -t sysfs sys /host/sys || fail "mounting /sys failed"
+mount -t devtmpfs dev /host/dev || fail "mounting /dev failed"
+mkdir -p /host/dev/pts /host/dev/shm
+mount -t devpts devpts /host/dev/pts
+mount -t tmpfs -o mode=1777 shm /host/dev/shm
+mount -t tmpfs -o mode=1777 tmp /host/tmp || fail "mounting /tmp failed"
+mount -t tmpfs -o mode=755 run /host/run || fail "mounting /run failed"
+mkdir -p /host/run/lab
+mount -o bind /job /host/run/lab || fail "binding the job directory failed"
+i=0
+while read -r d; do
+    [ -n "$d" ] || continue
+    # Writable, and written by both sides of a test (fds, files): no caching.
+    mount -t 9p -o "$V9P,cache=mmap" "labrw$i" "/host$d" || fail "mounting $d writable (9p tag labrw$i) failed"
+    i=$((i + 1))
+done </job/rw
+
+chroot /host /bin/bash /run/lab/run.sh >/job/stdout 2>/job/stderr </dev/null
+echo $? >/job/rc.tmp && mv /job/rc.tmp /job/rc
+sync
+poweroff -f

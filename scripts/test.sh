@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine: provisions (idempotent), then runs
-# every test twice against the real lavapipe:
+# the tests in three configurations against the real lavapipe:
 #   1. plain: no udmabuf, so no modifier extension and no DMA_BUF export;
-#   2. with the udmabuf emulation preloaded (or the real /dev/udmabuf where there is one).
+#   2. with the udmabuf emulation preloaded (or the real /dev/udmabuf where there is one);
+#   3. kernel: inside Linux itself (scripts/lab.sh: Debian's 6.12 under QEMU), with a real
+#      udmabuf, the system dma-heap, sync_file and vgem, and no emulation
+#      (scripts/kernel-tests.sh says which test binaries run there, and why the rest do not).
 # DMABRIDGE_TEST_CONFIG tells the tests which configuration they are in, so they can
 # assert what the device must report there. Every Vulkan test enables the validation layer.
+# The last line counts each configuration's tests separately.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -35,21 +39,68 @@ gcc -Wall -Wextra -Werror -Iinclude tests/c/capi_host_test.c -Ltarget/debug -ldm
 
 # The examples embedders copy from, run as they are documented, with validation on; and
 # the C program, under the validation layer too.
+# Each program runs with the validation layer (and the C ABI's library) in a subshell, so
+# that CMD may be a function (with_udmabuf). Its verdict is a line of its own ("program
+# ok: ..." or "program FAILED: ..."); a failure does not stop the others.
 run_examples() {
+    local rc=0
+    program() {
+        local name="$1"; shift
+        echo "--- $name"
+        if (export DMABRIDGE_VALIDATION=1 LD_LIBRARY_PATH="$PWD/target/debug"; "$@"); then
+            echo "program ok: $name"
+        else
+            echo "program FAILED: $name"; rc=1
+        fi
+    }
     for example in embed_host_device video_pipeline; do
-        echo "--- example $example"
-        DMABRIDGE_VALIDATION=1 "$@" "target/debug/examples/$example"
+        program "example $example" "$@" "target/debug/examples/$example"
     done
-    echo "--- C ABI (tests/c/capi_test.c)"
-    DMABRIDGE_VALIDATION=1 LD_LIBRARY_PATH="$PWD/target/debug" "$@" target/c/capi_test
-    echo "--- C ABI on the host's own device (tests/c/capi_host_test.c)"
-    DMABRIDGE_VALIDATION=1 LD_LIBRARY_PATH="$PWD/target/debug" "$@" target/c/capi_host_test
+    program "C ABI (tests/c/capi_test.c)" "$@" target/c/capi_test
+    program "C ABI on the host's own device (tests/c/capi_host_test.c)" "$@" target/c/capi_host_test
+    return $rc
 }
 
-echo "=== configuration 1/2: plain lavapipe (no udmabuf) ==="
-DMABRIDGE_TEST_CONFIG=plain cargo test --workspace --quiet -- --test-threads=2
-DMABRIDGE_TEST_CONFIG=plain run_examples env
+LOGS=target/test-logs
+rm -rf "$LOGS" && mkdir -p "$LOGS"
+FAILED=()
+# Runs one configuration's step, its output also kept in $LOGS/NAME.log for the summary.
+step() {
+    local name="$1"; shift
+    if ! "$@" 2>&1 | tee -a "$LOGS/$name.log"; then
+        FAILED+=("$name")
+    fi
+}
+# "N passed, M failed, K ignored" over every libtest summary line of a log, plus the
+# programs (examples, C tests) that ran.
+count() {
+    awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p += $(i-1); if ($(i) ~ /^failed/) f += $(i-1); if ($(i) ~ /^ignored/) g += $(i-1) } }
+         /^program ok: / { programs++ }
+         END { printf "%d passed, %d failed, %d ignored, %d programs", p, f, g, programs }' "$LOGS/$1.log" 2>/dev/null
+}
 
-echo "=== configuration 2/2: udmabuf ($( [ -e /dev/udmabuf ] && echo real || echo emulation )) ==="
-with_udmabuf cargo test --workspace --quiet -- --test-threads=2
-run_examples with_udmabuf
+echo "=== configuration 1/3: plain lavapipe (no udmabuf) ==="
+step plain env DMABRIDGE_TEST_CONFIG=plain cargo test --workspace --quiet -- --test-threads=2
+step plain run_examples env DMABRIDGE_TEST_CONFIG=plain
+
+echo "=== configuration 2/3: udmabuf ($( [ -e /dev/udmabuf ] && echo real || echo emulation )) ==="
+step udmabuf with_udmabuf cargo test --workspace --quiet -- --test-threads=2
+step udmabuf run_examples with_udmabuf
+
+echo "=== configuration 3/3: kernel (Linux in the lab, scripts/lab.sh) ==="
+# The test binaries cargo built above, with the directory each runs in.
+cargo test --workspace --no-run --message-format=json 2>/dev/null | /usr/bin/python3 -c '
+import json, os, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
+        print(m["target"]["name"], m["target"]["kind"][0], m["executable"], os.path.dirname(m["manifest_path"]))
+' >target/lab-tests.list
+step kernel scripts/lab.sh --modules vgem --timeout "${DMABRIDGE_LAB_TIMEOUT:-2700}" -- scripts/kernel-tests.sh target/lab-tests.list
+
+kernel_line=$(grep -E '^kernel configuration:' "$LOGS/kernel.log" | tail -1 | sed 's/^kernel configuration: //')
+echo "summary: plain: $(count plain) | udmabuf: $(count udmabuf) | kernel: ${kernel_line:-did not finish (see above)}"
+if [ ${#FAILED[@]} -gt 0 ]; then
+    echo "FAILED: ${FAILED[*]}" >&2
+    exit 1
+fi

@@ -268,7 +268,7 @@ fn test_written_layout_reads_the_same_through_gles_and_vulkan() {
             LINEAR,
             W,
             H,
-            vec![PlaneDesc { fd: common::memfd_with(&file), offset: offset as u64, stride: stride as u64 }],
+            vec![PlaneDesc { fd: common::dmabuf_with(&file), offset: offset as u64, stride: stride as u64 }],
         )
         .expect("descriptor");
 
@@ -394,7 +394,7 @@ fn egl_import_and_export_cycles_leak_no_fds() {
         LINEAR,
         w,
         h,
-        vec![PlaneDesc { fd: common::memfd_with(&packed), offset: 0, stride: u64::from(w) * 4 }],
+        vec![PlaneDesc { fd: common::dmabuf_with(&packed), offset: 0, stride: u64::from(w) * 4 }],
     )
     .expect("descriptor");
     let source = gles.texture(GL_RGBA, w, h, Some(&packed));

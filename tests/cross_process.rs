@@ -49,7 +49,7 @@ fn a_descriptor_crosses_a_process_boundary_and_comes_back() {
             }
         }
         written = DmaBuf::new(Fourcc::ABGR8888, Layout::Explicit(Modifier::LINEAR), w, h, vec![PlaneDesc {
-            fd: common::memfd_with(&file),
+            fd: common::dmabuf_with(&file),
             offset: offset as u64,
             stride: stride as u64,
         }])

@@ -22,7 +22,7 @@ const SAMPLE_AND_READ: vk::ImageUsageFlags =
     vk::ImageUsageFlags::from_raw(vk::ImageUsageFlags::SAMPLED.as_raw() | vk::ImageUsageFlags::TRANSFER_SRC.as_raw());
 
 fn ar24(file: &[u8], w: u32, h: u32, offset: u64, stride: u64, layout: Layout) -> DmaBuf {
-    DmaBuf::new(Fourcc::ARGB8888, layout, w, h, vec![PlaneDesc { fd: common::memfd_with(file), offset, stride }])
+    DmaBuf::new(Fourcc::ARGB8888, layout, w, h, vec![PlaneDesc { fd: common::dmabuf_with(file), offset, stride }])
         .expect("descriptor")
 }
 
@@ -36,7 +36,7 @@ fn hostile_layouts_never_reach_the_driver() {
     let page = vec![0u8; 4096];
     let cases: Vec<Case> = vec![
         ("unknown fourcc", DmaBuf::new(Fourcc::from_bytes(*b"ZZZZ"), LINEAR, 4, 4, vec![PlaneDesc {
-            fd: common::memfd_with(&page), offset: 0, stride: 16 }]).expect("descriptor"),
+            fd: common::dmabuf_with(&page), offset: 0, stride: 16 }]).expect("descriptor"),
             |e| matches!(e, ImportError::UnknownFourcc(_))),
         ("past the end of the fd", ar24(&page, 32, 33, 0, 128, LINEAR),
             |e| matches!(e, ImportError::Check(ImportCheckError::PastEndOfFd { .. }))),
@@ -88,7 +88,7 @@ fn the_cache_imports_a_recycled_buffer_once_and_follows_its_contents() {
     let engine = common::engine();
     let (w, h) = (8u32, 4u32);
     let first = common::pattern((w * h * 4) as usize, 10);
-    let fd = common::memfd_with(&first);
+    let fd = common::dmabuf_with(&first);
     let buf = DmaBuf::new(Fourcc::ARGB8888, LINEAR, w, h, vec![PlaneDesc { fd, offset: 0, stride: (w * 4) as u64 }])
         .expect("descriptor");
     let mut cache = ImportCache::new(&engine, 2);
@@ -101,7 +101,7 @@ fn the_cache_imports_a_recycled_buffer_once_and_follows_its_contents() {
         if frame == 10 {
             // The producer writes a new frame into the same memory.
             let fresh = common::pattern((w * h * 4) as usize, 11);
-            rustix::io::pwrite(buf.plane(0).expect("plane").fd, &fresh, 0).expect("write");
+            dmabridge::interop::dmabuf::write_all_at(buf.plane(0).expect("plane").fd, 0, &fresh).expect("write");
             let image = cache.import(buf.try_clone().expect("dup"), SAMPLE_AND_READ).expect("hit");
             assert_eq!(image.read_back().expect("read"), fresh, "a hit shows the producer's latest frame");
         } else if frame == 0 {

@@ -79,7 +79,7 @@ fn a_mutable_export_with_an_srgb_view_imports_back_clean() {
             // Plain lavapipe exports no DMA_BUF; a buffer it imports for the same use goes
             // through the copy path, whose device image has the use too.
             let bytes = common::pattern((w * h * 4) as usize, 7);
-            let buf = DmaBuf::new(Fourcc::ABGR8888, LINEAR, w, h, vec![PlaneDesc { fd: common::memfd_with(&bytes), offset: 0, stride: u64::from(w) * 4 }])
+            let buf = DmaBuf::new(Fourcc::ABGR8888, LINEAR, w, h, vec![PlaneDesc { fd: common::dmabuf_with(&bytes), offset: 0, stride: u64::from(w) * 4 }])
                 .expect("descriptor");
             let image = b.import_dmabuf(&buf, use_).expect("import for the use");
             assert_eq!(image.path(), ImportPath::BufferCopy);
@@ -140,7 +140,7 @@ fn a_use_wider_than_the_negotiated_one_is_a_typed_error() {
         exported.dmabuf().expect("a dma-buf").try_clone().expect("dup")
     } else {
         let bytes = vec![0u8; (w * h * 4) as usize];
-        DmaBuf::new(Fourcc::ABGR8888, LINEAR, w, h, vec![PlaneDesc { fd: common::memfd_with(&bytes), offset: 0, stride: u64::from(w) * 4 }]).expect("descriptor")
+        DmaBuf::new(Fourcc::ABGR8888, LINEAR, w, h, vec![PlaneDesc { fd: common::dmabuf_with(&bytes), offset: 0, stride: u64::from(w) * 4 }]).expect("descriptor")
     };
 
     // A compositor negotiated for sampling cannot import it for storage, or as mutable.
@@ -171,7 +171,7 @@ fn disjoint_is_the_layouts_on_import_and_refused_on_export() {
     }
     // One fd: the import is not disjoint whatever the use says.
     let bytes = common::pattern(16 * 16 * 4, 9);
-    let buf = DmaBuf::new(Fourcc::ABGR8888, LINEAR, 16, 16, vec![PlaneDesc { fd: common::memfd_with(&bytes), offset: 0, stride: 64 }]).expect("descriptor");
+    let buf = DmaBuf::new(Fourcc::ABGR8888, LINEAR, 16, 16, vec![PlaneDesc { fd: common::dmabuf_with(&bytes), offset: 0, stride: 64 }]).expect("descriptor");
     let image = engine
         .import_dmabuf(&buf, ImageUse::new(vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC).with_create(vk::ImageCreateFlags::DISJOINT))
         .expect("import");

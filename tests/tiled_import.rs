@@ -33,7 +33,7 @@ fn tiled_dmabuf_in(layout: TileLayout, fourcc: Fourcc, (w, h): (u32, u32), linea
     }
     let modifier = layout.modifier().expect("a layout with a DRM modifier");
     let fd = if sealed {
-        common::memfd_with(&file)
+        common::dmabuf_with(&file)
     } else {
         let fd = rustix::fs::memfd_create("dmabridge-test-unsealed", rustix::fs::MemfdFlags::CLOEXEC).expect("memfd");
         std::fs::File::from(fd.try_clone().expect("dup")).write_all(&file).expect("write");

@@ -30,7 +30,7 @@ fn ar24_with_padded_stride_and_offset_reads_back_exactly() {
     let packed = common::pattern(w * h * 4, 1);
     let mut file = vec![0xEEu8; offset + stride * h];
     common::place_rows(&mut file, &packed, w * 4, h, offset, stride);
-    let fd = common::memfd_with(&file);
+    let fd = common::dmabuf_with(&file);
     let buf = DmaBuf::new(Fourcc::ARGB8888, LINEAR, w as u32, h as u32, vec![PlaneDesc {
         fd,
         offset: offset as u64,
@@ -55,7 +55,7 @@ fn nv12_in_one_fd_with_a_gap_between_planes() {
     let mut file = vec![0x11u8; uv_offset + stride * (h / 2)];
     common::place_rows(&mut file, &y, w, h, 0, stride);
     common::place_rows(&mut file, &uv, w, h / 2, uv_offset, stride);
-    let fd = common::memfd_with(&file);
+    let fd = common::dmabuf_with(&file);
     let buf = DmaBuf::in_one_file(Fourcc::NV12, LINEAR, w as u32, h as u32, fd, &[
         (0, stride as u64),
         (uv_offset as u64, stride as u64),
@@ -79,8 +79,8 @@ fn nv12_with_one_fd_per_plane() {
     let y = common::pattern(w * h, 4);
     let uv = common::pattern(w * (h / 2), 5);
     let buf = DmaBuf::new(Fourcc::NV12, LINEAR, w as u32, h as u32, vec![
-        PlaneDesc { fd: common::memfd_with(&y), offset: 0, stride: w as u64 },
-        PlaneDesc { fd: common::memfd_with(&uv), offset: 0, stride: w as u64 },
+        PlaneDesc { fd: common::dmabuf_with(&y), offset: 0, stride: w as u64 },
+        PlaneDesc { fd: common::dmabuf_with(&uv), offset: 0, stride: w as u64 },
     ])
     .expect("descriptor");
     assert!(buf.disjoint(), "two files, told apart by dev+inode");

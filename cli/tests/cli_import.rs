@@ -8,8 +8,8 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::{Command, Output};
 
 fn inheritable(bytes: &[u8]) -> OwnedFd {
-    // memfd_with sets CLOEXEC; a dup does not carry it, so the child inherits the dup.
-    rustix::io::dup(common::memfd_with(bytes)).expect("dup")
+    // dmabuf_with sets CLOEXEC; a dup does not carry it, so the child inherits the dup.
+    rustix::io::dup(common::dmabuf_with(bytes)).expect("dup")
 }
 
 fn import(args: &[String]) -> Output {

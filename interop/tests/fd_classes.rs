@@ -28,12 +28,22 @@ fn unsealed_memfd(size: u64) -> OwnedFd {
 
 /// A regular file of `size` bytes in `dir`, removed from the directory at once (the fd keeps
 /// it alive).
-fn regular_file(dir: &std::path::Path, size: u64) -> OwnedFd {
+/// A regular file of `size` bytes in `dir`, and the guard that removes it. It stays linked
+/// while the test uses it: over 9p (the kernel lab's work tree) `fstatfs` of an unlinked
+/// file fails with `ENOENT`, which `classify` reports as a typed error, not a class.
+fn regular_file(dir: &std::path::Path, size: u64) -> (OwnedFd, Unlink) {
     let path = dir.join(format!("dmabridge-fd-classes-{}-{size}", std::process::id()));
     let mut f = std::fs::File::options().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
     f.write_all(&vec![7u8; size as usize]).unwrap();
-    std::fs::remove_file(&path).unwrap();
-    f.into()
+    (f.into(), Unlink(path))
+}
+
+struct Unlink(std::path::PathBuf);
+
+impl Drop for Unlink {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
 }
 
 fn ar24(fd: OwnedFd) -> DmaBuf {
@@ -91,7 +101,8 @@ fn a_regular_file_is_fixed_size_only_when_trusted() {
         dirs.push(("/dev/shm".into(), Some(NotFixedReason::MissingSealShrink)));
     }
     for (dir, reason) in dirs {
-        let buf = ar24(regular_file(&dir, SIZE));
+        let (fd, _unlink) = regular_file(&dir, SIZE);
+        let buf = ar24(fd);
         let class = check_import(&buf, &device()).unwrap().planes()[0].class;
         let FdClass::Shrinkable(why) = class else { panic!("{}: {class:?}", dir.display()) };
         if let Some(r) = reason {
@@ -103,7 +114,7 @@ fn a_regular_file_is_fixed_size_only_when_trusted() {
         assert!(trusted.zero_copy_safe());
     }
     // The disk file's reason is that it cannot be sealed at all.
-    let fd = regular_file(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), 16);
+    let (fd, _unlink) = regular_file(std::path::Path::new(env!("CARGO_TARGET_TMPDIR")), 16);
     let class = classify(fd.as_fd(), FdTrust::Untrusted).unwrap();
     assert!(matches!(class, FdClass::Shrinkable(_)), "{class:?}");
 }

@@ -74,6 +74,26 @@ pub fn memfd_with(bytes: &[u8]) -> OwnedFd {
     dmabridge::interop::dmabuf::sealed_memfd("dmabridge-test", bytes).expect("sealed memfd")
 }
 
+/// A buffer holding `bytes` for a test that shares it as a dma-buf: in the kernel lab a
+/// real dma-buf from the system dma-heap (its size rounded up to whole pages, the rest
+/// zero), elsewhere a sealed memfd ([`memfd_with`]). Written through dmabridge's guarded
+/// mapping, as any CPU producer's frame would be.
+pub fn dmabuf_with(bytes: &[u8]) -> OwnedFd {
+    use dmabridge::interop::dmabuf::SystemMemory;
+    match SystemMemory::detect() {
+        SystemMemory::Memfd => {
+            assert!(!in_kernel_lab(), "the kernel lab has a system dma-heap; SystemMemory::detect() found none");
+            memfd_with(bytes)
+        }
+        heap => {
+            let fd = heap.alloc("dmabridge-test", bytes.len().max(1) as u64).expect("dma-heap allocation");
+            dmabridge::interop::dmabuf::write_all_at(std::os::fd::AsFd::as_fd(&fd), 0, bytes).expect("writing the dma-buf");
+            assert!(dmabridge::interop::sync::is_dma_buf(std::os::fd::AsFd::as_fd(&fd)).expect("fstatfs"), "a dma-heap buffer is a dma-buf");
+            fd
+        }
+    }
+}
+
 /// Deterministic bytes that differ from row to row and plane to plane.
 pub fn pattern(len: usize, seed: u32) -> Vec<u8> {
     dmabridge::interop::tiling::test_pattern(len, seed)

@@ -26,6 +26,10 @@ pub type Egl = egl::DynamicInstance<egl::EGL1_5>;
 
 // EGL enums that khronos-egl does not define (from eglext.h).
 const PLATFORM_SURFACELESS_MESA: egl::Enum = 0x31DD;
+const PLATFORM_DEVICE_EXT: egl::Enum = 0x313F;
+/// `EGLDeviceEXT` entry points (EGL_EXT_device_enumeration, EGL_EXT_device_query).
+type QueryDevicesExt = unsafe extern "system" fn(max: egl::Int, devices: *mut *mut c_void, count: *mut egl::Int) -> egl::Boolean;
+type QueryDeviceStringExt = unsafe extern "system" fn(device: *mut c_void, name: egl::Int) -> *const std::ffi::c_char;
 const LINUX_DMA_BUF_EXT: egl::Enum = 0x3270;
 const LINUX_DRM_FOURCC_EXT: egl::Attrib = 0x3271;
 /// Per plane: FD, OFFSET, PITCH, MODIFIER_LO, MODIFIER_HI.
@@ -138,6 +142,37 @@ pub struct EglExport {
     pub planes: Vec<PlaneDesc>,
 }
 
+/// The EGL device that is Mesa's software rasterizer (`EGL_MESA_device_software`), where
+/// the client has `EGL_EXT_device_enumeration` and `EGL_EXT_platform_device`.
+fn software_device(egl: &Egl, client: &str) -> Result<Option<*mut c_void>, String> {
+    if !has_ext(client, "EGL_EXT_device_enumeration") || !has_ext(client, "EGL_EXT_platform_device") {
+        return Ok(None);
+    }
+    let query_devices: QueryDevicesExt = load_fn(egl, "eglQueryDevicesEXT")?;
+    let query_string: QueryDeviceStringExt = load_fn(egl, "eglQueryDeviceStringEXT")?;
+    let mut devices = [std::ptr::null_mut::<c_void>(); 16];
+    let mut count: egl::Int = 0;
+    // SAFETY: `devices` has room for the 16 handles asked for and `count` is writable
+    // (EGL_EXT_device_enumeration).
+    if unsafe { query_devices(devices.len() as egl::Int, devices.as_mut_ptr(), &mut count) } != egl::TRUE {
+        return Err("eglQueryDevicesEXT failed".into());
+    }
+    for &device in devices.iter().take(usize::try_from(count).unwrap_or(0)) {
+        // SAFETY: a device eglQueryDevicesEXT returned; EGL_EXTENSIONS is a string query
+        // every device answers (EGL_EXT_device_query), with a NUL-terminated string or NULL.
+        let ext = unsafe { query_string(device, egl::EXTENSIONS) };
+        if ext.is_null() {
+            continue;
+        }
+        // SAFETY: non-null, NUL-terminated, owned by EGL for the device's lifetime.
+        let ext = unsafe { CStr::from_ptr(ext) }.to_string_lossy();
+        if has_ext(&ext, "EGL_MESA_device_software") {
+            return Ok(Some(device));
+        }
+    }
+    Ok(None)
+}
+
 /// Why an EGL export could not be made.
 #[derive(Debug)]
 pub enum ExportFailure {
@@ -171,11 +206,19 @@ impl Gles {
                 "EGL has no EGL_MESA_platform_surfaceless (is libegl-mesa0 installed?); client extensions: {client}"
             ));
         }
-        // SAFETY: the surfaceless platform takes EGL_DEFAULT_DISPLAY (NULL) as its native
-        // display (EGL_MESA_platform_surfaceless); the attribute list is terminated.
-        let display =
-            unsafe { egl.get_platform_display(PLATFORM_SURFACELESS_MESA, egl::DEFAULT_DISPLAY, &[egl::ATTRIB_NONE]) }
-                .map_err(|e| format!("eglGetPlatformDisplay(SURFACELESS_MESA): {e}"))?;
+        // The software device (llvmpipe) by name where EGL enumerates devices: the
+        // surfaceless platform takes the first render node instead, and a DRM device Mesa
+        // has no driver for (vgem, in the kernel lab) makes it fail.
+        let display = match software_device(&egl, &client)? {
+            // SAFETY: EGL_EXT_platform_device takes an EGLDeviceEXT from eglQueryDevicesEXT
+            // as its native display; the attribute list is terminated.
+            Some(device) => unsafe { egl.get_platform_display(PLATFORM_DEVICE_EXT, device, &[egl::ATTRIB_NONE]) }
+                .map_err(|e| format!("eglGetPlatformDisplay(DEVICE_EXT, the software device): {e}"))?,
+            // SAFETY: the surfaceless platform takes EGL_DEFAULT_DISPLAY (NULL) as its native
+            // display (EGL_MESA_platform_surfaceless); the attribute list is terminated.
+            None => unsafe { egl.get_platform_display(PLATFORM_SURFACELESS_MESA, egl::DEFAULT_DISPLAY, &[egl::ATTRIB_NONE]) }
+                .map_err(|e| format!("eglGetPlatformDisplay(SURFACELESS_MESA): {e}"))?,
+        };
         egl.initialize(display).map_err(|e| format!("eglInitialize: {e}"))?;
         let extensions = egl
             .query_string(Some(display), egl::EXTENSIONS)

@@ -30,10 +30,22 @@ pub fn init(dma_drm: bool) {
     });
 }
 
-/// A buffer of one dma-buf memory holding `bytes`: a sealed memfd (fixed size, as a dma-buf
-/// is), owned by the memory.
+/// A buffer of one dma-buf memory holding `bytes`, owned by the memory: a real dma-buf from
+/// the system dma-heap where the kernel has one (the kernel lab), else a sealed memfd (fixed
+/// size, as a dma-buf is).
 pub fn dmabuf_buffer(bytes: &[u8]) -> gst::Buffer {
-    let fd = dmabridge_interop::dmabuf::sealed_memfd("gst-plugin-test", bytes).expect("sealed memfd");
+    use dmabridge_interop::dmabuf::SystemMemory;
+    let fd = match SystemMemory::detect() {
+        SystemMemory::Memfd => {
+            assert_ne!(std::env::var("DMABRIDGE_TEST_CONFIG").as_deref(), Ok("kernel"), "the kernel lab has a system dma-heap");
+            dmabridge_interop::dmabuf::sealed_memfd("gst-plugin-test", bytes).expect("sealed memfd")
+        }
+        heap => {
+            let fd = heap.alloc("gst-plugin-test", bytes.len().max(1) as u64).expect("dma-heap allocation");
+            dmabridge_interop::dmabuf::write_all_at(std::os::fd::AsFd::as_fd(&fd), 0, bytes).expect("writing the dma-buf");
+            fd
+        }
+    };
     // SAFETY: the memory takes ownership of the fd, which holds `bytes.len()` bytes.
     let mem = unsafe { gst_allocators::DmaBufAllocator::new().alloc(fd, bytes.len()) }.expect("dma-buf memory");
     let mut buffer = gst::Buffer::new();

@@ -68,6 +68,44 @@ fn system_memory_honours_every_alignment_count_size_and_read_only() {
     }
     assert!(v["disjoint_reason"].as_str().is_some_and(|s| !s.is_empty()), "{v}");
     assert_eq!(v["read_only"], serde_json::json!([{ "participant": "disp", "writes_refused": true }]), "{v}");
+    // A read-only participant keeps system memory on memfds, even where the kernel has a
+    // dma-heap: a dma-buf cannot be reopened read-only.
+    assert_eq!(v["memory"], "memfd", "{v}");
+    if common::real_dmabufs() {
+        assert!(v["memory_reason"].as_str().is_some_and(|r| r.contains("read-only")), "{v}");
+    }
+}
+
+#[test]
+fn system_memory_is_the_dma_heap_where_the_kernel_has_one_and_the_device_reads_it_back() {
+    let (out, v) = allocate(&[
+        "--width", "100", "--height", "64",
+        "--drm-formats", "dec=AR24",
+        "--vulkan", "gpu=sampled",
+        "--constraint", "dec:stride-align=256",
+        "--constraint", "gpu:domain=system",
+        "--constraint", "dec:min-buffers=2",
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !common::expect_modifiers() {
+        // Without the modifier extension the device takes AR24 only implicitly, and the
+        // decoder's explicit LINEAR cannot share its chain.
+        assert_eq!(out.status.code(), Some(2), "{stderr}\n{v}");
+        assert!(stderr.contains("implicit"), "{stderr}");
+        return;
+    }
+    assert_eq!(out.status.code(), Some(0), "{stderr}\n{v}");
+    assert!(!stderr.contains("validation"), "{stderr}");
+    let heap = std::path::Path::new("/dev/dma_heap/system").exists();
+    assert!(heap || !common::in_kernel_lab(), "the kernel lab has a system dma-heap");
+    assert_eq!(v["memory"], if heap { "dma-heap:system" } else { "memfd" }, "{v}");
+    let buffers = v["buffers"].as_array().expect("buffers");
+    assert_eq!(buffers.len(), 2, "{v}");
+    for b in buffers {
+        assert_eq!(b["verified"], true, "written through the CPU, read back through the device: {b}");
+        assert_eq!(b["planes"][0]["file"], if heap { "dma-buf" } else { "sealed memfd" }, "{b}");
+        assert_eq!(n(&b["planes"][0]["stride"]) % 256, 0, "{b}");
+    }
 }
 
 #[test]

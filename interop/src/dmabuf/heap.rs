@@ -77,16 +77,27 @@ impl DmaHeap {
         &self.name
     }
 
-    /// A new zeroed dma-buf of at least `len` bytes (the heap rounds up to whole pages), read-write, that the
-    /// caller owns (`O_CLOEXEC`).
+    /// A new zeroed dma-buf of at least `len` bytes (the heap rounds up to whole pages),
+    /// read-write, that the caller owns (`O_CLOEXEC`).
     pub fn alloc(&self, len: u64) -> Result<OwnedFd, HeapError> {
-        let flags = (OFlags::RDWR | OFlags::CLOEXEC).bits();
+        self.alloc_with(len, OFlags::RDWR)
+    }
+
+    /// [`DmaHeap::alloc`], but exported `O_RDONLY`: the kernel refuses a writable mapping of
+    /// it (`EACCES`), whoever holds the fd. The only way to a read-only dma-buf: its access
+    /// mode is fixed at export, and it cannot be reopened.
+    pub fn alloc_read_only(&self, len: u64) -> Result<OwnedFd, HeapError> {
+        self.alloc_with(len, OFlags::RDONLY)
+    }
+
+    fn alloc_with(&self, len: u64, access: OFlags) -> Result<OwnedFd, HeapError> {
+        let flags = (access | OFlags::CLOEXEC).bits();
         let mut arg = DmaHeapAllocationData { len, fd: 0, fd_flags: flags, heap_flags: 0 };
         loop {
             // SAFETY: the opcode is the kernel's _IOWR('H', 0, struct dma_heap_allocation_data)
             // and `arg` is that struct (#[repr(C)], 24 bytes), borrowed mutably for the call;
-            // `fd` is 0 on input as the kernel requires, the fd flags are O_RDWR | O_CLOEXEC
-            // (within DMA_HEAP_VALID_FD_FLAGS) and no heap flags are set.
+            // `fd` is 0 on input as the kernel requires, the fd flags are an access mode and
+            // O_CLOEXEC (within DMA_HEAP_VALID_FD_FLAGS) and no heap flags are set.
             match unsafe { ioctl(self.fd.as_fd(), Updater::<DMA_HEAP_IOCTL_ALLOC, _>::new(&mut arg)) } {
                 Ok(()) => break,
                 Err(Errno::INTR) => continue,

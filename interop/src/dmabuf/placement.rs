@@ -112,11 +112,10 @@ pub fn place(req: &PlacementRequest) -> Result<Placement, PlacementError> {
     for (i, p) in g.planes.iter().enumerate() {
         let (stride, size) = if tile == TileLayout::Linear {
             let stride = round_up(u64::from(p.width_bytes), stride_align)?;
-            // The last row needs only its visible bytes; padding it would waste a row's tail.
-            let size = (u64::from(p.rows) - 1)
-                .checked_mul(stride)
-                .and_then(|v| v.checked_add(u64::from(p.width_bytes)))
-                .ok_or(PlacementError::Overflow)?;
+            // Every row at the full stride, the last one too: the import checks (and a
+            // driver's memory requirements for an explicit layout) count offset + stride x
+            // rows, so a plane sized to its last row's visible bytes is refused.
+            let size = u64::from(p.rows).checked_mul(stride).ok_or(PlacementError::Overflow)?;
             (stride, size)
         } else {
             let stride = u64::from(p.padded_width_bytes);
@@ -202,7 +201,7 @@ mod tests {
             assert_eq!(pl.offset % 4096, 0);
             assert_eq!(pl.object, 0);
         }
-        assert_eq!(p.planes[0].size, 9 * 256 + 100);
+        assert_eq!(p.planes[0].size, 10 * 256, "every row at the full stride, the last one too");
         assert_eq!(p.planes[1].offset, 4096);
         assert_eq!(p.object_sizes, vec![8192]);
     }

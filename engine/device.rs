@@ -111,6 +111,9 @@ pub struct DeviceInfo {
     pub driver_name: String,
     /// `driverInfo` (e.g. "Mesa 25.0.7 (LLVM 15.0.6)").
     pub driver_info: String,
+    /// `driverID`.
+    #[serde(skip)]
+    pub driver_id: vk::DriverId,
     /// "major.minor.patch" of the device's API version.
     pub api_version: String,
     #[serde(skip)]
@@ -608,6 +611,7 @@ fn device_info(instance: &ash::Instance, pd: vk::PhysicalDevice) -> DeviceInfo {
         name: text(p.device_name_as_c_str()),
         driver_name: text(driver.driver_name_as_c_str()),
         driver_info: text(driver.driver_info_as_c_str()),
+        driver_id: driver.driver_id,
         api_version: format!(
             "{}.{}.{}",
             vk::api_version_major(p.api_version),
@@ -619,6 +623,16 @@ fn device_info(instance: &ash::Instance, pd: vk::PhysicalDevice) -> DeviceInfo {
         device_uuid: id.device_uuid,
         driver_uuid: id.driver_uuid,
         max_image_dimension_2d: p.limits.max_image_dimension2_d,
+    }
+}
+
+impl DeviceInfo {
+    /// Whether the driver imports external memory by mapping the fd into the CPU's address
+    /// space, read-write (lavapipe: its "GPU" is the CPU). Such a driver refuses a read-only
+    /// fd (`VK_ERROR_INVALID_EXTERNAL_HANDLE`, seen on Linux 6.12 with an `O_RDONLY` dma-heap
+    /// dma-buf) and closes it; a GPU driver imports one.
+    pub fn imports_by_mapping(&self) -> bool {
+        self.driver_id == vk::DriverId::MESA_LLVMPIPE
     }
 }
 

@@ -13,13 +13,15 @@
 //!
 //! - **ReadCopy**: a file that can shrink under a mapping (an unsealed memfd, a regular file
 //!   nobody vouched for: [`FdClass::Shrinkable`]) is never handed to Vulkan. Every acquisition
-//!   reads its planes with `pread` into memory dmabridge owns and copies that into the image,
+//!   reads its planes into memory dmabridge owns (`pread`) and copies that into the image,
 //!   so a sender that truncates the file gets a clean error, not a SIGBUS in the receiver.
 //!   A caller that requires zero-copy ([`ImportOptions::require_zero_copy`]) gets an error
-//!   naming the missing seal instead. A read-only fd of a memfd or a regular file (what a
-//!   read-only collection holder gets) takes this path too: a driver that imports a file by
-//!   mapping it maps it writable, which the fd refuses, and lavapipe then closes an fd the
-//!   spec says it did not take.
+//!   naming the missing seal instead. A read-only fd (what a read-only collection holder
+//!   gets) takes this path too where the driver imports by mapping the fd writable
+//!   ([`DeviceInfo::imports_by_mapping`](crate::DeviceInfo::imports_by_mapping): lavapipe,
+//!   which then refuses the fd and closes it although the spec leaves it with the caller):
+//!   a memfd's bytes are read with `pread`, a dma-buf's through a read-only mapping inside
+//!   its `DMA_BUF_IOCTL_SYNC` bracket.
 //!
 //! Nothing reaches the driver before [`check_import_with`] has passed: lavapipe mmaps the fd,
 //! so a layout that overruns the file would crash inside Mesa.
@@ -62,9 +64,9 @@ pub enum ImportPath {
     Explicit,
     /// The dma-buf was imported as buffers and is copied into a device image on acquire.
     BufferCopy,
-    /// The file can shrink, or its fd is read-only (a driver maps an imported memfd
-    /// writable), so it is read with `pread` into dmabridge's memory on every acquire and
-    /// copied into a device image; Vulkan never maps it.
+    /// The file can shrink, or its fd is read-only and the driver would map it writable,
+    /// so it is read into dmabridge's memory on every acquire (`pread`; a dma-buf through a
+    /// guarded read-only mapping) and copied into a device image; Vulkan never sees it.
     ReadCopy,
     /// `OPAQUE_FD` memory of another instance of the same driver: zero copies.
     OpaqueFd,
@@ -75,7 +77,7 @@ impl std::fmt::Display for ImportPath {
         f.write_str(match self {
             ImportPath::Explicit => "explicit (zero-copy)",
             ImportPath::BufferCopy => "buffer-copy (fallback)",
-            ImportPath::ReadCopy => "read-copy (pread, never mapped: the fd can shrink, or is read-only)",
+            ImportPath::ReadCopy => "read-copy (read into dmabridge's memory, never given to the driver: the fd can shrink, or is read-only)",
             ImportPath::OpaqueFd => "opaque-fd (zero-copy, same driver)",
         })
     }
@@ -521,12 +523,13 @@ impl Building<'_> {
     }
 }
 
-/// Whether the planes may be given to the driver to map: fixed-size files, and no
-/// read-only fd of a file the driver imports by mapping it (a memfd or a regular file:
-/// lavapipe maps those read-write, which a read-only fd refuses). A real dma-buf's access
-/// mode is not what the driver's import looks at.
-fn mappable(checked: &CheckedImport<'_>) -> bool {
-    checked.zero_copy_safe() && !(checked.dmabuf().read_only() && checked.planes().iter().any(|p| p.class != FdClass::DmaBuf))
+/// Whether the planes may be given to the driver: fixed-size files, and no read-only fd
+/// where the driver would map it writable. A memfd or regular file is only ever imported by
+/// mapping; a dma-buf is, by a driver that [`imports_by_mapping`](crate::DeviceInfo::imports_by_mapping)
+/// (lavapipe refuses an `O_RDONLY` dma-buf on Linux 6.12, found in the kernel lab).
+fn mappable(engine: &Engine, checked: &CheckedImport<'_>) -> bool {
+    let maps = engine.info().imports_by_mapping();
+    checked.zero_copy_safe() && !(checked.dmabuf().read_only() && checked.planes().iter().any(|p| p.class != FdClass::DmaBuf || maps))
 }
 
 impl Engine {
@@ -590,7 +593,7 @@ impl Engine {
                     not_fixed(&checked)
                 }
             };
-            if mappable(&checked) {
+            if mappable(self, &checked) {
                 self.import_explicit(&checked, entry, usage, options.trust)
             } else if options.require_zero_copy {
                 Err(ImportError::NotZeroCopy(why_not()))
@@ -852,7 +855,7 @@ impl Engine {
         let info = format_info(buf.fourcc()).ok_or(ImportError::UnknownFourcc(buf.fourcc()))?;
         let usage = ImageUse { usage: usage.usage | vk::ImageUsageFlags::TRANSFER_DST, ..usage };
         let target = DeviceImage::new(self, entry.vk_format, (buf.width(), buf.height()), usage)?;
-        let mapped = mappable(checked);
+        let mapped = mappable(self, checked);
         let mut files: Vec<(FileId, ImportedBuffer)> = Vec::new();
         let mut read_planes: Vec<PlaneRead> = Vec::new();
         let mut staging_len = 0u64;

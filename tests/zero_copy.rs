@@ -186,3 +186,34 @@ fn opaque_fd_between_two_engines_on_the_same_driver() {
     common::assert_clean(&b);
 }
 
+
+#[test]
+fn a_read_only_dma_buf_is_read_not_handed_to_a_driver_that_maps_it_writable() {
+    use dmabridge::interop::dmabuf::SystemMemory;
+    let SystemMemory::DmaHeap(heap) = SystemMemory::detect() else {
+        assert!(!common::in_kernel_lab(), "the kernel lab has a system dma-heap");
+        return;
+    };
+    let engine = common::engine();
+    let (w, h) = (64u32, 16u32);
+    // Exported read-only by the heap: the kernel refuses a writable mapping of it, and a
+    // heap zeroes what it hands out.
+    let fd = heap.alloc_read_only(u64::from(w * h * 4)).expect("read-only dma-buf");
+    let buf = DmaBuf::new(Fourcc::ARGB8888, LINEAR, w, h, vec![PlaneDesc { fd, offset: 0, stride: u64::from(w) * 4 }]).expect("descriptor");
+    assert!(buf.read_only());
+    let strict = dmabridge::ImportOptions { require_zero_copy: true, ..Default::default() };
+    let maps = engine.info().imports_by_mapping();
+    match engine.import_dmabuf_with(&buf, SAMPLE_AND_READ, strict) {
+        Err(dmabridge::ImportError::NotZeroCopy(why)) => assert!(maps && why.contains("read-only"), "{why}"),
+        Ok(image) => assert!(!maps, "a driver that maps imports took a read-only fd: {:?}", image.path()),
+        Err(e) => panic!("{e}"),
+    }
+    let image = engine.import_dmabuf(&buf, SAMPLE_AND_READ).expect("import");
+    if maps && common::expect_modifiers() {
+        assert_eq!(image.path(), ImportPath::ReadCopy, "read through a read-only mapping, never given to lavapipe");
+    }
+    assert_eq!(image.read_back().expect("read back"), vec![0u8; (w * h * 4) as usize]);
+    assert!(dmabridge::interop::sync::is_dma_buf(buf.plane(0).expect("plane").fd).expect("the caller's fd is still open"));
+    drop(image);
+    common::assert_clean(&engine);
+}

@@ -36,6 +36,23 @@ fn the_seed_vapostproc_to_glupload_example() {
     assert_eq!(v["implicit"], false);
 }
 
+/// Two participants on the live device synchronise by the best method the device and the
+/// kernel give it: sync_file fences in the kernel lab (lavapipe's SYNC_FD semaphores on a
+/// kernel with sync_file), the CPU wait where the device has no SYNC_FD.
+#[test]
+fn two_parties_on_the_live_device_use_its_best_sync_method() {
+    let (out, v) = negotiate(&["--vulkan", "decoder=sampled", "--vulkan", "compositor=sampled"]);
+    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(v["outcome"], "shared", "{v}");
+    let expected = if common::in_kernel_lab() { "sync-file" } else { common::engine().sync_methods().best().name() };
+    assert_eq!(v["sync"], expected, "{v}");
+    // A KMS plane takes IN_FENCE_FD sync_files too; the display from --drm-formats does not say.
+    let (_, with_display) = negotiate(&["--vulkan", "decoder=sampled", "--drm-formats", "display=AR24,XR24"]);
+    if with_display["outcome"] != "impossible" {
+        assert_eq!(with_display["sync"], "cpu-wait", "{with_display}");
+    }
+}
+
 #[test]
 fn the_live_device_follows_the_implicit_rules() {
     let (out, v) = negotiate(&["--vulkan", "gpu=sampled", "--drm-formats", "display=AR24,XR24"]);
@@ -47,7 +64,7 @@ fn the_live_device_follows_the_implicit_rules() {
         assert_eq!(v["outcome"], "shared");
         assert_eq!(v["format"], "AR24");
         assert_eq!(v["modifiers"], serde_json::json!(["0x0000000000000000"]));
-        // The pair's sync method: lavapipe has only the CPU wait.
+        // A display given by --drm-formats states no sync method beyond the CPU wait.
         assert_eq!(v["sync"], "cpu-wait", "{v}");
     } else {
         // Without the modifier extension the device is implicit-only, the display

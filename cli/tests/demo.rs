@@ -73,6 +73,8 @@ fn a_short_run_writes_the_summary_and_the_contact_sheet_without_leaking_fds() {
     assert_eq!(s["leaked_fds"], 0, "{s:#}");
     assert_eq!(s["verified"], true);
     assert!(s.get("zero_copy").is_some() && s.get("copy").is_some(), "{s:#}");
+    // The kernel lab has SYNC_FD semaphores and sync_file; elsewhere, what the device says.
+    let expected_sync = if common::in_kernel_lab() { "sync-file" } else { common::engine().sync_methods().best().name() };
     for mode in modes_run() {
         let m = &s[mode];
         assert_eq!(m["available"], true, "{mode}: {m:#}");
@@ -86,7 +88,25 @@ fn a_short_run_writes_the_summary_and_the_contact_sheet_without_leaking_fds() {
         assert_eq!(m["import_cache"]["hits"].as_u64(), Some(8 - pool.min(8)), "{mode}: {m:#}");
         assert!(m["frame_us"]["median"].as_f64().is_some_and(|v| v > 0.0));
         assert!(m["frame_us"]["p99"].as_f64() >= m["frame_us"]["median"].as_f64());
+        // How the frames were synchronised is what the device and the kernel offer.
+        let fences = &m["fences"];
+        if common::in_kernel_lab() || expected_sync == "sync-file" {
+            // SYNC_FD semaphores: every frame may leave before its GPU work is done, with an
+            // acquire fence, and come back with a release fence (none only for work that
+            // was already done when its fence was exported).
+            assert_eq!(m["sync"], "sync-file", "{mode}: {m:#}");
+            assert!(fences["acquire_sent"].as_u64().is_some_and(|n| (1..=8).contains(&n)), "{mode}: {m:#}");
+            assert!(fences["release_received"].as_u64().is_some_and(|n| n <= 8), "{mode}: {m:#}");
+        } else {
+            assert_eq!(m["sync"], expected_sync, "{mode}: {m:#}");
+            assert_eq!(fences["acquire_sent"], 0, "{mode}: {m:#}");
+            assert_eq!(fences["release_received"], 0, "{mode}: {m:#}");
+        }
     }
+    // Copy mode's pool is system memory: the system dma-heap where the kernel has one.
+    assert!(!common::in_kernel_lab() || Path::new(dmabridge::interop::dmabuf::SYSTEM_HEAP).exists(), "the lab has a system heap");
+    let memory = if Path::new(dmabridge::interop::dmabuf::SYSTEM_HEAP).exists() { "dma-heap:system" } else { "memfd" };
+    assert_eq!(s["copy"]["memory"], memory, "{s:#}");
     if common::expect_modifiers() {
         assert_eq!(s["zero_copy"]["import_path"], "explicit (zero-copy)", "{s:#}");
         assert_eq!(s["zero_copy"]["negotiation"]["outcome"], "shared");

@@ -10,9 +10,10 @@ use dmabridge::ash::vk;
 use dmabridge::image::buffer_barrier;
 use dmabridge::{
     Binding, BufferLocation, ComputePipeline, Direction, Engine, EngineOptions, GpuBuffer, ImageAccess, ImportCache, ImportedImage,
-    ParticipantRequest, SampledView, Sampler, SubmitOptions, YcbcrOutput,
+    ParticipantRequest, SampledView, Sampler, SubmitOptions, Submission, YcbcrOutput,
 };
-use dmabridge_interop::dmabuf::{fd_count, recv, send_release, Received};
+use dmabridge_interop::dmabuf::{fd_count, recv_fenced, send_release_with_fence, FencedReceived};
+use dmabridge_interop::sync::SyncMethod;
 use dmabridge_interop::{FormatSet, Fourcc};
 
 use super::control::{recv_msg, send_msg, ConsumerReport, Mismatch, Peer, ToConsumer, ToProducer, WireParticipant};
@@ -65,6 +66,7 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool, pee
                 read_only: true,
                 device: engine.info().name.clone(),
                 modifiers_extension: engine.has_modifiers(),
+                sync: engine.sync_methods().iter().collect(),
             },
         },
     )?;
@@ -73,7 +75,10 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool, pee
         let sum = GpuBuffer::new(&engine, 8, BufferLocation::Readback)?;
         loop {
             match recv_msg::<ToConsumer>(control, peer)? {
-                ToConsumer::Start { mode, fourcc, width, height, frames, pool, sample_every } => {
+                ToConsumer::Start { mode, fourcc, width, height, frames, pool, sample_every, sync } => {
+                    if sync != SyncMethod::CpuWait && !engine.sync_methods().contains(sync) {
+                        return Err(DemoError::Protocol(format!("the producer synchronises by {sync}, which this device cannot")));
+                    }
                     let Some(fourcc) = DEMO_FORMATS.into_iter().find(|f| f.trimmed() == fourcc) else {
                         return Err(DemoError::Protocol(format!("the producer sends {fourcc}; this consumer composites AR24 or NV12")));
                     };
@@ -89,7 +94,7 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool, pee
                         28,
                         64,
                     )?;
-                    let ctx = ModeCtx { engine: &engine, sampler: &sampler, composite: &composite, buffers, control, peer, yuv: nv12 };
+                    let ctx = ModeCtx { engine: &engine, sampler: &sampler, composite: &composite, buffers, control, peer, yuv: nv12, sync };
                     let (report, mode_thumbs) = ctx.run(&sum, mode, (width, height), frames, pool, sample_every)?;
                     drop(composite);
                     drop(sampler);
@@ -136,6 +141,7 @@ struct ModeCtx<'a> {
     control: BorrowedFd<'a>,
     peer: &'a Peer,
     yuv: bool,
+    sync: SyncMethod,
 }
 
 impl ModeCtx<'_> {
@@ -157,11 +163,16 @@ impl ModeCtx<'_> {
         let mut thumbs = Vec::new();
         let result = (|| -> Result<(), DemoError> {
             for expected_index in 0..frames {
-                let (id, buf) = match recv(self.buffers).map_err(|e| self.peer.handoff_error(e))? {
-                    Received::Buffer { id, buf } if id < u64::from(pool) => (id, buf),
-                    Received::Buffer { id, .. } => return Err(DemoError::Protocol(format!("buffer {id} is not in the producer's pool of {pool}"))),
-                    Received::Release { id } => return Err(DemoError::Protocol(format!("the producer released buffer {id}"))),
+                let (id, buf, acquire) = match recv_fenced(self.buffers).map_err(|e| self.peer.handoff_error(e))? {
+                    FencedReceived::Buffer { id, buf, acquire_fence } if id < u64::from(pool) => (id, buf, acquire_fence),
+                    FencedReceived::Buffer { id, .. } => {
+                        return Err(DemoError::Protocol(format!("buffer {id} is not in the producer's pool of {pool}")))
+                    }
+                    FencedReceived::Release { id, .. } => return Err(DemoError::Protocol(format!("the producer released buffer {id}"))),
                 };
+                if acquire.is_some() && self.sync != SyncMethod::SyncFile {
+                    return Err(DemoError::Protocol(format!("buffer {id} came with a fence, but the mode synchronises by {}", self.sync)));
+                }
                 let t0 = Instant::now();
                 let (index, checksum) = match recv_msg::<ToConsumer>(self.control, self.peer)? {
                     ToConsumer::Frame { index, id: fid, checksum } if fid == id => (index, checksum),
@@ -194,7 +205,18 @@ impl ModeCtx<'_> {
                 report.import_path = image.path().to_string();
                 let sample = index % sample_every == 0 && thumbs.len() < THUMBS_PER_MODE;
                 let view = views.get(&image.image()).map(|(v, _)| v);
-                self.composite_frame(&image, view, set, sum, &out, (w, h), index, sample)?;
+                let mut submitted = self.composite_frame(&image, view, set, (sum, &out), (w, h), index, sample, acquire)?;
+                if self.sync == SyncMethod::SyncFile {
+                    // The buffer goes back at once: the producer's GPU waits for the release
+                    // fence (none when the composite was already done) before writing it again.
+                    let release = submitted.take_sync_file();
+                    send_release_with_fence(self.buffers, id, release.as_ref().map(|f| f.as_fd())).map_err(|e| self.peer.handoff_error(e))?;
+                    submitted.wait(FRAME_TIMEOUT)?;
+                } else {
+                    // cpu-wait: the buffer goes back once the GPU is done reading it.
+                    submitted.wait(FRAME_TIMEOUT)?;
+                    send_release_with_fence(self.buffers, id, None).map_err(|e| self.peer.handoff_error(e))?;
+                }
                 let got = read_u32(sum, 0)?;
                 if got == checksum {
                     report.verified += 1;
@@ -205,7 +227,6 @@ impl ModeCtx<'_> {
                 if sample {
                     thumbs.push(Thumb::from_rgba(out.bytes()?, w, h, index, got == checksum));
                 }
-                send_release(self.buffers, id).map_err(|e| self.peer.handoff_error(e))?;
                 if cache.stats().evictions != 0 {
                     // Views are keyed by image handle; an evicted import's handle may be reused.
                     return Err(DemoError::Protocol(format!("the producer uses more buffers than its pool of {pool}")));
@@ -228,20 +249,21 @@ impl ModeCtx<'_> {
         Ok((report, thumbs))
     }
 
-    /// Composites `image` through `set` (its view) and sums the checksum; returns once the
-    /// GPU is done (the demo verifies each frame on the CPU: the cpu-wait method).
+    /// Submits the composite of `image` through `set` (its view) and the checksum's sum,
+    /// after `acquire` (the producer's fence, sync-file). Under sync-file the submission
+    /// also exports the release fence.
     #[allow(clippy::too_many_arguments)]
     fn composite_frame(
         &self,
         image: &ImportedImage,
         view: Option<&SampledView>,
         set: vk::DescriptorSet,
-        sum: &GpuBuffer,
-        out: &GpuBuffer,
+        (sum, out): (&GpuBuffer, &GpuBuffer),
         (w, h): (u32, u32),
         index: u32,
         write_output: bool,
-    ) -> Result<(), DemoError> {
+        acquire: Option<OwnedFd>,
+    ) -> Result<Submission, DemoError> {
         let engine = self.engine;
         let device = engine.device();
         let ignored = vk::QUEUE_FAMILY_IGNORED;
@@ -252,9 +274,15 @@ impl ModeCtx<'_> {
             buffer_barrier(sum.buffer(), vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, ignored, ignored),
             buffer_barrier(out.buffer(), vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, ignored, ignored),
         ];
-        let (_, submitted) = engine.submit(SubmitOptions::default(), |cmd, until| {
-            // SAFETY: the engine's command buffer, recording, signalling `until`; the producer
-            // waited for its frame before sending it (cpu-wait).
+        let options = SubmitOptions {
+            wait_sync_files: acquire.into_iter().collect(),
+            export_sync_file: self.sync == SyncMethod::SyncFile,
+            ..SubmitOptions::default()
+        };
+        let (_, submitted) = engine.submit(options, |cmd, until| {
+            // SAFETY: the engine's command buffer, recording, signalling `until`; the frame is
+            // written when the submission starts: it waits for the acquire fence (sync-file),
+            // or the producer waited for its frame before sending it (cpu-wait).
             unsafe { image.record_acquire(cmd, ImageAccess::SAMPLED_COMPUTE, until) }?;
             // SAFETY: recording state; the sum buffer has TRANSFER_DST usage.
             unsafe {
@@ -284,7 +312,6 @@ impl ModeCtx<'_> {
             }
             Ok::<(), DemoError>(())
         })?;
-        submitted.wait(FRAME_TIMEOUT)?;
-        Ok(())
+        Ok(submitted)
     }
 }

@@ -9,6 +9,7 @@
 use std::os::fd::AsFd;
 use std::time::Duration;
 
+use dmabridge_interop::sync::SyncMethod;
 use rustix::io::Errno;
 use rustix::net::{recv, send, RecvFlags, SendFlags};
 use serde::de::DeserializeOwned;
@@ -102,13 +103,33 @@ pub struct WireParticipant {
     pub device: String,
     /// Whether the device has `VK_EXT_image_drm_format_modifier`.
     pub modifiers_extension: bool,
+    /// The sync methods its device and kernel take part in (cpu-wait when it says none).
+    #[serde(default)]
+    pub sync: Vec<SyncMethod>,
+}
+
+fn cpu_wait() -> SyncMethod {
+    SyncMethod::CpuWait
 }
 
 /// Producer to consumer.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum ToConsumer {
-    Start { mode: Mode, fourcc: String, width: u32, height: u32, frames: u32, pool: u32, sample_every: u32 },
+    /// A mode begins; `sync` is how its frames are synchronised: with sync-file every
+    /// buffer may come with an acquire fence and the consumer answers with a release fence
+    /// (cpu-wait when the producer does not say).
+    Start {
+        mode: Mode,
+        fourcc: String,
+        width: u32,
+        height: u32,
+        frames: u32,
+        pool: u32,
+        sample_every: u32,
+        #[serde(default = "cpu_wait")]
+        sync: SyncMethod,
+    },
     Frame { index: u32, id: u64, checksum: u32 },
     End,
     Bye { out_dir: String },
@@ -182,6 +203,9 @@ impl ControlMessage for ToProducer {
                 for f in &p.formats {
                     text("a fourcc", &f.fourcc)?;
                     text("a modifier", f.modifier.as_deref().unwrap_or(""))?;
+                }
+                if p.sync.len() > SyncMethod::ALL.len() {
+                    return Err(format!("{} sync methods (at most {})", p.sync.len(), SyncMethod::ALL.len()));
                 }
                 if p.min_buffers > MAX_POOL {
                     return Err(format!("min_buffers {} (at most {MAX_POOL})", p.min_buffers));
@@ -264,7 +288,16 @@ mod tests {
     #[test]
     fn out_of_range_messages_are_refused() {
         let start = |sample_every: u32, pool: u32, width: u32| {
-            serde_json::to_vec(&ToConsumer::Start { mode: Mode::Copy, fourcc: "AR24".into(), width, height: 64, frames: 10, pool, sample_every })
+            serde_json::to_vec(&ToConsumer::Start {
+                mode: Mode::Copy,
+                fourcc: "AR24".into(),
+                width,
+                height: 64,
+                frames: 10,
+                pool,
+                sample_every,
+                sync: SyncMethod::CpuWait,
+            })
                 .unwrap()
         };
         assert!(decode::<ToConsumer>(&start(1, 4, 64)).is_ok());

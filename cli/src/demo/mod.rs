@@ -33,14 +33,26 @@
 //! - **copy** (forced): the producer renders into its own device-local buffer and the copy
 //!   plan's conversion ([`producer::convert_step`], a GPU copy; the place where the engine's
 //!   detile/tile/colour pipelines slot in for tiled or YUV plans) moves each frame into a
-//!   pool of memfds it allocated itself.
+//!   pool of system-memory buffers it allocated itself: dma-bufs from the system dma-heap
+//!   where the kernel has one, sealed memfds elsewhere (`"memory"` in `summary.json`).
 //!
 //! ## Synchronisation
-//! Neither lavapipe nor the kernel here has sync_file fences, so the demo uses the
-//! `cpu-wait` method: the producer waits for its frame's submission before it sends the
-//! descriptor, and the consumer's release message is the release. The demo uses only
-//! dmabridge's public API: the engine's buffers, compute pipelines, samplers, submissions
-//! and the import cache.
+//! Each mode synchronises with the best method both devices support, as negotiated
+//! ([`dmabridge_interop::sync::SyncMethods::best_common`]), and `summary.json` says which
+//! (`"sync"`):
+//! - **sync-file** (a device with `SYNC_FD` semaphores on a kernel with sync_file, such as
+//!   lavapipe on the kernel lab's Linux): the producer's frame submission exports a sync_file,
+//!   which travels with the descriptor as its acquire fence; the consumer's composite waits
+//!   for it on the GPU and exports a release fence, which travels with the release message;
+//!   the producer's next submission into that buffer waits for it on the GPU. No process
+//!   waits for the other's GPU work on the CPU. (Each still waits for its own, to read the
+//!   checksum it verifies.)
+//! - **cpu-wait** (lavapipe on a kernel without sync_file, or this machine's host): the
+//!   producer waits for its frame's submission before it sends the descriptor, and the
+//!   consumer's release message is the release.
+//!
+//! The demo uses only dmabridge's public API: the engine's buffers, compute pipelines,
+//! samplers, submissions and the import cache.
 //!
 //! Without udmabuf (plain lavapipe) the device cannot export DMA_BUF and has no modifier
 //! extension: zero-copy is reported unavailable (with the negotiation's reason) and copy
@@ -117,6 +129,11 @@ pub enum DemoError {
     Memfd(#[from] dmabridge_interop::dmabuf::MemfdError),
     #[error(transparent)]
     Write(#[from] dmabridge_interop::dmabuf::WriteError),
+    #[error(transparent)]
+    Heap(#[from] dmabridge_interop::dmabuf::HeapError),
+    /// A fence from the other process did not signal in time.
+    #[error("a fence from the other process: {0}")]
+    Fence(#[from] dmabridge_interop::sync::WaitError),
     #[error(transparent)]
     Vk(#[from] VkError),
     #[error(transparent)]

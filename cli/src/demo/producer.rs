@@ -2,7 +2,7 @@
 //! holds them, a compute shader that renders each frame, and the handoff.
 
 use std::collections::BTreeSet;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::process::Child;
 use std::time::Instant;
 
@@ -11,7 +11,8 @@ use dmabridge::{
     Binding, BufferLocation, Completion, ComputePipeline, Direction, Engine, EngineOptions, ExportedImage, GpuBuffer, ImportedBuffer,
     ParticipantRequest, SubmitOptions,
 };
-use dmabridge_interop::dmabuf::{fd_count, recv, send_buffer, socketpair, DmaBuf, PlaneDesc, Received};
+use dmabridge_interop::dmabuf::{fd_count, recv_fenced, send_buffer_with_fence, socketpair, DmaBuf, FencedReceived, PlaneDesc, SystemMemory};
+use dmabridge_interop::sync::{wait_sync_file, SyncMethod, SyncMethods};
 use dmabridge_interop::negotiate::{negotiate_with, ConversionKind, Domain, Member, NegotiateOptions, Outcome, Participant, Report, Usage};
 use dmabridge_interop::{format_info, Format, FormatSet, Fourcc, Layout, Modifier};
 use serde_json::{json, Value};
@@ -104,7 +105,7 @@ pub(crate) fn participant_from_wire(w: &WireParticipant) -> Result<Participant, 
         };
         set.insert(Format { fourcc, layout });
     }
-    Ok(Participant::new(w.name.clone(), set).with_usage(Usage::SAMPLE).constrain(|c| {
+    Ok(Participant::new(w.name.clone(), set).with_usage(Usage::SAMPLE).with_sync(SyncMethods::of(w.sync.iter().copied())).constrain(|c| {
         c.min_buffers = w.min_buffers;
         c.read_only = w.read_only;
     }))
@@ -131,7 +132,9 @@ pub fn producer_participant(engine: &Engine, mode: Mode, fourcc: Fourcc) -> Resu
             engine.participant(&producer_request(fourcc))?
         }
         // The render target is the producer's own device-local buffer, linear.
-        Mode::Copy => Participant::new("producer", [Format::linear(fourcc)].into_iter().collect::<FormatSet>()),
+        Mode::Copy => {
+            Participant::new("producer", [Format::linear(fourcc)].into_iter().collect::<FormatSet>()).with_sync(engine.sync_methods())
+        }
     };
     Ok(participant.with_usage(Usage::RENDER).constrain(|c| {
         c.min_buffers = PRODUCER_MIN_BUFFERS;
@@ -150,6 +153,8 @@ pub struct Plan {
     pub acceptable: Vec<Layout>,
     pub conversion: Option<ConversionKind>,
     pub report: Value,
+    /// How producer and consumer synchronise each frame: the best method both support.
+    pub sync: SyncMethod,
 }
 
 /// Negotiates `mode` between the producer and the consumer. Zero-copy needs a shared
@@ -160,6 +165,8 @@ pub fn plan_mode(producer: &Participant, consumer: &Participant, mode: Mode, fou
     if mode == Mode::Copy {
         consumer.constraints.domain = Domain::System;
     }
+    // The frames pass between these two whether they are shared or copied into.
+    let sync = SyncMethods::best_common([&producer.sync, &consumer.sync]);
     let members = [Member::from(producer.clone()), Member::from(consumer)];
     let opts = NegotiateOptions { allow_copy: mode == Mode::Copy, ..NegotiateOptions::default() };
     let n = negotiate_with(&members, opts).map_err(|e| e.to_string())?;
@@ -171,7 +178,7 @@ pub fn plan_mode(producer: &Participant, consumer: &Participant, mode: Mode, fou
             if a.fourcc != fourcc {
                 return Err(format!("negotiation chose {}, the producer renders {}", a.fourcc.trimmed(), fourcc.trimmed()));
             }
-            Ok(Plan { mode, fourcc, pool: a.buffers.max(1), acceptable, conversion: None, report })
+            Ok(Plan { mode, fourcc, pool: a.buffers.max(1), acceptable, conversion: None, report, sync: a.sync })
         }
         (Mode::Copy, Outcome::Copy { plan, .. }) => {
             let conv = plan.conversions.first().map(|c| c.kind);
@@ -183,7 +190,7 @@ pub fn plan_mode(producer: &Participant, consumer: &Participant, mode: Mode, fou
                 return Err(format!("the copy plan's consumer group wants {}, the demo writes linear {}", group.format, fourcc.trimmed()));
             }
             // The consumer's group, plus the frame the conversion is writing.
-            Ok(Plan { mode, fourcc, pool: group.allocation.buffers.max(1) + 1, acceptable: vec![], conversion: Some(conv), report })
+            Ok(Plan { mode, fourcc, pool: group.allocation.buffers.max(1) + 1, acceptable: vec![], conversion: Some(conv), report, sync })
         }
         (_, Outcome::Impossible(c)) => Err(format!("negotiation: {}", conflicts(&c))),
         (_, Outcome::Shared(_)) => Err("negotiation shared a buffer where a copy was forced".into()),
@@ -202,6 +209,9 @@ struct Slot {
     /// (offset, stride) of each plane in the file.
     planes: Vec<(u64, u64)>,
     used: bool,
+    /// sync-file: the consumer's release fence, which the next frame's submission waits for
+    /// before it writes the buffer again.
+    release_fence: Option<OwnedFd>,
 }
 
 /// The per-mode producer state.
@@ -210,10 +220,19 @@ struct Pool {
     free: Vec<usize>,
     held: BTreeSet<usize>,
     max_held: usize,
+    /// Release fences that came back with the consumer's releases.
+    release_fences: u64,
 }
 
 impl Pool {
-    fn new(engine: &Engine, pipeline: &ComputePipeline, sum: &GpuBuffer, plan: &Plan, w: u32, h: u32) -> Result<Self, DemoError> {
+    fn new(
+        engine: &Engine,
+        pipeline: &ComputePipeline,
+        sum: &GpuBuffer,
+        plan: &Plan,
+        memory: &SystemMemory,
+        (w, h): (u32, u32),
+    ) -> Result<Self, DemoError> {
         let mut slots = Vec::new();
         for _ in 0..plan.pool {
             let (exported, dmabuf) = match plan.mode {
@@ -226,7 +245,7 @@ impl Pool {
                 Mode::Copy => {
                     let layout = packed_layout(plan.fourcc, w, h)?;
                     let total = layout.iter().map(|p| p.1 * p.3).sum();
-                    let fd = dmabridge_interop::dmabuf::sealed_memfd_of_size("dmabridge-demo-frame", total)?;
+                    let fd = memory.alloc("dmabridge-demo-frame", total)?;
                     let mut planes = Vec::new();
                     for &(offset, stride, _, _) in &layout {
                         planes.push(PlaneDesc { fd: fd.try_clone()?, offset, stride });
@@ -254,31 +273,38 @@ impl Pool {
                 pipeline.write_buffer(set, 0, alias.buffer());
                 pipeline.write_buffer(set, 1, sum.buffer());
             }
-            slots.push(Slot { _exported: exported, dmabuf, alias, set, planes, used: false });
+            slots.push(Slot { _exported: exported, dmabuf, alias, set, planes, used: false, release_fence: None });
         }
         let free = (0..slots.len()).rev().collect();
-        Ok(Pool { slots, free, held: BTreeSet::new(), max_held: 0 })
+        Ok(Pool { slots, free, held: BTreeSet::new(), max_held: 0, release_fences: 0 })
     }
 
     /// A slot the consumer does not hold, waiting for releases when there is none.
-    fn take(&mut self, buffers: BorrowedFd<'_>, peer: &Peer) -> Result<usize, DemoError> {
+    fn take(&mut self, buffers: BorrowedFd<'_>, peer: &Peer, sync: SyncMethod) -> Result<usize, DemoError> {
         while self.free.is_empty() {
-            self.wait_release(buffers, peer)?;
+            self.wait_release(buffers, peer, sync)?;
         }
         self.free.pop().ok_or_else(|| DemoError::Protocol("no free buffer".into()))
     }
 
-    fn wait_release(&mut self, buffers: BorrowedFd<'_>, peer: &Peer) -> Result<(), DemoError> {
-        match recv(buffers).map_err(|e| peer.handoff_error(e))? {
-            Received::Release { id } => {
+    /// Takes the consumer's next release; under sync-file it may carry a release fence,
+    /// which the buffer's next submission waits for.
+    fn wait_release(&mut self, buffers: BorrowedFd<'_>, peer: &Peer, sync: SyncMethod) -> Result<(), DemoError> {
+        match recv_fenced(buffers).map_err(|e| peer.handoff_error(e))? {
+            FencedReceived::Release { id, release_fence } => {
                 let i = usize::try_from(id).map_err(|_| DemoError::Protocol(format!("release of unknown buffer {id}")))?;
                 if !self.held.remove(&i) {
                     return Err(DemoError::Protocol(format!("the consumer released buffer {id}, which it does not hold")));
                 }
+                if release_fence.is_some() && sync != SyncMethod::SyncFile {
+                    return Err(DemoError::Protocol(format!("buffer {id} came back with a fence, but the mode synchronises by {sync}")));
+                }
+                self.release_fences += u64::from(release_fence.is_some());
+                self.slots[i].release_fence = release_fence;
                 self.free.push(i);
                 Ok(())
             }
-            Received::Buffer { id, .. } => Err(DemoError::Protocol(format!("the consumer sent buffer {id}"))),
+            FencedReceived::Buffer { id, .. } => Err(DemoError::Protocol(format!("the consumer sent buffer {id}"))),
         }
     }
 
@@ -456,7 +482,9 @@ fn run_mode(
     frame_bytes: u64,
 ) -> Result<ModeResult, DemoError> {
     let (w, h) = (config.width, config.height);
-    let mut pool = Pool::new(engine, pipeline, sum, plan, w, h)?;
+    let memory = SystemMemory::detect();
+    let mut pool = Pool::new(engine, pipeline, sum, plan, &memory, (w, h))?;
+    let sync_file = plan.sync == SyncMethod::SyncFile;
     // Copy mode: the producer's own device-local render target and its descriptor set.
     let render = match plan.mode {
         Mode::Copy => {
@@ -483,18 +511,27 @@ fn run_mode(
             frames: config.frames,
             pool: plan.pool,
             sample_every,
+            sync: plan.sync,
         },
     )?;
     let foreign = engine.foreign_queue_family();
     let ours = engine.queue_family();
     let mut producer_us = Vec::with_capacity(config.frames as usize);
+    let mut acquire_fences = 0u64;
     let result = (|| -> Result<(), DemoError> {
         for index in 0..config.frames {
-            let slot_index = pool.take(buffers, peer)?;
+            let slot_index = pool.take(buffers, peer, plan.sync)?;
             let t0 = Instant::now();
             let slot = &mut pool.slots[slot_index];
             let corrupt = config.corrupt_frame == Some(index);
-            let (_, submitted) = engine.submit(SubmitOptions::default(), |cmd, until| {
+            // sync-file: the GPU waits for the consumer's release before it writes the buffer
+            // again, and signals the acquire fence that goes out with it.
+            let options = SubmitOptions {
+                wait_sync_files: slot.release_fence.take().into_iter().collect(),
+                export_sync_file: sync_file,
+                ..SubmitOptions::default()
+            };
+            let (_, mut submitted) = engine.submit(options, |cmd, until| {
                 record_frame(engine, cmd, until, pipeline, sum, slot, render.as_ref(), plan, index, corrupt, (w, h), (ours, foreign))?;
                 sum.track(until);
                 slot.alias.track(until);
@@ -503,11 +540,22 @@ fn run_mode(
                 }
                 Ok::<(), DemoError>(())
             })?;
-            // cpu-wait: the frame is written before its descriptor leaves.
-            submitted.wait(FRAME_TIMEOUT)?;
+            if sync_file {
+                // The descriptor leaves at once with its acquire fence (none when the work
+                // was already done at export: vkGetSemaphoreFdKHR's -1).
+                let acquire = submitted.take_sync_file();
+                send_buffer_with_fence(buffers, slot_index as u64, &slot.dmabuf, acquire.as_ref().map(|f| f.as_fd()))
+                    .map_err(|e| peer.handoff_error(e))?;
+                acquire_fences += u64::from(acquire.is_some());
+                // Only the checksum that the consumer verifies needs the CPU to wait.
+                submitted.wait(FRAME_TIMEOUT)?;
+            } else {
+                // cpu-wait: the frame is written before its descriptor leaves.
+                submitted.wait(FRAME_TIMEOUT)?;
+                send_buffer_with_fence(buffers, slot_index as u64, &slot.dmabuf, None).map_err(|e| peer.handoff_error(e))?;
+            }
             slot.used = true;
             let checksum = read_u32(sum, 0)?;
-            send_buffer(buffers, slot_index as u64, &slot.dmabuf).map_err(|e| peer.handoff_error(e))?;
             pool.held.insert(slot_index);
             pool.max_held = pool.max_held.max(pool.held.len());
             send_msg(control, peer, &ToConsumer::Frame { index, id: slot_index as u64, checksum })?;
@@ -515,11 +563,18 @@ fn run_mode(
         }
         // Every buffer comes back before the pool goes.
         while !pool.held.is_empty() {
-            pool.wait_release(buffers, peer)?;
+            pool.wait_release(buffers, peer, plan.sync)?;
+        }
+        // The last releases' fences: the pool's memory goes only once the consumer is done.
+        for slot in &mut pool.slots {
+            if let Some(fence) = slot.release_fence.take() {
+                wait_sync_file(fence.as_fd(), FRAME_TIMEOUT)?;
+            }
         }
         Ok(())
     })();
     let max_outstanding = pool.max_held;
+    let release_fences = pool.release_fences;
     drop(pool);
     drop(render);
     result?;
@@ -553,6 +608,12 @@ fn run_mode(
         "import_cache": {"hits": report.cache_hits, "misses": report.cache_misses, "evictions": report.cache_evictions},
         "max_held_by_consumer": report.max_held,
         "max_outstanding": max_outstanding,
+        "sync": plan.sync,
+        "fences": {"acquire_sent": acquire_fences, "release_received": release_fences},
+        "memory": match plan.mode {
+            Mode::Copy => memory.name(),
+            Mode::ZeroCopy => "device".to_owned(),
+        },
     });
     Ok(ModeResult { mode: plan.mode, json, frame, gbps, mismatches: report.mismatches.len() })
 }

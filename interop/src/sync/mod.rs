@@ -37,7 +37,7 @@ pub use cpu_access::{is_dma_buf, CpuAccess, CpuAccessError, CPU_ACCESS_TIMEOUT, 
 pub use wait::{poll_for, poll_readable, wait_sync_file, WaitError, SYNC_IOC_FILE_INFO};
 
 /// One way to synchronise access to a shared buffer (see the module docs).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum SyncMethod {
     SyncFile,

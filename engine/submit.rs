@@ -73,6 +73,13 @@ pub enum SubmitError {
     /// A completion from a different engine was passed as a wait.
     #[error("a wait names a timeline of another engine")]
     ForeignCompletion,
+    /// A sync_file was asked of a submission that waits for a host timeline point the host
+    /// has not signalled yet. Exporting a SYNC_FD payload waits until the batch has really
+    /// been submitted (Mesa's lavapipe blocks in `vkGetSemaphoreFdKHR`, found in the kernel
+    /// lab), which a wait-before-signal delays until the host signals: the caller would
+    /// block itself. Signal the point first, or export from a later submission.
+    #[error("a sync_file cannot be exported from a submission that waits for host timeline point {value}, not yet signalled: the export would block until the host signals it")]
+    ExportBehindHostWait { value: u64 },
 }
 
 /// Objects whose destruction waits for the GPU.
@@ -451,6 +458,12 @@ impl Engine {
         }
         if (options.export_sync_file || !options.wait_sync_files.is_empty()) && shared.sync_file_fn().is_none() {
             return Err(SubmitError::NoSyncFile(Capability::SyncFile).into());
+        }
+        if options.export_sync_file {
+            let host = submitter.host_timelines.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            if let Some(c) = options.waits.iter().find(|c| host.contains(&c.semaphore) && !self.is_reached(c)) {
+                return Err(SubmitError::ExportBehindHostWait { value: c.value }.into());
+            }
         }
         let mut state = submitter.lock();
         let reached = submitter.refresh(device);

@@ -12,8 +12,11 @@
 //! - **cpu-wait**: the producer waits for its submission before it sends the descriptor;
 //!   the consumer's release message is the release. Always possible.
 //!
-//! On this project's CI machine (lavapipe, no DRM) only cpu-wait exists: the other two are
-//! implemented against the specs but have not run here.
+//! On this project's CI host (lavapipe on a kernel without sync_file) only cpu-wait exists.
+//! In the kernel lab (`scripts/lab.sh`: Linux 6.12, where lavapipe has SYNC_FD semaphores)
+//! all three do, and the tests run them there: `tests/sync.rs` (a sync_file across
+//! submissions and processes, the implicit bridge on real dma-bufs), `tests/kernel_fences.rs`
+//! (a vgem fence the CPU and the GPU consumer must wait for), and `dmabridge demo`.
 
 use std::os::fd::OwnedFd;
 

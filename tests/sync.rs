@@ -1,14 +1,19 @@
-//! Synchronisation across processes, as far as this machine goes: lavapipe has no
-//! `VK_KHR_external_semaphore_fd` and the kernel no DRM, so the device reports cpu-wait
-//! only, asking for a sync_file is a typed error, and the implicit bridge's ioctls refuse a
-//! memfd cleanly. The timeline `Submission`s that cpu-wait rests on are checked too.
+//! Synchronisation as the device and the kernel offer it, asserted per configuration. In the
+//! kernel lab (Linux 6.12: lavapipe has SYNC_FD semaphores, the dma-buf sync_file ioctls
+//! exist) the device must report sync-file, implicit-bridge and cpu-wait, a submission's
+//! sync_file must gate another submission and cross a process boundary with a buffer, and the
+//! implicit bridge must work on a real dma-buf. Where the device has no SYNC_FD (this CI
+//! host) it must report cpu-wait only, and asking for a sync_file is a typed error. The
+//! timeline `Submission`s that every method rests on are checked everywhere.
 
 mod common;
 
 use std::time::Duration;
 
-use dmabridge::interop::dmabuf::DmaBuf;
-use dmabridge::interop::sync::{SyncError, SyncMethod};
+use std::os::fd::AsFd;
+
+use dmabridge::interop::dmabuf::{recv_fenced, send_buffer_with_fence, send_release_with_fence, socketpair, DmaBuf, FencedReceived};
+use dmabridge::interop::sync::{CpuAccess, SyncAccess, SyncError, SyncMethod};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{BufferLocation, Capability, Direction, GpuBuffer, ParticipantRequest, SubmitError, SubmitOptions};
 
@@ -29,21 +34,30 @@ fn submit_copy(engine: &dmabridge::Engine, src: &GpuBuffer, dst: &GpuBuffer, aft
 }
 
 #[test]
-fn lavapipe_synchronises_by_cpu_wait_and_says_so() {
+fn the_device_reports_the_sync_methods_the_kernel_gives_it() {
     let engine = common::engine();
-    assert!(!engine.has_capability(Capability::SyncFile), "lavapipe has no SYNC_FD semaphores");
-    let methods = engine.sync_methods();
-    assert_eq!(methods.iter().collect::<Vec<_>>(), [SyncMethod::CpuWait]);
+    let methods: Vec<SyncMethod> = engine.sync_methods().iter().collect();
+    if common::in_kernel_lab() {
+        assert!(engine.has_capability(Capability::SyncFile), "lavapipe on Linux 6.12 has SYNC_FD semaphores");
+        assert_eq!(methods, [SyncMethod::SyncFile, SyncMethod::ImplicitBridge, SyncMethod::CpuWait]);
+    } else if !engine.has_capability(Capability::SyncFile) {
+        assert_eq!(methods, [SyncMethod::CpuWait]);
+    }
+    let best = methods[0];
     let p = engine.participant(&ParticipantRequest::new("gpu", dmabridge::ash::vk::ImageUsageFlags::SAMPLED, Direction::Both)).expect("participant");
-    assert_eq!(p.sync.best(), SyncMethod::CpuWait);
+    assert_eq!(p.sync.best(), best);
     let report = dmabridge::probe::probe(&engine, &Default::default()).expect("probe");
-    assert_eq!(report.sync, SyncMethod::CpuWait);
+    assert_eq!(report.sync, best);
     common::assert_clean(&engine);
 }
 
 #[test]
 fn asking_for_a_sync_file_without_the_capability_is_a_typed_error() {
     let engine = common::engine();
+    if engine.has_capability(Capability::SyncFile) {
+        eprintln!("skipped: this device has SYNC_FD semaphores (the sync_file tests below run instead)");
+        return;
+    }
     let export = SubmitOptions { export_sync_file: true, ..Default::default() };
     let r = engine.submit(export, |_, _| Ok::<(), SubmitError>(()));
     assert!(matches!(r, Err(SubmitError::NoSyncFile(Capability::SyncFile))), "{r:?}");
@@ -51,6 +65,154 @@ fn asking_for_a_sync_file_without_the_capability_is_a_typed_error() {
     let wait = SubmitOptions { wait_sync_files: vec![fence], ..Default::default() };
     let r = engine.submit(wait, |_, _| Ok::<(), SubmitError>(()));
     assert!(matches!(r, Err(SubmitError::NoSyncFile(Capability::SyncFile))), "{r:?}");
+    common::assert_clean(&engine);
+}
+
+/// The engine when it has SYNC_FD semaphores (always in the kernel lab), else `None`.
+fn sync_file_engine() -> Option<dmabridge::Engine> {
+    let engine = common::engine();
+    if engine.has_capability(Capability::SyncFile) {
+        return Some(engine);
+    }
+    assert!(!common::in_kernel_lab(), "lavapipe has SYNC_FD semaphores in the kernel lab");
+    eprintln!("skipped: this device has no SYNC_FD semaphores (the kernel lab runs this)");
+    None
+}
+
+/// Bytes of the copy whose fence the sync_file tests pass around: enough work that its fence
+/// is normally still pending when it is exported (not asserted: a fast device may be done).
+const BIG: u64 = 32 << 20;
+
+/// A submitted copy of BIG bytes from `src` into `dst`, exporting a sync_file.
+fn big_copy(engine: &dmabridge::Engine, src: &GpuBuffer, dst: &GpuBuffer) -> dmabridge::Submission {
+    let options = SubmitOptions { export_sync_file: true, ..Default::default() };
+    let (_, s) = engine
+        .submit(options, |cmd, until| {
+            let region = dmabridge::ash::vk::BufferCopy { src_offset: 0, dst_offset: 0, size: BIG };
+            // SAFETY: the engine's command buffer; both buffers hold BIG bytes with transfer
+            // usage and are tracked until the submission is done (VUID-vkDestroyBuffer-buffer-00922).
+            unsafe { engine.device().cmd_copy_buffer(cmd, src.buffer(), dst.buffer(), &[region]) };
+            src.track(until);
+            dst.track(until);
+            Ok::<(), SubmitError>(())
+        })
+        .expect("submit");
+    s
+}
+
+#[test]
+fn a_sync_file_gates_the_next_submission() {
+    let Some(engine) = sync_file_engine() else { return };
+    // Found in the kernel lab: exporting a sync_file from a submission that waits for a host
+    // timeline point not yet signalled blocks in vkGetSemaphoreFdKHR until the host signals,
+    // which the caller cannot do while blocked. The engine refuses it instead.
+    let timeline = engine.host_timeline().expect("host timeline");
+    let gate = timeline.next();
+    let behind = SubmitOptions { waits: vec![gate], export_sync_file: true, ..Default::default() };
+    let r = engine.submit(behind, |_, _| Ok::<(), SubmitError>(()));
+    assert!(matches!(r, Err(SubmitError::ExportBehindHostWait { .. })), "{r:?}");
+    let a = GpuBuffer::from_bytes(&engine, &vec![7u8; BIG as usize]).expect("buffer");
+    let b = GpuBuffer::new(&engine, BIG, BufferLocation::DeviceLocal).expect("buffer");
+    let c = GpuBuffer::new(&engine, 4096, BufferLocation::Readback).expect("buffer");
+    let mut first = big_copy(&engine, &a, &b);
+    let fence = first.take_sync_file();
+    eprintln!("the first copy's fence: {}", if fence.is_some() { "exported" } else { "none (already done)" });
+    // The second waits for the first through the sync_file alone (no timeline wait).
+    let (_, second) = engine
+        .submit(SubmitOptions { wait_sync_files: fence.into_iter().collect(), ..Default::default() }, |cmd, until| {
+            let region = dmabridge::ash::vk::BufferCopy { src_offset: BIG - 4096, dst_offset: 0, size: 4096 };
+            // SAFETY: as above: the last 4096 bytes of b into c.
+            unsafe { engine.device().cmd_copy_buffer(cmd, b.buffer(), c.buffer(), &[region]) };
+            b.track(until);
+            c.track(until);
+            Ok::<(), SubmitError>(())
+        })
+        .expect("submit");
+    second.wait(Duration::from_secs(30)).expect("done");
+    assert_eq!(c.bytes().expect("idle"), &[7u8; 4096][..]);
+    // The host signals its gate: nothing waits for it, and teardown is clean.
+    let signal = dmabridge::ash::vk::SemaphoreSignalInfo::default().semaphore(gate.semaphore()).value(gate.value());
+    // SAFETY: a timeline semaphore of this device, signalled to the value the host took.
+    unsafe { engine.device().signal_semaphore(&signal) }.expect("signal");
+    common::assert_clean(&engine);
+}
+
+const CHILD_ENV: &str = "DMABRIDGE_SYNC_CHILD_FD";
+
+/// Only does something in the child that `a_sync_file_crosses_a_process_boundary` starts:
+/// receives a buffer with its acquire fence, checks that the fence is pending, waits for it,
+/// and answers with a release.
+#[test]
+fn sync_file_child_process() {
+    let Ok(fd) = std::env::var(CHILD_ENV) else { return };
+    let raw: i32 = fd.parse().expect("fd number");
+    // SAFETY: the parent passed this fd open and inheritable and named it in CHILD_ENV;
+    // nothing else in this process owns it.
+    let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    let FencedReceived::Buffer { id, buf: _, acquire_fence } = recv_fenced(&sock).expect("a fenced buffer") else { panic!("expected a buffer") };
+    let fence = acquire_fence.expect("the buffer came with its acquire fence");
+    // A sync_file: the kernel answers its query (anything else is NotASyncFile).
+    let pending = matches!(dmabridge::interop::sync::wait_sync_file(fence.as_fd(), Duration::ZERO), Err(dmabridge::interop::sync::WaitError::Timeout { .. }));
+    dmabridge::interop::sync::wait_sync_file(fence.as_fd(), Duration::from_secs(30)).expect("signals once the parent's GPU work is done");
+    send_release_with_fence(&sock, id, None).expect("release");
+    println!("CHILD waited for the fence ({} when it arrived)", if pending { "pending" } else { "signalled" });
+}
+
+#[test]
+fn a_sync_file_crosses_a_process_boundary() {
+    let Some(engine) = sync_file_engine() else { return };
+    let (ours, theirs) = socketpair().expect("socketpair");
+    let inheritable = rustix::io::dup(&theirs).expect("dup");
+    let child = std::process::Command::new(std::env::current_exe().expect("exe"))
+        .args(["--exact", "sync_file_child_process", "--nocapture", "--test-threads=1"])
+        .env(CHILD_ENV, std::os::fd::AsRawFd::as_raw_fd(&inheritable).to_string())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn the child");
+    drop((inheritable, theirs));
+    let fd = common::dmabuf_with(&[3u8; 4096]);
+    let buf = DmaBuf::in_one_file(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 32, 32, fd, &[(0, 128)]).expect("descriptor");
+    let a = GpuBuffer::from_bytes(&engine, &vec![1u8; BIG as usize]).expect("buffer");
+    let b = GpuBuffer::new(&engine, BIG, BufferLocation::DeviceLocal).expect("buffer");
+    let mut work = big_copy(&engine, &a, &b);
+    // A fence exported from finished work is -1 (no fd): a signalled sync_file stands in, so
+    // the child always gets a real one.
+    let fence = match work.take_sync_file() {
+        Some(f) => f,
+        None => dmabridge::interop::sync::export_sync_file(buf.plane(0).expect("plane").fd, SyncAccess::Read).expect("a signalled sync_file"),
+    };
+    send_buffer_with_fence(&ours, 1, &buf, Some(fence.as_fd())).expect("send with the fence");
+    drop(fence);
+    assert!(matches!(recv_fenced(&ours).expect("release"), FencedReceived::Release { id: 1, release_fence: None }));
+    let out = child.wait_with_output().expect("child");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("CHILD waited for the fence"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("{}", stdout.lines().find(|l| l.contains("CHILD")).unwrap_or_default());
+    work.wait(Duration::from_secs(10)).expect("done");
+    common::assert_clean(&engine);
+}
+
+#[test]
+fn the_implicit_bridge_publishes_a_submission_on_a_real_dmabuf() {
+    let Some(engine) = sync_file_engine() else { return };
+    if !common::real_dmabufs() {
+        eprintln!("skipped: the implicit bridge needs a real dma-buf (the kernel lab has them)");
+        return;
+    }
+    let fd = common::dmabuf_with(&[0u8; 4096]);
+    let buf = DmaBuf::in_one_file(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 32, 32, fd, &[(0, 128)]).expect("descriptor");
+    let a = GpuBuffer::from_bytes(&engine, &vec![1u8; BIG as usize]).expect("buffer");
+    let b = GpuBuffer::new(&engine, BIG, BufferLocation::DeviceLocal).expect("buffer");
+    let mut work = big_copy(&engine, &a, &b);
+    dmabridge::sync::publish_to_dmabuf(&mut work, &buf).expect("IMPORT_SYNC_FILE on a real dma-buf");
+    // An implicitly synchronised reader gets the submission's fence back from the dma-buf.
+    let fences = dmabridge::sync::fences_of_dmabuf(&buf).expect("EXPORT_SYNC_FILE on a real dma-buf");
+    assert_eq!(fences.len(), 1);
+    dmabridge::interop::sync::wait_sync_file(fences[0].as_fd(), Duration::from_secs(30)).expect("signals with the submission");
+    assert!(work.is_done() || work.wait(Duration::from_secs(1)).is_ok(), "the dma-buf's fence signalled only once the work was done");
+    let plane = buf.plane(0).expect("plane").fd;
+    drop(CpuAccess::begin(plane, SyncAccess::Read, Duration::from_secs(10)).expect("the guard begins once it has signalled"));
     common::assert_clean(&engine);
 }
 

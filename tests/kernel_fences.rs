@@ -1,0 +1,167 @@
+//! The proof that dmabridge's consumers wait for a producer's fence, with a fence nobody but
+//! the test signals: vgem's (`tests/support_vgem`), on a vgem dumb buffer exported through
+//! PRIME. The producer attaches an unsignalled write fence, writes the final content later,
+//! then signals. A CPU consumer (the `CpuAccess` guard: poll, then `DMA_BUF_IOCTL_SYNC`) and a
+//! GPU consumer (the implicit bridge: the dma-buf's fences as a sync_file its submission waits
+//! for) must see only the final content; the same reads without the wait are checked to see
+//! the old content, so a consumer that skipped the wait fails the test. A fence that never
+//! signals gives each waiter its typed timeout.
+//!
+//! Runs in the kernel lab (vgem, sync_file, lavapipe with SYNC_FD); elsewhere it says why
+//! it is skipped.
+
+mod common;
+#[path = "support_vgem/mod.rs"]
+mod support_vgem;
+
+use std::os::fd::AsFd;
+use std::time::{Duration, Instant};
+
+use dmabridge::ash::vk;
+use dmabridge::interop::dmabuf::DmaBuf;
+use dmabridge::interop::sync::{export_sync_file, wait_sync_file, CpuAccess, CpuAccessError, SyncAccess, WaitError};
+use dmabridge::interop::{Fourcc, Layout, Modifier};
+use dmabridge::{BufferLocation, Capability, GpuBuffer, ImportedBuffer, SubmitError, SubmitOptions};
+use support_vgem::{DumbBuffer, RawMapping, Vgem};
+
+const OLD: u8 = 0x11;
+const FINAL: u8 = 0xee;
+/// How long the producer takes to write its frame after attaching the fence.
+const PRODUCER_DELAY: Duration = Duration::from_millis(400);
+
+/// The vgem device, or `None` (with the reason printed) outside the kernel lab.
+fn vgem() -> Option<Vgem> {
+    if !common::in_kernel_lab() {
+        eprintln!("skipped: vgem fences need the kernel lab (scripts/lab.sh --modules vgem)");
+        return None;
+    }
+    Some(Vgem::open().expect("the kernel lab loads vgem (scripts/lab.sh --modules vgem)"))
+}
+
+/// A 64x64 XRGB8888 dumb buffer holding OLD, exported as a dma-buf, and its mapping.
+fn old_buffer(vgem: &Vgem) -> (DumbBuffer, std::os::fd::OwnedFd, RawMapping) {
+    let buffer = vgem.dumb(64, 64, 32).expect("dumb buffer");
+    let fd = vgem.export(&buffer).expect("PRIME export");
+    assert!(dmabridge::interop::sync::is_dma_buf(fd.as_fd()).expect("fstatfs"), "a PRIME export is a dma-buf");
+    let map = RawMapping::new(&fd, buffer.size as usize).expect("mmap");
+    map.fill(OLD);
+    (buffer, fd, map)
+}
+
+/// The producer: after PRODUCER_DELAY writes FINAL (through its own mapping: the guard would
+/// wait for its own fence) and signals.
+fn produce_later(vgem: &Vgem, map: RawMapping, fence: support_vgem::Fence) -> std::thread::JoinHandle<()> {
+    let vgem = vgem.try_clone().expect("dup the card");
+    std::thread::spawn(move || {
+        std::thread::sleep(PRODUCER_DELAY);
+        map.fill(FINAL);
+        vgem.signal(fence).expect("signal the fence");
+    })
+}
+
+#[test]
+fn a_cpu_reader_sees_only_what_the_fence_guards() {
+    let Some(vgem) = vgem() else { return };
+    let (buffer, fd, map) = old_buffer(&vgem);
+    let len = buffer.size as usize;
+    let fence = vgem.attach_write_fence(&buffer).expect("attach a write fence");
+    // Without the wait: the old content (the fence is pending, the frame not written yet).
+    let peek = RawMapping::new(&fd, len).expect("mmap");
+    assert!(peek.read().iter().all(|&b| b == OLD), "a reader that skips the wait sees the old frame");
+    let producer = produce_later(&vgem, map, fence);
+    let t = Instant::now();
+    let access = CpuAccess::begin(fd.as_fd(), SyncAccess::Read, Duration::from_secs(5)).expect("the fence signals within 5 s");
+    let waited = t.elapsed();
+    let seen = peek.read();
+    drop(access);
+    producer.join().expect("producer");
+    assert!(seen.iter().all(|&b| b == FINAL), "the guarded reader sees only the final frame (first byte {:#x})", seen[0]);
+    assert!(waited >= PRODUCER_DELAY / 2, "the guard waited for the fence ({waited:?})");
+    // The library's own guarded read (read_exact_at maps dma-bufs through the same guard).
+    let mut bytes = vec![0u8; len];
+    dmabridge::interop::dmabuf::read_exact_at(fd.as_fd(), 0, &mut bytes).expect("guarded read");
+    assert!(bytes.iter().all(|&b| b == FINAL));
+    vgem.close(buffer).expect("close");
+}
+
+/// Copies the first `len` bytes of `src` into a new readback buffer after `options`' waits.
+fn gpu_copy(engine: &dmabridge::Engine, src: &ImportedBuffer, len: u64, options: SubmitOptions) -> (GpuBuffer, dmabridge::Submission) {
+    let dst = GpuBuffer::new(engine, len, BufferLocation::Readback).expect("buffer");
+    let (_, s) = engine
+        .submit(options, |cmd, until| {
+            let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size: len };
+            let host = dmabridge::image::buffer_barrier(dst.buffer(), vk::AccessFlags::TRANSFER_WRITE, vk::AccessFlags::HOST_READ, vk::QUEUE_FAMILY_IGNORED, vk::QUEUE_FAMILY_IGNORED);
+            // SAFETY: the engine's command buffer, recording; both buffers have transfer usage
+            // and hold `len` bytes; both are tracked until the submission is done
+            // (VUID-vkDestroyBuffer-buffer-00922).
+            unsafe {
+                engine.device().cmd_copy_buffer(cmd, src.buffer(), dst.buffer(), &[region]);
+                engine.device().cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[], &[host], &[]);
+            }
+            src.track(until);
+            dst.track(until);
+            Ok::<(), SubmitError>(())
+        })
+        .expect("submit");
+    (dst, s)
+}
+
+fn descriptor(fd: &std::os::fd::OwnedFd, buffer: &DumbBuffer) -> DmaBuf {
+    DmaBuf::in_one_file(Fourcc::XRGB8888, Layout::Explicit(Modifier::LINEAR), 64, 64, fd.try_clone().expect("dup"), &[(0, u64::from(buffer.pitch))])
+        .expect("descriptor")
+}
+
+#[test]
+fn a_gpu_reader_waits_for_the_fence_through_the_implicit_bridge() {
+    let Some(vgem) = vgem() else { return };
+    let engine = common::engine();
+    assert!(engine.has_capability(Capability::SyncFile), "lavapipe has SYNC_FD semaphores in the lab");
+    let (buffer, fd, map) = old_buffer(&vgem);
+    let len = buffer.size;
+    let src = ImportedBuffer::import(&engine, fd.as_fd(), len, vk::BufferUsageFlags::TRANSFER_SRC).expect("import the vgem dma-buf");
+    let fence = vgem.attach_write_fence(&buffer).expect("attach a write fence");
+    // Without the wait the GPU reads the old frame: the fence is pending.
+    let (skipped, s) = gpu_copy(&engine, &src, len, SubmitOptions::default());
+    s.wait(Duration::from_secs(10)).expect("a copy with no wait runs");
+    assert!(skipped.bytes().expect("idle").iter().all(|&b| b == OLD), "a GPU reader that skips the wait sees the old frame");
+    // The implicit bridge: the dma-buf's write fences as sync_files the copy waits for.
+    let fences = dmabridge::sync::fences_of_dmabuf(&descriptor(&fd, &buffer)).expect("EXPORT_SYNC_FILE");
+    assert_eq!(fences.len(), 1);
+    assert!(matches!(wait_sync_file(fences[0].as_fd(), Duration::ZERO), Err(WaitError::Timeout { .. })), "the exported fence is pending");
+    let (copied, s) = gpu_copy(&engine, &src, len, SubmitOptions { wait_sync_files: fences, ..SubmitOptions::default() });
+    assert!(!s.is_done(), "the copy waits for the producer's fence");
+    let producer = produce_later(&vgem, map, fence);
+    s.wait(Duration::from_secs(5)).expect("the copy runs once the fence signals");
+    producer.join().expect("producer");
+    assert!(copied.bytes().expect("idle").iter().all(|&b| b == FINAL), "the GPU reader sees only the final frame");
+    drop((copied, skipped, src));
+    vgem.close(buffer).expect("close");
+    common::assert_clean(&engine);
+}
+
+#[test]
+fn a_fence_that_never_signals_is_a_typed_timeout_for_every_waiter() {
+    let Some(vgem) = vgem() else { return };
+    let engine = common::engine();
+    let (buffer, fd, _map) = old_buffer(&vgem);
+    let src = ImportedBuffer::import(&engine, fd.as_fd(), buffer.size, vk::BufferUsageFlags::TRANSFER_SRC).expect("import");
+    let fence = vgem.attach_write_fence(&buffer).expect("attach a write fence");
+    let short = Duration::from_millis(200);
+    // The CPU guard.
+    let t = Instant::now();
+    let e = CpuAccess::begin(fd.as_fd(), SyncAccess::Read, short).expect_err("the fence never signals");
+    assert!(matches!(e, CpuAccessError::Timeout { .. }), "{e}");
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    // A sync_file wait.
+    let sync_file = export_sync_file(fd.as_fd(), SyncAccess::Read).expect("EXPORT_SYNC_FILE");
+    assert!(matches!(wait_sync_file(sync_file.as_fd(), short), Err(WaitError::Timeout { .. })));
+    // A submission that waits for it on the GPU.
+    let (dst, s) = gpu_copy(&engine, &src, buffer.size, SubmitOptions { wait_sync_files: vec![sync_file], ..SubmitOptions::default() });
+    assert!(matches!(s.wait(short), Err(SubmitError::Timeout(_))));
+    // The producer finally signals: everything completes and tears down cleanly.
+    vgem.signal(fence).expect("signal");
+    s.wait(Duration::from_secs(10)).expect("done once signalled");
+    drop((dst, src));
+    vgem.close(buffer).expect("close");
+    common::assert_clean(&engine);
+}

@@ -1,0 +1,219 @@
+//! vgem, the kernel's virtual GEM driver, as the tests use it: dumb buffers exported as
+//! dma-bufs through PRIME, and fences the test attaches to them and signals itself
+//! (`VGEM_FENCE_ATTACH` / `VGEM_FENCE_SIGNAL`, `include/uapi/drm/vgem_drm.h`). It is the only
+//! way this kernel offers to put an unsignalled fence on a dma-buf (no `SW_SYNC`). The kernel
+//! signals a vgem fence by itself after 10 s, so a test's unsignalled phase must be shorter.
+//!
+//! Loaded in the kernel lab by `scripts/lab.sh --modules vgem`.
+
+#![allow(dead_code)]
+
+use std::io;
+use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::path::PathBuf;
+
+use rustix::ioctl::{ioctl, opcode, Opcode, Setter, Updater};
+
+/// `DRM_COMMAND_BASE`: driver-private ioctls start here.
+const DRM_COMMAND_BASE: u8 = 0x40;
+
+/// `struct drm_mode_create_dumb`.
+#[repr(C)]
+#[derive(Debug, Default)]
+struct CreateDumb {
+    height: u32,
+    width: u32,
+    bpp: u32,
+    flags: u32,
+    handle: u32,
+    pitch: u32,
+    size: u64,
+}
+
+/// `struct drm_prime_handle`.
+#[repr(C)]
+#[derive(Debug, Default)]
+struct PrimeHandle {
+    handle: u32,
+    flags: u32,
+    fd: i32,
+}
+
+/// `struct drm_gem_close`.
+#[repr(C)]
+#[derive(Debug)]
+struct GemClose {
+    handle: u32,
+    pad: u32,
+}
+
+/// `struct drm_vgem_fence_attach`.
+#[repr(C)]
+#[derive(Debug, Default)]
+struct FenceAttach {
+    handle: u32,
+    flags: u32,
+    out_fence: u32,
+    pad: u32,
+}
+
+/// `struct drm_vgem_fence_signal`.
+#[repr(C)]
+#[derive(Debug)]
+struct FenceSignal {
+    fence: u32,
+    flags: u32,
+}
+
+/// `DRM_IOWR(0xB2, struct drm_mode_create_dumb)`.
+const DRM_IOCTL_MODE_CREATE_DUMB: Opcode = opcode::read_write::<CreateDumb>(b'd', 0xB2);
+/// `DRM_IOWR(0x2d, struct drm_prime_handle)`.
+const DRM_IOCTL_PRIME_HANDLE_TO_FD: Opcode = opcode::read_write::<PrimeHandle>(b'd', 0x2d);
+/// `DRM_IOW(0x09, struct drm_gem_close)`.
+const DRM_IOCTL_GEM_CLOSE: Opcode = opcode::write::<GemClose>(b'd', 0x09);
+/// `DRM_IOWR(DRM_COMMAND_BASE + 1, struct drm_vgem_fence_attach)`.
+const DRM_IOCTL_VGEM_FENCE_ATTACH: Opcode = opcode::read_write::<FenceAttach>(b'd', DRM_COMMAND_BASE + 1);
+/// `DRM_IOW(DRM_COMMAND_BASE + 2, struct drm_vgem_fence_signal)`.
+const DRM_IOCTL_VGEM_FENCE_SIGNAL: Opcode = opcode::write::<FenceSignal>(b'd', DRM_COMMAND_BASE + 2);
+/// `VGEM_FENCE_WRITE`: the fence is an exclusive (write) fence.
+const VGEM_FENCE_WRITE: u32 = 1;
+/// `DRM_CLOEXEC | DRM_RDWR` (`O_CLOEXEC | O_RDWR`).
+const PRIME_FLAGS: u32 = 0o2_000_000 | 0o2;
+
+/// The vgem device's primary node (dumb buffers are not allowed on render nodes).
+pub struct Vgem {
+    card: OwnedFd,
+    pub path: PathBuf,
+}
+
+/// A dumb buffer of the device: its GEM handle and layout.
+#[derive(Debug, Clone, Copy)]
+pub struct DumbBuffer {
+    pub handle: u32,
+    pub pitch: u32,
+    pub size: u64,
+}
+
+/// A fence the test attached to a buffer; it signals when the test says (or after 10 s).
+#[derive(Debug, Clone, Copy)]
+pub struct Fence(u32);
+
+impl Vgem {
+    /// The `/dev/dri/card*` whose sysfs device is vgem's platform device.
+    pub fn open() -> io::Result<Vgem> {
+        for entry in std::fs::read_dir("/sys/class/drm")? {
+            let entry = entry?;
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if !name.starts_with("card") || name.contains('-') {
+                continue;
+            }
+            let target = std::fs::read_link(entry.path())?;
+            if !target.to_string_lossy().contains("/vgem/") {
+                continue;
+            }
+            let path = PathBuf::from("/dev/dri").join(&name);
+            let card = rustix::fs::open(&path, rustix::fs::OFlags::RDWR | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty())?;
+            return Ok(Vgem { card, path });
+        }
+        Err(io::Error::new(io::ErrorKind::NotFound, "no vgem device in /sys/class/drm (is the vgem module loaded?)"))
+    }
+
+    /// Another handle on the same open device (a dup), for a producer thread.
+    pub fn try_clone(&self) -> io::Result<Vgem> {
+        Ok(Vgem { card: self.card.try_clone()?, path: self.path.clone() })
+    }
+
+    /// A new zeroed dumb buffer of `width` x `height` pixels of `bpp` bits.
+    pub fn dumb(&self, width: u32, height: u32, bpp: u32) -> io::Result<DumbBuffer> {
+        let mut arg = CreateDumb { height, width, bpp, ..CreateDumb::default() };
+        // SAFETY: the opcode is the kernel's DRM_IOWR(0xB2, struct drm_mode_create_dumb) and `arg`
+        // is that struct (#[repr(C)], 32 bytes), borrowed mutably for the call only.
+        unsafe { ioctl(&self.card, Updater::<DRM_IOCTL_MODE_CREATE_DUMB, _>::new(&mut arg)) }?;
+        Ok(DumbBuffer { handle: arg.handle, pitch: arg.pitch, size: arg.size })
+    }
+
+    /// The buffer as a dma-buf (PRIME), read-write, close-on-exec; the caller owns it.
+    pub fn export(&self, buffer: &DumbBuffer) -> io::Result<OwnedFd> {
+        let mut arg = PrimeHandle { handle: buffer.handle, flags: PRIME_FLAGS, fd: -1 };
+        // SAFETY: the opcode is DRM_IOWR(0x2d, struct drm_prime_handle) and `arg` is that
+        // struct (#[repr(C)], 12 bytes), borrowed mutably for the call only.
+        unsafe { ioctl(&self.card, Updater::<DRM_IOCTL_PRIME_HANDLE_TO_FD, _>::new(&mut arg)) }?;
+        if arg.fd < 0 {
+            return Err(io::Error::other(format!("PRIME export returned fd {}", arg.fd)));
+        }
+        // SAFETY: on success the kernel installed a new fd for the caller in `arg.fd`; nothing
+        // else owns it.
+        Ok(unsafe { OwnedFd::from_raw_fd(arg.fd) })
+    }
+
+    /// Attaches a new unsignalled write fence to the buffer's reservation object.
+    pub fn attach_write_fence(&self, buffer: &DumbBuffer) -> io::Result<Fence> {
+        let mut arg = FenceAttach { handle: buffer.handle, flags: VGEM_FENCE_WRITE, ..FenceAttach::default() };
+        // SAFETY: the opcode is DRM_IOWR(DRM_COMMAND_BASE + 1, struct drm_vgem_fence_attach) and
+        // `arg` is that struct (#[repr(C)], 16 bytes, pad zero as the kernel requires),
+        // borrowed mutably for the call only.
+        unsafe { ioctl(&self.card, Updater::<DRM_IOCTL_VGEM_FENCE_ATTACH, _>::new(&mut arg)) }?;
+        Ok(Fence(arg.out_fence))
+    }
+
+    /// Signals `fence`. An error if it was signalled already (`ETIMEDOUT` once the kernel's
+    /// 10 s ran out).
+    pub fn signal(&self, fence: Fence) -> io::Result<()> {
+        let arg = FenceSignal { fence: fence.0, flags: 0 };
+        // SAFETY: the opcode is DRM_IOW(DRM_COMMAND_BASE + 2, struct drm_vgem_fence_signal) and
+        // `arg` is that struct, read by the kernel during the call only.
+        unsafe { ioctl(&self.card, Setter::<DRM_IOCTL_VGEM_FENCE_SIGNAL, _>::new(arg)) }?;
+        Ok(())
+    }
+
+    /// Closes the GEM handle (an exported dma-buf keeps the memory alive).
+    pub fn close(&self, buffer: DumbBuffer) -> io::Result<()> {
+        let arg = GemClose { handle: buffer.handle, pad: 0 };
+        // SAFETY: the opcode is DRM_IOW(0x09, struct drm_gem_close) and `arg` is that struct,
+        // read by the kernel during the call only.
+        unsafe { ioctl(&self.card, Setter::<DRM_IOCTL_GEM_CLOSE, _>::new(arg)) }?;
+        Ok(())
+    }
+}
+
+/// A shared mapping of a whole dma-buf with no CPU-access bracket: what a consumer that
+/// skips the wait would read, and how the producer writes while its own fence is pending
+/// (the guard would wait for that fence).
+pub struct RawMapping {
+    ptr: *mut std::ffi::c_void,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory; the tests synchronise their accesses by the
+// fences under test, and the worst a race can do is read stale bytes, which is what they check.
+unsafe impl Send for RawMapping {}
+
+impl RawMapping {
+    pub fn new(fd: impl AsFd, len: usize) -> io::Result<RawMapping> {
+        use rustix::mm::{mmap, MapFlags, ProtFlags};
+        // SAFETY: a new shared mapping chosen by the kernel (null hint), of a file the caller
+        // keeps open; it is unmapped in Drop and never aliased as a Rust reference across a write.
+        let ptr = unsafe { mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd.as_fd(), 0) }?;
+        Ok(RawMapping { ptr, len })
+    }
+
+    pub fn read(&self) -> Vec<u8> {
+        let mut out = vec![0u8; self.len];
+        // SAFETY: `ptr` maps `len` readable bytes until Drop; volatile-free copy of shared memory
+        // that another thread may write is what this test helper is for (bytes, no invariants).
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.cast::<u8>(), out.as_mut_ptr(), self.len) };
+        out
+    }
+
+    pub fn fill(&self, byte: u8) {
+        // SAFETY: `ptr` maps `len` writable bytes until Drop.
+        unsafe { std::ptr::write_bytes(self.ptr.cast::<u8>(), byte, self.len) };
+    }
+}
+
+impl Drop for RawMapping {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, unmapped once.
+        let _ = unsafe { rustix::mm::munmap(self.ptr, self.len) };
+    }
+}

@@ -3,8 +3,9 @@
 //! contract JSON on stdout; otherwise a table, the ratios and a PNG plot (`--plot`, default
 //! bench-out/bench.png). `--report DIR` writes `DIR/index.html` (the page of
 //! `dmabridge_cli::demo::html_report`), `DIR/bench.json` and `DIR/bench.png`. `--compare`
-//! prints the change of every figure since OLD (and puts it in the report); with NEW as well,
-//! nothing is measured: the two files are compared. A progress bar runs on stderr.
+//! prints the change of every figure since OLD on stdout (on stderr with `--json`, whose
+//! stdout is the JSON) and puts it in the report; with NEW as well, nothing is measured: the
+//! two files are compared. A progress bar runs on stderr.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -50,7 +51,13 @@ fn finish(args: &BenchArgs, new: &serde_json::Value) -> Result<(), String> {
         Some(old) => {
             let old = Figures::from_json(&load_json(old)?)?;
             let c = compare(&old, &figures);
-            eprint!("{}", changes_text(&c));
+            // The table is the command's output (`--compare A B > f` keeps it), unless stdout
+            // is the run's JSON.
+            if args.json {
+                eprint!("{}", changes_text(&c));
+            } else {
+                print!("{}", changes_text(&c));
+            }
             Some(c)
         }
         None => None,

@@ -47,9 +47,10 @@ fn the_report_parses_and_its_charts_are_labelled() {
     for needle in ["Goals", "slowest 4K detile ÷ memcpy GB/s", "Change since the old run", "llvmpipe"] {
         assert!(page.contains(needle), "page lacks {needle:?}");
     }
-    // The same run against itself: nothing changed, nothing flagged.
-    let stderr = String::from_utf8_lossy(&r.stderr);
-    assert!(stderr.contains("+0.0%") && !stderr.contains("SLOWER") && !stderr.contains("FASTER"), "{stderr}");
+    // The same run against itself: nothing changed, nothing flagged. The table is the
+    // command's output, on stdout (`bench --compare A B > f` puts it in f).
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    assert!(stdout.contains("+0.0%") && !stdout.contains("SLOWER") && !stdout.contains("FASTER"), "{stdout}");
     assert!(!html.contains("class=\"flag\""));
     assert!(d.join("bench.json").exists());
     // The PNG carries its titles: dark pixels in the strip above the charts, where there is
@@ -73,10 +74,10 @@ fn a_halved_detile_is_flagged() {
     let doctored = d.join("doctored.json");
     std::fs::write(&doctored, v.to_string()).expect("write");
     let (r, html) = report(&fixture(), &doctored, &d.join("report"));
-    let stderr = String::from_utf8_lossy(&r.stderr);
-    let line = stderr.lines().find(|l| l.contains("convert NV12 samsung-64x32 -> NV12")).expect("the detile's line");
+    let stdout = String::from_utf8_lossy(&r.stdout);
+    let line = stdout.lines().find(|l| l.contains("convert NV12 samsung-64x32 -> NV12")).expect("the detile's line");
     assert!(line.contains("-50.0%") && line.contains("SLOWER"), "{line}");
-    assert_eq!(stderr.matches("SLOWER").count() + stderr.matches("FASTER").count(), 1, "only the doctored figure moved: {stderr}");
+    assert_eq!(stdout.matches("SLOWER").count() + stdout.matches("FASTER").count(), 1, "only the doctored figure moved: {stdout}");
     assert!(html.contains("class=\"flag\""));
     // A file that is not a bench run is refused, not half-read.
     let bad = d.join("bad.json");

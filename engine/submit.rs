@@ -385,6 +385,10 @@ pub struct SubmitOptions {
     pub wait_sync_files: Vec<OwnedFd>,
     /// Also signal a sync_file fence ([`Submission::take_sync_file`]) for another process
     /// or device.
+    ///
+    /// Some drivers (lavapipe among them) return from the export only once the batch is
+    /// done, so the fence is already signalled and the submit call takes as long as the
+    /// work: do not count on exporting to overlap CPU and GPU work.
     pub export_sync_file: bool,
 }
 

@@ -90,13 +90,27 @@ fn gpu_copy(engine: &dmabridge::Engine, src: &ImportedBuffer, len: u64, options:
     let (_, s) = engine
         .submit(options, |cmd, until| {
             let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size: len };
-            let host = dmabridge::image::buffer_barrier(dst.buffer(), vk::AccessFlags::TRANSFER_WRITE, vk::AccessFlags::HOST_READ, vk::QUEUE_FAMILY_IGNORED, vk::QUEUE_FAMILY_IGNORED);
+            let host = dmabridge::image::buffer_barrier(
+                dst.buffer(),
+                vk::AccessFlags::TRANSFER_WRITE,
+                vk::AccessFlags::HOST_READ,
+                vk::QUEUE_FAMILY_IGNORED,
+                vk::QUEUE_FAMILY_IGNORED,
+            );
             // SAFETY: the engine's command buffer, recording; both buffers have transfer usage
             // and hold `len` bytes; both are tracked until the submission is done
             // (VUID-vkDestroyBuffer-buffer-00922).
             unsafe {
                 engine.device().cmd_copy_buffer(cmd, src.buffer(), dst.buffer(), &[region]);
-                engine.device().cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[], &[host], &[]);
+                engine.device().cmd_pipeline_barrier(
+                    cmd,
+                    vk::PipelineStageFlags::TRANSFER,
+                    vk::PipelineStageFlags::HOST,
+                    vk::DependencyFlags::empty(),
+                    &[],
+                    &[host],
+                    &[],
+                );
             }
             src.track(until);
             dst.track(until);

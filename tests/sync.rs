@@ -1,10 +1,16 @@
 //! Synchronisation as the device and the kernel offer it, asserted per configuration. In the
 //! kernel lab (Linux 6.12: lavapipe has SYNC_FD semaphores, the dma-buf sync_file ioctls
 //! exist) the device must report sync-file, implicit-bridge and cpu-wait, a submission's
-//! sync_file must gate another submission and cross a process boundary with a buffer, and the
-//! implicit bridge must work on a real dma-buf. Where the device has no SYNC_FD (this CI
-//! host) it must report cpu-wait only, and asking for a sync_file is a typed error. The
-//! timeline `Submission`s that every method rests on are checked everywhere.
+//! sync_file must reach another submission's waits and cross a process boundary with a
+//! buffer, and the implicit bridge must work on a real dma-buf. Where the device has no
+//! SYNC_FD (this CI host) it must report cpu-wait only, and asking for a sync_file is a typed
+//! error. The timeline `Submission`s that every method rests on are checked everywhere.
+//!
+//! Found in the lab: lavapipe's SYNC_FD export returns only once the batch is done, so every
+//! sync_file it exports is already signalled (the tests print it). These tests prove the
+//! plumbing (export, import, wait, SCM_RIGHTS, the data); that a submission really waits for
+//! a pending sync_file is proved by `tests/kernel_fences.rs` with vgem's fences, which fail
+//! when the engine drops the wait and these do not.
 
 mod common;
 
@@ -79,13 +85,18 @@ fn sync_file_engine() -> Option<dmabridge::Engine> {
     None
 }
 
-/// Bytes of the copy whose fence the sync_file tests pass around: enough work that its fence
-/// is normally still pending when it is exported (not asserted: a fast device may be done).
+/// Bytes of the copy whose fence the sync_file tests pass around: enough work that a driver
+/// whose export does not wait would export it pending (lavapipe's export waits for it).
 const BIG: u64 = 32 << 20;
 
 /// A submitted copy of BIG bytes from `src` into `dst`, exporting a sync_file.
 fn big_copy(engine: &dmabridge::Engine, src: &GpuBuffer, dst: &GpuBuffer) -> dmabridge::Submission {
-    let options = SubmitOptions { export_sync_file: true, ..Default::default() };
+    big_copy_exporting(engine, src, dst, true)
+}
+
+/// A submitted copy of BIG bytes from `src` into `dst`, exporting a sync_file if `export`.
+fn big_copy_exporting(engine: &dmabridge::Engine, src: &GpuBuffer, dst: &GpuBuffer, export: bool) -> dmabridge::Submission {
+    let options = SubmitOptions { export_sync_file: export, ..Default::default() };
     let (_, s) = engine
         .submit(options, |cmd, until| {
             let region = dmabridge::ash::vk::BufferCopy { src_offset: 0, dst_offset: 0, size: BIG };
@@ -98,6 +109,16 @@ fn big_copy(engine: &dmabridge::Engine, src: &GpuBuffer, dst: &GpuBuffer) -> dma
         })
         .expect("submit");
     s
+}
+
+/// What an exported fence was when the test had it: none, pending or already signalled.
+fn fence_state(fence: Option<&std::os::fd::OwnedFd>) -> &'static str {
+    match fence.map(|f| dmabridge::interop::sync::wait_sync_file(f.as_fd(), Duration::ZERO)) {
+        None => "none (the work was done)",
+        Some(Ok(())) => "exported, already signalled",
+        Some(Err(dmabridge::interop::sync::WaitError::Timeout { .. })) => "exported, pending",
+        Some(Err(e)) => panic!("an exported fence is a sync_file: {e}"),
+    }
 }
 
 #[test]
@@ -114,9 +135,17 @@ fn a_sync_file_gates_the_next_submission() {
     let a = GpuBuffer::from_bytes(&engine, &vec![7u8; BIG as usize]).expect("buffer");
     let b = GpuBuffer::new(&engine, BIG, BufferLocation::DeviceLocal).expect("buffer");
     let c = GpuBuffer::new(&engine, 4096, BufferLocation::Readback).expect("buffer");
+    // How long the copy takes, and how long submitting it with an export takes (reported, not
+    // asserted: on lavapipe the export returns only once the batch is done).
+    let t = std::time::Instant::now();
+    big_copy_exporting(&engine, &a, &b, false).wait(Duration::from_secs(30)).expect("done");
+    let copy_took = t.elapsed();
+    let t = std::time::Instant::now();
     let mut first = big_copy(&engine, &a, &b);
+    let export_took = t.elapsed();
+    eprintln!("the copy took {copy_took:?} to submit and finish; submitting it with an export took {export_took:?}");
     let fence = first.take_sync_file();
-    eprintln!("the first copy's fence: {}", if fence.is_some() { "exported" } else { "none (already done)" });
+    eprintln!("the first copy's fence: {}", fence_state(fence.as_ref()));
     // The second waits for the first through the sync_file alone (no timeline wait).
     let (_, second) = engine
         .submit(SubmitOptions { wait_sync_files: fence.into_iter().collect(), ..Default::default() }, |cmd, until| {
@@ -138,10 +167,12 @@ fn a_sync_file_gates_the_next_submission() {
 }
 
 const CHILD_ENV: &str = "DMABRIDGE_SYNC_CHILD_FD";
+/// What the child prints once it is about to receive.
+const CHILD_READY: &str = "CHILD READY to receive";
 
 /// Only does something in the child that `a_sync_file_crosses_a_process_boundary` starts:
-/// receives a buffer with its acquire fence, checks that the fence is pending, waits for it,
-/// and answers with a release.
+/// tells the parent it is ready, receives a buffer with its acquire fence, reports whether the
+/// fence was still pending, waits for it, and answers with a release.
 #[test]
 fn sync_file_child_process() {
     let Ok(fd) = std::env::var(CHILD_ENV) else { return };
@@ -149,6 +180,10 @@ fn sync_file_child_process() {
     // SAFETY: the parent passed this fd open and inheritable and named it in CHILD_ENV;
     // nothing else in this process owns it.
     let sock = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    // The parent submits its work only once it reads this (a child starts slowly under TCG:
+    // it would find the work long done even where the exported fence was pending).
+    println!("{CHILD_READY}");
+    std::io::Write::flush(&mut std::io::stdout()).expect("flush stdout");
     let FencedReceived::Buffer { id, buf: _, acquire_fence } = recv_fenced(&sock).expect("a fenced buffer") else { panic!("expected a buffer") };
     let fence = acquire_fence.expect("the buffer came with its acquire fence");
     // A sync_file: the kernel answers its query (anything else is NotASyncFile).
@@ -163,7 +198,7 @@ fn a_sync_file_crosses_a_process_boundary() {
     let Some(engine) = sync_file_engine() else { return };
     let (ours, theirs) = socketpair().expect("socketpair");
     let inheritable = rustix::io::dup(&theirs).expect("dup");
-    let child = std::process::Command::new(std::env::current_exe().expect("exe"))
+    let mut child = std::process::Command::new(std::env::current_exe().expect("exe"))
         .args(["--exact", "sync_file_child_process", "--nocapture", "--test-threads=1"])
         .env(CHILD_ENV, std::os::fd::AsRawFd::as_raw_fd(&inheritable).to_string())
         .stdout(std::process::Stdio::piped())
@@ -171,6 +206,13 @@ fn a_sync_file_crosses_a_process_boundary() {
         .spawn()
         .expect("spawn the child");
     drop((inheritable, theirs));
+    // Nothing is submitted before the child is ready to receive (see sync_file_child_process).
+    let mut child_out = std::io::BufReader::new(child.stdout.take().expect("piped stdout"));
+    let mut stdout = String::new();
+    while !stdout.contains(CHILD_READY) {
+        let n = std::io::BufRead::read_line(&mut child_out, &mut stdout).expect("the child's stdout");
+        assert!(n > 0, "the child ended before it was ready:\n{stdout}");
+    }
     let fd = common::dmabuf_with(&[3u8; 4096]);
     let buf = DmaBuf::in_one_file(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 32, 32, fd, &[(0, 128)]).expect("descriptor");
     let a = GpuBuffer::from_bytes(&engine, &vec![1u8; BIG as usize]).expect("buffer");
@@ -178,17 +220,19 @@ fn a_sync_file_crosses_a_process_boundary() {
     let mut work = big_copy(&engine, &a, &b);
     // A fence exported from finished work is -1 (no fd): a signalled sync_file stands in, so
     // the child always gets a real one.
-    let fence = match work.take_sync_file() {
+    let fence = work.take_sync_file();
+    eprintln!("the parent's fence: {}", fence_state(fence.as_ref()));
+    let fence = match fence {
         Some(f) => f,
         None => dmabridge::interop::sync::export_sync_file(buf.plane(0).expect("plane").fd, SyncAccess::Read).expect("a signalled sync_file"),
     };
     send_buffer_with_fence(&ours, 1, &buf, Some(fence.as_fd())).expect("send with the fence");
     drop(fence);
     assert!(matches!(recv_fenced(&ours).expect("release"), FencedReceived::Release { id: 1, release_fence: None }));
+    std::io::Read::read_to_string(&mut child_out, &mut stdout).expect("the child's stdout");
     let out = child.wait_with_output().expect("child");
-    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && stdout.contains("CHILD waited for the fence"), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-    eprintln!("{}", stdout.lines().find(|l| l.contains("CHILD")).unwrap_or_default());
+    eprintln!("{}", stdout.lines().find(|l| l.contains("CHILD waited")).unwrap_or_default());
     work.wait(Duration::from_secs(10)).expect("done");
     common::assert_clean(&engine);
 }

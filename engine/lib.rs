@@ -37,56 +37,37 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
-pub mod allocate;
-pub mod buffer;
-pub mod caps;
-pub mod compute;
 pub mod convert;
-pub mod cost;
 pub mod device;
+pub mod dmabuf;
 pub mod error;
-pub mod export;
-mod frame_convert;
-pub mod image;
-pub mod import;
-pub mod import_cache;
-mod memory;
-pub mod negotiation;
 #[cfg(feature = "present")]
 pub mod present;
-pub mod probe;
-pub mod requirements;
-pub mod sampler;
-pub mod shaders;
-pub mod submit;
-pub mod sync;
-pub mod transfer;
-pub mod usage;
-pub mod validation;
-pub mod vk_format;
+pub mod resources;
 #[cfg(feature = "wayland")]
 pub mod wayland;
 
 pub use ash;
 pub use dmabridge_interop as interop;
 
-pub use allocate::{AllocateError, Allocated, AllocatedBuffer, AllocationSpec, DeviceAllocator, LayoutSource};
-pub use buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer};
-pub use caps::{CapsError, CapsQuery, CapsSource, FormatCaps, ListedModifier, ModifierCaps};
-pub use compute::{Binding, ComputeError, ComputePipeline};
-pub use convert::{ConversionBuffer, ConvertError, Converter, TiledFrame};
-pub use cost::{Choice, ChoiceReason, ConvertPath, Measured, SizeClass};
-pub use device::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
+pub use dmabuf::allocate::{AllocateError, Allocated, AllocatedBuffer, AllocationSpec, DeviceAllocator, LayoutSource};
+pub use resources::buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer};
+pub use device::format_support::{FormatSupportError, SupportQuery, SupportSource, FormatSupport, ListedModifier, ModifierSupport};
+pub use convert::compute::{Binding, ComputeError, ComputePipeline};
+pub use convert::converter::{ConversionBuffer, ConvertError, Converter, TiledFrame};
+pub use convert::cost::{Choice, ChoiceReason, ConvertPath, Measured, SizeClass};
+pub use device::engine::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
 pub use error::VkError;
-pub use export::{ExportError, ExportRequest, ExportedImage, OpaqueFd, Shared};
-pub use image::{DeviceImage, ImageAccess, ImageError};
-pub use import::{ImportError, ImportOptions, ImportPath, ImportedImage};
-pub use import_cache::{CacheStats, ImportCache};
-pub use memory::MemoryError;
-pub use negotiation::{Direction, ParticipantRequest};
-pub use requirements::{requirements, Capability, DeviceExtension, EnabledExtensions, EnabledFeatures, Feature, Requirements};
-pub use sampler::{SampledView, Sampler, SamplerError, YcbcrOutput};
-pub use submit::{Completion, HostTimeline, QueueGuard, SubmitError, SubmitOptions, Submission};
-pub use transfer::{TransferError, READBACK_TIMEOUT};
-pub use usage::{ImageUse, UsageError, WiderUse};
-pub use validation::{ValidationLog, ValidationMessage};
+pub use dmabuf::export::{ExportError, ExportRequest, ExportedImage, OpaqueFd, Shared};
+pub use resources::image::{DeviceImage, ImageAccess, ImageError};
+pub use dmabuf::import::{ImportError, ImportOptions, ImportPath, ImportedImage};
+pub use dmabuf::import_cache::{CacheStats, ImportCache};
+pub use dmabuf::read_back::ReadBackError;
+pub use resources::memory::MemoryError;
+pub use dmabuf::participant::{Direction, ParticipantRequest};
+pub use device::requirements::{requirements, Capability, DeviceExtension, EnabledExtensions, EnabledFeatures, Feature, Requirements};
+pub use resources::sampler::{SampledView, Sampler, SamplerError, YcbcrOutput};
+pub use resources::submit::{Completion, HostTimeline, QueueGuard, SubmitError, SubmitOptions, Submission};
+pub use resources::transfer::{TransferError, READBACK_TIMEOUT};
+pub use device::usage::{ImageUse, UsageError, WiderUse};
+pub use device::validation::{ValidationLog, ValidationMessage};

@@ -300,7 +300,7 @@ fn frame_loop(engine: &Engine, device: &ash::Device, family: u32) -> Result<(), 
             // SAFETY: as above; the set's image and buffer outlive the submission (tracked
             // below and by the view).
             unsafe { pipeline.record_dispatch(cmd, slot.set, bytemuck::bytes_of(&push), [GRID.0.div_ceil(8), GRID.1.div_ceil(8), 1], point) }?;
-            let host_read = dmabridge::image::buffer_barrier(slot.samples.buffer(), vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, vk::QUEUE_FAMILY_IGNORED, vk::QUEUE_FAMILY_IGNORED);
+            let host_read = dmabridge::resources::image::buffer_barrier(slot.samples.buffer(), vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::HOST_READ, vk::QUEUE_FAMILY_IGNORED, vk::QUEUE_FAMILY_IGNORED);
             // SAFETY: recording; the barrier names the host's readback buffer.
             unsafe { device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[], &[host_read], &[]) };
             // SAFETY: as for the acquire: the frame goes back to the producer once read.

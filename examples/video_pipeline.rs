@@ -221,7 +221,7 @@ fn run() -> Result<ExitCode, Error> {
             let (src, dst) = (&outputs[output], &mine[output]);
             let (_, copied) = engine.submit(SubmitOptions::after(&[submission.completion()]), |cmd, until| {
                 let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size: linear_len };
-                let host = dmabridge::image::buffer_barrier(dst.buffer(), vk::AccessFlags::TRANSFER_WRITE, vk::AccessFlags::HOST_READ, vk::QUEUE_FAMILY_IGNORED, vk::QUEUE_FAMILY_IGNORED);
+                let host = dmabridge::resources::image::buffer_barrier(dst.buffer(), vk::AccessFlags::TRANSFER_WRITE, vk::AccessFlags::HOST_READ, vk::QUEUE_FAMILY_IGNORED, vk::QUEUE_FAMILY_IGNORED);
                 // SAFETY: the engine's command buffer, recording; both buffers have transfer
                 // usage and hold `linear_len` bytes; both are tracked until `until`.
                 unsafe {

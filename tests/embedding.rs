@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use dmabridge::ash::{self, vk};
 use dmabridge::interop::{Fourcc, Modifier};
-use dmabridge::requirements::Missing;
+use dmabridge::device::requirements::Missing;
 use dmabridge::{
-    BufferLocation, CapsQuery, Capability, DeviceExtension, EnabledFeatures, Engine, EngineError, GpuBuffer, HostVulkan,
+    BufferLocation, SupportQuery, Capability, DeviceExtension, EnabledFeatures, Engine, EngineError, GpuBuffer, HostVulkan,
 };
 
 static HOST_VALIDATION_PROBLEMS: AtomicUsize = AtomicUsize::new(0);
@@ -130,7 +130,7 @@ fn host_device_from_requirements_survives_the_engine() {
     assert!(!engine.has_modifiers());
     assert!(engine.has_capability(Capability::DmaBufImport));
     assert!(!engine.has_capability(Capability::YcbcrSampling), "the host did not enable samplerYcbcrConversion");
-    let caps = engine.query_caps(&CapsQuery::new(Fourcc::ARGB8888, vk::ImageUsageFlags::SAMPLED)).expect("caps through the host's device");
+    let caps = engine.format_support(&SupportQuery::new(Fourcc::ARGB8888, vk::ImageUsageFlags::SAMPLED)).expect("caps through the host's device");
     assert!(caps.get(Modifier::LINEAR).is_some_and(|c| c.can_import()));
     // A handle keeps the engine (and so the host's device) in use after the last Engine goes.
     let buffer = GpuBuffer::new(&engine, 4096, BufferLocation::Upload).expect("a buffer of the engine's allocator");

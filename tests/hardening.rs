@@ -11,7 +11,7 @@ use std::sync::Arc;
 use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::{DmaBuf, FdClassError, ImportCheckError, PlaneDesc};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
-use dmabridge::{ImportCache, ImportError, ImportOptions, ImportPath, TransferError};
+use dmabridge::{ImportCache, ImportError, ImportOptions, ImportPath, ReadBackError};
 
 const LINEAR: Layout = Layout::Explicit(Modifier::LINEAR);
 /// Sampled, and read back to check the bytes.
@@ -86,7 +86,7 @@ fn a_shrink_loop_of_1000_imports_gives_clean_errors_or_correct_frames() {
                 assert!(bytes.iter().all(|b| *b == 0xAB || *b == 0), "import {i}: bytes the file never held");
                 frames += 1;
             }
-            Err(TransferError::Import(e)) => {
+            Err(ReadBackError::Acquire(e)) => {
                 assert!(shrink_error(&e), "read {i}: {e}");
                 errors += 1;
                 during_read += 1;

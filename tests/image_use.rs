@@ -14,7 +14,7 @@ use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
 use dmabridge::interop::negotiate::reconcile;
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{
-    CapsQuery, Direction, Engine, ExportError, ExportRequest, ImageUse, ImportError, ImportPath, ParticipantRequest,
+    SupportQuery, Direction, Engine, ExportError, ExportRequest, ImageUse, ImportError, ImportPath, ParticipantRequest,
 };
 
 const LINEAR: Layout = Layout::Explicit(Modifier::LINEAR);
@@ -48,14 +48,14 @@ fn srgb_view(engine: &Engine, image: vk::Image) {
 #[test]
 fn the_capability_query_is_keyed_by_the_whole_use() {
     let engine = common::engine();
-    let plain = engine.query_caps(&CapsQuery::new(Fourcc::ABGR8888, vk::ImageUsageFlags::SAMPLED)).expect("query");
-    let srgb = engine.query_caps(&CapsQuery::new(Fourcc::ABGR8888, ImageUse::new(vk::ImageUsageFlags::SAMPLED).with_srgb_view())).expect("query");
+    let plain = engine.format_support(&SupportQuery::new(Fourcc::ABGR8888, vk::ImageUsageFlags::SAMPLED)).expect("query");
+    let srgb = engine.format_support(&SupportQuery::new(Fourcc::ABGR8888, ImageUse::new(vk::ImageUsageFlags::SAMPLED).with_srgb_view())).expect("query");
     assert!(!Arc::ptr_eq(&plain, &srgb), "an sRGB view is a different question");
     assert_eq!(srgb.query.image_use.create_flags(srgb.vk_format), vk::ImageCreateFlags::MUTABLE_FORMAT);
     assert!(srgb.get(Modifier::LINEAR).is_some_and(|c| c.can_import()), "lavapipe imports AB24 LINEAR for an sRGB view");
     // A combination the driver refuses: NV12 with storage, through the explicit modifiers.
     let nv12 = engine
-        .query_caps(&CapsQuery::new(Fourcc::NV12, vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::STORAGE))
+        .format_support(&SupportQuery::new(Fourcc::NV12, vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::STORAGE))
         .expect("query");
     if common::expect_modifiers() {
         assert!(nv12.modifiers.iter().all(|m| !m.can_import() && !m.can_export()), "{nv12:?}");

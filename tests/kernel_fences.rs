@@ -90,7 +90,7 @@ fn gpu_copy(engine: &dmabridge::Engine, src: &ImportedBuffer, len: u64, options:
     let (_, s) = engine
         .submit(options, |cmd, until| {
             let region = vk::BufferCopy { src_offset: 0, dst_offset: 0, size: len };
-            let host = dmabridge::image::buffer_barrier(
+            let host = dmabridge::resources::image::buffer_barrier(
                 dst.buffer(),
                 vk::AccessFlags::TRANSFER_WRITE,
                 vk::AccessFlags::HOST_READ,
@@ -139,7 +139,7 @@ fn a_gpu_reader_waits_for_the_fence_through_the_implicit_bridge() {
     s.wait(Duration::from_secs(10)).expect("a copy with no wait runs");
     assert!(skipped.bytes().expect("idle").iter().all(|&b| b == OLD), "a GPU reader that skips the wait sees the old frame");
     // The implicit bridge: the dma-buf's write fences as sync_files the copy waits for.
-    let fences = dmabridge::sync::fences_of_dmabuf(&descriptor(&fd, &buffer)).expect("EXPORT_SYNC_FILE");
+    let fences = dmabridge::dmabuf::sync::fences_of_dmabuf(&descriptor(&fd, &buffer)).expect("EXPORT_SYNC_FILE");
     assert_eq!(fences.len(), 1);
     assert!(matches!(wait_sync_file(fences[0].as_fd(), Duration::ZERO), Err(WaitError::Timeout { .. })), "the exported fence is pending");
     let (copied, s) = gpu_copy(&engine, &src, len, SubmitOptions { wait_sync_files: fences, ..SubmitOptions::default() });

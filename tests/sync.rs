@@ -52,7 +52,7 @@ fn the_device_reports_the_sync_methods_the_kernel_gives_it() {
     let best = methods[0];
     let p = engine.participant(&ParticipantRequest::new("gpu", dmabridge::ash::vk::ImageUsageFlags::SAMPLED, Direction::Both)).expect("participant");
     assert_eq!(p.sync.best(), best);
-    let report = dmabridge::probe::probe(&engine, &Default::default()).expect("probe");
+    let report = dmabridge::device::probe::probe(&engine, &Default::default()).expect("probe");
     assert_eq!(report.sync, best);
     common::assert_clean(&engine);
 }
@@ -249,9 +249,9 @@ fn the_implicit_bridge_publishes_a_submission_on_a_real_dmabuf() {
     let a = GpuBuffer::from_bytes(&engine, &vec![1u8; BIG as usize]).expect("buffer");
     let b = GpuBuffer::new(&engine, BIG, BufferLocation::DeviceLocal).expect("buffer");
     let mut work = big_copy(&engine, &a, &b);
-    dmabridge::sync::publish_to_dmabuf(&mut work, &buf).expect("IMPORT_SYNC_FILE on a real dma-buf");
+    dmabridge::dmabuf::sync::publish_to_dmabuf(&mut work, &buf).expect("IMPORT_SYNC_FILE on a real dma-buf");
     // An implicitly synchronised reader gets the submission's fence back from the dma-buf.
-    let fences = dmabridge::sync::fences_of_dmabuf(&buf).expect("EXPORT_SYNC_FILE on a real dma-buf");
+    let fences = dmabridge::dmabuf::sync::fences_of_dmabuf(&buf).expect("EXPORT_SYNC_FILE on a real dma-buf");
     assert_eq!(fences.len(), 1);
     dmabridge::interop::sync::wait_sync_file(fences[0].as_fd(), Duration::from_secs(30)).expect("signals with the submission");
     assert!(work.is_done() || work.wait(Duration::from_secs(1)).is_ok(), "the dma-buf's fence signalled only once the work was done");
@@ -264,7 +264,7 @@ fn the_implicit_bridge_publishes_a_submission_on_a_real_dmabuf() {
 fn the_implicit_bridge_refuses_a_memfd_cleanly() {
     let fd = common::memfd_with(&[0u8; 64]);
     let buf = DmaBuf::in_one_file(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 4, 4, fd, &[(0, 16)]).expect("descriptor");
-    let e = dmabridge::sync::fences_of_dmabuf(&buf).expect_err("a memfd is no dma-buf");
+    let e = dmabridge::dmabuf::sync::fences_of_dmabuf(&buf).expect_err("a memfd is no dma-buf");
     assert!(matches!(e, SyncError::NotSupported { .. }), "{e}");
 }
 

@@ -47,8 +47,8 @@ pub struct ImportArgs {
 impl ImportArgs {
     /// The exact use the image is created for.
     fn image_use(&self) -> Result<ImageUse, String> {
-        let usage = dmabridge::usage::parse_image_usage(&self.usage).map_err(|e| format!("--usage: {e}"))?;
-        let create = dmabridge::usage::parse_create_flags(self.create_flags.iter().map(String::as_str)).map_err(|e| format!("--create-flags: {e}"))?;
+        let usage = dmabridge::device::usage::parse_image_usage(&self.usage).map_err(|e| format!("--usage: {e}"))?;
+        let create = dmabridge::device::usage::parse_create_flags(self.create_flags.iter().map(String::as_str)).map_err(|e| format!("--create-flags: {e}"))?;
         let image_use = ImageUse::new(usage | vk::ImageUsageFlags::TRANSFER_SRC).with_create(create);
         Ok(if self.srgb_view { image_use.with_srgb_view() } else { image_use })
     }

@@ -2,8 +2,8 @@
 
 use std::process::ExitCode;
 
-use dmabridge::probe::ProbeOptions;
-use dmabridge::usage::{parse_create_flags, parse_image_usage};
+use dmabridge::device::probe::ProbeOptions;
+use dmabridge::device::usage::{parse_create_flags, parse_image_usage};
 use dmabridge::{Engine, EngineOptions};
 
 #[derive(clap::Args)]
@@ -54,7 +54,7 @@ pub fn run(args: &ProbeArgs) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let report = match dmabridge::probe::probe(&engine, &options) {
+    let report = match dmabridge::device::probe::probe(&engine, &options) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("dmabridge probe: {e}");

@@ -47,7 +47,7 @@ fn json_has_the_contract_shape() {
     assert_eq!(v["sync"], methods[0], "{v:#}");
     assert_eq!(v["sync_methods"], serde_json::json!(methods));
     let formats = v["formats"].as_array().expect("formats");
-    assert_eq!(formats.len(), dmabridge::vk_format::VK_FORMAT_TABLE.len());
+    assert_eq!(formats.len(), dmabridge::device::vk_format::VK_FORMAT_TABLE.len());
     for f in formats {
         let fourcc = f["fourcc"].as_str().expect("fourcc");
         assert_eq!(fourcc.len(), 4, "{fourcc:?} is padded to 4");

@@ -63,13 +63,13 @@ use ash::vk;
 use dmabridge_interop::{format_info, Fourcc, Layout};
 use raw_window_handle::{RawDisplayHandle, RawWindowHandle};
 
-use crate::caps::{widen, CapsQuery};
+use crate::device::format_support::{widen, SupportQuery};
 use crate::error::{VkError, VkResultExt};
-use crate::image::ImageAccess;
-use crate::import::{ImportPath, ImportedImage};
-use crate::requirements::Capability;
-use crate::submit::{BinarySemaphores, Completion, Garbage, SubmitError, SubmitOptions};
-use crate::vk_format::{self, Mapping};
+use crate::resources::image::ImageAccess;
+use crate::dmabuf::import::{ImportPath, ImportedImage};
+use crate::device::requirements::Capability;
+use crate::resources::submit::{BinarySemaphores, Completion, Garbage, SubmitError, SubmitOptions};
+use crate::device::vk_format::{self, Mapping};
 use crate::Engine;
 
 use pipeline::{Key, Pipelines, YcbcrKey};
@@ -223,13 +223,13 @@ pub enum PresentError {
     #[error("cannot load the presenter's SPIR-V: {0}")]
     Shader(std::io::Error),
     #[error(transparent)]
-    Caps(#[from] crate::caps::CapsError),
+    Caps(#[from] crate::device::format_support::FormatSupportError),
     #[error(transparent)]
     Vk(#[from] VkError),
     #[error(transparent)]
     Submit(#[from] SubmitError),
     #[error("acquiring the frame failed: {0}")]
-    Import(#[from] crate::import::ImportError),
+    Import(#[from] crate::dmabuf::import::ImportError),
     #[error("internal error: {0}")]
     Internal(&'static str),
 }
@@ -618,7 +618,7 @@ impl Presenter {
         let is_yuv = format_info(fourcc).ok_or(PresentError::UnknownFourcc(fourcc))?.is_yuv;
         let features = match (frame.path(), frame.layout()) {
             (ImportPath::Explicit, Layout::Explicit(m)) => engine
-                .query_caps(&CapsQuery::new(fourcc, frame.image_use()))?
+                .format_support(&SupportQuery::new(fourcc, frame.image_use()))?
                 .get(m)
                 .map(|c| c.tiling_features)
                 .unwrap_or_default(),

@@ -10,7 +10,7 @@
 //! - [`formats`]: the compositor's formats, from v3 `format`/`modifier` events or v4 feedback
 //!   (format table read through its fd, main device, tranches with flags), as an interop
 //!   [`Participant`](dmabridge_interop::negotiate::Participant).
-//! - [`plan`]: the negotiation between the producer and the compositor, through
+//! - [`plan`](mod@plan): the negotiation between the producer and the compositor, through
 //!   `dmabridge_interop::negotiate`, with the kernel's implicit-modifier rules (seed 001).
 //! - [`sink`]: [`WaylandSink`], which allocates (export from Vulkan, or the copy path's own
 //!   memfd), wraps buffers as `wl_buffer`s, handles `created`/`failed`, presents, and

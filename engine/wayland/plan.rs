@@ -22,8 +22,8 @@ use dmabridge_interop::negotiate::{negotiate, Allocation, Candidates, ChainLayou
 use dmabridge_interop::{Format, FormatSet, Fourcc, Layout, Modifier};
 use tracing::{debug, info};
 
-use crate::negotiation::{Direction, ParticipantRequest};
-use crate::usage::negotiation_usage;
+use crate::dmabuf::participant::{Direction, ParticipantRequest};
+use crate::device::usage::negotiation_usage;
 use crate::Engine;
 
 /// What the sink will allocate and send.

@@ -32,7 +32,7 @@ use super::plan::{copy_plan, plan, producer_participant, Plan, PlanError, PlanRe
 use super::upload::{Staging, UploadError};
 use dmabridge_interop::dmabuf::write_planes;
 use super::{Display, WaylandError};
-use crate::export::{ExportError, ExportRequest, ExportedImage};
+use crate::dmabuf::export::{ExportError, ExportRequest, ExportedImage};
 use crate::Engine;
 
 /// The Vulkan usage the producer writes buffers with (a transfer from its staging buffer).
@@ -121,7 +121,7 @@ pub enum SinkError {
     #[error("the producer's export is not a dma-buf")]
     NotADmaBuf,
     #[error("the frame's upload did not finish: {0}")]
-    Submit(#[from] crate::submit::SubmitError),
+    Submit(#[from] crate::resources::submit::SubmitError),
     #[error("the compositor failed every usable format; excluded: [{}]", .0.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", "))]
     NoUsableFormat(Vec<Format>),
 }

@@ -4,9 +4,9 @@
 use dmabridge_interop::tiling::LinearPlane;
 use dmabridge_interop::{format_info, Fourcc};
 
-use crate::buffer::{BufferLocation, GpuBuffer};
-use crate::export::{ExportError, ExportedImage};
-use crate::submit::{SubmitOptions, Submission};
+use crate::resources::buffer::{BufferLocation, GpuBuffer};
+use crate::dmabuf::export::{ExportError, ExportedImage};
+use crate::resources::submit::{SubmitOptions, Submission};
 use crate::Engine;
 
 /// Why a frame could not be written.
@@ -17,7 +17,7 @@ pub enum UploadError {
     #[error("the frame has {got} bytes; a packed {fourcc} {width}x{height} has {want}")]
     FrameSize { fourcc: Fourcc, width: u32, height: u32, got: usize, want: u64 },
     #[error(transparent)]
-    Buffer(#[from] crate::buffer::BufferError),
+    Buffer(#[from] crate::resources::buffer::BufferError),
     #[error(transparent)]
     Export(#[from] ExportError),
     /// The copy into the sink's own memfd ([`dmabridge_interop::dmabuf::write_planes`]).

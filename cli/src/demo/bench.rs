@@ -25,7 +25,7 @@ use std::os::fd::AsFd;
 use std::time::Instant;
 
 use dmabridge::ash::vk;
-use dmabridge::image::buffer_barrier;
+use dmabridge::resources::image::buffer_barrier;
 use dmabridge::{
     BufferLocation, Completion, DeviceImage, Engine, ExportRequest, ExportedImage, GpuBuffer, HostTimeline, ImageAccess, ImportCache,
     ImportPath, ImportedBuffer, SubmitOptions, VkError,
@@ -324,7 +324,7 @@ pub fn measure(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, opts
 }
 
 fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, opts: &BenchOptions) -> Result<Option<PathResult>, DemoError> {
-    let entry = dmabridge::vk_format::to_vk(fourcc).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no Vulkan format")))?;
+    let entry = dmabridge::device::vk_format::to_vk(fourcc).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no Vulkan format")))?;
     let source = Source::new(engine, fourcc, w, h, path == "zero-copy")?;
     let (a, b) = socketpair()?;
     // A zero-copy frame costs the same at every size and little at any: fifty times the
@@ -378,7 +378,7 @@ fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, op
                 for _ in 0..n {
                     let got = handoff(&a, &b, &source.buf)?;
                     let planes: Vec<LinearPlane> = got.planes().map(|p| LinearPlane { offset: p.offset, stride: p.stride }).collect();
-                    let regions = dmabridge::transfer::plane_regions(fourcc, (w, h), &planes, source.bytes)?;
+                    let regions = dmabridge::resources::transfer::plane_regions(fourcc, (w, h), &planes, source.bytes)?;
                     let slot = frame % FRAMES_IN_FLIGHT;
                     frame += 1;
                     let external = staging.is_empty();

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use dmabridge::ash::vk;
-use dmabridge::image::buffer_barrier;
+use dmabridge::resources::image::buffer_barrier;
 use dmabridge::{
     Binding, BufferLocation, ComputePipeline, Direction, Engine, EngineOptions, GpuBuffer, ImageAccess, ImportCache, ImportedImage,
     ParticipantRequest, SampledView, Sampler, SubmitOptions, Submission, YcbcrOutput,
@@ -83,7 +83,7 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool, pee
                         return Err(DemoError::Protocol(format!("the producer sends {fourcc}; this consumer composites AR24 or NV12")));
                     };
                     let nv12 = fourcc == Fourcc::NV12;
-                    let format = dmabridge::vk_format::to_vk(fourcc).map(|e| e.vk_format).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no Vulkan format")))?;
+                    let format = dmabridge::device::vk_format::to_vk(fourcc).map(|e| e.vk_format).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no Vulkan format")))?;
                     // NV12: the conversion reconstructs the planes only (exact values for the
                     // checksum); the shader applies the BT.709 matrix for the picture.
                     let sampler = Sampler::new(&engine, format, nv12, YcbcrOutput::Raw)?;

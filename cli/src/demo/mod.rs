@@ -78,7 +78,7 @@ pub mod producer;
 pub mod report;
 
 use dmabridge::{
-    BufferError, CapsError, ComputeError, EngineError, ExportError, ImportError, SamplerError, SubmitError, TransferError, VkError,
+    BufferError, FormatSupportError, ComputeError, EngineError, ExportError, ImportError, SamplerError, SubmitError, TransferError, ReadBackError, VkError,
 };
 use serde::{Deserialize, Serialize};
 
@@ -108,9 +108,11 @@ pub enum DemoError {
     #[error(transparent)]
     Transfer(#[from] TransferError),
     #[error(transparent)]
+    ReadBack(#[from] ReadBackError),
+    #[error(transparent)]
     Submit(#[from] SubmitError),
     #[error(transparent)]
-    Caps(#[from] CapsError),
+    Caps(#[from] FormatSupportError),
     #[error(transparent)]
     Buffer(#[from] BufferError),
     #[error(transparent)]

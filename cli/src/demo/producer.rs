@@ -18,7 +18,7 @@ use dmabridge_interop::{format_info, Format, FormatSet, Fourcc, Layout, Modifier
 use serde_json::{json, Value};
 
 use super::control::{recv_msg, send_msg, ConsumerReport, Peer, ToConsumer, ToProducer, WireFormat, WireParticipant};
-use dmabridge::image::buffer_barrier;
+use dmabridge::resources::image::buffer_barrier;
 
 use super::{DemoConfig, DemoError, Mode, Percentiles, Push, DEMO_FORMATS, FRAME_TIMEOUT, PATTERN_NV12_SPV, PATTERN_SPV};
 

@@ -5,8 +5,8 @@ mod common;
 
 use dmabridge::ash::vk;
 use dmabridge::interop::{Fourcc, Modifier};
-use dmabridge::usage::IMAGE_USAGES;
-use dmabridge::{CapsQuery, CapsSource, DeviceExtension};
+use dmabridge::device::usage::IMAGE_USAGES;
+use dmabridge::{SupportQuery, SupportSource, DeviceExtension};
 
 #[test]
 fn device_is_lavapipe_with_what_it_offers() {
@@ -27,9 +27,9 @@ fn rgb8_linear_is_importable_for_every_usage_and_exportable_with_udmabuf() {
     let engine = common::engine();
     for fourcc in [Fourcc::ARGB8888, Fourcc::XRGB8888, Fourcc::ABGR8888, Fourcc::XBGR8888] {
         for (usage, flags) in IMAGE_USAGES {
-            let caps = engine.query_caps(&CapsQuery::new(fourcc, flags)).expect("query");
+            let caps = engine.format_support(&SupportQuery::new(fourcc, flags)).expect("query");
             let expected_source =
-                if common::expect_modifiers() { CapsSource::DrmModifier } else { CapsSource::LinearTiling };
+                if common::expect_modifiers() { SupportSource::DrmModifier } else { SupportSource::LinearTiling };
             assert_eq!(caps.source, expected_source);
             let linear = caps.get(Modifier::LINEAR).unwrap_or_else(|| panic!("{fourcc} {usage:?}: no LINEAR"));
             assert_eq!(linear.plane_count, 1);
@@ -47,7 +47,7 @@ fn rgb8_linear_is_importable_for_every_usage_and_exportable_with_udmabuf() {
 fn nv12_reports_two_planes_and_what_the_driver_answers() {
     let engine = common::engine();
     for (usage, flags) in IMAGE_USAGES {
-        let caps = engine.query_caps(&CapsQuery::new(Fourcc::NV12, flags)).expect("query");
+        let caps = engine.format_support(&SupportQuery::new(Fourcc::NV12, flags)).expect("query");
         assert_eq!(caps.vk_format, vk::Format::G8_B8R8_2PLANE_420_UNORM);
         let linear = caps.get(Modifier::LINEAR).expect("LINEAR is listed for NV12");
         assert_eq!(linear.plane_count, 2);
@@ -69,22 +69,22 @@ fn nv12_reports_two_planes_and_what_the_driver_answers() {
 fn a_rejected_combination_is_reported_unsupported() {
     let engine = common::engine();
     // Same format, accepted for sampling...
-    let sampled = engine.query_caps(&CapsQuery::new(Fourcc::ARGB8888, vk::ImageUsageFlags::SAMPLED)).expect("query");
+    let sampled = engine.format_support(&SupportQuery::new(Fourcc::ARGB8888, vk::ImageUsageFlags::SAMPLED)).expect("query");
     assert!(sampled.get(Modifier::LINEAR).is_some_and(|c| c.supported()));
     // ...refused by the driver itself (the image-format query fails) as a depth attachment.
     let depth = engine
-        .query_caps(&CapsQuery::new(Fourcc::ARGB8888, vk::ImageUsageFlags::DEPTH_STENCIL_ATTACHMENT))
+        .format_support(&SupportQuery::new(Fourcc::ARGB8888, vk::ImageUsageFlags::DEPTH_STENCIL_ATTACHMENT))
         .expect("query");
     let linear = depth.get(Modifier::LINEAR).expect("the list does not depend on the usage");
     assert!(linear.limits.is_none(), "driver accepted it: {linear:?}");
     assert!(!linear.supported() && !linear.can_import() && !linear.can_export(), "{linear:?}");
     // A multi-planar format as a storage image: also the driver's refusal, not ours.
     let nv12 = engine
-        .query_caps(&CapsQuery::new(Fourcc::NV12, vk::ImageUsageFlags::STORAGE | vk::ImageUsageFlags::SAMPLED))
+        .format_support(&SupportQuery::new(Fourcc::NV12, vk::ImageUsageFlags::STORAGE | vk::ImageUsageFlags::SAMPLED))
         .expect("query");
     assert!(nv12.get(Modifier::LINEAR).is_some_and(|c| c.limits.is_none()));
     // A usage the tiling features lack: RG16 has no storage.
-    let rg16 = engine.query_caps(&CapsQuery::new(Fourcc::RGB565, vk::ImageUsageFlags::STORAGE)).expect("query");
+    let rg16 = engine.format_support(&SupportQuery::new(Fourcc::RGB565, vk::ImageUsageFlags::STORAGE)).expect("query");
     assert!(rg16.get(Modifier::LINEAR).is_some_and(|c| !c.features_cover_usage && !c.supported()));
     common::assert_clean(&engine);
 }
@@ -92,24 +92,24 @@ fn a_rejected_combination_is_reported_unsupported() {
 #[test]
 fn every_table_entry_answers_and_results_are_cached() {
     let engine = common::engine();
-    for entry in dmabridge::vk_format::VK_FORMAT_TABLE {
-        let q = CapsQuery::new(entry.fourcc, vk::ImageUsageFlags::SAMPLED);
-        let first = engine.query_caps(&q).expect("query");
-        let second = engine.query_caps(&q).expect("query");
+    for entry in dmabridge::device::vk_format::VK_FORMAT_TABLE {
+        let q = SupportQuery::new(entry.fourcc, vk::ImageUsageFlags::SAMPLED);
+        let first = engine.format_support(&q).expect("query");
+        let second = engine.format_support(&q).expect("query");
         assert!(std::sync::Arc::ptr_eq(&first, &second), "{} not cached", entry.fourcc);
         assert!(!first.modifiers.is_empty(), "{}: LINEAR at least is always listed", entry.fourcc);
     }
-    let unknown = engine.query_caps(&CapsQuery::new(Fourcc::from_bytes(*b"ZZZZ"), vk::ImageUsageFlags::SAMPLED));
-    assert!(matches!(unknown, Err(dmabridge::CapsError::UnknownFourcc(_))));
+    let unknown = engine.format_support(&SupportQuery::new(Fourcc::from_bytes(*b"ZZZZ"), vk::ImageUsageFlags::SAMPLED));
+    assert!(matches!(unknown, Err(dmabridge::FormatSupportError::UnknownFourcc(_))));
     common::assert_clean(&engine);
 }
 
 #[test]
 fn opaque_fd_handle_type_is_queried_separately() {
     let engine = common::engine();
-    let q = CapsQuery::new(Fourcc::ABGR8888, vk::ImageUsageFlags::SAMPLED)
+    let q = SupportQuery::new(Fourcc::ABGR8888, vk::ImageUsageFlags::SAMPLED)
         .with_handle_type(vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD);
-    let caps = engine.query_caps(&q).expect("query");
+    let caps = engine.format_support(&q).expect("query");
     let linear = caps.get(Modifier::LINEAR).expect("LINEAR");
     // lavapipe shares OPAQUE_FD memory between its own instances in both configurations.
     assert!(linear.can_import() && linear.can_export(), "{linear:?}");

@@ -28,15 +28,15 @@ use dmabridge_interop::{format_info, Format, Fourcc, Layout, TileLayout};
 use gpu_allocator::vulkan::Allocation;
 use gpu_allocator::MemoryLocation;
 
-use crate::buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer, PlaneRead, PlaneReadError};
-use crate::compute::{Binding, ComputeError, ComputePipeline};
+use crate::resources::buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer, PlaneRead, PlaneReadError};
+use crate::convert::compute::{Binding, ComputeError, ComputePipeline};
 use crate::error::{VkError, VkResultExt};
-use crate::image::{image_2d, image_barrier, record_barrier};
-use crate::usage::ImageUse;
-use crate::memory::MemoryError;
-use crate::shaders::{COLOUR_SPV, TILE_SPV};
-use crate::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
-use crate::transfer::READBACK_TIMEOUT;
+use crate::resources::image::{image_2d, image_barrier, record_barrier};
+use crate::device::usage::ImageUse;
+use crate::resources::memory::MemoryError;
+use crate::convert::shaders::{COLOUR_SPV, TILE_SPV};
+use crate::resources::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
+use crate::resources::transfer::READBACK_TIMEOUT;
 use crate::Engine;
 
 /// Why a GPU conversion failed.

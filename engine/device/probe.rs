@@ -13,9 +13,9 @@ use ash::vk;
 use dmabridge_interop::peers::gst::paste_caps;
 use dmabridge_interop::{Format, Modifier};
 
-use crate::caps::{CapsError, CapsQuery, CapsSource};
-use crate::usage::{create_flags_name, image_usage_name, ImageUse, IMAGE_USAGES};
-use crate::vk_format::{vk_format_name, VK_FORMAT_TABLE};
+use crate::device::format_support::{FormatSupportError, SupportQuery, SupportSource};
+use crate::device::usage::{create_flags_name, image_usage_name, ImageUse, IMAGE_USAGES};
+use crate::device::vk_format::{vk_format_name, VK_FORMAT_TABLE};
 use crate::Engine;
 
 #[derive(Debug, Clone, serde::Serialize)]
@@ -52,7 +52,7 @@ pub struct ProbeFormat {
     pub fourcc: String,
     pub vk_format: String,
     /// `drm-format-modifier` or `linear-tiling` (no modifier extension: implicit world).
-    pub source: CapsSource,
+    pub source: SupportSource,
     pub modifiers: Vec<ProbeModifier>,
     /// Caps to paste into a GStreamer pipeline for the modifiers this device imports or
     /// exports for some use of the run: the `DMA_DRM` form (GStreamer 1.24) and, for LINEAR,
@@ -114,15 +114,15 @@ impl ProbeOptions {
 /// Probes every format of the VkFormat table for every column of `options` (the single
 /// usages of [`IMAGE_USAGES`] and the combinations), with its create flags and sRGB view,
 /// and the DMA_BUF handle type.
-pub fn probe(engine: &Engine, options: &ProbeOptions) -> Result<ProbeReport, CapsError> {
+pub fn probe(engine: &Engine, options: &ProbeOptions) -> Result<ProbeReport, FormatSupportError> {
     let info = engine.info();
     let columns = options.columns();
     let mut formats = Vec::with_capacity(VK_FORMAT_TABLE.len());
     for entry in VK_FORMAT_TABLE {
         let mut modifiers: Vec<ProbeModifier> = Vec::new();
-        let mut source = CapsSource::LinearTiling;
+        let mut source = SupportSource::LinearTiling;
         for (key, image_use) in &columns {
-            let caps = engine.query_caps(&CapsQuery::new(entry.fourcc, *image_use))?;
+            let caps = engine.format_support(&SupportQuery::new(entry.fourcc, *image_use))?;
             source = caps.source;
             for m in &caps.modifiers {
                 let row = match modifiers.iter_mut().position(|p| p.modifier == m.modifier.to_hex()) {

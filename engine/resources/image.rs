@@ -9,9 +9,9 @@ use gpu_allocator::vulkan::Allocation;
 use gpu_allocator::MemoryLocation;
 
 use crate::error::{VkError, VkResultExt};
-use crate::memory::MemoryError;
-use crate::submit::{Completion, Garbage, Uses};
-use crate::usage::ImageUse;
+use crate::resources::memory::MemoryError;
+use crate::resources::submit::{Completion, Garbage, Uses};
+use crate::device::usage::ImageUse;
 use crate::Engine;
 
 /// One use of an image by the host or by dmabridge: the layout it must be in, and the

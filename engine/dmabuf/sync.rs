@@ -23,8 +23,8 @@ use std::os::fd::OwnedFd;
 use dmabridge_interop::dmabuf::DmaBuf;
 use dmabridge_interop::sync::{export_sync_file, import_sync_file, SyncAccess, SyncError, SyncMethod, SyncMethods};
 
-use crate::requirements::Capability;
-use crate::submit::Submission;
+use crate::device::requirements::Capability;
+use crate::resources::submit::Submission;
 use crate::Engine;
 
 /// The first kernel with `DMA_BUF_IOCTL_EXPORT_SYNC_FILE` and `IMPORT_SYNC_FILE` (5.20, released as 6.0).

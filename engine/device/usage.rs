@@ -14,7 +14,7 @@ use std::fmt;
 use ash::vk;
 use dmabridge_interop::negotiate::Usage;
 
-use crate::vk_format::srgb_twin;
+use crate::device::vk_format::srgb_twin;
 
 /// The single usages `probe` reports, with their names, in column order.
 pub const IMAGE_USAGES: [(&str, vk::ImageUsageFlags); 5] = [

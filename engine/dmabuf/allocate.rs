@@ -29,10 +29,10 @@ use dmabridge_interop::{format_info, Fourcc, Layout, Modifier};
 
 use ash::vk;
 
-use crate::caps::{CapsError, CapsQuery};
-use crate::export::{ExportError, ExportRequest, ExportedImage};
-use crate::import::ImportError;
-use crate::usage::ImageUse;
+use crate::device::format_support::{FormatSupportError, SupportQuery};
+use crate::dmabuf::export::{ExportError, ExportRequest, ExportedImage};
+use crate::dmabuf::import::ImportError;
+use crate::device::usage::ImageUse;
 use crate::Engine;
 
 /// The most buffers one allocation makes: a decoder's DPB plus a deep pipeline fits, and a
@@ -223,7 +223,7 @@ pub enum AllocateError {
     #[error(transparent)]
     Export(#[from] ExportError),
     #[error(transparent)]
-    Caps(#[from] CapsError),
+    Caps(#[from] FormatSupportError),
 }
 
 impl Engine {
@@ -250,7 +250,7 @@ impl Engine {
             return Ok((false, "single-plane format".into()));
         }
         let m = layout.modifier().unwrap_or(Modifier::LINEAR);
-        let caps = self.query_caps(&CapsQuery::new(spec.fourcc, spec.image_use))?;
+        let caps = self.format_support(&SupportQuery::new(spec.fourcc, spec.image_use))?;
         Ok(match caps.get(m) {
             Some(c) if c.can_import() && self.has_modifiers() && c.tiling_features.contains(vk::FormatFeatureFlags2::DISJOINT) => {
                 (true, format!("the device imports {} {m} disjoint", spec.fourcc.trimmed()))

@@ -95,3 +95,18 @@ impl Memory {
         })
     }
 }
+
+/// Disposes of an fd whose import failed. The spec says a failed import leaves the fd with
+/// the caller, but a driver may have closed it anyway (lavapipe does when it cannot map the
+/// file); closing it again could close a file another thread has opened under the same
+/// number since. So it is closed only if it still refers to the file it referred to before
+/// the call (`before`), and otherwise forgotten.
+pub(crate) fn close_after_failed_import(fd: std::os::fd::OwnedFd, before: Option<dmabridge_interop::dmabuf::FileId>) {
+    match (dmabridge_interop::dmabuf::FileId::of(std::os::fd::AsFd::as_fd(&fd)), before) {
+        (Ok(now), Some(was)) if now == was => drop(fd),
+        _ => {
+            tracing::warn!(fd = std::os::fd::AsRawFd::as_raw_fd(&fd), "the driver closed an fd it did not take after a failed import; not closing it again");
+            let _ = std::os::fd::IntoRawFd::into_raw_fd(fd);
+        }
+    }
+}

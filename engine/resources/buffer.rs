@@ -10,9 +10,9 @@ use gpu_allocator::MemoryLocation;
 use dmabridge_interop::dmabuf::{read_exact_at, DmaBuf, FileId, ReadError};
 
 use crate::error::{VkError, VkResultExt};
-use crate::memory::MemoryError;
-use crate::requirements::Capability;
-use crate::submit::{Completion, Garbage, Uses};
+use crate::resources::memory::MemoryError;
+use crate::device::requirements::Capability;
+use crate::resources::submit::{Completion, Garbage, Uses};
 use crate::Engine;
 
 /// Why a buffer could not be made or read.
@@ -95,7 +95,7 @@ pub(crate) enum PlaneReadError {
 ///
 /// `Send` and `Sync`: the mapping is only exposed through `&self`/`&mut self` borrows
 /// checked against pending GPU work, and the use list is behind a lock. Dropped while the
-/// GPU still uses it, its destruction waits for that work ([`crate::submit`]).
+/// GPU still uses it, its destruction waits for that work ([`crate::resources::submit`]).
 pub struct GpuBuffer {
     engine: Engine,
     buffer: vk::Buffer,
@@ -317,21 +317,6 @@ impl Drop for ImportedBuffer {
 }
 
 /// Imports `fd` as DMA_BUF memory for an object with `reqs`, dedicated to `image` when
-/// Disposes of an fd whose import failed. The spec says a failed import leaves the fd with
-/// the caller, but a driver may have closed it anyway (lavapipe does when it cannot map the
-/// file); closing it again could close a file another thread has opened under the same
-/// number since. So it is closed only if it still refers to the file it referred to before
-/// the call (`before`), and otherwise forgotten.
-pub(crate) fn close_after_failed_import(fd: OwnedFd, before: Option<FileId>) {
-    match (FileId::of(fd.as_fd()), before) {
-        (Ok(now), Some(was)) if now == was => drop(fd),
-        _ => {
-            tracing::warn!(fd = fd.as_raw_fd(), "the driver closed an fd it did not take after a failed import; not closing it again");
-            let _ = fd.into_raw_fd();
-        }
-    }
-}
-
 /// given. Takes ownership of `fd`: Vulkan keeps it on success, it is closed on failure.
 /// `fd_size` is the file's size, checked against the requirement first.
 pub(crate) fn import_memory(
@@ -368,7 +353,7 @@ pub(crate) fn import_memory(
     let memory = match unsafe { engine.device().allocate_memory(&alloc, None) }.vk("vkAllocateMemory") {
         Ok(m) => m,
         Err(e) => {
-            close_after_failed_import(fd, before);
+            crate::resources::memory::close_after_failed_import(fd, before);
             return Err(e.into());
         }
     };

@@ -42,18 +42,18 @@ use dmabridge_interop::dmabuf::{
 };
 use dmabridge_interop::{format_info, Format, Fourcc, Layout, Modifier};
 
-use crate::buffer::{import_memory, BufferError, GpuBuffer, ImportedBuffer, PlaneRead, PlaneReadError};
-use crate::caps::{CapsError, CapsQuery};
+use crate::resources::buffer::{import_memory, BufferError, GpuBuffer, ImportedBuffer, PlaneRead, PlaneReadError};
+use crate::device::format_support::{FormatSupportError, SupportQuery};
 use crate::error::{VkError, VkResultExt};
-use crate::image::{
+use crate::resources::image::{
     barrier_aspect, buffer_barrier, chain_view_formats, image_2d, image_barrier, memory_plane_aspect, record_barrier, DeviceImage,
     ImageAccess, ImageError, ImageState, Tracked,
 };
-use crate::requirements::Capability;
-use crate::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
-use crate::transfer::plane_copy;
-use crate::usage::{ImageUse, WiderUse};
-use crate::vk_format::{self, Mapping, VkFormatEntry};
+use crate::device::requirements::Capability;
+use crate::resources::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
+use crate::resources::transfer::plane_copy;
+use crate::device::usage::{ImageUse, WiderUse};
+use crate::device::vk_format::{self, Mapping, VkFormatEntry};
 use crate::Engine;
 
 /// Which way a buffer came into Vulkan.
@@ -95,7 +95,7 @@ pub enum ImportError {
     Check(#[from] ImportCheckError),
     /// The capability query failed.
     #[error(transparent)]
-    Caps(#[from] CapsError),
+    Caps(#[from] FormatSupportError),
     /// The driver needs more memory for the image than the fd holds.
     #[error("the driver needs {needed} bytes for plane {plane}'s memory but the fd has {fd_size}")]
     ImageLargerThanFd { plane: usize, needed: u64, fd_size: u64 },
@@ -562,7 +562,7 @@ impl Engine {
         if !self.has_capability(Capability::DmaBufImport) || self.external_memory_fd().is_none() {
             return Err(ImportError::Unsupported(Capability::DmaBufImport));
         }
-        let caps = self.query_caps(&CapsQuery::new(buf.fourcc(), usage))?;
+        let caps = self.format_support(&SupportQuery::new(buf.fourcc(), usage))?;
         let explicit_facts = |m: Modifier| -> Option<ImportFacts> {
             let c = caps.get(m).filter(|c| c.can_import() && self.has_modifiers())?;
             let limits = c.limits?;
@@ -636,7 +636,7 @@ impl Engine {
     /// memory means nothing to a different device or driver build
     /// (VUID-VkImportMemoryFdInfoKHR-fd-00668), so it is refused before Vulkan sees it.
     /// Takes ownership of a dup of `share.fd`; the share keeps its own fd.
-    pub fn import_opaque(&self, share: &crate::export::OpaqueFd) -> Result<ImportedImage, ImportError> {
+    pub fn import_opaque(&self, share: &crate::dmabuf::export::OpaqueFd) -> Result<ImportedImage, ImportError> {
         let info = self.info();
         if share.device_uuid != info.device_uuid || share.driver_uuid != info.driver_uuid {
             return Err(ImportError::ForeignOpaqueFd {
@@ -684,7 +684,7 @@ impl Engine {
         let memory = match unsafe { device.allocate_memory(&alloc, None) }.vk("vkAllocateMemory") {
             Ok(m) => m,
             Err(e) => {
-                crate::buffer::close_after_failed_import(fd, before);
+                crate::resources::memory::close_after_failed_import(fd, before);
                 return Err(e.into());
             }
         };

@@ -2,7 +2,7 @@
 //!
 //! The kernel's rule (seed 001, "Negotiation"): query with the usage and create flags
 //! "corresponding to the intended rendering use". A modifier that works for sampling may
-//! not work for storage, for an sRGB view, or for export, so every [`CapsQuery`] (a format,
+//! not work for storage, for an sRGB view, or for export, so every [`SupportQuery`] (a format,
 //! an exact [`ImageUse`], a handle type) is answered on its own and cached per engine.
 //!
 //! The driver's modifier list is read twice: `VkDrmFormatModifierPropertiesListEXT` (32-bit
@@ -13,7 +13,7 @@
 //! With `VK_EXT_image_drm_format_modifier`, each modifier the driver lists is checked with
 //! `vkGetPhysicalDeviceImageFormatProperties2` chained with the exact modifier and the
 //! external handle type. Without it there are no explicit modifiers: the answer is the
-//! implicit world, what LINEAR tiling can import or export ([`CapsSource::LinearTiling`]).
+//! implicit world, what LINEAR tiling can import or export ([`SupportSource::LinearTiling`]).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,9 +23,9 @@ use ash::vk;
 use dmabridge_interop::{format_info, Fourcc, Modifier};
 
 use crate::error::VkError;
-use crate::requirements::DeviceExtension;
-use crate::usage::ImageUse;
-use crate::vk_format;
+use crate::device::requirements::DeviceExtension;
+use crate::device::usage::ImageUse;
+use crate::device::vk_format;
 use crate::Engine;
 
 /// The format features a usage needs from the tiling (a usage the features lack is not
@@ -94,16 +94,16 @@ pub fn merge_modifier_lists(list1: &[ListedModifier], list2: &[ListedModifier]) 
 
 /// One question: can `fourcc` be made for exactly this use, shared through `handle_type`?
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct CapsQuery {
+pub struct SupportQuery {
     pub fourcc: Fourcc,
     pub image_use: ImageUse,
     pub handle_type: vk::ExternalMemoryHandleTypeFlags,
 }
 
-impl CapsQuery {
+impl SupportQuery {
     /// The use (a [`ImageUse`], or bare usage flags), shared as a dma-buf.
     pub fn new(fourcc: Fourcc, image_use: impl Into<ImageUse>) -> Self {
-        CapsQuery { fourcc, image_use: image_use.into(), handle_type: vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT }
+        SupportQuery { fourcc, image_use: image_use.into(), handle_type: vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT }
     }
 
     /// These create flags as well.
@@ -121,7 +121,7 @@ impl CapsQuery {
 /// Where an answer comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum CapsSource {
+pub enum SupportSource {
     /// `VK_EXT_image_drm_format_modifier`: explicit modifiers, each checked.
     DrmModifier,
     /// No modifier extension: only LINEAR tiling, which shares buffers in the implicit
@@ -140,7 +140,7 @@ pub struct ImageLimits {
 
 /// The answer for one modifier.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ModifierCaps {
+pub struct ModifierSupport {
     pub modifier: Modifier,
     /// Memory planes of an image with this modifier (`drmFormatModifierPlaneCount`), or
     /// the format's plane count under LINEAR tiling.
@@ -158,7 +158,7 @@ pub struct ModifierCaps {
     pub dedicated_only: bool,
 }
 
-impl ModifierCaps {
+impl ModifierSupport {
     /// The driver accepts this exact combination.
     pub fn supported(&self) -> bool {
         self.limits.is_some() && self.features_cover_usage
@@ -173,18 +173,18 @@ impl ModifierCaps {
     }
 }
 
-/// The answer to a [`CapsQuery`].
+/// The answer to a [`SupportQuery`].
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FormatCaps {
-    pub query: CapsQuery,
+pub struct FormatSupport {
+    pub query: SupportQuery,
     pub vk_format: vk::Format,
-    pub source: CapsSource,
+    pub source: SupportSource,
     /// Every modifier the driver lists for the format, supported or not, in its order.
-    pub modifiers: Vec<ModifierCaps>,
+    pub modifiers: Vec<ModifierSupport>,
 }
 
-impl FormatCaps {
-    pub fn get(&self, m: Modifier) -> Option<&ModifierCaps> {
+impl FormatSupport {
+    pub fn get(&self, m: Modifier) -> Option<&ModifierSupport> {
         self.modifiers.iter().find(|c| c.modifier == m)
     }
 
@@ -201,7 +201,7 @@ impl FormatCaps {
 
 /// Why a capability query could not be answered.
 #[derive(Debug, thiserror::Error)]
-pub enum CapsError {
+pub enum FormatSupportError {
     #[error("{0} has no Vulkan format in dmabridge's table")]
     UnknownFourcc(Fourcc),
     #[error(transparent)]
@@ -209,8 +209,8 @@ pub enum CapsError {
 }
 
 /// Answers already computed, per engine (so per device), and what the device's lists are like.
-pub(crate) struct CapsCache {
-    answers: Mutex<HashMap<CapsQuery, Arc<FormatCaps>>>,
+pub(crate) struct SupportCache {
+    answers: Mutex<HashMap<SupportQuery, Arc<FormatSupport>>>,
     /// The device offers `VK_KHR_format_feature_flags2` (or Vulkan 1.3): List2 and
     /// `VkFormatProperties3` may be read.
     features2: bool,
@@ -218,9 +218,9 @@ pub(crate) struct CapsCache {
     disagreement_logged: AtomicBool,
 }
 
-impl CapsCache {
+impl SupportCache {
     pub(crate) fn new(features2: bool) -> Self {
-        CapsCache { answers: Mutex::default(), features2, disagreement_logged: AtomicBool::new(false) }
+        SupportCache { answers: Mutex::default(), features2, disagreement_logged: AtomicBool::new(false) }
     }
 }
 
@@ -261,41 +261,41 @@ macro_rules! read_modifier_list {
 
 impl Engine {
     /// Answers `q`, from the cache when it was asked before.
-    pub fn query_caps(&self, q: &CapsQuery) -> Result<Arc<FormatCaps>, CapsError> {
-        if let Some(hit) = self.shared().caps_cache.answers.lock().ok().and_then(|c| c.get(q).cloned()) {
+    pub fn format_support(&self, q: &SupportQuery) -> Result<Arc<FormatSupport>, FormatSupportError> {
+        if let Some(hit) = self.shared().support_cache.answers.lock().ok().and_then(|c| c.get(q).cloned()) {
             return Ok(hit);
         }
         let answer = Arc::new(self.compute_caps(q)?);
-        if let Ok(mut cache) = self.shared().caps_cache.answers.lock() {
+        if let Ok(mut cache) = self.shared().support_cache.answers.lock() {
             cache.insert(*q, answer.clone());
         }
         Ok(answer)
     }
 
-    fn compute_caps(&self, q: &CapsQuery) -> Result<FormatCaps, CapsError> {
-        let entry = vk_format::to_vk(q.fourcc).ok_or(CapsError::UnknownFourcc(q.fourcc))?;
+    fn compute_caps(&self, q: &SupportQuery) -> Result<FormatSupport, FormatSupportError> {
+        let entry = vk_format::to_vk(q.fourcc).ok_or(FormatSupportError::UnknownFourcc(q.fourcc))?;
         let vk_format = entry.vk_format;
         let (source, listed) = if self.has_modifiers() {
-            (CapsSource::DrmModifier, self.listed_modifiers(vk_format))
+            (SupportSource::DrmModifier, self.listed_modifiers(vk_format))
         } else {
             let planes = format_info(q.fourcc).map_or(1, |i| i.plane_count() as u32);
             let linear = ListedModifier { modifier: Modifier::LINEAR, plane_count: planes, features: self.linear_features(vk_format) };
-            (CapsSource::LinearTiling, vec![linear])
+            (SupportSource::LinearTiling, vec![linear])
         };
         let mut modifiers = Vec::with_capacity(listed.len());
         let required = required_features(q.image_use.usage);
         let extended = q.image_use.create_flags(vk_format).contains(vk::ImageCreateFlags::EXTENDED_USAGE);
         for ListedModifier { modifier, plane_count, features: tiling_features } in listed {
             let tiling = match source {
-                CapsSource::DrmModifier => Some(modifier),
-                CapsSource::LinearTiling => None,
+                SupportSource::DrmModifier => Some(modifier),
+                SupportSource::LinearTiling => None,
             };
             let answer = self.image_format_properties(vk_format, q, tiling)?;
             let (limits, external) = match answer {
                 Some((l, e)) => (Some(l), e),
                 None => (None, vk::ExternalMemoryFeatureFlags::empty()),
             };
-            modifiers.push(ModifierCaps {
+            modifiers.push(ModifierSupport {
                 modifier,
                 plane_count,
                 tiling_features,
@@ -307,17 +307,17 @@ impl Engine {
             });
         }
         tracing::debug!(fourcc = %q.fourcc, image_use = %q.image_use, ?source, count = modifiers.len(), "capabilities");
-        Ok(FormatCaps { query: *q, vk_format, source, modifiers })
+        Ok(FormatSupport { query: *q, vk_format, source, modifiers })
     }
 
     /// The driver's modifier list for a format: both lists, reconciled by
     /// [`merge_modifier_lists`] (a disagreement is logged once per engine).
     fn listed_modifiers(&self, format: vk::Format) -> Vec<ListedModifier> {
         let list1 = self.modifier_list1(format);
-        let list2 = if self.shared().caps_cache.features2 { self.modifier_list2(format) } else { Vec::new() };
+        let list2 = if self.shared().support_cache.features2 { self.modifier_list2(format) } else { Vec::new() };
         let (merged, note) = merge_modifier_lists(&list1, &list2);
         if let Some(note) = note {
-            if !self.shared().caps_cache.disagreement_logged.swap(true, Ordering::Relaxed) {
+            if !self.shared().support_cache.disagreement_logged.swap(true, Ordering::Relaxed) {
                 tracing::warn!(?format, "the driver's two modifier lists disagree ({note}); using what both say");
             }
         }
@@ -334,7 +334,7 @@ impl Engine {
 
     /// LINEAR tiling's features, 64-bit where the device offers them.
     fn linear_features(&self, format: vk::Format) -> vk::FormatFeatureFlags2 {
-        if self.shared().caps_cache.features2 {
+        if self.shared().support_cache.features2 {
             let mut three = vk::FormatProperties3::default();
             let mut props = vk::FormatProperties2::default().push_next(&mut three);
             // SAFETY: the device offers VK_KHR_format_feature_flags2, so VkFormatProperties3
@@ -351,9 +351,9 @@ impl Engine {
     fn image_format_properties(
         &self,
         format: vk::Format,
-        q: &CapsQuery,
+        q: &SupportQuery,
         modifier: Option<Modifier>,
-    ) -> Result<Option<(ImageLimits, vk::ExternalMemoryFeatureFlags)>, CapsError> {
+    ) -> Result<Option<(ImageLimits, vk::ExternalMemoryFeatureFlags)>, FormatSupportError> {
         // Asking about a handle type from an extension the device did not enable is not
         // meaningful; such memory can be neither imported nor exported here.
         let handle_usable = q.handle_type != vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT

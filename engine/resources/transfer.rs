@@ -8,14 +8,14 @@ use ash::vk;
 use dmabridge_interop::tiling::{tiled_size, LinearPlane, TilingError};
 use dmabridge_interop::{format_info, Fourcc, TileLayout};
 
-use crate::buffer::{BufferError, BufferLocation, GpuBuffer};
-use crate::image::{buffer_barrier, plane_aspect, record_barrier, DeviceImage, ImageAccess};
-use crate::import::ImportedImage;
-use crate::submit::{Completion, SubmitError, SubmitOptions, Submission};
-use crate::vk_format::{self, VkFormatEntry};
+use crate::resources::buffer::{BufferError, GpuBuffer};
+use crate::resources::image::{plane_aspect, DeviceImage, ImageAccess};
+use crate::resources::submit::{Completion, SubmitError, SubmitOptions, Submission};
+use crate::device::vk_format::{self, VkFormatEntry};
 use crate::Engine;
 
-/// How long the blocking conveniences ([`ImportedImage::read_back`]) wait for the GPU.
+/// How long the blocking conveniences (`ImportedImage::read_back`, `convert_layout`) wait for
+/// the GPU.
 pub const READBACK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Why a copy between an image and a buffer failed.
@@ -48,9 +48,6 @@ pub enum TransferError {
     /// The image was not made for this use.
     #[error("the image lacks {0:?} usage, which this copy needs")]
     Usage(vk::ImageUsageFlags),
-    /// Acquiring the frame failed (a file that shrank, on the read-copy path).
-    #[error(transparent)]
-    Import(#[from] Box<crate::import::ImportError>),
 }
 
 /// One copy region per plane of `fourcc`, between an image and a buffer whose planes lie at
@@ -218,50 +215,5 @@ impl Engine {
             unsafe { self.record_copy_linear_to_image(cmd, src, planes, image, fourcc, until) }
         })?;
         Ok(s)
-    }
-}
-
-impl ImportedImage {
-    /// Starts reading the frame back: acquires it, copies every plane's visible rows, tightly
-    /// packed and concatenated, into a readback buffer, and releases it to its producer.
-    /// The bytes are the buffer's once the submission is done.
-    pub fn start_read_back(&self, options: SubmitOptions) -> Result<(GpuBuffer, Submission), TransferError> {
-        let engine = self.engine();
-        if !self.usage().contains(vk::ImageUsageFlags::TRANSFER_SRC) {
-            return Err(TransferError::Usage(vk::ImageUsageFlags::TRANSFER_SRC));
-        }
-        let (planes, total) = packed(self.fourcc(), self.extent())?;
-        let regions = plane_regions(self.fourcc(), self.extent(), &planes, total)?;
-        let buffer = GpuBuffer::new(engine, total, BufferLocation::Readback)?;
-        let (_, s) = engine.submit(options, |cmd, until| {
-            // SAFETY: the engine's own command buffer, recording, submitted with `until`.
-            unsafe { self.record_acquire(cmd, ImageAccess::TRANSFER_SRC, until) }.map_err(Box::new)?;
-            let host = buffer_barrier(
-                buffer.buffer(),
-                vk::AccessFlags::TRANSFER_WRITE,
-                vk::AccessFlags::HOST_READ,
-                vk::QUEUE_FAMILY_IGNORED,
-                vk::QUEUE_FAMILY_IGNORED,
-            );
-            // SAFETY: recording state; the regions cover exactly the image's planes and fit the
-            // buffer sized from the same plane table (VUID-vkCmdCopyImageToBuffer-pRegions-00183).
-            unsafe {
-                engine.device().cmd_copy_image_to_buffer(cmd, self.image(), vk::ImageLayout::TRANSFER_SRC_OPTIMAL, buffer.buffer(), &regions);
-                record_barrier(engine.device(), cmd, (vk::PipelineStageFlags::TRANSFER, vk::PipelineStageFlags::HOST), &[], &[host], &[]);
-                self.record_release(cmd, ImageAccess::TRANSFER_SRC, until);
-            }
-            buffer.track(until);
-            Ok::<(), TransferError>(())
-        })?;
-        Ok((buffer, s))
-    }
-
-    /// The frame's pixels, each plane's visible rows tightly packed, planes concatenated.
-    /// Blocks until the GPU has copied them (at most [`READBACK_TIMEOUT`]): a convenience for
-    /// tests and tools, not for a frame loop (use [`ImportedImage::start_read_back`] there).
-    pub fn read_back(&self) -> Result<Vec<u8>, TransferError> {
-        let (buffer, s) = self.start_read_back(SubmitOptions::default())?;
-        s.wait(READBACK_TIMEOUT)?;
-        Ok(buffer.bytes()?.to_vec())
     }
 }

@@ -4,8 +4,8 @@
 use ash::vk;
 
 use crate::error::{VkError, VkResultExt};
-use crate::requirements::Capability;
-use crate::submit::{Completion, Garbage, Uses};
+use crate::device::requirements::Capability;
+use crate::resources::submit::{Completion, Garbage, Uses};
 use crate::Engine;
 
 /// Why a sampler or a view could not be made.

@@ -15,15 +15,15 @@ use dmabridge_interop::dmabuf::{DescriptorError, DmaBuf};
 use dmabridge_interop::tiling::LinearPlane;
 use dmabridge_interop::{Fourcc, Layout, Modifier};
 
-use crate::buffer::GpuBuffer;
-use crate::caps::{CapsError, CapsQuery};
+use crate::resources::buffer::GpuBuffer;
+use crate::device::format_support::{FormatSupportError, SupportQuery};
 use crate::error::{VkError, VkResultExt};
-use crate::image::{barrier_aspect, chain_view_formats, image_2d, image_barrier, memory_plane_aspect, record_barrier, ImageAccess, ImageState, Tracked};
-use crate::requirements::Capability;
-use crate::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
-use crate::transfer::{plane_regions, TransferError};
-use crate::usage::{ImageUse, WiderUse};
-use crate::vk_format;
+use crate::resources::image::{barrier_aspect, chain_view_formats, image_2d, image_barrier, memory_plane_aspect, record_barrier, ImageAccess, ImageState, Tracked};
+use crate::device::requirements::Capability;
+use crate::resources::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
+use crate::resources::transfer::{plane_regions, TransferError};
+use crate::device::usage::{ImageUse, WiderUse};
+use crate::device::vk_format;
 use crate::Engine;
 
 /// What to allocate.
@@ -69,7 +69,7 @@ pub enum ExportError {
     #[error("a {width}x{height} image has no pixels")]
     ZeroExtent { width: u32, height: u32 },
     #[error(transparent)]
-    Caps(#[from] CapsError),
+    Caps(#[from] FormatSupportError),
     #[error("none of the acceptable layouts [{}] of {fourcc} can be exported for this usage; the device exports [{}]",
         .acceptable.iter().map(|l| l.to_string()).collect::<Vec<_>>().join(", "),
         .exportable.iter().map(|m| m.to_string()).collect::<Vec<_>>().join(", "))]
@@ -373,7 +373,7 @@ impl Engine {
         if req.image_use.create.contains(vk::ImageCreateFlags::DISJOINT) {
             return Err(ExportError::DisjointExport(req.image_use));
         }
-        let caps = self.query_caps(&CapsQuery::new(req.fourcc, req.image_use))?;
+        let caps = self.format_support(&SupportQuery::new(req.fourcc, req.image_use))?;
         let exportable: Vec<Modifier> = caps.exportable().collect();
         let implicit_ok = req.acceptable.is_empty() || req.acceptable.contains(&Layout::Implicit);
         let wanted: Vec<Modifier> = if req.acceptable.is_empty() {
@@ -444,7 +444,7 @@ impl Engine {
             tracing::error!(%chosen, "driver chose a modifier outside the acceptable list");
             return Err(ExportError::ModifierNotRequested { chosen });
         }
-        let caps = self.query_caps(&CapsQuery::new(req.fourcc, req.image_use))?;
+        let caps = self.format_support(&SupportQuery::new(req.fourcc, req.image_use))?;
         let memory_planes = caps.get(chosen).map_or(1, |c| c.plane_count as usize);
         let planes: Vec<(u64, u64)> = (0..memory_planes)
             .map(|i| {
@@ -472,7 +472,7 @@ impl Engine {
         if req.image_use.create.contains(vk::ImageCreateFlags::DISJOINT) {
             return Err(ExportError::DisjointExport(req.image_use));
         }
-        let caps = self.query_caps(&CapsQuery::new(req.fourcc, req.image_use))?;
+        let caps = self.format_support(&SupportQuery::new(req.fourcc, req.image_use))?;
         let c = caps
             .get(modifier)
             .filter(|c| c.can_export() && self.has_modifiers())
@@ -509,7 +509,7 @@ impl Engine {
         let planes: Vec<(u64, u64)> = (0..vk_planes as usize)
             .map(|i| {
                 let sub = vk::ImageSubresource {
-                    aspect_mask: crate::image::plane_aspect(vk_planes, i),
+                    aspect_mask: crate::resources::image::plane_aspect(vk_planes, i),
                     mip_level: 0,
                     array_layer: 0,
                 };
@@ -541,7 +541,7 @@ impl Engine {
             return Err(ExportError::DisjointExport(image_use));
         }
         let handle = vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD;
-        let caps = self.query_caps(&CapsQuery::new(fourcc, image_use).with_handle_type(handle))?;
+        let caps = self.format_support(&SupportQuery::new(fourcc, image_use).with_handle_type(handle))?;
         if !caps.get(Modifier::LINEAR).is_some_and(|c| c.can_export()) {
             return Err(ExportError::OpaqueExportUnsupported { fourcc });
         }

@@ -30,7 +30,7 @@ use std::time::Duration;
 use ash::vk;
 
 use crate::error::{VkError, VkResultExt};
-use crate::requirements::Capability;
+use crate::device::requirements::Capability;
 use crate::Engine;
 
 /// A point on one of the engine's timelines: the GPU work recorded against it is complete
@@ -210,7 +210,7 @@ impl Submitter {
     }
 
     /// Destroys what `uses` no longer needs now, or later once it is no longer in use.
-    pub(crate) fn retire(&self, device: &ash::Device, allocator: &crate::memory::Memory, uses: Vec<Completion>, garbage: Vec<Garbage>) {
+    pub(crate) fn retire(&self, device: &ash::Device, allocator: &crate::resources::memory::Memory, uses: Vec<Completion>, garbage: Vec<Garbage>) {
         if uses.iter().all(|c| self.is_reached(device, c)) {
             self.destroy(device, allocator, garbage);
         } else {
@@ -219,7 +219,7 @@ impl Submitter {
     }
 
     /// Destroys every retired object whose uses are complete. Never blocks on the GPU.
-    pub(crate) fn collect(&self, device: &ash::Device, allocator: &crate::memory::Memory) {
+    pub(crate) fn collect(&self, device: &ash::Device, allocator: &crate::resources::memory::Memory) {
         let ready: Vec<Vec<Garbage>> = {
             let mut yard = self.graveyard.lock().unwrap_or_else(PoisonError::into_inner);
             if yard.is_empty() {
@@ -248,7 +248,7 @@ impl Submitter {
     /// Teardown: waits (bounded) for every submission, then destroys what is left. Objects
     /// still used by a host timeline that was never signalled are leaked, with a warning,
     /// rather than freed early.
-    pub(crate) fn shutdown(&self, device: &ash::Device, allocator: &crate::memory::Memory) {
+    pub(crate) fn shutdown(&self, device: &ash::Device, allocator: &crate::resources::memory::Memory) {
         let last = self.lock().last_value;
         let semaphores = [self.timeline];
         let values = [last];
@@ -306,7 +306,7 @@ impl Submitter {
     }
 
     /// Destroys `garbage`, whose GPU work is complete (pooled semaphores go back to the pool).
-    fn destroy(&self, device: &ash::Device, allocator: &crate::memory::Memory, garbage: Vec<Garbage>) {
+    fn destroy(&self, device: &ash::Device, allocator: &crate::resources::memory::Memory, garbage: Vec<Garbage>) {
         let mut rest = Vec::with_capacity(garbage.len());
         for g in garbage {
             match g {
@@ -318,7 +318,7 @@ impl Submitter {
     }
 }
 
-fn destroy(device: &ash::Device, allocator: &crate::memory::Memory, garbage: Vec<Garbage>) {
+fn destroy(device: &ash::Device, allocator: &crate::resources::memory::Memory, garbage: Vec<Garbage>) {
     for g in garbage {
         // SAFETY: every object was created from this device, by dmabridge, and the GPU no
         // longer uses it: each of its uses' timeline points has been reached
@@ -640,7 +640,7 @@ impl Engine {
                 Ok(semaphore)
             }
             Err(e) => {
-                crate::buffer::close_after_failed_import(fd, before);
+                crate::resources::memory::close_after_failed_import(fd, before);
                 // The import failed and left the semaphore as it was: back to the pool.
                 shared.submitter.free_binaries.lock().unwrap_or_else(PoisonError::into_inner).push((semaphore, SemaphoreKind::Import));
                 Err(e.into())

@@ -21,11 +21,11 @@
 use dmabridge_interop::negotiate::Participant;
 use dmabridge_interop::{Format, FormatSet, Fourcc, Layout, Modifier};
 
-use crate::caps::{CapsError, CapsQuery};
-use crate::export::ExportRequest;
-use crate::import::ImportOptions;
-use crate::usage::{negotiation_usage, ImageUse};
-use crate::vk_format::{Mapping, VK_FORMAT_TABLE};
+use crate::device::format_support::{FormatSupportError, SupportQuery};
+use crate::dmabuf::export::ExportRequest;
+use crate::dmabuf::import::ImportOptions;
+use crate::device::usage::{negotiation_usage, ImageUse};
+use crate::device::vk_format::{Mapping, VK_FORMAT_TABLE};
 use crate::Engine;
 
 /// Which way buffers go between the device and the other parties.
@@ -81,7 +81,7 @@ impl ParticipantRequest {
 
 impl Engine {
     /// This device as a negotiation participant: see the module docs for the rule.
-    pub fn participant(&self, req: &ParticipantRequest) -> Result<Participant, CapsError> {
+    pub fn participant(&self, req: &ParticipantRequest) -> Result<Participant, FormatSupportError> {
         let all: Vec<Fourcc>;
         let fourccs = match &req.fourccs {
             Some(f) => f.as_slice(),
@@ -93,8 +93,8 @@ impl Engine {
         };
         let mut formats = FormatSet::new();
         for &fourcc in fourccs {
-            let caps = self.query_caps(&CapsQuery::new(fourcc, req.image_use))?;
-            let wanted = |m: &crate::caps::ModifierCaps| match req.direction {
+            let caps = self.format_support(&SupportQuery::new(fourcc, req.image_use))?;
+            let wanted = |m: &crate::device::format_support::ModifierSupport| match req.direction {
                 Direction::Export => m.can_export(),
                 Direction::Import => m.can_import(),
                 Direction::Both => m.can_import() || m.can_export(),
@@ -118,6 +118,6 @@ impl Engine {
 
     /// Whether the buffer-copy import takes `fourcc` for `usage` (an optimal image of it).
     fn copy_import_possible(&self, fourcc: Fourcc, usage: &ImageUse) -> bool {
-        crate::vk_format::to_vk(fourcc).is_some_and(|entry| self.copy_target_properties(entry.vk_format, usage).is_some())
+        crate::device::vk_format::to_vk(fourcc).is_some_and(|entry| self.copy_target_properties(entry.vk_format, usage).is_some())
     }
 }

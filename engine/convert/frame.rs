@@ -1,5 +1,5 @@
 //! Whole-frame conversions, bytes in and bytes out, on the path the cost model
-//! ([`crate::cost`]) picks: the CPU fast path, the GPU compute shaders (detile and colour
+//! ([`crate::convert::cost`]) picks: the CPU fast path, the GPU compute shaders (detile and colour
 //! fused in one shader), or GPU copy commands for the layout steps with the colour shader
 //! as a second pass. Every path writes the same bytes; the tests force each and compare.
 //!
@@ -20,8 +20,8 @@ use std::time::Instant;
 use dmabridge_interop::tiling::{default_threads, FrameConversion, Step};
 use dmabridge_interop::TileLayout;
 
-use crate::convert::{ConvertError, Converter};
-use crate::cost::{fastest, key, Choice, ChoiceReason, ConvertPath, Measured, SizeClass};
+use crate::convert::converter::{ConvertError, Converter};
+use crate::convert::cost::{fastest, key, Choice, ChoiceReason, ConvertPath, Measured, SizeClass};
 
 impl Converter {
     /// The paths that can run `c`: the CPU and the compute shaders always; copy commands

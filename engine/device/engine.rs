@@ -10,14 +10,14 @@ use std::sync::Arc;
 
 use ash::vk;
 
-use crate::caps::CapsCache;
+use crate::device::format_support::SupportCache;
 use crate::error::{VkError, VkResultExt};
-use crate::memory::{Memory, MemoryError};
-use crate::requirements::{
+use crate::resources::memory::{Memory, MemoryError};
+use crate::device::requirements::{
     evaluate, Capability, DeviceExtension, EnabledExtensions, EnabledFeatures, Missing, Offered, Requirements, MIN_API_VERSION,
 };
-use crate::submit::{Garbage, Submitter};
-use crate::validation::{Messenger, ValidationLog, LAYER_NAME};
+use crate::resources::submit::{Garbage, Submitter};
+use crate::device::validation::{Messenger, ValidationLog, LAYER_NAME};
 
 /// How to pick a physical device when there are several.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,7 +52,7 @@ pub struct EngineOptions {
     /// Device extensions the caller needs besides dmabridge's own. A device that lacks one
     /// is not chosen.
     pub device_extensions: Vec<CString>,
-    /// The path every conversion takes (`None`: the cost model's choice, see [`crate::cost`]).
+    /// The path every conversion takes (`None`: the cost model's choice, see [`crate::convert::cost`]).
     pub convert_path: Option<crate::ConvertPath>,
 }
 
@@ -142,7 +142,7 @@ pub struct HostVulkan {
     pub queue_index: u32,
     /// The device extensions the host enabled (dmabridge uses only those).
     pub enabled_device_extensions: Vec<CString>,
-    /// The features the host enabled (see [`crate::requirements`]).
+    /// The features the host enabled (see [`crate::device::requirements`]).
     pub enabled_features: EnabledFeatures,
     /// Called once, after dmabridge has destroyed everything it made on the device and the
     /// last [`Engine`] clone is gone: the host may destroy the device from here on.
@@ -168,8 +168,8 @@ pub(crate) struct DeviceShared {
     requirements: Requirements,
     info: DeviceInfo,
     validation: Option<ValidationLog>,
-    pub(crate) caps_cache: CapsCache,
-    pub(crate) cost: crate::cost::CostModel,
+    pub(crate) support_cache: SupportCache,
+    pub(crate) cost: crate::convert::cost::CostModel,
     external_memory_fd: Option<ash::khr::external_memory_fd::Device>,
     drm_format_modifier: Option<ash::ext::image_drm_format_modifier::Device>,
     external_semaphore_fd: Option<ash::khr::external_semaphore_fd::Device>,
@@ -188,7 +188,7 @@ impl DeviceShared {
     }
 
     /// Destroys `garbage` once every point in `uses` is reached (now, if they are).
-    pub(crate) fn retire(&self, uses: Vec<crate::submit::Completion>, garbage: Vec<Garbage>) {
+    pub(crate) fn retire(&self, uses: Vec<crate::resources::submit::Completion>, garbage: Vec<Garbage>) {
         self.submitter.retire(&self.device, &self.memory, uses, garbage);
     }
 }
@@ -236,7 +236,7 @@ impl std::fmt::Debug for Engine {
 
 impl Engine {
     /// Creates an instance and a device of its own, on the best device or the selected one,
-    /// with every capability the device offers (see [`crate::requirements`]).
+    /// with every capability the device offers (see [`crate::device::requirements`]).
     pub fn new(options: &EngineOptions) -> Result<Engine, EngineError> {
         // SAFETY: loading the system Vulkan loader runs its initialisers; nothing else in
         // the process depends on it not being loaded.
@@ -304,7 +304,7 @@ impl Engine {
     }
 
     /// Wraps a host engine's instance and device. dmabridge uses the extensions and features
-    /// the host enabled and nothing more; it checks them against [`crate::requirements`]
+    /// the host enabled and nothing more; it checks them against [`crate::device::requirements`]
     /// and refuses a device that lacks what [`Capability::Core`] needs, naming it. Other
     /// capabilities the host did not enable are reported by [`Engine::capabilities`].
     ///
@@ -422,7 +422,7 @@ impl Engine {
     /// leaves `VkDrmFormatModifierPropertiesList2EXT` empty. For a host that runs its own
     /// debug messenger; an engine with validation on sets these aside itself.
     pub fn is_known_false_positive(&self, message: &str) -> bool {
-        self.drm_modifier_list2_is_empty() && crate::validation::is_empty_list2_report(message)
+        self.drm_modifier_list2_is_empty() && crate::device::validation::is_empty_list2_report(message)
     }
 
     /// Forces every conversion onto `path` (`None`: the cost model decides again).
@@ -500,7 +500,7 @@ fn assemble(
     // create_device, or the host's promise in from_host).
     let queue = unsafe { device.get_device_queue(queue_family, queue_index) };
     let info = device_info(&instance, physical);
-    let cost = crate::cost::CostModel::new(cost_key(&info), None);
+    let cost = crate::convert::cost::CostModel::new(cost_key(&info), None);
     let offered = Offered::query(&instance, physical);
     // The extension, not the 1.3 core version: a 1.3 device under an instance made for 1.2
     // (a host's) may not take the 1.3 structs in physical-device queries.
@@ -543,7 +543,7 @@ fn assemble(
         requirements,
         info,
         validation,
-        caps_cache: CapsCache::new(format_features2),
+        support_cache: SupportCache::new(format_features2),
         cost,
         external_memory_fd,
         drm_format_modifier,

@@ -18,7 +18,7 @@ pub static COLOUR_SPV: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/colour.
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compute::spirv_words;
+    use crate::convert::compute::spirv_words;
 
     #[test]
     fn embedded_modules_are_spirv() {

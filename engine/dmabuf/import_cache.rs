@@ -18,8 +18,8 @@ use std::collections::HashMap;
 
 use dmabridge_interop::dmabuf::{BufferIdentity, DmaBuf};
 
-use crate::import::{ImportError, ImportOptions, ImportedImage};
-use crate::usage::ImageUse;
+use crate::dmabuf::import::{ImportError, ImportOptions, ImportedImage};
+use crate::device::usage::ImageUse;
 use crate::Engine;
 
 /// Counters, for benchmarks and tests.

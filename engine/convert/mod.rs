@@ -1,0 +1,8 @@
+//! Conversions on the device or the CPU: the converter, its compute pipelines and shaders,
+//! the cost model that picks a path, and whole-frame conversion.
+
+pub mod compute;
+pub mod converter;
+pub mod cost;
+pub(crate) mod frame;
+pub mod shaders;

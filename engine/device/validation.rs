@@ -56,11 +56,6 @@ impl ValidationLog {
         self.drm_features_unreliable.load(Ordering::SeqCst) && is_empty_list2_report(&m.text)
     }
 
-    /// Messages set aside as known false positives (kept, for anyone who wants to look).
-    pub fn set_aside(&self) -> Vec<ValidationMessage> {
-        self.messages().into_iter().filter(|m| self.is_known_false_positive(m)).collect()
-    }
-
     /// Errors and warnings: both mean dmabridge did something the spec does not allow or
     /// advise, so both fail a test.
     pub fn problems(&self) -> Vec<ValidationMessage> {

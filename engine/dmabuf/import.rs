@@ -300,16 +300,6 @@ impl ImportedImage {
         self.0.image_use
     }
 
-    /// The image layout after the last command dmabridge recorded on it.
-    pub fn current_layout(&self) -> vk::ImageLayout {
-        self.0.tracked.get().layout
-    }
-
-    /// Whether two handles are the same import.
-    pub fn same_as(&self, other: &ImportedImage) -> bool {
-        Arc::ptr_eq(&self.0, &other.0)
-    }
-
     /// Records that GPU work completing at `until` uses the image (see [`crate::GpuBuffer::track`]).
     pub fn track(&self, until: Completion) {
         self.0.tracked.uses.add(until);

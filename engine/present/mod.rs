@@ -249,12 +249,6 @@ pub fn required_instance_extensions(display: RawDisplayHandle) -> Result<Vec<CSt
         .collect())
 }
 
-/// The device extensions a presenter needs (what [`Capability::Present`] lists); a host
-/// device must have enabled them. [`crate::EngineOptions::present`] enables them.
-pub fn required_device_extensions() -> Vec<CString> {
-    Capability::Present.device_extensions().iter().map(|e| e.name().to_owned()).collect()
-}
-
 /// An acquire semaphore and the point its last waiting submission completes at: it may be
 /// handed to `vkAcquireNextImageKHR` again only after that (VUID-vkAcquireNextImageKHR-semaphore-01779).
 struct AcquireSlot {

@@ -52,10 +52,6 @@ impl Completion {
         self.value
     }
 
-    /// A `VkSemaphoreSubmitInfo` that waits for this point (for a host's `vkQueueSubmit2`).
-    pub fn wait_info(&self, stages: vk::PipelineStageFlags2) -> vk::SemaphoreSubmitInfo<'static> {
-        vk::SemaphoreSubmitInfo::default().semaphore(self.semaphore).value(self.value).stage_mask(stages)
-    }
 }
 
 /// Why a submission or a wait failed.

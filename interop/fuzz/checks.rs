@@ -401,7 +401,7 @@ pub fn handoff_wire(data: &[u8]) -> bool {
     assert_eq!(wire::encode(&msg).ok().as_deref(), Some(data));
     let h = header.expect("a message that decodes has a header that does");
     assert_eq!(usize::from(h.fd_count), msg.fd_count());
-    assert_eq!(h.fence, msg.has_fence());
+    assert_eq!(wire::has_fence(&h), msg.has_fence());
     assert!(msg.fd_count() <= wire::MAX_FDS);
     true
 }

@@ -7,6 +7,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use dmabridge_interop::collection::wire::{self, ImportError, Message, WireError, HEADER_LEN, MAX_MESSAGE_LEN};
+use dmabridge_interop::framing::FrameError;
 use dmabridge_interop::collection::{
     reconcile, validate, Attr, AttrConflict, Collection, CollectionError, Event, Failure, Outputs, PlaneOutput,
     Progress, ReconcileOptions, Reconciled, Rights, Server, ServerOutcome, StateError, SystemAllocator, TokenEvent,
@@ -571,13 +572,13 @@ fn hostile_bytes_get_typed_errors() {
     let got: Vec<(&str, WireError)> = hostile().into_iter().map(|(n, b)| (n, wire::decode(&b).unwrap_err())).collect();
     for (name, e) in &got {
         let ok = match *name {
-            "empty" | "short_header" | "truncated_body" => matches!(e, WireError::Truncated { .. } | WireError::BodyLength { .. }),
-            "magic" => matches!(e, WireError::Magic(_)),
-            "version" => matches!(e, WireError::Version { got: 9, supported: 1 }),
-            "kind" => matches!(e, WireError::Kind(99)),
-            "trailing" | "body_len" => matches!(e, WireError::BodyLength { .. }),
-            "fd_count" => matches!(e, WireError::FdCount { declared: 1, expected: 0, .. }),
-            "header_reserved" | "dup_flags" => matches!(e, WireError::Reserved { .. }),
+            "empty" | "short_header" | "truncated_body" => matches!(e, WireError::Frame(FrameError::Truncated { .. } | FrameError::BodyLength { .. })),
+            "magic" => matches!(e, WireError::Frame(FrameError::Magic { .. })),
+            "version" => matches!(e, WireError::Frame(FrameError::Version { got: 9, supported: 1, .. })),
+            "kind" => matches!(e, WireError::Frame(FrameError::Kind(99))),
+            "trailing" | "body_len" => matches!(e, WireError::Frame(FrameError::BodyLength { .. })),
+            "fd_count" => matches!(e, WireError::Frame(FrameError::FdCount { declared: 1, expected: 0, .. })),
+            "header_reserved" | "dup_flags" => matches!(e, WireError::Frame(FrameError::Reserved { .. })),
             "utf8" => matches!(e, WireError::Utf8 { .. }),
             "long_name" => matches!(e, WireError::StringTooLong { len: 60000, .. }),
             "duplicate_format" => matches!(e, WireError::DuplicateFormat(_)),
@@ -585,7 +586,7 @@ fn hostile_bytes_get_typed_errors() {
         };
         assert!(ok, "{name}: {e}");
     }
-    assert!(matches!(wire::decode(&vec![0u8; MAX_MESSAGE_LEN + 1]), Err(WireError::TooLong(_))));
+    assert!(matches!(wire::decode(&vec![0u8; MAX_MESSAGE_LEN + 1]), Err(WireError::Frame(FrameError::TooLong { .. }))));
     // Encoding refuses what decoding would.
     let long = Message::AttachToken { name: "n".repeat(129) };
     assert!(matches!(wire::encode(&long), Err(WireError::StringTooLong { .. })));

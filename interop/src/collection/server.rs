@@ -25,6 +25,7 @@ use super::client::Token;
 use super::limits::{MAX_CONFLICTS, MAX_NAME_LEN, MAX_TEXT_LEN};
 use super::state::{Collection, Event, Failure, Progress, Rights, StateError, TokenId};
 use super::transport::{self, TransportError};
+use crate::framing::SocketError;
 use super::wire::{clip_text, Message, MAX_CONFLICT_NAMES};
 
 /// How long one poll waits before the loop looks at its stop flag again. Not a busy loop:
@@ -251,7 +252,7 @@ impl Server {
         transport::send(sock.as_fd(), &Message::Allocated { reconciled, buffers: n }, None)?;
         for (i, b) in bufs.iter().enumerate() {
             send_buffer(sock.as_fd(), i as u64, b).map_err(|e| match e {
-                HandoffError::Send(io) => Delivery(TransportError::Send(io)),
+                HandoffError::Socket(e @ SocketError::Send(_)) => Delivery(TransportError::Socket(e)),
                 other => Delivery::other(other.to_string()),
             })?;
         }
@@ -265,7 +266,7 @@ struct Delivery(TransportError);
 
 impl Delivery {
     fn other(s: impl Into<String>) -> Delivery {
-        Delivery(TransportError::Send(std::io::Error::other(s.into())))
+        Delivery(TransportError::Socket(SocketError::Send(std::io::Error::other(s.into()))))
     }
 
     /// The failure reason the collection records for the holder.

@@ -12,7 +12,8 @@ use tracing::debug;
 use crate::dmabuf::{recv as recv_buffer, DmaBuf, HandoffError, Received};
 use crate::negotiate::Participant;
 
-use super::attrs::{describe, AttrConflict, Reconciled};
+use super::attrs::{describe, Reconciled};
+use crate::negotiate::Conflict;
 use super::limits::{MAX_BUFFERS, MAX_NAME_LEN};
 use super::state::{Failure, Rights};
 use super::transport::{self, wait_readable, TransportError};
@@ -30,7 +31,7 @@ pub enum CollectionError {
     Failed(Failure),
     /// This late joiner's constraints do not fit the existing buffers.
     #[error("late join refused: {}", describe(.0))]
-    LateJoinRefused(Vec<AttrConflict>),
+    LateJoinRefused(Vec<Conflict>),
     #[error("no answer from the collection server within {0:?} ({1})")]
     Timeout(Duration, &'static str),
     /// The server closed this token's socket (after a Close, or because the server stopped).
@@ -76,7 +77,7 @@ pub struct Buffers {
 #[derive(Debug)]
 pub enum TokenEvent {
     Allocated(Buffers),
-    LateJoinRefused(Vec<AttrConflict>),
+    LateJoinRefused(Vec<Conflict>),
     Failed(Failure),
 }
 

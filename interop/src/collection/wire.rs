@@ -48,7 +48,8 @@ use crate::{Format, FormatSet, Fourcc, Layout, Modifier};
 
 use crate::framing::{clean as clean_bits, Cursor, FrameError, Protocol, Writer as FrameWriter};
 
-use super::attrs::{validate, Attr, AttrConflict, Outputs, PlaneOutput, Reconciled, ValidateFailure};
+use super::attrs::{validate, Outputs, PlaneOutput, Reconciled, ValidateFailure};
+use crate::negotiate::{BufferConstraints, Conflict, ConstraintKind};
 use super::limits::{MAX_BUFFERS, MAX_CONFLICTS, MAX_FORMATS, MAX_NAME_LEN, MAX_TEXT_LEN, MAX_TOKENS};
 use super::state::Failure;
 
@@ -168,7 +169,7 @@ pub enum Message {
     /// The buffers are allocated; `buffers` DMBF buffer messages (with their fds) follow.
     Allocated { reconciled: Reconciled, buffers: u32 },
     /// A late join was refused for these reasons.
-    LateJoinRefused(Vec<AttrConflict>),
+    LateJoinRefused(Vec<Conflict>),
     /// This token is gone: the collection (or its dispensable sub-tree) failed.
     Failed(Failure),
     /// A reconciled list on its own ([`export_reconciled`]).
@@ -201,6 +202,20 @@ impl Message {
     }
 }
 
+/// Between a conflict's detail and its fix in the one text the wire carries.
+const FIX_SEPARATOR: &str = "; fix: ";
+
+/// A conflict's detail and fix as the wire's one text: `detail; fix: fix`, or the detail
+/// alone where there is no fix. The decoder splits it at the first separator that has a
+/// fix after it, so that every text decodes to a conflict that encodes to it again.
+pub fn conflict_text(c: &Conflict) -> std::borrow::Cow<'_, str> {
+    if c.fix.is_empty() {
+        std::borrow::Cow::Borrowed(&c.detail)
+    } else {
+        std::borrow::Cow::Owned(format!("{}{FIX_SEPARATOR}{}", c.detail, c.fix))
+    }
+}
+
 /// Clips `s` to at most `max` bytes at a character boundary: for texts made here (reasons,
 /// details) that must fit the wire.
 pub fn clip_text(s: &str, max: usize) -> String {
@@ -229,7 +244,7 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, WireError> {
         Message::Close => {}
         Message::Allocated { reconciled, buffers } => {
             w.reconciled(reconciled)?;
-            if *buffers != reconciled.buffers {
+            if *buffers != reconciled.constraints.buffers {
                 return Err(WireError::Value { field: "allocated buffers", value: u64::from(*buffers) });
             }
             w.u32(*buffers);
@@ -273,7 +288,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
         KIND_ALLOCATED => {
             let reconciled = r.reconciled()?;
             let buffers = r.u32()?;
-            if buffers != reconciled.buffers {
+            if buffers != reconciled.constraints.buffers {
                 return Err(WireError::Value { field: "allocated buffers", value: u64::from(buffers) });
             }
             Message::Allocated { reconciled, buffers }
@@ -380,22 +395,23 @@ impl Writer {
     }
 
     fn reconciled(&mut self, r: &Reconciled) -> Result<(), WireError> {
-        count_ok("buffers", r.buffers as usize, 1, MAX_BUFFERS as usize)?;
+        let c = &r.constraints;
+        count_ok("buffers", c.buffers as usize, 1, MAX_BUFFERS as usize)?;
         self.u32(r.format.fourcc.code());
         self.u64(r.format.layout.to_wire().raw());
         self.u32(r.width);
         self.u32(r.height);
-        self.u32(r.buffers);
-        self.u32(r.max_buffers.unwrap_or(0));
-        let flags = if r.max_buffers.is_some() { REC_HAS_MAX } else { 0 }
+        self.u32(c.buffers);
+        self.u32(c.max_buffers.unwrap_or(0));
+        let flags = if c.max_buffers.is_some() { REC_HAS_MAX } else { 0 }
             | if r.disjoint { REC_DISJOINT } else { 0 }
             | if r.outputs.is_some() { REC_OUTPUTS } else { 0 };
         self.u32(flags);
-        for v in [r.align, r.stride_align, r.offset_align, r.min_size] {
+        for v in [c.align, c.stride_align, c.offset_align, c.min_size] {
             self.u64(v);
         }
-        self.u8(CPU.iter().position(|x| *x == r.cpu_access).unwrap_or(0) as u8);
-        self.u8(DOMAIN.iter().position(|x| *x == r.domain).unwrap_or(0) as u8);
+        self.u8(CPU.iter().position(|x| *x == c.cpu_access).unwrap_or(0) as u8);
+        self.u8(DOMAIN.iter().position(|x| *x == c.domain).unwrap_or(0) as u8);
         self.u16(0);
         count_ok("participants", r.participants.len(), 0, MAX_TOKENS)?;
         self.u16(r.participants.len() as u16);
@@ -423,17 +439,19 @@ impl Writer {
         Ok(())
     }
 
-    fn conflicts(&mut self, cs: &[AttrConflict]) -> Result<(), WireError> {
+    fn conflicts(&mut self, cs: &[Conflict]) -> Result<(), WireError> {
         count_ok("conflicts", cs.len(), 1, MAX_CONFLICTS)?;
         self.u16(cs.len() as u16);
         for c in cs {
-            self.u8(Attr::ALL.iter().position(|a| *a == c.attribute).unwrap_or(Attr::ALL.len() - 1) as u8);
+            let attribute = c.constraint.list_attribute();
+            let table = &ConstraintKind::LIST_ATTRIBUTES;
+            self.u8(table.iter().position(|a| *a == attribute).unwrap_or(table.len() - 1) as u8);
             count_ok("conflict names", c.participants.len(), 0, MAX_CONFLICT_NAMES)?;
             self.u8(c.participants.len() as u8);
             for n in &c.participants {
                 self.str("conflict name", n, MAX_NAME_LEN)?;
             }
-            self.str("conflict detail", &c.detail, MAX_TEXT_LEN)?;
+            self.str("conflict detail", &conflict_text(c), MAX_TEXT_LEN)?;
         }
         Ok(())
     }
@@ -583,34 +601,31 @@ impl Reader<'_> {
             format: Format { fourcc, layout },
             width,
             height,
-            buffers,
-            max_buffers,
-            align,
-            stride_align,
-            offset_align,
-            min_size,
-            cpu_access,
-            domain,
+            constraints: BufferConstraints { buffers, max_buffers, min_size, offset_align, align, stride_align, cpu_access, domain },
             disjoint: flags & REC_DISJOINT != 0,
             participants,
             outputs,
         })
     }
 
-    fn conflicts(&mut self) -> Result<Vec<AttrConflict>, WireError> {
+    fn conflicts(&mut self) -> Result<Vec<Conflict>, WireError> {
         let n = usize::from(self.u16()?);
         count_ok("conflicts", n, 1, MAX_CONFLICTS)?;
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
-            let attribute = self.pick("attribute", &Attr::ALL)?;
+            let attribute = self.pick("attribute", &ConstraintKind::LIST_ATTRIBUTES)?;
             let names = usize::from(self.u8()?);
             count_ok("conflict names", names, 0, MAX_CONFLICT_NAMES)?;
             let mut participants = Vec::with_capacity(names);
             for _ in 0..names {
                 participants.push(self.name("conflict name")?);
             }
-            let detail = self.str("conflict detail", MAX_TEXT_LEN)?;
-            out.push(AttrConflict { participants, attribute, detail });
+            let text = self.str("conflict detail", MAX_TEXT_LEN)?;
+            let (detail, fix) = match text.split_once(FIX_SEPARATOR) {
+                Some((detail, fix)) if !fix.is_empty() => (detail.to_owned(), fix.to_owned()),
+                _ => (text, String::new()),
+            };
+            out.push(Conflict::new(participants, attribute, detail, fix));
         }
         Ok(out)
     }

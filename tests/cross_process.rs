@@ -11,6 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 
 use dmabridge::ash::vk;
+use dmabridge::interop::framing::SocketError;
 use dmabridge::interop::dmabuf::{fd_count, recv, send_buffer, send_release, socketpair, DmaBuf, HandoffError, PlaneDesc, Received};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::ExportRequest;
@@ -107,7 +108,7 @@ fn consumer_process() {
                 frames += 1;
             }
             Ok(Received::Release { .. }) => panic!("the producer released a buffer it owns"),
-            Err(HandoffError::Closed) => break,
+            Err(HandoffError::Socket(SocketError::Closed)) => break,
             Err(e) => panic!("receive: {e}"),
         }
     }

@@ -240,11 +240,11 @@ fn document(report: &Report, a: &Allocation, allocated: &Allocated, verified: &[
         obj.insert("disjoint_reason".into(), serde_json::json!(allocated.disjoint_reason));
         obj.insert("memory".into(), serde_json::json!(allocated.memory));
         obj.insert("memory_reason".into(), serde_json::json!(allocated.memory_reason));
-        obj.insert("stride_align".into(), serde_json::json!(a.stride_align));
-        obj.insert("offset_align".into(), serde_json::json!(a.offset_align));
-        obj.insert("min_size".into(), serde_json::json!(a.min_size));
-        obj.insert("max_buffers".into(), serde_json::json!(a.max_buffers));
-        obj.insert("domain".into(), serde_json::json!(a.domain.name()));
+        obj.insert("stride_align".into(), serde_json::json!(a.constraints.stride_align));
+        obj.insert("offset_align".into(), serde_json::json!(a.constraints.offset_align));
+        obj.insert("min_size".into(), serde_json::json!(a.constraints.min_size));
+        obj.insert("max_buffers".into(), serde_json::json!(a.constraints.max_buffers));
+        obj.insert("domain".into(), serde_json::json!(a.constraints.domain.name()));
         let ro: Vec<serde_json::Value> = read_only
             .iter()
             .map(|(n, r)| serde_json::json!({ "participant": n, "writes_refused": r.is_ok() }))

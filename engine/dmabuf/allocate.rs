@@ -24,7 +24,7 @@
 
 use dmabridge_interop::dmabuf::{classify, file_size, place, DmaBuf, FdTrust, PlacementError, PlacementRequest, SystemMemory};
 use dmabridge_interop::collection::{Allocator, AllocatorError, Holders, Reconciled};
-use dmabridge_interop::negotiate::{Allocation, ChainLayout, ConstraintKind, Domain};
+use dmabridge_interop::negotiate::{Allocation, BufferConstraints, ChainLayout, ConstraintKind, Domain};
 use dmabridge_interop::{format_info, Fourcc, Layout, Modifier};
 
 use ash::vk;
@@ -48,12 +48,9 @@ pub struct AllocationSpec {
     pub layouts: Vec<Layout>,
     pub width: u32,
     pub height: u32,
-    /// How many buffers.
-    pub count: u32,
-    pub stride_align: u64,
-    pub offset_align: u64,
-    pub min_size: u64,
-    pub domain: Domain,
+    /// What every buffer honours: `buffers` is how many are made; the alignments, min size
+    /// and domain are imposed or checked.
+    pub constraints: BufferConstraints,
     /// The use every buffer is imported or exported for.
     pub image_use: ImageUse,
     /// Some holder gets read-only fds: system memory must then be one that can be reopened
@@ -80,16 +77,12 @@ impl AllocationSpec {
             layouts,
             width,
             height,
-            count: a.buffers,
-            stride_align: a.stride_align,
-            offset_align: a.offset_align,
-            min_size: a.min_size,
-            domain: a.domain,
+            constraints: a.constraints,
             image_use: image_use.into(),
             read_only_holders: a.participants.iter().any(|p| !a.writers.contains(p)),
         };
-        if let Some(max) = a.max_buffers.filter(|&m| m < a.buffers) {
-            return Err(AllocateError::TooManyBuffers { count: a.buffers, max, constraint: ConstraintKind::MaxBuffers });
+        if let Some(max) = a.constraints.max_buffers.filter(|&m| m < a.constraints.buffers) {
+            return Err(AllocateError::TooManyBuffers { count: a.constraints.buffers, max, constraint: ConstraintKind::MaxBuffers });
         }
         Ok(spec)
     }
@@ -104,11 +97,7 @@ impl AllocationSpec {
             layouts: vec![r.format.layout],
             width: r.width,
             height: r.height,
-            count: r.buffers,
-            stride_align: r.stride_align,
-            offset_align: r.offset_align,
-            min_size: r.min_size,
-            domain: r.domain,
+            constraints: r.constraints,
             image_use: image_use.into(),
             read_only_holders: holders.read_only,
         }
@@ -227,18 +216,18 @@ pub enum AllocateError {
 }
 
 impl Engine {
-    /// Allocates `spec.count` buffers honouring `spec`'s constraints (see the module docs).
+    /// Allocates `spec.constraints.buffers` buffers honouring `spec`'s constraints (see the module docs).
     /// The caller owns the returned descriptors' fds.
     pub fn allocate(&self, spec: &AllocationSpec) -> Result<Allocated, AllocateError> {
-        if spec.count > MAX_BUFFERS {
-            return Err(AllocateError::TooManyBuffers { count: spec.count, max: MAX_BUFFERS, constraint: ConstraintKind::MinBuffers });
+        if spec.constraints.buffers > MAX_BUFFERS {
+            return Err(AllocateError::TooManyBuffers { count: spec.constraints.buffers, max: MAX_BUFFERS, constraint: ConstraintKind::MinBuffers });
         }
         let info = format_info(spec.fourcc).ok_or(AllocateError::UnknownFourcc(spec.fourcc))?;
         let placeable = spec.layouts.iter().copied().find(|l| match l {
             Layout::Implicit => true,
             Layout::Explicit(m) => dmabridge_interop::TileLayout::from_modifier(*m).is_some(),
         });
-        match (spec.domain, placeable) {
+        match (spec.constraints.domain, placeable) {
             (Domain::System | Domain::Any, Some(layout)) => self.allocate_imposed(spec, layout, info.plane_count()),
             (Domain::System, None) => Err(PlacementError::OpaqueLayout(spec.layouts.first().copied().ok_or(AllocateError::NoLayout)?).into()),
             _ => self.allocate_exported(spec),
@@ -267,14 +256,14 @@ impl Engine {
             layout,
             width: spec.width,
             height: spec.height,
-            stride_align: spec.stride_align,
-            offset_align: spec.offset_align,
-            min_size: spec.min_size,
+            stride_align: spec.constraints.stride_align,
+            offset_align: spec.constraints.offset_align,
+            min_size: spec.constraints.min_size,
             disjoint,
         })?;
         let (memory, memory_reason) = SystemMemory::detect().for_holders(spec.read_only_holders);
-        let mut buffers = Vec::with_capacity(spec.count as usize);
-        for i in 0..spec.count {
+        let mut buffers = Vec::with_capacity(spec.constraints.buffers as usize);
+        for i in 0..spec.constraints.buffers {
             let dmabuf = placement.allocate(&memory, "dmabridge-collection", spec.fourcc, layout, spec.width, spec.height)?;
             // One import proves the device takes this exact layout; the rest are identical.
             if i == 0 {
@@ -288,7 +277,7 @@ impl Engine {
             }
             buffers.push(AllocatedBuffer { dmabuf, exported: None });
         }
-        tracing::debug!(fourcc = %spec.fourcc, %layout, count = spec.count, disjoint, "allocated with an imposed layout");
+        tracing::debug!(fourcc = %spec.fourcc, %layout, count = spec.constraints.buffers, disjoint, "allocated with an imposed layout");
         tracing::debug!(memory = %memory, "system memory");
         Ok(Allocated {
             buffers,
@@ -302,8 +291,8 @@ impl Engine {
 
     fn allocate_exported(&self, spec: &AllocationSpec) -> Result<Allocated, AllocateError> {
         let req = ExportRequest::new(spec.fourcc, spec.width, spec.height, spec.image_use).with_acceptable(spec.layouts.iter().copied());
-        let mut buffers = Vec::with_capacity(spec.count as usize);
-        for _ in 0..spec.count {
+        let mut buffers = Vec::with_capacity(spec.constraints.buffers as usize);
+        for _ in 0..spec.constraints.buffers {
             let exported = self.export_image(&req)?;
             let dmabuf = exported
                 .dmabuf()
@@ -343,15 +332,15 @@ impl Engine {
             layout: Layout::Explicit(modifier),
             width: spec.width,
             height: spec.height,
-            stride_align: spec.stride_align,
-            offset_align: spec.offset_align,
-            min_size: spec.min_size,
+            stride_align: spec.constraints.stride_align,
+            offset_align: spec.constraints.offset_align,
+            min_size: spec.constraints.min_size,
             disjoint: false,
         })?;
         let planes: Vec<(u64, u64)> = placement.planes.iter().map(|p| (p.offset, p.stride)).collect();
         let req = ExportRequest::new(spec.fourcc, spec.width, spec.height, spec.image_use);
-        let mut buffers = Vec::with_capacity(spec.count as usize);
-        for _ in 0..spec.count {
+        let mut buffers = Vec::with_capacity(spec.constraints.buffers as usize);
+        for _ in 0..spec.constraints.buffers {
             let exported = match self.export_image_with_layout(&req, modifier, &planes) {
                 Ok(e) => e,
                 Err(e) => {
@@ -380,16 +369,16 @@ impl Engine {
 
 fn check_driver_layout(spec: &AllocationSpec, buf: &DmaBuf) -> Result<(), AllocateError> {
     for (i, p) in buf.planes().enumerate() {
-        if p.stride % spec.stride_align.max(1) != 0 {
-            return Err(AllocateError::DriverLayout { constraint: ConstraintKind::StrideAlign, plane: i, what: "stride", value: p.stride, required: spec.stride_align });
+        if p.stride % spec.constraints.stride_align.max(1) != 0 {
+            return Err(AllocateError::DriverLayout { constraint: ConstraintKind::StrideAlign, plane: i, what: "stride", value: p.stride, required: spec.constraints.stride_align });
         }
-        if p.offset % spec.offset_align.max(1) != 0 {
-            return Err(AllocateError::DriverLayout { constraint: ConstraintKind::OffsetAlign, plane: i, what: "offset", value: p.offset, required: spec.offset_align });
+        if p.offset % spec.constraints.offset_align.max(1) != 0 {
+            return Err(AllocateError::DriverLayout { constraint: ConstraintKind::OffsetAlign, plane: i, what: "offset", value: p.offset, required: spec.constraints.offset_align });
         }
         // A file whose size cannot be read counts as too small: refusing is the safe side.
         let size = classify(p.fd, FdTrust::Untrusted).ok().and_then(|c| file_size(p.fd, c).ok()).unwrap_or(0);
-        if size < spec.min_size {
-            return Err(AllocateError::DriverLayout { constraint: ConstraintKind::MinSize, plane: i, what: "file size", value: size, required: spec.min_size });
+        if size < spec.constraints.min_size {
+            return Err(AllocateError::DriverLayout { constraint: ConstraintKind::MinSize, plane: i, what: "file size", value: size, required: spec.constraints.min_size });
         }
     }
     Ok(())

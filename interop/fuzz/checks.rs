@@ -104,8 +104,8 @@ pub fn v4l2_format(data: &[u8]) -> bool {
     let fmt = v4l2::V4l2PlaneFormat { width: word(0), height: word(1), pixelformat, planes };
     let Ok(layouts) = v4l2::plane_layouts(&fmt) else { return listed };
     for l in &layouts {
-        assert!(l.buffer < fmt.planes.len());
-        let buffer_size = fmt.planes.get(l.buffer).map_or(0, |p| u64::from(p.sizeimage));
+        assert!(l.object < fmt.planes.len());
+        let buffer_size = fmt.planes.get(l.object).map_or(0, |p| u64::from(p.sizeimage));
         assert!(l.offset.checked_add(l.size).is_some_and(|end| end <= buffer_size), "{l:?} in {fmt:?}");
     }
     true
@@ -401,7 +401,7 @@ pub fn handoff_wire(data: &[u8]) -> bool {
     assert_eq!(wire::encode(&msg).ok().as_deref(), Some(data));
     let h = header.expect("a message that decodes has a header that does");
     assert_eq!(usize::from(h.fd_count), msg.fd_count());
-    assert_eq!(h.fence, msg.has_fence());
+    assert_eq!(wire::has_fence(&h), msg.has_fence());
     assert!(msg.fd_count() <= wire::MAX_FDS);
     true
 }

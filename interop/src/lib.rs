@@ -4,8 +4,8 @@
 //! format modifiers (with `INVALID` lifted into [`Layout::Implicit`]), ordered format
 //! sets, and the static plane layout of each format. On top of that it reads peers'
 //! format lists ([`peers`]), reconciles participants ([`negotiate`]), describes and passes
-//! dma-bufs ([`dmabuf`]), names how the parties synchronise ([`sync`]) and holds the CPU
-//! reference of every layout conversion ([`tiling`]). [`collection`] runs sysmem-style buffer
+//! dma-bufs ([`dmabuf`]; both wire protocols share [`framing`]), names how the parties
+//! synchronise ([`sync`]) and holds the CPU reference of every layout conversion ([`tiling`]). [`collection`] runs sysmem-style buffer
 //! collections (tokens, attribute lists, late joiners) across processes. An engine with no
 //! Vulkan at all can use all of it.
 
@@ -16,6 +16,7 @@ pub mod collection;
 pub mod dmabuf;
 pub mod format;
 pub mod format_info;
+pub mod framing;
 pub mod fourcc;
 pub mod modifier;
 pub mod negotiate;

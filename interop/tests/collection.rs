@@ -7,12 +7,15 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use dmabridge_interop::collection::wire::{self, ImportError, Message, WireError, HEADER_LEN, MAX_MESSAGE_LEN};
+use dmabridge_interop::framing::FrameError;
 use dmabridge_interop::collection::{
-    reconcile, validate, Attr, AttrConflict, Collection, CollectionError, Event, Failure, Outputs, PlaneOutput,
+    reconcile, validate, Collection, CollectionError, Event, Failure, Outputs, PlaneOutput,
     Progress, ReconcileOptions, Reconciled, Rights, Server, ServerOutcome, StateError, SystemAllocator, TokenEvent,
 };
 use dmabridge_interop::dmabuf::{fd_count, socketpair};
-use dmabridge_interop::negotiate::{Constraints, CpuAccess, Domain, ExtentRange, Participant, Usage};
+use dmabridge_interop::negotiate::{
+    BufferConstraints, Conflict, ConstraintKind, Constraints, CpuAccess, Domain, ExtentRange, Participant, Usage,
+};
 use dmabridge_interop::sync::{SyncMethod, SyncMethods};
 use dmabridge_interop::{Format, FormatSet, Fourcc, Modifier};
 
@@ -77,7 +80,7 @@ fn allocation_waits_for_the_last_bind() {
     let Progress::Allocate(r) = c.bind(a, reader("encoder", Fourcc::XRGB8888, 2)).unwrap() else {
         panic!("the last bind makes allocation due")
     };
-    assert_eq!(r.buffers, 4, "min-buffers summed: 1 + 1 + 2");
+    assert_eq!(r.constraints.buffers, 4, "min-buffers summed: 1 + 1 + 2");
     assert_eq!(r.format, Format::linear(Fourcc::XRGB8888));
     assert_eq!((r.width, r.height), (64, 48));
     assert!(r.outputs.is_none());
@@ -137,11 +140,11 @@ fn buffer_count_is_summed_over_participants() {
     let _g = lock();
     let lists = [part("a", Fourcc::NV12, 2), reader("b", Fourcc::NV12, 3), reader("c", Fourcc::NV12, 0)];
     let r = reconcile(&lists, ReconcileOptions::default()).unwrap();
-    assert_eq!(r.buffers, 5);
+    assert_eq!(r.constraints.buffers, 5);
     assert_eq!(r.participants, ["a", "b", "c"]);
     // Nobody asks for any: still one buffer.
     let r = reconcile(&[part("a", Fourcc::NV12, 0)], ReconcileOptions::default()).unwrap();
-    assert_eq!(r.buffers, 1);
+    assert_eq!(r.constraints.buffers, 1);
 }
 
 #[test]
@@ -150,7 +153,7 @@ fn min_above_max_is_a_max_buffers_conflict() {
     let decoder = part("decoder", Fourcc::NV12, 3).constrain(|c| c.max_buffers = Some(4));
     let display = reader("display", Fourcc::NV12, 3);
     let conflicts = reconcile(&[decoder.clone(), display.clone()], ReconcileOptions::default()).unwrap_err();
-    let c = conflicts.iter().find(|c| c.attribute == Attr::MaxBuffers).expect("a max-buffers conflict");
+    let c = conflicts.iter().find(|c| c.constraint == ConstraintKind::MaxBuffers).expect("a max-buffers conflict");
     assert!(c.participants.contains(&"decoder".to_owned()), "{c}");
     assert!(c.to_string().starts_with("max-buffers"), "{c}");
 
@@ -171,13 +174,13 @@ fn caps_on_buffers_and_extent_are_conflicts() {
     let _g = lock();
     let big = part("a", Fourcc::R8, 40);
     let conflicts = reconcile(&[big.clone(), big.clone().constrain(|_| ())], ReconcileOptions::default()).unwrap_err();
-    assert!(conflicts.iter().any(|c| c.attribute == Attr::MinBuffers && c.detail.contains("64")), "{conflicts:?}");
+    assert!(conflicts.iter().any(|c| c.constraint == ConstraintKind::MinBuffers && c.detail.contains("64")), "{conflicts:?}");
     let wide = part("w", Fourcc::R8, 1).constrain(|c| c.width = ExtentRange::exactly(100_000));
     let conflicts = reconcile(&[wide], ReconcileOptions::default()).unwrap_err();
-    assert_eq!(conflicts.iter().map(|c| c.attribute).collect::<Vec<_>>(), vec![Attr::Width]);
+    assert_eq!(conflicts.iter().map(|c| c.constraint).collect::<Vec<_>>(), vec![ConstraintKind::Width]);
     let unbounded = reader("r", Fourcc::R8, 1).constrain(|c| c.height = ExtentRange::ANY);
     let conflicts = reconcile(&[unbounded.clone().constrain(|c| c.read_only = false)], ReconcileOptions::default()).unwrap_err();
-    assert_eq!(conflicts.iter().map(|c| c.attribute).collect::<Vec<_>>(), vec![Attr::Height], "nobody bounds it");
+    assert_eq!(conflicts.iter().map(|c| c.constraint).collect::<Vec<_>>(), vec![ConstraintKind::Height], "nobody bounds it");
 }
 
 #[test]
@@ -191,10 +194,10 @@ fn validate_names_the_failing_attribute_of_each_list() {
     let other_format = reader("scanout", Fourcc::NV12, 1);
     let too_few = reader("decoder", Fourcc::XRGB8888, 5);
     let errs = validate(&r, &[lists[0].clone(), picky, other_format, too_few]).unwrap_err();
-    let got: Vec<(usize, &str, Attr)> = errs.iter().map(|v| (v.list, v.participant.as_str(), v.attribute)).collect();
+    let got: Vec<(usize, &str, ConstraintKind)> = errs.iter().map(|v| (v.list, v.participant.as_str(), v.attribute)).collect();
     assert_eq!(
         got,
-        vec![(1, "gpu", Attr::StrideAlign), (2, "scanout", Attr::Format), (3, "decoder", Attr::MinBuffers)]
+        vec![(1, "gpu", ConstraintKind::StrideAlign), (2, "scanout", ConstraintKind::Format), (3, "decoder", ConstraintKind::MinBuffers)]
     );
 
     // With computed outputs, the actual pitch is judged: 64 * 4 = 256 is 256-aligned.
@@ -204,10 +207,10 @@ fn validate_names_the_failing_attribute_of_each_list() {
     assert_eq!(validate(&r2, &[fits]), Ok(()));
     let bigger = reader("dec", Fourcc::XRGB8888, 1).constrain(|c| c.min_size = 1 << 20);
     let errs = validate(&r2, &[bigger]).unwrap_err();
-    assert_eq!(errs[0].attribute, Attr::MinSize);
+    assert_eq!(errs[0].attribute, ConstraintKind::MinSize);
     let modifier = Participant::new("tiled", [Format::explicit(Fourcc::XRGB8888, Modifier::from_raw(0x0100_0000_0000_0001))].into_iter().collect())
         .constrain(|c| c.read_only = true);
-    assert_eq!(validate(&r2, &[modifier]).unwrap_err()[0].attribute, Attr::Modifier);
+    assert_eq!(validate(&r2, &[modifier]).unwrap_err()[0].attribute, ConstraintKind::Modifier);
 }
 
 #[test]
@@ -325,8 +328,8 @@ fn late_joiners_are_judged_against_the_buffers_and_never_reallocate() {
         c.max_buffers = Some(2);
     });
     let Progress::Refused(conflicts) = c.bind(bad, scanout).unwrap() else { panic!("refused") };
-    let attrs: Vec<Attr> = conflicts.iter().map(|c| c.attribute).collect();
-    assert_eq!(attrs, vec![Attr::MaxBuffers, Attr::StrideAlign], "{conflicts:?}");
+    let attrs: Vec<ConstraintKind> = conflicts.iter().map(|c| c.constraint).collect();
+    assert_eq!(attrs, vec![ConstraintKind::MaxBuffers, ConstraintKind::StrideAlign], "{conflicts:?}");
     assert_eq!(events_for(&c.take_events(), bad), vec![Event::LateJoinRefused(conflicts)]);
     assert!(matches!(c.buffers_for(bad), Err(StateError::NoBuffers(_))));
 
@@ -339,7 +342,7 @@ fn late_joiners_are_judged_against_the_buffers_and_never_reallocate() {
     let ro_late = c.attach_token(b, "writer").unwrap();
     assert_eq!(c.rights(ro_late), Some(Rights { read_only: true }), "attached tokens keep the parent's rights");
     let Progress::Refused(conflicts) = c.bind(ro_late, part("writer", Fourcc::XRGB8888, 1)).unwrap() else { panic!("refused") };
-    assert_eq!(conflicts.iter().map(|c| c.attribute).collect::<Vec<_>>(), vec![Attr::ReadOnly]);
+    assert_eq!(conflicts.iter().map(|c| c.constraint).collect::<Vec<_>>(), vec![ConstraintKind::ReadOnly]);
     // A late joiner that then fails is dropped alone.
     assert_eq!(c.fail(ok, "gone").unwrap(), Progress::Allocated);
     // Duplicating an initial token after allocation is refused: attach instead.
@@ -357,7 +360,7 @@ fn a_late_joiner_bound_before_allocation_is_judged_once_buffers_exist() {
     let evs = c.take_events();
     assert_eq!(events_for(&evs, root), vec![Event::Allocated]);
     let refused = events_for(&evs, late);
-    assert!(matches!(&refused[..], [Event::LateJoinRefused(c)] if c[0].attribute == Attr::Format), "{refused:?}");
+    assert!(matches!(&refused[..], [Event::LateJoinRefused(c)] if c[0].constraint == ConstraintKind::Format), "{refused:?}");
 }
 
 #[test]
@@ -434,14 +437,16 @@ fn sample_reconciled() -> Reconciled {
         format: Format::linear(Fourcc::NV12),
         width: 64,
         height: 48,
-        buffers: 3,
-        max_buffers: Some(4),
-        align: 4096,
-        stride_align: 64,
-        offset_align: 4096,
-        min_size: 0,
-        cpu_access: CpuAccess::ReadWrite,
-        domain: Domain::Any,
+        constraints: BufferConstraints {
+            buffers: 3,
+            max_buffers: Some(4),
+            align: 4096,
+            stride_align: 64,
+            offset_align: 4096,
+            min_size: 0,
+            cpu_access: CpuAccess::ReadWrite,
+            domain: Domain::Any,
+        },
         disjoint: true,
         participants: vec!["a".into(), "b".into()],
         outputs: Some(Outputs {
@@ -452,6 +457,7 @@ fn sample_reconciled() -> Reconciled {
 }
 
 fn all_messages() -> Vec<Message> {
+    let s = sample_reconciled();
     vec![
         Message::Bind(rich_participant()),
         Message::Bind(Participant::any_format("any")),
@@ -460,12 +466,8 @@ fn all_messages() -> Vec<Message> {
         Message::Close,
         Message::NewToken { name: "t".into() },
         Message::Allocated { reconciled: sample_reconciled(), buffers: 3 },
-        Message::Allocated { reconciled: Reconciled { outputs: None, max_buffers: None, ..sample_reconciled() }, buffers: 3 },
-        Message::LateJoinRefused(vec![AttrConflict {
-            participants: vec!["scanout".into()],
-            attribute: Attr::StrideAlign,
-            detail: "pitch 256 is not a multiple of 1024".into(),
-        }]),
+        Message::Allocated { reconciled: Reconciled { outputs: None, constraints: BufferConstraints { max_buffers: None, ..s.constraints }, ..s.clone() }, buffers: 3 },
+        Message::LateJoinRefused(vec![Conflict::new(["scanout"], ConstraintKind::StrideAlign, "pitch 256 is not a multiple of 1024", "")]),
         Message::Failed(Failure { participant: "encoder".into(), reason: "process exited".into() }),
         Message::Reconciled(sample_reconciled()),
     ]
@@ -485,7 +487,7 @@ fn attribute_lists_export_and_import_like_nvscibuf() {
     assert_eq!(wire::import_reconciled(&bytes, &lists[1..]), Ok(r));
     let mine = reader("c", Fourcc::XRGB8888, 1).constrain(|c| c.offset_align = 3);
     let Err(ImportError::Invalid(v)) = wire::import_reconciled(&bytes, &[mine]) else { panic!("refused") };
-    assert_eq!((v[0].participant.as_str(), v[0].attribute), ("c", Attr::OffsetAlign));
+    assert_eq!((v[0].participant.as_str(), v[0].attribute), ("c", ConstraintKind::OffsetAlign));
 }
 
 #[test]
@@ -571,13 +573,13 @@ fn hostile_bytes_get_typed_errors() {
     let got: Vec<(&str, WireError)> = hostile().into_iter().map(|(n, b)| (n, wire::decode(&b).unwrap_err())).collect();
     for (name, e) in &got {
         let ok = match *name {
-            "empty" | "short_header" | "truncated_body" => matches!(e, WireError::Truncated { .. } | WireError::BodyLength { .. }),
-            "magic" => matches!(e, WireError::Magic(_)),
-            "version" => matches!(e, WireError::Version { got: 9, supported: 1 }),
-            "kind" => matches!(e, WireError::Kind(99)),
-            "trailing" | "body_len" => matches!(e, WireError::BodyLength { .. }),
-            "fd_count" => matches!(e, WireError::FdCount { declared: 1, expected: 0, .. }),
-            "header_reserved" | "dup_flags" => matches!(e, WireError::Reserved { .. }),
+            "empty" | "short_header" | "truncated_body" => matches!(e, WireError::Frame(FrameError::Truncated { .. } | FrameError::BodyLength { .. })),
+            "magic" => matches!(e, WireError::Frame(FrameError::Magic { .. })),
+            "version" => matches!(e, WireError::Frame(FrameError::Version { got: 9, supported: 1, .. })),
+            "kind" => matches!(e, WireError::Frame(FrameError::Kind(99))),
+            "trailing" | "body_len" => matches!(e, WireError::Frame(FrameError::BodyLength { .. })),
+            "fd_count" => matches!(e, WireError::Frame(FrameError::FdCount { declared: 1, expected: 0, .. })),
+            "header_reserved" | "dup_flags" => matches!(e, WireError::Frame(FrameError::Reserved { .. })),
             "utf8" => matches!(e, WireError::Utf8 { .. }),
             "long_name" => matches!(e, WireError::StringTooLong { len: 60000, .. }),
             "duplicate_format" => matches!(e, WireError::DuplicateFormat(_)),
@@ -585,7 +587,7 @@ fn hostile_bytes_get_typed_errors() {
         };
         assert!(ok, "{name}: {e}");
     }
-    assert!(matches!(wire::decode(&vec![0u8; MAX_MESSAGE_LEN + 1]), Err(WireError::TooLong(_))));
+    assert!(matches!(wire::decode(&vec![0u8; MAX_MESSAGE_LEN + 1]), Err(WireError::Frame(FrameError::TooLong { .. }))));
     // Encoding refuses what decoding would.
     let long = Message::AttachToken { name: "n".repeat(129) };
     assert!(matches!(wire::encode(&long), Err(WireError::StringTooLong { .. })));
@@ -660,7 +662,7 @@ fn tokens_over_sockets_allocate_share_and_release() {
         // A late joiner that does not fit is refused; the others carry on.
         let mut late = root.attach_token("scanout", T).unwrap();
         let err = late.bind(&reader("scanout", Fourcc::NV12, 1), T).unwrap_err();
-        assert!(matches!(&err, CollectionError::LateJoinRefused(c) if c[0].attribute == Attr::Format), "{err}");
+        assert!(matches!(&err, CollectionError::LateJoinRefused(c) if c[0].constraint == ConstraintKind::Format), "{err}");
         late.close().unwrap();
         let mut late = root.attach_token("recorder", T).unwrap();
         assert_eq!(late.bind(&reader("recorder", Fourcc::XRGB8888, 1), T).unwrap().buffers.len(), 3);
@@ -759,7 +761,8 @@ fn a_hostile_server_gets_typed_errors_and_leaks_no_fd() {
         raw(b"not a collection message at all");
         assert!(matches!(token.wait_event(T), Err(CollectionError::Transport(_))));
         // Buffers announced, then one of another shape than the list says.
-        let r = Reconciled { outputs: None, disjoint: false, buffers: 1, ..sample_reconciled() };
+        let s = sample_reconciled();
+        let r = Reconciled { outputs: None, disjoint: false, constraints: BufferConstraints { buffers: 1, ..s.constraints }, ..s };
         raw(&wire::encode(&Message::Allocated { reconciled: r, buffers: 1 }).unwrap());
         let fd = dmabridge_interop::dmabuf::sealed_memfd_of_size("x", 4096).unwrap();
         let wrong = dmabridge_interop::dmabuf::DmaBuf::in_one_file(Fourcc::R8, dmabridge_interop::Layout::Explicit(Modifier::LINEAR), 8, 8, fd, &[(0, 8)]).unwrap();

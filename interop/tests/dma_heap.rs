@@ -6,7 +6,8 @@
 use std::os::fd::AsFd;
 use std::sync::Arc;
 
-use dmabridge_interop::collection::{Attr, Collection, Progress, Rights, SystemAllocator};
+use dmabridge_interop::collection::{Collection, Progress, Rights, SystemAllocator};
+use dmabridge_interop::negotiate::ConstraintKind;
 use dmabridge_interop::dmabuf::{
     check_read_only, classify, file_size, read_exact_at, write_planes, DescriptorError, DmaBuf, DmaHeap, FdClass, FdTrust,
     NotReadOnly, PlaneMap, ReadError, SystemMemory,
@@ -148,7 +149,7 @@ fn collections_use_the_heap_unless_a_holder_is_read_only() {
     let p = c.bind(late, reader("recorder")).unwrap();
     if heap().is_some() {
         let Progress::Refused(conflicts) = p else { panic!("a read-only late joiner of dma-bufs: {p:?}") };
-        assert_eq!(conflicts.iter().map(|c| c.attribute).collect::<Vec<_>>(), vec![Attr::ReadOnly], "{conflicts:?}");
+        assert_eq!(conflicts.iter().map(|c| c.constraint).collect::<Vec<_>>(), vec![ConstraintKind::ReadOnly], "{conflicts:?}");
         assert!(conflicts[0].detail.contains("no read-only reopen"), "{conflicts:?}");
     } else {
         assert_eq!(p, Progress::Allocated);

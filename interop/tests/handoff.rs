@@ -12,6 +12,7 @@ use dmabridge_interop::dmabuf::handoff::send_raw;
 use dmabridge_interop::dmabuf::wire::{
     self, BufferMsg, Message, WireError, HEADER_LEN, MAX_MESSAGE_LEN,
 };
+use dmabridge_interop::framing::{FrameError, SocketError};
 use dmabridge_interop::dmabuf::{
     check_import, fd_count, recv, send_buffer, send_buffer_read_only, send_release, socketpair,
     DescriptorError, DmaBuf, HandoffError, ImportLimits, PlaneDesc, Received,
@@ -200,18 +201,18 @@ fn child_main(sock: OwnedFd) {
     let mid = fd_count().unwrap();
     assert!(matches!(
         recv(&sock),
-        Err(HandoffError::FdCount {
+        Err(HandoffError::Socket(SocketError::FdCount {
             declared: 2,
             received: 1
-        })
+        }))
     ));
     assert!(matches!(
         recv(&sock),
-        Err(HandoffError::Wire(WireError::BodyLength { .. }))
+        Err(HandoffError::Wire(WireError::Frame(FrameError::BodyLength { .. })))
     ));
     assert!(matches!(
         recv(&sock),
-        Err(HandoffError::Wire(WireError::Version { got: 1, supported: 2 }))
+        Err(HandoffError::Wire(WireError::Frame(FrameError::Version { got: 1, supported: 2, .. })))
     ));
     assert!(matches!(
         recv(&sock),
@@ -224,7 +225,7 @@ fn child_main(sock: OwnedFd) {
     send_release(&sock, 3).unwrap();
 
     // 4: the parent hangs up.
-    assert!(matches!(recv(&sock), Err(HandoffError::Closed)));
+    assert!(matches!(recv(&sock), Err(HandoffError::Socket(SocketError::Closed))));
     let after = fd_count().unwrap();
     println!("CHILD fd_count before={before} after={after}");
     assert_eq!(before, after);
@@ -481,62 +482,67 @@ fn hostile(kind: Hostile) -> (Vec<u8>, Vec<OwnedFd>) {
 
 fn expected(kind: Hostile, e: &HandoffError) -> bool {
     use HandoffError as E;
+    use FrameError as F;
+    use SocketError as S;
     use WireError as Wi;
     match kind {
         Hostile::ExtraFd => matches!(
             e,
-            E::FdCount {
+            E::Socket(S::FdCount {
                 declared: 1,
                 received: 2
-            }
+            })
         ),
         Hostile::MissingFd => matches!(
             e,
-            E::FdCount {
+            E::Socket(S::FdCount {
                 declared: 2,
                 received: 1
-            }
+            })
         ),
         Hostile::NoFds => matches!(
             e,
-            E::FdCount {
+            E::Socket(S::FdCount {
                 declared: 1,
                 received: 0
-            }
-        ),
-        Hostile::ShortHeader => matches!(e, E::Wire(Wi::Truncated { need: 16, got: 10 })),
-        Hostile::TruncatedBody => matches!(e, E::Wire(Wi::BodyLength { .. })),
-        Hostile::BadMagic => matches!(e, E::Wire(Wi::Magic(m)) if m == b"GBM!"),
-        Hostile::BadVersion => matches!(e, E::Wire(Wi::Version { got: 1, supported: 2 })),
-        Hostile::NewerVersion => matches!(e, E::Wire(Wi::Version { got: 3, supported: 2 })),
-        Hostile::FenceFlagWithoutFenceFd => matches!(
-            e,
-            E::Wire(Wi::FdCount {
-                declared: 2,
-                expected: 3
             })
         ),
-        Hostile::UnknownFdFlags => matches!(e, E::Wire(Wi::FdFlags(0x8000))),
+        Hostile::ShortHeader => matches!(e, E::Wire(Wi::Frame(F::Truncated { need: 16, got: 10 }))),
+        Hostile::TruncatedBody => matches!(e, E::Wire(Wi::Frame(F::BodyLength { .. }))),
+        Hostile::BadMagic => matches!(e, E::Wire(Wi::Frame(F::Magic { got, .. })) if got == b"GBM!"),
+        Hostile::BadVersion => matches!(e, E::Wire(Wi::Frame(F::Version { got: 1, supported: 2, .. }))),
+        Hostile::NewerVersion => matches!(e, E::Wire(Wi::Frame(F::Version { got: 3, supported: 2, .. }))),
+        Hostile::FenceFlagWithoutFenceFd => matches!(
+            e,
+            E::Wire(Wi::Frame(F::FdCount {
+                declared: 2,
+                expected: 3,
+                ..
+            }))
+        ),
+        Hostile::UnknownFdFlags => matches!(e, E::Wire(Wi::Frame(F::Reserved { field: "header fd flags", value: 0x8000 }))),
         Hostile::FenceNotSyncFile => matches!(e, E::FenceNotSyncFile),
         Hostile::ReleaseFenceFlagWithoutFd => matches!(
             e,
-            E::Wire(Wi::FdCount {
+            E::Wire(Wi::Frame(F::FdCount {
                 declared: 0,
-                expected: 1
-            })
+                expected: 1,
+                ..
+            }))
         ),
-        Hostile::UnknownKind => matches!(e, E::Wire(Wi::Kind(9))),
-        Hostile::TooLong => matches!(e, E::TooLong),
+        Hostile::UnknownKind => matches!(e, E::Wire(Wi::Frame(F::Kind(9)))),
+        Hostile::TooLong => matches!(e, E::Socket(S::TooLong { .. })),
         Hostile::DeclaredFdCount => matches!(
             e,
-            E::Wire(Wi::FdCount {
+            E::Wire(Wi::Frame(F::FdCount {
                 declared: 3,
-                expected: 2
-            })
+                expected: 2,
+                ..
+            }))
         ),
         Hostile::PlaneCount => matches!(e, E::Wire(Wi::PlaneCount(5))),
-        Hostile::UnknownFlags => matches!(e, E::Wire(Wi::Flags(0x80))),
-        Hostile::Reserved => matches!(e, E::Wire(Wi::Reserved(1))),
+        Hostile::UnknownFlags => matches!(e, E::Wire(Wi::Frame(F::Reserved { field: "buffer flags", value: 0x80 }))),
+        Hostile::Reserved => matches!(e, E::Wire(Wi::Frame(F::Reserved { field: "buffer reserved", value: 1 }))),
         Hostile::DisjointClaim => matches!(
             e,
             E::DisjointMismatch {
@@ -552,13 +558,13 @@ fn expected(kind: Hostile, e: &HandoffError) -> bool {
             }
         ),
         Hostile::ZeroExtent => matches!(e, E::Descriptor(DescriptorError::ZeroExtent { .. })),
-        Hostile::TooManyFds => matches!(e, E::ControlTruncated),
+        Hostile::TooManyFds => matches!(e, E::Socket(S::ControlTruncated)),
         Hostile::ReleaseWithFd => matches!(
             e,
-            E::FdCount {
+            E::Socket(S::FdCount {
                 declared: 0,
                 received: 1
-            }
+            })
         ),
     }
 }
@@ -632,14 +638,14 @@ fn a_stream_socket_frames_messages_by_their_header() {
     let before = fd_count().unwrap();
     assert!(matches!(
         recv(&b),
-        Err(HandoffError::ClosedMidMessage { got: 19, .. })
+        Err(HandoffError::Socket(SocketError::ClosedMidMessage { got: 19, .. }))
     ));
     assert_eq!(
         fd_count().unwrap(),
         before,
         "the fd that came with the partial message is closed"
     );
-    assert!(matches!(recv(&b), Err(HandoffError::Closed)));
+    assert!(matches!(recv(&b), Err(HandoffError::Socket(SocketError::Closed))));
 }
 
 #[test]

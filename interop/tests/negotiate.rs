@@ -328,10 +328,10 @@ fn explicit_wins_when_both_sides_also_accept_implicit() {
 fn min_buffers_are_summed() {
     let a = p("a", &[nv12()]).constrain(|c| c.min_buffers = 2);
     let b = p("b", &[nv12()]).constrain(|c| c.min_buffers = 3);
-    assert_eq!(shared(&[a.clone(), b]).buffers, 5);
-    assert_eq!(shared(&[a, p("c", &[nv12()])]).buffers, 2);
+    assert_eq!(shared(&[a.clone(), b]).constraints.buffers, 5);
+    assert_eq!(shared(&[a, p("c", &[nv12()])]).constraints.buffers, 2);
     assert_eq!(
-        shared(&[p("d", &[nv12()])]).buffers,
+        shared(&[p("d", &[nv12()])]).constraints.buffers,
         1,
         "a collection has at least one buffer"
     );
@@ -348,7 +348,7 @@ fn alignments_merge_by_maximum() {
         c.stride_align = 256;
     });
     let r = shared(&[a, b]);
-    assert_eq!((r.align, r.stride_align), (4096, 256));
+    assert_eq!((r.constraints.align, r.constraints.stride_align), (4096, 256));
 }
 
 #[test]
@@ -413,9 +413,9 @@ fn extents_intersect_and_an_empty_intersection_names_both_ends() {
 fn cpu_access_is_a_union_and_read_only_parties_cannot_write() {
     let r = p("r", &[nv12()]).constrain(|c| c.cpu_access = CpuAccess::Read);
     let w = p("w", &[nv12()]).constrain(|c| c.cpu_access = CpuAccess::Write);
-    assert_eq!(shared(&[r.clone(), w]).cpu_access, CpuAccess::ReadWrite);
+    assert_eq!(shared(&[r.clone(), w]).constraints.cpu_access, CpuAccess::ReadWrite);
     assert_eq!(
-        shared(&[r.clone(), p("n", &[nv12()])]).cpu_access,
+        shared(&[r.clone(), p("n", &[nv12()])]).constraints.cpu_access,
         CpuAccess::Read
     );
 
@@ -431,7 +431,7 @@ fn cpu_access_is_a_union_and_read_only_parties_cannot_write() {
 fn domains_must_agree_and_device_local_memory_is_not_for_the_cpu() {
     let dev = p("gpu", &[nv12()]).constrain(|c| c.domain = Domain::DeviceLocal);
     let any = p("any", &[nv12()]);
-    assert_eq!(shared(&[dev.clone(), any]).domain, Domain::DeviceLocal);
+    assert_eq!(shared(&[dev.clone(), any]).constraints.domain, Domain::DeviceLocal);
 
     let sys = p("cam", &[nv12()]).constrain(|c| c.domain = Domain::System);
     let c = conflicts(&[sys.clone(), dev.clone()]);
@@ -531,7 +531,7 @@ fn fallback_group_first_child_fails_second_wins() {
         panic!("{:?}", n.outcome)
     };
     assert_eq!(a.participants, vec!["display", "enc-nv12"]);
-    assert_eq!(a.buffers, 4);
+    assert_eq!(a.constraints.buffers, 4);
     assert_eq!(n.combinations_tried, 2);
     assert!(!n.cap_hit);
 }
@@ -1015,7 +1015,7 @@ fn generated_negotiations_hold_their_invariants() {
                     }
                 }
                 assert!(
-                    a.align >= p.constraints.align && a.align.is_power_of_two(),
+                    a.constraints.align >= p.constraints.align && a.constraints.align.is_power_of_two(),
                     "round {round}"
                 );
                 assert!(
@@ -1023,7 +1023,7 @@ fn generated_negotiations_hold_their_invariants() {
                         && a.width.max <= p.constraints.width.max
                 );
             }
-            assert!(a.buffers >= 1);
+            assert!(a.constraints.buffers >= 1);
         };
         match &neg.outcome {
             Outcome::Shared(a) => {

@@ -63,8 +63,9 @@ impl Peer {
     /// [`Peer::error`] for the buffer socket's handoff errors.
     pub fn handoff_error(&self, e: dmabridge_interop::dmabuf::HandoffError) -> DemoError {
         use dmabridge_interop::dmabuf::HandoffError;
+        use dmabridge_interop::framing::SocketError;
         match &e {
-            HandoffError::Recv(io) | HandoffError::Send(io) if io.kind() == std::io::ErrorKind::WouldBlock => {
+            HandoffError::Socket(SocketError::Recv(io) | SocketError::Send(io)) if io.kind() == std::io::ErrorKind::WouldBlock => {
                 DemoError::PeerStalled { peer: self.name, after: self.timeout }
             }
             _ => DemoError::Handoff(e),

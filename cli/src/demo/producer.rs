@@ -178,7 +178,7 @@ pub fn plan_mode(producer: &Participant, consumer: &Participant, mode: Mode, fou
             if a.fourcc != fourcc {
                 return Err(format!("negotiation chose {}, the producer renders {}", a.fourcc.trimmed(), fourcc.trimmed()));
             }
-            Ok(Plan { mode, fourcc, pool: a.buffers.max(1), acceptable, conversion: None, report, sync: a.sync })
+            Ok(Plan { mode, fourcc, pool: a.constraints.buffers.max(1), acceptable, conversion: None, report, sync: a.sync })
         }
         (Mode::Copy, Outcome::Copy { plan, .. }) => {
             let conv = plan.conversions.first().map(|c| c.kind);
@@ -190,7 +190,7 @@ pub fn plan_mode(producer: &Participant, consumer: &Participant, mode: Mode, fou
                 return Err(format!("the copy plan's consumer group wants {}, the demo writes linear {}", group.format, fourcc.trimmed()));
             }
             // The consumer's group, plus the frame the conversion is writing.
-            Ok(Plan { mode, fourcc, pool: group.allocation.buffers.max(1) + 1, acceptable: vec![], conversion: Some(conv), report, sync })
+            Ok(Plan { mode, fourcc, pool: group.allocation.constraints.buffers.max(1) + 1, acceptable: vec![], conversion: Some(conv), report, sync })
         }
         (_, Outcome::Impossible(c)) => Err(format!("negotiation: {}", conflicts(&c))),
         (_, Outcome::Shared(_)) => Err("negotiation shared a buffer where a copy was forced".into()),

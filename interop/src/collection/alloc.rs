@@ -75,13 +75,13 @@ impl SystemAllocator {
 
 impl Allocator for SystemAllocator {
     fn allocate(&mut self, r: &Reconciled, holders: Holders) -> Result<Vec<DmaBuf>, AllocatorError> {
-        if r.buffers > MAX_BUFFERS {
-            return Err(AllocatorError::TooManyBuffers(r.buffers));
+        if r.constraints.buffers > MAX_BUFFERS {
+            return Err(AllocatorError::TooManyBuffers(r.constraints.buffers));
         }
-        if r.align > PAGE {
-            return Err(AllocatorError::Align(r.align));
+        if r.constraints.align > PAGE {
+            return Err(AllocatorError::Align(r.constraints.align));
         }
-        if r.domain == crate::negotiate::Domain::DeviceLocal {
+        if r.constraints.domain == crate::negotiate::Domain::DeviceLocal {
             return Err(AllocatorError::Domain("device-local"));
         }
         let placement = place(&PlacementRequest {
@@ -89,15 +89,15 @@ impl Allocator for SystemAllocator {
             layout: r.format.layout,
             width: r.width,
             height: r.height,
-            stride_align: r.stride_align,
-            offset_align: r.offset_align,
-            min_size: r.min_size,
+            stride_align: r.constraints.stride_align,
+            offset_align: r.constraints.offset_align,
+            min_size: r.constraints.min_size,
             disjoint: r.disjoint,
         })?;
         let name = if self.name.is_empty() { "dmabridge-collection" } else { self.name.as_str() };
         let (memory, why) = self.memory.clone().for_holders(holders.read_only);
-        let mut out = Vec::with_capacity(r.buffers as usize);
-        for _ in 0..r.buffers {
+        let mut out = Vec::with_capacity(r.constraints.buffers as usize);
+        for _ in 0..r.constraints.buffers {
             out.push(placement.allocate(&memory, name, r.format.fourcc, r.format.layout, r.width, r.height)?);
         }
         tracing::debug!(buffers = out.len(), format = %r.format, width = r.width, height = r.height, %memory, reason = why, "system allocation");

@@ -9,114 +9,15 @@ use std::os::fd::AsFd;
 
 use crate::dmabuf::{classify, file_size, DmaBuf, FdTrust};
 use crate::negotiate::{
-    negotiate_with, Candidates, Conflict, CpuAccess, Domain, Member, NegotiateOptions, Outcome,
-    Participant,
+    negotiate_with, BufferConstraints, Candidates, Conflict, ConstraintKind, CpuAccess, Domain, Member,
+    NegotiateOptions, Outcome, Participant,
 };
 use crate::{Format, Layout};
 
 use super::limits::{MAX_BUFFERS, MAX_EXTENT, MAX_TOKENS};
 
-/// One attribute of a list: what a conflict or a failed validation is about. The names
-/// are the ones [`crate::negotiate::ConstraintKind`] uses, plus the collection's own.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Attr {
-    Format,
-    Modifier,
-    Width,
-    Height,
-    MinBuffers,
-    MaxBuffers,
-    Align,
-    StrideAlign,
-    OffsetAlign,
-    MinSize,
-    CpuAccess,
-    Domain,
-    ReadOnly,
-    /// A conflict the negotiator reports under a name this module does not know.
-    Other,
-}
-
-impl Attr {
-    /// Every attribute, in wire order (the wire carries the index).
-    pub const ALL: [Attr; 14] = [
-        Attr::Format,
-        Attr::Modifier,
-        Attr::Width,
-        Attr::Height,
-        Attr::MinBuffers,
-        Attr::MaxBuffers,
-        Attr::Align,
-        Attr::StrideAlign,
-        Attr::OffsetAlign,
-        Attr::MinSize,
-        Attr::CpuAccess,
-        Attr::Domain,
-        Attr::ReadOnly,
-        Attr::Other,
-    ];
-
-    pub const fn name(self) -> &'static str {
-        match self {
-            Attr::Format => "format",
-            Attr::Modifier => "modifier",
-            Attr::Width => "width",
-            Attr::Height => "height",
-            Attr::MinBuffers => "min-buffers",
-            Attr::MaxBuffers => "max-buffers",
-            Attr::Align => "align",
-            Attr::StrideAlign => "stride-align",
-            Attr::OffsetAlign => "offset-align",
-            Attr::MinSize => "min-size",
-            Attr::CpuAccess => "cpu-access",
-            Attr::Domain => "domain",
-            Attr::ReadOnly => "read-only",
-            Attr::Other => "other",
-        }
-    }
-
-    /// By name; the negotiator's `implicit` is a modifier matter, unknown names are
-    /// [`Attr::Other`]. Matching by name keeps this working as the negotiator grows kinds.
-    pub fn from_name(name: &str) -> Attr {
-        if name == "implicit" {
-            return Attr::Modifier;
-        }
-        Attr::ALL.into_iter().find(|a| a.name() == name).unwrap_or(Attr::Other)
-    }
-}
-
-impl fmt::Display for Attr {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// One entry of a conflict list: the participants in the way, the attribute, and what clashes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct AttrConflict {
-    pub participants: Vec<String>,
-    pub attribute: Attr,
-    pub detail: String,
-}
-
-impl From<&Conflict> for AttrConflict {
-    fn from(c: &Conflict) -> Self {
-        AttrConflict {
-            participants: c.participants.clone(),
-            attribute: Attr::from_name(c.constraint.name()),
-            detail: format!("{}; fix: {}", c.detail, c.fix),
-        }
-    }
-}
-
-impl fmt::Display for AttrConflict {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} [{}]: {}", self.attribute, self.participants.join(", "), self.detail)
-    }
-}
-
 /// Joins conflicts into one line, for a failure reason.
-pub fn describe(conflicts: &[AttrConflict]) -> String {
+pub fn describe(conflicts: &[Conflict]) -> String {
     conflicts.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }
 
@@ -156,19 +57,9 @@ pub struct Reconciled {
     /// The extent allocated: the smallest every list accepts (some list must bound it).
     pub width: u32,
     pub height: u32,
-    /// Buffers in the collection: the sum of everyone's `min_buffers`, at least 1.
-    pub buffers: u32,
-    /// The smallest `max_buffers` anyone gave; `None` when nobody gave one.
-    pub max_buffers: Option<u32>,
-    /// Base alignment, row pitch alignment and plane offset alignment in bytes: maxima of
-    /// powers of two, so they satisfy each list.
-    pub align: u64,
-    pub stride_align: u64,
-    pub offset_align: u64,
-    /// Smallest size of each file of a buffer in bytes: the maximum anyone asked for.
-    pub min_size: u64,
-    pub cpu_access: CpuAccess,
-    pub domain: Domain,
+    /// What every buffer honours: count (at most [`MAX_BUFFERS`]), alignments, min size,
+    /// CPU access, domain.
+    pub constraints: BufferConstraints,
     /// One memory object per plane.
     pub disjoint: bool,
     /// The lists it was reconciled from, by participant name, in bind order.
@@ -188,14 +79,15 @@ pub struct ReconcileOptions {
 /// alignments, min size, CPU access, domain, read-only) is merged by [`negotiate_with`] (no
 /// copies, no groups); only the collection's own caps ([`MAX_BUFFERS`], [`MAX_EXTENT`],
 /// [`MAX_TOKENS`] lists) are checked here. Every conflict is returned, not just the first.
-pub fn reconcile(lists: &[Participant], opts: ReconcileOptions) -> Result<Reconciled, Vec<AttrConflict>> {
+pub fn reconcile(lists: &[Participant], opts: ReconcileOptions) -> Result<Reconciled, Vec<Conflict>> {
     let names: Vec<String> = lists.iter().map(|p| p.name.clone()).collect();
     if lists.len() > MAX_TOKENS {
-        return Err(vec![AttrConflict {
-            participants: vec![],
-            attribute: Attr::Other,
-            detail: format!("{} lists are more than the {MAX_TOKENS} a collection reconciles", lists.len()),
-        }]);
+        return Err(vec![Conflict::new(
+            Vec::<String>::new(),
+            ConstraintKind::Other,
+            format!("{} lists are more than the {MAX_TOKENS} a collection reconciles", lists.len()),
+            "",
+        )]);
     }
     let members: Vec<Member> = lists.iter().cloned().map(Member::Participant).collect();
     let opts_n = NegotiateOptions { allow_copy: false, ..NegotiateOptions::default() };
@@ -203,40 +95,38 @@ pub fn reconcile(lists: &[Participant], opts: ReconcileOptions) -> Result<Reconc
         Ok(n) => match n.outcome {
             Outcome::Shared(a) => (Some(a), Vec::new()),
             Outcome::Impossible(c) | Outcome::Copy { conflicts: c, .. } => {
-                (None, c.iter().map(AttrConflict::from).collect::<Vec<_>>())
+                (None, c.into_iter().map(Conflict::of_list).collect::<Vec<_>>())
             }
         },
-        Err(e) => (None, vec![AttrConflict { participants: names.clone(), attribute: Attr::Other, detail: e.to_string() }]),
+        Err(e) => (None, vec![Conflict::new(names.clone(), ConstraintKind::Other, e.to_string(), "")]),
     };
-    let seen = |c: &[AttrConflict], a: Attr| c.iter().any(|x| x.attribute == a);
+    let seen = |c: &[Conflict], a: ConstraintKind| c.iter().any(|x| x.constraint == a);
     let Some(alloc) = alloc else {
         return Err(conflicts);
     };
 
-    let buffers = alloc.buffers.max(1);
-    if buffers > MAX_BUFFERS && !seen(&conflicts, Attr::MinBuffers) {
-        conflicts.push(AttrConflict {
-            participants: names.clone(),
-            attribute: Attr::MinBuffers,
-            detail: format!("the lists ask for {buffers} buffers, more than the {MAX_BUFFERS} a collection holds"),
-        });
+    let buffers = alloc.constraints.buffers.max(1);
+    if buffers > MAX_BUFFERS && !seen(&conflicts, ConstraintKind::MinBuffers) {
+        conflicts.push(Conflict::new(
+            names.clone(),
+            ConstraintKind::MinBuffers,
+            format!("the lists ask for {buffers} buffers, more than the {MAX_BUFFERS} a collection holds"),
+            "",
+        ));
     }
-    for (attr, range) in [(Attr::Width, alloc.width), (Attr::Height, alloc.height)] {
+    for (attr, range) in [(ConstraintKind::Width, alloc.width), (ConstraintKind::Height, alloc.height)] {
         // Unbounded on both sides: nobody said, and a 1-pixel buffer helps no one.
         if range == crate::negotiate::ExtentRange::ANY {
-            conflicts.push(AttrConflict {
-                participants: names.clone(),
-                attribute: attr,
-                detail: format!("no list bounds the {attr}; the producer should give one"),
-            });
+            conflicts.push(Conflict::new(names.clone(), attr, format!("no list bounds the {attr}; the producer should give one"), ""));
         }
         let v = range.min;
         if v > MAX_EXTENT {
-            conflicts.push(AttrConflict {
-                participants: names.clone(),
-                attribute: attr,
-                detail: format!("the smallest common {attr} is {v}, more than the {MAX_EXTENT} a collection allocates"),
-            });
+            conflicts.push(Conflict::new(
+                names.clone(),
+                attr,
+                format!("the smallest common {attr} is {v}, more than the {MAX_EXTENT} a collection allocates"),
+                "",
+            ));
         }
     }
     if !conflicts.is_empty() {
@@ -248,14 +138,7 @@ pub fn reconcile(lists: &[Participant], opts: ReconcileOptions) -> Result<Reconc
         format,
         width: alloc.width.min,
         height: alloc.height.min,
-        buffers,
-        max_buffers: alloc.max_buffers,
-        align: alloc.align,
-        stride_align: alloc.stride_align,
-        offset_align: alloc.offset_align,
-        min_size: alloc.min_size,
-        cpu_access: alloc.cpu_access,
-        domain: alloc.domain,
+        constraints: BufferConstraints { buffers, ..alloc.constraints },
         disjoint: opts.disjoint && planes > 1,
         participants: names,
         outputs: None,
@@ -281,7 +164,7 @@ pub struct ValidateFailure {
     /// Index of the list in the slice given to [`validate`].
     pub list: usize,
     pub participant: String,
-    pub attribute: Attr,
+    pub attribute: ConstraintKind,
     pub detail: String,
 }
 
@@ -291,9 +174,9 @@ impl fmt::Display for ValidateFailure {
     }
 }
 
-impl From<&ValidateFailure> for AttrConflict {
+impl From<&ValidateFailure> for Conflict {
     fn from(v: &ValidateFailure) -> Self {
-        AttrConflict { participants: vec![v.participant.clone()], attribute: v.attribute, detail: v.detail.clone() }
+        Conflict::new([v.participant.clone()], v.attribute, v.detail.clone(), "")
     }
 }
 
@@ -315,80 +198,81 @@ pub fn validate(r: &Reconciled, lists: &[Participant]) -> Result<(), Vec<Validat
 }
 
 /// [`validate`] for one list held through a token with `read_only_rights`.
-pub(crate) fn validate_holder(r: &Reconciled, p: &Participant, read_only_rights: bool) -> Vec<AttrConflict> {
+pub(crate) fn validate_holder(r: &Reconciled, p: &Participant, read_only_rights: bool) -> Vec<Conflict> {
     let mut out = Vec::new();
     validate_one(r, p, read_only_rights, |attribute, detail| {
-        out.push(AttrConflict { participants: vec![p.name.clone()], attribute, detail })
+        out.push(Conflict::new([p.name.clone()], attribute, detail, ""))
     });
     out
 }
 
-fn validate_one(r: &Reconciled, p: &Participant, read_only_rights: bool, mut fail: impl FnMut(Attr, String)) {
+fn validate_one(r: &Reconciled, p: &Participant, read_only_rights: bool, mut fail: impl FnMut(ConstraintKind, String)) {
     let c = &p.constraints;
+    let rc = &r.constraints;
     if !p.formats.accepts(&r.format) {
         let fourcc_ok = match &p.formats {
             Candidates::Any => true,
             Candidates::Only(s) => s.iter().any(|f| f.fourcc == r.format.fourcc),
         };
         if fourcc_ok {
-            fail(Attr::Modifier, format!("{} does not list layout {} for {}", p.name, r.format.layout, r.format.fourcc.trimmed()));
+            fail(ConstraintKind::Modifier, format!("{} does not list layout {} for {}", p.name, r.format.layout, r.format.fourcc.trimmed()));
         } else {
-            fail(Attr::Format, format!("{} does not list {}", p.name, r.format.fourcc.trimmed()));
+            fail(ConstraintKind::Format, format!("{} does not list {}", p.name, r.format.fourcc.trimmed()));
         }
     }
-    for (attr, v, range) in [(Attr::Width, r.width, c.width), (Attr::Height, r.height, c.height)] {
+    for (attr, v, range) in [(ConstraintKind::Width, r.width, c.width), (ConstraintKind::Height, r.height, c.height)] {
         if v < range.min || v > range.max {
             fail(attr, format!("the buffers are {v} in {attr}, {} accepts {range}", p.name));
         }
     }
-    if r.buffers < c.min_buffers {
-        fail(Attr::MinBuffers, format!("the collection has {} buffers, {} needs {}", r.buffers, p.name, c.min_buffers));
+    if rc.buffers < c.min_buffers {
+        fail(ConstraintKind::MinBuffers, format!("the collection has {} buffers, {} needs {}", rc.buffers, p.name, c.min_buffers));
     }
-    if let Some(max) = c.max_buffers.filter(|m| r.buffers > *m) {
-        fail(Attr::MaxBuffers, format!("the collection has {} buffers, {} takes at most {max}", r.buffers, p.name));
+    if let Some(max) = c.max_buffers.filter(|m| rc.buffers > *m) {
+        fail(ConstraintKind::MaxBuffers, format!("the collection has {} buffers, {} takes at most {max}", rc.buffers, p.name));
     }
     let divides = |need: u64, have: u64| need != 0 && need.is_power_of_two() && have % need == 0;
-    if !divides(c.align, r.align) {
-        fail(Attr::Align, format!("base alignment {} does not satisfy {}'s {}", r.align, p.name, c.align));
+    if !divides(c.align, rc.align) {
+        fail(ConstraintKind::Align, format!("base alignment {} does not satisfy {}'s {}", rc.align, p.name, c.align));
     }
     match &r.outputs {
         Some(o) => {
             for (k, pl) in o.planes.iter().enumerate() {
                 if !divides(c.stride_align, pl.stride) {
-                    fail(Attr::StrideAlign, format!("plane {k} pitch {} is not a multiple of {}'s stride-align {}", pl.stride, p.name, c.stride_align));
+                    fail(ConstraintKind::StrideAlign, format!("plane {k} pitch {} is not a multiple of {}'s stride-align {}", pl.stride, p.name, c.stride_align));
                 }
                 if !divides(c.offset_align, pl.offset) {
-                    fail(Attr::OffsetAlign, format!("plane {k} offset {} is not a multiple of {}'s offset-align {}", pl.offset, p.name, c.offset_align));
+                    fail(ConstraintKind::OffsetAlign, format!("plane {k} offset {} is not a multiple of {}'s offset-align {}", pl.offset, p.name, c.offset_align));
                 }
             }
             if let Some(small) = o.object_sizes.iter().find(|s| **s < c.min_size) {
-                fail(Attr::MinSize, format!("a buffer's file is {small} bytes, {} needs {}", p.name, c.min_size));
+                fail(ConstraintKind::MinSize, format!("a buffer's file is {small} bytes, {} needs {}", p.name, c.min_size));
             }
         }
         None => {
-            if !divides(c.stride_align, r.stride_align) {
-                fail(Attr::StrideAlign, format!("stride alignment {} does not satisfy {}'s {}", r.stride_align, p.name, c.stride_align));
+            if !divides(c.stride_align, rc.stride_align) {
+                fail(ConstraintKind::StrideAlign, format!("stride alignment {} does not satisfy {}'s {}", rc.stride_align, p.name, c.stride_align));
             }
-            if !divides(c.offset_align, r.offset_align) {
-                fail(Attr::OffsetAlign, format!("offset alignment {} does not satisfy {}'s {}", r.offset_align, p.name, c.offset_align));
+            if !divides(c.offset_align, rc.offset_align) {
+                fail(ConstraintKind::OffsetAlign, format!("offset alignment {} does not satisfy {}'s {}", rc.offset_align, p.name, c.offset_align));
             }
-            if r.min_size < c.min_size {
-                fail(Attr::MinSize, format!("min size {} is below {}'s {}", r.min_size, p.name, c.min_size));
+            if rc.min_size < c.min_size {
+                fail(ConstraintKind::MinSize, format!("min size {} is below {}'s {}", rc.min_size, p.name, c.min_size));
             }
         }
     }
-    if c.domain != Domain::Any && c.domain != r.domain {
-        fail(Attr::Domain, format!("the buffers are in {} memory, {} needs {}", r.domain.name(), p.name, c.domain.name()));
+    if c.domain != Domain::Any && c.domain != rc.domain {
+        fail(ConstraintKind::Domain, format!("the buffers are in {} memory, {} needs {}", rc.domain.name(), p.name, c.domain.name()));
     }
     let cpu = &c.cpu_access;
-    if (cpu.reads() && !r.cpu_access.reads()) || (cpu.writes() && !r.cpu_access.writes()) {
-        fail(Attr::CpuAccess, format!("the buffers allow CPU {} access, {} needs {}", r.cpu_access.name(), p.name, cpu.name()));
+    if (cpu.reads() && !rc.cpu_access.reads()) || (cpu.writes() && !rc.cpu_access.writes()) {
+        fail(ConstraintKind::CpuAccess, format!("the buffers allow CPU {} access, {} needs {}", rc.cpu_access.name(), p.name, cpu.name()));
     }
-    if *cpu != CpuAccess::None && r.domain == Domain::DeviceLocal {
-        fail(Attr::CpuAccess, format!("the buffers are device-local (not CPU-mappable), {} needs CPU {} access", p.name, cpu.name()));
+    if *cpu != CpuAccess::None && rc.domain == Domain::DeviceLocal {
+        fail(ConstraintKind::CpuAccess, format!("the buffers are device-local (not CPU-mappable), {} needs CPU {} access", p.name, cpu.name()));
     }
     if read_only_rights && !c.read_only {
-        fail(Attr::ReadOnly, format!("{} holds a read-only token but asks to write", p.name));
+        fail(ConstraintKind::ReadOnly, format!("{} holds a read-only token but asks to write", p.name));
     }
 }
 
@@ -408,8 +292,8 @@ pub enum OutputsError {
 /// The computed outputs of `buffers`, after checking that they are what `r` describes: the
 /// count, the format, the extent, and one layout shared by all.
 pub fn outputs_of(r: &Reconciled, buffers: &[DmaBuf]) -> Result<Outputs, OutputsError> {
-    if buffers.len() != r.buffers as usize {
-        return Err(OutputsError::Count { want: r.buffers, got: buffers.len() });
+    if buffers.len() != r.constraints.buffers as usize {
+        return Err(OutputsError::Count { want: r.constraints.buffers, got: buffers.len() });
     }
     let mut first: Option<Outputs> = None;
     for (index, b) in buffers.iter().enumerate() {
@@ -425,7 +309,7 @@ pub fn outputs_of(r: &Reconciled, buffers: &[DmaBuf]) -> Result<Outputs, Outputs
             Some(_) => {}
         }
     }
-    first.ok_or(OutputsError::Count { want: r.buffers, got: 0 })
+    first.ok_or(OutputsError::Count { want: r.constraints.buffers, got: 0 })
 }
 
 fn outputs_of_one(b: &DmaBuf, index: usize) -> Result<Outputs, OutputsError> {

@@ -12,10 +12,12 @@ use tracing::debug;
 use crate::dmabuf::{recv as recv_buffer, DmaBuf, HandoffError, Received};
 use crate::negotiate::Participant;
 
-use super::attrs::{describe, AttrConflict, Reconciled};
+use super::attrs::{describe, Reconciled};
+use crate::negotiate::Conflict;
 use super::limits::{MAX_BUFFERS, MAX_NAME_LEN};
 use super::state::{Failure, Rights};
 use super::transport::{self, wait_readable, TransportError};
+use crate::framing::SocketError;
 use super::wire::Message;
 
 /// Messages a token keeps while it waits for a reply to something else.
@@ -29,7 +31,7 @@ pub enum CollectionError {
     Failed(Failure),
     /// This late joiner's constraints do not fit the existing buffers.
     #[error("late join refused: {}", describe(.0))]
-    LateJoinRefused(Vec<AttrConflict>),
+    LateJoinRefused(Vec<Conflict>),
     #[error("no answer from the collection server within {0:?} ({1})")]
     Timeout(Duration, &'static str),
     /// The server closed this token's socket (after a Close, or because the server stopped).
@@ -47,11 +49,17 @@ pub enum CollectionError {
     Protocol(String),
 }
 
+impl From<SocketError> for CollectionError {
+    fn from(e: SocketError) -> Self {
+        TransportError::from(e).into()
+    }
+}
+
 impl From<TransportError> for CollectionError {
     fn from(e: TransportError) -> Self {
         match e {
-            TransportError::Closed => CollectionError::Closed,
-            TransportError::Timeout(d) => CollectionError::Timeout(d, "waiting for a message"),
+            TransportError::Socket(SocketError::Closed) => CollectionError::Closed,
+            TransportError::Socket(SocketError::Timeout(d)) => CollectionError::Timeout(d, "waiting for a message"),
             other => CollectionError::Transport(other),
         }
     }
@@ -69,7 +77,7 @@ pub struct Buffers {
 #[derive(Debug)]
 pub enum TokenEvent {
     Allocated(Buffers),
-    LateJoinRefused(Vec<AttrConflict>),
+    LateJoinRefused(Vec<Conflict>),
     Failed(Failure),
 }
 
@@ -222,8 +230,8 @@ impl Token {
     fn next(&mut self, deadline: Instant, timeout: Duration) -> Result<Incoming, CollectionError> {
         let left = deadline.saturating_duration_since(Instant::now());
         wait_readable(self.sock.as_fd(), left).map_err(|e| match e {
-            TransportError::Timeout(_) => CollectionError::Timeout(timeout, "waiting for the collection"),
-            other => other.into(),
+            SocketError::Timeout(_) => CollectionError::Timeout(timeout, "waiting for the collection"),
+            other => TransportError::from(other).into(),
         })?;
         let (msg, fd) = transport::recv(self.sock.as_fd())?;
         Ok(match (msg, fd) {

@@ -20,12 +20,14 @@ use tracing::{debug, info, warn};
 use crate::dmabuf::{send_buffer, socketpair, HandoffError};
 
 use super::alloc::Allocator;
-use super::attrs::{AttrConflict, ReconcileOptions};
+use super::attrs::ReconcileOptions;
+use crate::negotiate::Conflict;
 use super::client::Token;
 use super::limits::{MAX_CONFLICTS, MAX_NAME_LEN, MAX_TEXT_LEN};
 use super::state::{Collection, Event, Failure, Progress, Rights, StateError, TokenId};
 use super::transport::{self, TransportError};
-use super::wire::{clip_text, Message, MAX_CONFLICT_NAMES};
+use crate::framing::SocketError;
+use super::wire::{clip_text, conflict_text, Message, MAX_CONFLICT_NAMES};
 
 /// How long one poll waits before the loop looks at its stop flag again. Not a busy loop:
 /// messages wake it at once.
@@ -247,11 +249,11 @@ impl Server {
         let sock = self.sockets.get(&t).ok_or_else(|| Delivery::other("no socket"))?;
         let bufs = self.collection.buffers_for(t).map_err(|e| Delivery::other(e.to_string()))?;
         let reconciled = self.collection.reconciled().cloned().ok_or_else(|| Delivery::other("no reconciled list"))?;
-        let n = reconciled.buffers;
+        let n = reconciled.constraints.buffers;
         transport::send(sock.as_fd(), &Message::Allocated { reconciled, buffers: n }, None)?;
         for (i, b) in bufs.iter().enumerate() {
             send_buffer(sock.as_fd(), i as u64, b).map_err(|e| match e {
-                HandoffError::Send(io) => Delivery(TransportError::Send(io)),
+                HandoffError::Socket(e @ SocketError::Send(_)) => Delivery(TransportError::Socket(e)),
                 other => Delivery::other(other.to_string()),
             })?;
         }
@@ -265,7 +267,7 @@ struct Delivery(TransportError);
 
 impl Delivery {
     fn other(s: impl Into<String>) -> Delivery {
-        Delivery(TransportError::Send(std::io::Error::other(s.into())))
+        Delivery(TransportError::Socket(SocketError::Send(std::io::Error::other(s.into()))))
     }
 
     /// The failure reason the collection records for the holder.
@@ -298,13 +300,12 @@ fn failed_msg(f: &Failure) -> Message {
 }
 
 /// Conflicts cut to what the wire carries.
-fn wire_conflicts(c: &[AttrConflict]) -> Vec<AttrConflict> {
+fn wire_conflicts(c: &[Conflict]) -> Vec<Conflict> {
     c.iter()
         .take(MAX_CONFLICTS)
-        .map(|c| AttrConflict {
-            participants: c.participants.iter().take(MAX_CONFLICT_NAMES).map(|n| clip_text(n, MAX_NAME_LEN)).collect(),
-            attribute: c.attribute,
-            detail: clip_text(&c.detail, MAX_TEXT_LEN),
+        .map(|c| {
+            let names = c.participants.iter().take(MAX_CONFLICT_NAMES).map(|n| clip_text(n, MAX_NAME_LEN));
+            Conflict::new(names, c.constraint, clip_text(&conflict_text(c), MAX_TEXT_LEN), "")
         })
         .collect()
 }

@@ -13,7 +13,8 @@ use crate::dmabuf::{DescriptorError, DmaBuf};
 use crate::negotiate::Participant;
 
 use super::alloc::{Allocator, Holders};
-use super::attrs::{describe, outputs_of, reconcile, validate_holder, AttrConflict, ReconcileOptions, Reconciled};
+use super::attrs::{describe, outputs_of, reconcile, validate_holder, ReconcileOptions, Reconciled};
+use crate::negotiate::{Conflict, ConstraintKind};
 use super::limits::{MAX_NAME_LEN, MAX_TOKENS};
 
 /// A token's number within its collection. Numbers are never reused.
@@ -60,7 +61,7 @@ pub enum Event {
     /// The buffers are ready for this token ([`Collection::buffers_for`]).
     Allocated,
     /// This late joiner's constraints do not fit the existing buffers; the collection goes on.
-    LateJoinRefused(Vec<AttrConflict>),
+    LateJoinRefused(Vec<Conflict>),
     /// This token is gone: the whole collection failed, or (with the token's own name)
     /// only its dispensable sub-tree was dropped.
     Failed(Failure),
@@ -77,7 +78,7 @@ pub enum Progress {
     /// The buffers exist (and, after a late join, the joiner was accepted).
     Allocated,
     /// A late joiner was refused; the collection is unchanged.
-    Refused(Vec<AttrConflict>),
+    Refused(Vec<Conflict>),
     /// The collection failed.
     Failed(Failure),
     /// Every holder has closed; the collection's buffers are released.
@@ -359,11 +360,12 @@ impl Collection {
         // buffers would get fds it could write through, so it is refused instead.
         let dma_bufs = set.buffers.iter().flat_map(|b| b.planes()).any(|pl| crate::sync::is_dma_buf(pl.fd).unwrap_or(false));
         if node.rights.read_only && dma_bufs {
-            conflicts.push(super::attrs::AttrConflict {
-                participants: vec![p.name.clone()],
-                attribute: super::attrs::Attr::ReadOnly,
-                detail: "the buffers are dma-bufs, which have no read-only reopen (their access mode is fixed at export); fix: join with write rights, or allocate the collection with the read-only holder bound from the start (it then gets memfds)".into(),
-            });
+            conflicts.push(Conflict::new(
+                [p.name.clone()],
+                ConstraintKind::ReadOnly,
+                "the buffers are dma-bufs, which have no read-only reopen (their access mode is fixed at export)",
+                "join with write rights, or allocate the collection with the read-only holder bound from the start (it then gets memfds)",
+            ));
         }
         let name = p.name.clone();
         if let Some(n) = self.nodes.get_mut(&token) {
@@ -414,7 +416,7 @@ impl Collection {
         }
         match reconcile(&lists, self.options) {
             Ok(r) => {
-                info!(collection = %self.name, format = %r.format, buffers = r.buffers, "allocation due");
+                info!(collection = %self.name, format = %r.format, buffers = r.constraints.buffers, "allocation due");
                 self.phase = Phase::Allocating(r.clone());
                 Progress::Allocate(r)
             }

@@ -39,23 +39,29 @@
 //!         (<= 16) and names, detail text
 //! ```
 //!
-//! Any other version is refused ([`WireError::Version`]); both ends run the same one.
+//! The header is [`crate::framing`]'s. Any other version is refused
+//! ([`FrameError::Version`]); both ends run the same one.
 
 use crate::negotiate::{Candidates, Constraints, CpuAccess, Domain, ExtentRange, Participant, Usage};
 use crate::sync::{SyncMethod, SyncMethods};
 use crate::{Format, FormatSet, Fourcc, Layout, Modifier};
 
-use super::attrs::{validate, Attr, AttrConflict, Outputs, PlaneOutput, Reconciled, ValidateFailure};
+use crate::framing::{clean as clean_bits, Cursor, FrameError, Protocol, Writer as FrameWriter};
+
+use super::attrs::{validate, Outputs, PlaneOutput, Reconciled, ValidateFailure};
+use crate::negotiate::{BufferConstraints, Conflict, ConstraintKind};
 use super::limits::{MAX_BUFFERS, MAX_CONFLICTS, MAX_FORMATS, MAX_NAME_LEN, MAX_TEXT_LEN, MAX_TOKENS};
 use super::state::Failure;
 
+pub use crate::framing::HEADER_LEN;
 pub const MAGIC: [u8; 4] = *b"DMBC";
 pub const VERSION: u16 = 1;
-pub const HEADER_LEN: usize = 16;
 /// The longest message either end accepts. Every valid message fits: the largest, an
 /// attribute list with [`MAX_FORMATS`] formats or a refusal of [`MAX_CONFLICTS`]
 /// conflicts, is about half of it.
 pub const MAX_MESSAGE_LEN: usize = 64 * 1024;
+/// The collection protocol's framing.
+pub const PROTOCOL: Protocol = Protocol { name: "collection", magic: MAGIC, version: VERSION, max_len: MAX_MESSAGE_LEN };
 /// Most names one conflict carries on the wire.
 pub const MAX_CONFLICT_NAMES: usize = 16;
 
@@ -84,25 +90,12 @@ const USAGE_BITS: [Usage; 7] =
 const CPU: [CpuAccess; 4] = [CpuAccess::None, CpuAccess::Read, CpuAccess::Write, CpuAccess::ReadWrite];
 const DOMAIN: [Domain; 3] = [Domain::Any, Domain::DeviceLocal, Domain::System];
 
-/// Why bytes are not a valid collection message, or a message cannot be encoded.
+/// Why bytes are not a valid collection message, or a message cannot be encoded: framing
+/// ([`FrameError`]: magic, version, lengths, fd counts, reserved bits) or the body's rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
-    #[error("message truncated: {got} bytes, at least {need} needed")]
-    Truncated { need: usize, got: usize },
-    #[error("bad magic {0:02x?}: not a dmabridge collection message")]
-    Magic([u8; 4]),
-    #[error("the peer speaks collection wire version {got}, this side speaks {supported}")]
-    Version { got: u16, supported: u16 },
-    #[error("unknown message kind {0}")]
-    Kind(u16),
-    #[error("header says the body is {declared} bytes, but {actual} arrived")]
-    BodyLength { declared: u32, actual: usize },
-    #[error("message is {0} bytes, more than the {MAX_MESSAGE_LEN} any valid one has")]
-    TooLong(usize),
-    #[error("message declares {declared} fds, a {kind} message has {expected}")]
-    FdCount { kind: &'static str, declared: u16, expected: u16 },
-    #[error("{field}: {value:#x} has bits that must be 0")]
-    Reserved { field: &'static str, value: u64 },
+    #[error(transparent)]
+    Frame(#[from] FrameError),
     #[error("{field}: {len} bytes, at most {max}")]
     StringTooLong { field: &'static str, len: usize, max: usize },
     #[error("{field}: not UTF-8")]
@@ -176,7 +169,7 @@ pub enum Message {
     /// The buffers are allocated; `buffers` DMBF buffer messages (with their fds) follow.
     Allocated { reconciled: Reconciled, buffers: u32 },
     /// A late join was refused for these reasons.
-    LateJoinRefused(Vec<AttrConflict>),
+    LateJoinRefused(Vec<Conflict>),
     /// This token is gone: the collection (or its dispensable sub-tree) failed.
     Failed(Failure),
     /// A reconciled list on its own ([`export_reconciled`]).
@@ -209,6 +202,20 @@ impl Message {
     }
 }
 
+/// Between a conflict's detail and its fix in the one text the wire carries.
+const FIX_SEPARATOR: &str = "; fix: ";
+
+/// A conflict's detail and fix as the wire's one text: `detail; fix: fix`, or the detail
+/// alone where there is no fix. The decoder splits it at the first separator that has a
+/// fix after it, so that every text decodes to a conflict that encodes to it again.
+pub fn conflict_text(c: &Conflict) -> std::borrow::Cow<'_, str> {
+    if c.fix.is_empty() {
+        std::borrow::Cow::Borrowed(&c.detail)
+    } else {
+        std::borrow::Cow::Owned(format!("{}{FIX_SEPARATOR}{}", c.detail, c.fix))
+    }
+}
+
 /// Clips `s` to at most `max` bytes at a character boundary: for texts made here (reasons,
 /// details) that must fit the wire.
 pub fn clip_text(s: &str, max: usize) -> String {
@@ -225,7 +232,7 @@ pub fn clip_text(s: &str, max: usize) -> String {
 /// Encodes `msg`; fails where a field is past its bound (a name, a list length), so that
 /// whatever encodes also decodes.
 pub fn encode(msg: &Message) -> Result<Vec<u8>, WireError> {
-    let mut w = Writer(Vec::with_capacity(256));
+    let mut w = Writer(FrameWriter::with_capacity(256));
     match msg {
         Message::Bind(p) => w.attr_list(p)?,
         Message::Duplicate { read_only, dispensable, name } => {
@@ -237,7 +244,7 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, WireError> {
         Message::Close => {}
         Message::Allocated { reconciled, buffers } => {
             w.reconciled(reconciled)?;
-            if *buffers != reconciled.buffers {
+            if *buffers != reconciled.constraints.buffers {
                 return Err(WireError::Value { field: "allocated buffers", value: u64::from(*buffers) });
             }
             w.u32(*buffers);
@@ -249,20 +256,8 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, WireError> {
             w.str("failed reason", &f.reason, MAX_TEXT_LEN)?;
         }
     }
-    let body = w.0;
-    if HEADER_LEN + body.len() > MAX_MESSAGE_LEN {
-        return Err(WireError::TooLong(HEADER_LEN + body.len()));
-    }
-    let mut out = Vec::with_capacity(HEADER_LEN + body.len());
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&msg.kind().0.to_le_bytes());
-    // Bounded by MAX_MESSAGE_LEN just above.
-    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
-    out.extend_from_slice(&(msg.fd_count() as u16).to_le_bytes());
-    out.extend_from_slice(&0u16.to_le_bytes());
-    out.extend_from_slice(&body);
-    Ok(out)
+    // At most one fd.
+    Ok(PROTOCOL.frame(msg.kind().0, msg.fd_count() as u16, 0, &w.0.into_bytes())?)
 }
 
 /// Decodes one whole message and checks every field: lengths exact, counts within their
@@ -270,29 +265,12 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, WireError> {
 /// no duplicate formats. Whether the fds that arrived match `fd_count` is the transport's
 /// check.
 pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
-    if bytes.len() > MAX_MESSAGE_LEN {
-        return Err(WireError::TooLong(bytes.len()));
-    }
-    let mut r = Reader { bytes, pos: 0 };
-    let magic = r.array::<4>()?;
-    if magic != MAGIC {
-        return Err(WireError::Magic(magic));
-    }
-    let version = r.u16()?;
-    if version != VERSION {
-        return Err(WireError::Version { got: version, supported: VERSION });
-    }
-    let kind = r.u16()?;
-    let body_len = r.u32()?;
-    let fd_count = r.u16()?;
-    let reserved = r.u16()?;
-    if reserved != 0 {
-        return Err(WireError::Reserved { field: "header reserved", value: u64::from(reserved) });
-    }
-    let actual = bytes.len() - HEADER_LEN;
-    if body_len as usize != actual {
-        return Err(WireError::BodyLength { declared: body_len, actual });
-    }
+    PROTOCOL.check_len(bytes.len())?;
+    let h = PROTOCOL.header(bytes)?;
+    clean_bits("header reserved", u64::from(h.flags), 0)?;
+    let body = PROTOCOL.body(bytes, &h)?;
+    let mut r = Reader(Cursor::new(body));
+    let (kind, fd_count) = (h.kind, h.fd_count);
     let msg = match kind {
         KIND_BIND => Message::Bind(r.attr_list()?),
         KIND_DUPLICATE => {
@@ -310,7 +288,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
         KIND_ALLOCATED => {
             let reconciled = r.reconciled()?;
             let buffers = r.u32()?;
-            if buffers != reconciled.buffers {
+            if buffers != reconciled.constraints.buffers {
                 return Err(WireError::Value { field: "allocated buffers", value: u64::from(buffers) });
             }
             Message::Allocated { reconciled, buffers }
@@ -321,24 +299,21 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             participant: r.str("failed participant", MAX_TEXT_LEN)?,
             reason: r.str("failed reason", MAX_TEXT_LEN)?,
         }),
-        other => return Err(WireError::Kind(other)),
+        other => return Err(FrameError::Kind(other).into()),
     };
-    if r.pos != bytes.len() {
-        return Err(WireError::Trailing(bytes.len() - r.pos));
+    if r.0.remaining() != 0 {
+        return Err(WireError::Trailing(r.0.remaining()));
     }
     let (_, name) = msg.kind();
     let expected = msg.fd_count() as u16;
     if fd_count != expected {
-        return Err(WireError::FdCount { kind: name, declared: fd_count, expected });
+        return Err(FrameError::FdCount { kind: name, declared: fd_count, expected }.into());
     }
     Ok(msg)
 }
 
 fn clean(field: &'static str, value: u32, known: u32) -> Result<(), WireError> {
-    if value & !known != 0 {
-        return Err(WireError::Reserved { field, value: u64::from(value & !known) });
-    }
-    Ok(())
+    Ok(clean_bits(field, u64::from(value), u64::from(known))?)
 }
 
 /// `max-buffers` as the wire carries it: a value and a flag saying it is set. A value without
@@ -347,7 +322,7 @@ fn optional_max(flagged: bool, raw: u32) -> Result<Option<u32>, WireError> {
     match (flagged, raw) {
         (true, v) => Ok(Some(v)),
         (false, 0) => Ok(None),
-        (false, v) => Err(WireError::Reserved { field: "max-buffers without its flag", value: u64::from(v) }),
+        (false, v) => Err(FrameError::Reserved { field: "max-buffers without its flag", value: u64::from(v) }.into()),
     }
 }
 
@@ -358,28 +333,30 @@ fn count_ok(field: &'static str, count: usize, min: usize, max: usize) -> Result
     Ok(())
 }
 
-struct Writer(Vec<u8>);
+/// The framing's writer, with this protocol's strings and lists.
+struct Writer(FrameWriter);
+
+impl std::ops::Deref for Writer {
+    type Target = FrameWriter;
+    fn deref(&self) -> &FrameWriter {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Writer {
+    fn deref_mut(&mut self) -> &mut FrameWriter {
+        &mut self.0
+    }
+}
 
 impl Writer {
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u16(&mut self, v: u16) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
     fn str(&mut self, field: &'static str, s: &str, max: usize) -> Result<(), WireError> {
         if s.len() > max {
             return Err(WireError::StringTooLong { field, len: s.len(), max });
         }
         // max <= MAX_TEXT_LEN < 2^16.
         self.u16(s.len() as u16);
-        self.0.extend_from_slice(s.as_bytes());
+        self.bytes(s.as_bytes());
         Ok(())
     }
 
@@ -418,22 +395,23 @@ impl Writer {
     }
 
     fn reconciled(&mut self, r: &Reconciled) -> Result<(), WireError> {
-        count_ok("buffers", r.buffers as usize, 1, MAX_BUFFERS as usize)?;
+        let c = &r.constraints;
+        count_ok("buffers", c.buffers as usize, 1, MAX_BUFFERS as usize)?;
         self.u32(r.format.fourcc.code());
         self.u64(r.format.layout.to_wire().raw());
         self.u32(r.width);
         self.u32(r.height);
-        self.u32(r.buffers);
-        self.u32(r.max_buffers.unwrap_or(0));
-        let flags = if r.max_buffers.is_some() { REC_HAS_MAX } else { 0 }
+        self.u32(c.buffers);
+        self.u32(c.max_buffers.unwrap_or(0));
+        let flags = if c.max_buffers.is_some() { REC_HAS_MAX } else { 0 }
             | if r.disjoint { REC_DISJOINT } else { 0 }
             | if r.outputs.is_some() { REC_OUTPUTS } else { 0 };
         self.u32(flags);
-        for v in [r.align, r.stride_align, r.offset_align, r.min_size] {
+        for v in [c.align, c.stride_align, c.offset_align, c.min_size] {
             self.u64(v);
         }
-        self.u8(CPU.iter().position(|x| *x == r.cpu_access).unwrap_or(0) as u8);
-        self.u8(DOMAIN.iter().position(|x| *x == r.domain).unwrap_or(0) as u8);
+        self.u8(CPU.iter().position(|x| *x == c.cpu_access).unwrap_or(0) as u8);
+        self.u8(DOMAIN.iter().position(|x| *x == c.domain).unwrap_or(0) as u8);
         self.u16(0);
         count_ok("participants", r.participants.len(), 0, MAX_TOKENS)?;
         self.u16(r.participants.len() as u16);
@@ -453,7 +431,7 @@ impl Writer {
                     return Err(WireError::Value { field: "plane object", value: u64::from(p.object) });
                 }
                 self.u8(p.object as u8);
-                self.0.extend_from_slice(&[0, 0, 0]);
+                self.bytes(&[0, 0, 0]);
                 self.u64(p.offset);
                 self.u64(p.stride);
             }
@@ -461,54 +439,41 @@ impl Writer {
         Ok(())
     }
 
-    fn conflicts(&mut self, cs: &[AttrConflict]) -> Result<(), WireError> {
+    fn conflicts(&mut self, cs: &[Conflict]) -> Result<(), WireError> {
         count_ok("conflicts", cs.len(), 1, MAX_CONFLICTS)?;
         self.u16(cs.len() as u16);
         for c in cs {
-            self.u8(Attr::ALL.iter().position(|a| *a == c.attribute).unwrap_or(Attr::ALL.len() - 1) as u8);
+            let attribute = c.constraint.list_attribute();
+            let table = &ConstraintKind::LIST_ATTRIBUTES;
+            self.u8(table.iter().position(|a| *a == attribute).unwrap_or(table.len() - 1) as u8);
             count_ok("conflict names", c.participants.len(), 0, MAX_CONFLICT_NAMES)?;
             self.u8(c.participants.len() as u8);
             for n in &c.participants {
                 self.str("conflict name", n, MAX_NAME_LEN)?;
             }
-            self.str("conflict detail", &c.detail, MAX_TEXT_LEN)?;
+            self.str("conflict detail", &conflict_text(c), MAX_TEXT_LEN)?;
         }
         Ok(())
     }
 }
 
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
+/// The framing's cursor, with this protocol's strings, tables and lists.
+struct Reader<'a>(Cursor<'a>);
+
+impl<'a> std::ops::Deref for Reader<'a> {
+    type Target = Cursor<'a>;
+    fn deref(&self) -> &Cursor<'a> {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Reader<'_> {
+    fn deref_mut(&mut self) -> &mut Self::Target {
+        &mut self.0
+    }
 }
 
 impl Reader<'_> {
-    fn take(&mut self, n: usize) -> Result<&[u8], WireError> {
-        let end = self.pos.checked_add(n).filter(|e| *e <= self.bytes.len());
-        let Some(end) = end else {
-            return Err(WireError::Truncated { need: self.pos.saturating_add(n), got: self.bytes.len() });
-        };
-        let s = &self.bytes[self.pos..end];
-        self.pos = end;
-        Ok(s)
-    }
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
-        let mut a = [0u8; N];
-        a.copy_from_slice(self.take(N)?);
-        Ok(a)
-    }
-    fn u8(&mut self) -> Result<u8, WireError> {
-        self.array::<1>().map(|a| a[0])
-    }
-    fn u16(&mut self) -> Result<u16, WireError> {
-        self.array().map(u16::from_le_bytes)
-    }
-    fn u32(&mut self) -> Result<u32, WireError> {
-        self.array().map(u32::from_le_bytes)
-    }
-    fn u64(&mut self) -> Result<u64, WireError> {
-        self.array().map(u64::from_le_bytes)
-    }
     fn str(&mut self, field: &'static str, max: usize) -> Result<String, WireError> {
         let len = usize::from(self.u16()?);
         if len > max {
@@ -546,7 +511,7 @@ impl Reader<'_> {
         let domain = self.pick("domain", &DOMAIN)?;
         let reserved = self.u16()?;
         if reserved != 0 {
-            return Err(WireError::Reserved { field: "list reserved", value: u64::from(reserved) });
+            return Err(FrameError::Reserved { field: "list reserved", value: u64::from(reserved) }.into());
         }
         let (wmin, wmax, hmin, hmax) = (self.u32()?, self.u32()?, self.u32()?, self.u32()?);
         let min_buffers = self.u32()?;
@@ -599,7 +564,7 @@ impl Reader<'_> {
         let domain = self.pick("domain", &DOMAIN)?;
         let reserved = self.u16()?;
         if reserved != 0 {
-            return Err(WireError::Reserved { field: "reconciled reserved", value: u64::from(reserved) });
+            return Err(FrameError::Reserved { field: "reconciled reserved", value: u64::from(reserved) }.into());
         }
         let n = usize::from(self.u16()?);
         count_ok("participants", n, 0, MAX_TOKENS)?;
@@ -624,7 +589,7 @@ impl Reader<'_> {
                 }
                 let pad = self.array::<3>()?;
                 if pad != [0; 3] {
-                    return Err(WireError::Reserved { field: "plane reserved", value: u64::from(u32::from_le_bytes([pad[0], pad[1], pad[2], 0])) });
+                    return Err(FrameError::Reserved { field: "plane reserved", value: u64::from(u32::from_le_bytes([pad[0], pad[1], pad[2], 0])) }.into());
                 }
                 planes.push(PlaneOutput { object: u32::from(object), offset: self.u64()?, stride: self.u64()? });
             }
@@ -636,34 +601,31 @@ impl Reader<'_> {
             format: Format { fourcc, layout },
             width,
             height,
-            buffers,
-            max_buffers,
-            align,
-            stride_align,
-            offset_align,
-            min_size,
-            cpu_access,
-            domain,
+            constraints: BufferConstraints { buffers, max_buffers, min_size, offset_align, align, stride_align, cpu_access, domain },
             disjoint: flags & REC_DISJOINT != 0,
             participants,
             outputs,
         })
     }
 
-    fn conflicts(&mut self) -> Result<Vec<AttrConflict>, WireError> {
+    fn conflicts(&mut self) -> Result<Vec<Conflict>, WireError> {
         let n = usize::from(self.u16()?);
         count_ok("conflicts", n, 1, MAX_CONFLICTS)?;
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
-            let attribute = self.pick("attribute", &Attr::ALL)?;
+            let attribute = self.pick("attribute", &ConstraintKind::LIST_ATTRIBUTES)?;
             let names = usize::from(self.u8()?);
             count_ok("conflict names", names, 0, MAX_CONFLICT_NAMES)?;
             let mut participants = Vec::with_capacity(names);
             for _ in 0..names {
                 participants.push(self.name("conflict name")?);
             }
-            let detail = self.str("conflict detail", MAX_TEXT_LEN)?;
-            out.push(AttrConflict { participants, attribute, detail });
+            let text = self.str("conflict detail", MAX_TEXT_LEN)?;
+            let (detail, fix) = match text.split_once(FIX_SEPARATOR) {
+                Some((detail, fix)) if !fix.is_empty() => (detail.to_owned(), fix.to_owned()),
+                _ => (text, String::new()),
+            };
+            out.push(Conflict::new(participants, attribute, detail, fix));
         }
         Ok(out)
     }

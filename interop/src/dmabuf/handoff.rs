@@ -15,49 +15,33 @@
 //!
 //! Every fd that arrives is owned by an [`OwnedFd`] the moment it is received (`recvmsg` with
 //! `MSG_CMSG_CLOEXEC`), so every error path closes it; fds the control buffer had no room for
-//! are discarded by the kernel and reported as [`HandoffError::ControlTruncated`].
+//! are discarded by the kernel and reported as [`SocketError::ControlTruncated`].
 
-use std::io::{self, IoSlice, IoSliceMut};
-use std::mem::MaybeUninit;
+use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
-use rustix::io::Errno;
-use rustix::net::{
-    recvmsg, sendmsg, sockopt::socket_type, AddressFamily, RecvAncillaryBuffer,
-    RecvAncillaryMessage, RecvFlags, ReturnFlags, SendAncillaryBuffer, SendAncillaryMessage,
-    SendFlags, SocketFlags, SocketType,
-};
+use rustix::net::{sockopt::socket_type, AddressFamily, SocketFlags, SocketType};
 
 use super::descriptor::{DescriptorError, DmaBuf, PlaneDesc};
 use super::fd_kind::is_anon_inode;
 use super::wire::{self, BufferMsg, Message, WireError, HEADER_LEN, MAX_FDS, MAX_MESSAGE_LEN};
+use crate::framing::{self, SocketError};
 
 /// Room for this many fds per received message: more than any valid message carries, so a
-/// peer that sends a few too many gets a precise [`HandoffError::FdCount`]; beyond that the
+/// peer that sends a few too many gets a precise [`SocketError::FdCount`]; beyond that the
 /// kernel drops the excess and sets `MSG_CTRUNC`.
 const RECV_FD_SLOTS: usize = 16;
 
 /// Why a send or receive failed.
 #[derive(Debug, thiserror::Error)]
 pub enum HandoffError {
-    #[error("sendmsg failed: {0}")]
-    Send(io::Error),
-    #[error("recvmsg failed: {0}")]
-    Recv(io::Error),
+    /// The socket, or the fds that came do not match the message.
+    #[error(transparent)]
+    Socket(#[from] SocketError),
     #[error("could not query the socket type: {0}")]
     SocketType(io::Error),
-    #[error("the peer closed the socket")]
-    Closed,
-    #[error("the peer closed the socket in the middle of a message ({got} of {need} bytes)")]
-    ClosedMidMessage { got: usize, need: usize },
-    #[error("the message is longer than any valid message ({MAX_MESSAGE_LEN} bytes)")]
-    TooLong,
-    #[error("the peer sent more fds than the control buffer holds; the kernel dropped the rest")]
-    ControlTruncated,
     #[error(transparent)]
     Wire(#[from] WireError),
-    #[error("the message declares {declared} fds but {received} arrived")]
-    FdCount { declared: usize, received: usize },
     #[error("the buffer in the message is not a valid descriptor: {0}")]
     Descriptor(#[from] DescriptorError),
     #[error("the message says disjoint={claimed}, but the fds' files say disjoint={actual}")]
@@ -186,43 +170,13 @@ pub fn send_release_with_fence(
 
 /// Sends `bytes` with `fds` (borrowed; the kernel gives the peer its own copies) in one
 /// message, without looking at either: [`send_buffer`] and [`send_release`] are built on it,
-/// and tests use it to send hostile messages. On a stream socket a short write is completed
-/// without the fds, which went with the first part.
+/// and tests use it to send hostile messages ([`framing::send`]).
 pub fn send_raw(
     socket: BorrowedFd<'_>,
     bytes: &[u8],
     fds: &[BorrowedFd<'_>],
 ) -> Result<(), HandoffError> {
-    let mut space = vec![MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(fds.len()))];
-    let mut sent = 0usize;
-    let mut first = true;
-    while sent < bytes.len() || first {
-        let mut control = SendAncillaryBuffer::new(&mut space);
-        if first && !fds.is_empty() && !control.push(SendAncillaryMessage::ScmRights(fds)) {
-            return Err(HandoffError::Send(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "too many fds for one message",
-            )));
-        }
-        match sendmsg(
-            socket,
-            &[IoSlice::new(&bytes[sent..])],
-            &mut control,
-            SendFlags::NOSIGNAL,
-        ) {
-            // Without this a socket that accepts nothing would spin here forever.
-            Ok(0) if !bytes.is_empty() => {
-                return Err(HandoffError::Send(io::ErrorKind::WriteZero.into()));
-            }
-            Ok(n) => {
-                sent += n;
-                first = false;
-            }
-            Err(Errno::INTR) => continue,
-            Err(e) => return Err(HandoffError::Send(e.into())),
-        }
-    }
-    Ok(())
+    Ok(framing::send(socket, bytes, fds)?)
 }
 
 /// Receives one message without a fence: [`recv_fenced`], refusing (and closing) a fence
@@ -246,7 +200,7 @@ pub fn recv(socket: impl AsFd) -> Result<Received, HandoffError> {
 /// count against the declared planes and fence, the descriptor's structure, the message's
 /// disjoint and read-only claims against the fds' files and access modes, and that a fence
 /// is an anonymous inode (as a sync_file is). Blocks unless the socket is non-blocking (then
-/// `EAGAIN` comes back as [`HandoffError::Recv`]).
+/// `EAGAIN` comes back as [`SocketError::Recv`]).
 ///
 /// fd ownership: on success the plane fds belong to the returned [`DmaBuf`] and the fence to
 /// the returned [`OwnedFd`]; on any error every fd that arrived with the message has been
@@ -262,7 +216,7 @@ pub fn recv_fenced(socket: impl AsFd) -> Result<FencedReceived, HandoffError> {
     }
     .and_then(|bytes| assemble(&bytes, fds));
     if let Err(e) = &result {
-        if !matches!(e, HandoffError::Closed) {
+        if !matches!(e, HandoffError::Socket(SocketError::Closed)) {
             tracing::warn!(error = %e, "rejected a handoff message");
         }
     }
@@ -271,12 +225,7 @@ pub fn recv_fenced(socket: impl AsFd) -> Result<FencedReceived, HandoffError> {
 
 fn assemble(bytes: &[u8], mut fds: Vec<OwnedFd>) -> Result<FencedReceived, HandoffError> {
     let msg = wire::decode(bytes)?;
-    if fds.len() != msg.fd_count() {
-        return Err(HandoffError::FdCount {
-            declared: msg.fd_count(),
-            received: fds.len(),
-        });
-    }
+    SocketError::check_fds(msg.fd_count(), fds.len())?;
     // The wire puts the fence last; the count was just checked, so it is there.
     let fence = if msg.has_fence() { fds.pop() } else { None };
     if let Some(f) = &fence {
@@ -321,90 +270,21 @@ fn assemble(bytes: &[u8], mut fds: Vec<OwnedFd>) -> Result<FencedReceived, Hando
     }
 }
 
-/// One `recvmsg` into `buf`; every fd that arrives is appended to `fds` (owned) before anything
-/// else can fail.
-fn recv_once(
-    socket: BorrowedFd<'_>,
-    buf: &mut [u8],
-    fds: &mut Vec<OwnedFd>,
-) -> Result<(usize, ReturnFlags), HandoffError> {
-    let mut space = [MaybeUninit::<u8>::uninit(); rustix::cmsg_space!(ScmRights(RECV_FD_SLOTS))];
-    loop {
-        let mut control = RecvAncillaryBuffer::new(&mut space);
-        let r = recvmsg(
-            socket,
-            &mut [IoSliceMut::new(buf)],
-            &mut control,
-            RecvFlags::CMSG_CLOEXEC,
-        );
-        for m in control.drain() {
-            // Other control messages (credentials, if the socket asks for them) carry no fds.
-            if let RecvAncillaryMessage::ScmRights(received) = m {
-                fds.extend(received);
-            }
-        }
-        match r {
-            Ok(m) => {
-                if m.flags.contains(ReturnFlags::CTRUNC) {
-                    return Err(HandoffError::ControlTruncated);
-                }
-                return Ok((m.bytes, m.flags));
-            }
-            Err(Errno::INTR) => continue,
-            Err(e) => return Err(HandoffError::Recv(e.into())),
-        }
-    }
-}
-
 /// A record socket (seqpacket, datagram): one `recvmsg` is one whole message.
 fn recv_record(socket: BorrowedFd<'_>, fds: &mut Vec<OwnedFd>) -> Result<Vec<u8>, HandoffError> {
-    // One byte more than the longest message, so that a longer one shows as such even where
-    // the socket type does not report MSG_TRUNC.
-    let mut buf = vec![0u8; MAX_MESSAGE_LEN + 1];
-    let (n, flags) = recv_once(socket, &mut buf, fds)?;
-    if n == 0 && fds.is_empty() {
-        return Err(HandoffError::Closed);
-    }
-    if flags.contains(ReturnFlags::TRUNC) || n > MAX_MESSAGE_LEN {
-        return Err(HandoffError::TooLong);
-    }
-    buf.truncate(n);
-    Ok(buf)
+    Ok(framing::recv_record(socket, MAX_MESSAGE_LEN, RECV_FD_SLOTS, fds)?)
 }
 
 /// A stream socket: read exactly the header, then exactly the body it announces, so that the
 /// next message (and its fds) stays in the socket.
 fn recv_stream(socket: BorrowedFd<'_>, fds: &mut Vec<OwnedFd>) -> Result<Vec<u8>, HandoffError> {
     let mut buf = vec![0u8; HEADER_LEN];
-    fill(socket, &mut buf, 0, fds)?;
+    framing::recv_exact(socket, &mut buf, 0, RECV_FD_SLOTS, fds)?;
     let header = wire::decode_header(&buf)?;
-    let total = HEADER_LEN + header.body_len as usize;
     // decode_header bounds body_len by the longest valid body.
-    buf.resize(total, 0);
-    fill(socket, &mut buf, HEADER_LEN, fds)?;
+    buf.resize(HEADER_LEN + header.body_len as usize, 0);
+    framing::recv_exact(socket, &mut buf, HEADER_LEN, RECV_FD_SLOTS, fds)?;
     Ok(buf)
-}
-
-fn fill(
-    socket: BorrowedFd<'_>,
-    buf: &mut [u8],
-    mut filled: usize,
-    fds: &mut Vec<OwnedFd>,
-) -> Result<(), HandoffError> {
-    while filled < buf.len() {
-        let (n, _) = recv_once(socket, &mut buf[filled..], fds)?;
-        if n == 0 {
-            if filled == 0 && fds.is_empty() {
-                return Err(HandoffError::Closed);
-            }
-            return Err(HandoffError::ClosedMidMessage {
-                got: filled,
-                need: buf.len(),
-            });
-        }
-        filled += n;
-    }
-    Ok(())
 }
 
 // Keep the constant honest: a valid message never carries more fds than its planes and a

@@ -37,6 +37,7 @@ pub mod heap;
 pub mod map;
 pub mod memfd;
 pub mod placement;
+mod plane_layout;
 pub mod pread;
 pub mod pwrite;
 pub mod wire;
@@ -48,7 +49,8 @@ pub use checks::{
 pub use fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, FileKind, NotFixedReason};
 pub use heap::{DmaHeap, HeapError, SystemMemory, SYSTEM_HEAP};
 pub use map::{MapError, PlaneMap};
-pub use placement::{place, PlacedPlane, Placement, PlacementError, PlacementRequest};
+pub use placement::{place, Placement, PlacementError, PlacementRequest};
+pub use plane_layout::PlaneLayout;
 pub use memfd::{sealed_memfd, sealed_memfd_of_size, MemfdError, MEMFD_SEALS};
 pub use pread::{read_at, read_exact_at, ReadError};
 pub use pwrite::{check_read_only, write_all_at, write_planes, NotReadOnly, WriteError};

@@ -20,6 +20,7 @@ use std::os::fd::OwnedFd;
 
 use super::descriptor::{DescriptorError, DmaBuf, PlaneDesc, MAX_PLANES};
 use super::heap::{HeapError, SystemMemory};
+use super::plane_layout::PlaneLayout;
 use crate::tiling::{tiled_size, TilingError};
 use crate::{Fourcc, Layout, TileLayout};
 
@@ -42,22 +43,12 @@ pub struct PlacementRequest {
     pub disjoint: bool,
 }
 
-/// One plane of a placement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PlacedPlane {
-    /// Which file ([`Placement::object_sizes`] index) holds the plane.
-    pub object: usize,
-    pub offset: u64,
-    pub stride: u64,
-    /// Bytes from `offset` to the end of the plane's last row (of tiles).
-    pub size: u64,
-}
-
 /// The computed layout: the files' sizes and where each plane is in them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Placement {
     pub object_sizes: Vec<u64>,
-    pub planes: Vec<PlacedPlane>,
+    /// Each plane's place; `object` indexes [`Placement::object_sizes`].
+    pub planes: Vec<PlaneLayout>,
 }
 
 /// Why a layout could not be placed or allocated.
@@ -130,7 +121,7 @@ pub fn place(req: &PlacementRequest) -> Result<Placement, PlacementError> {
         let object = object_sizes.len() - 1;
         let offset = round_up(object_sizes[object], offset_align)?;
         object_sizes[object] = offset.checked_add(size).ok_or(PlacementError::Overflow)?;
-        planes.push(PlacedPlane { object, offset, stride, size });
+        planes.push(PlaneLayout { object, offset, stride, size });
     }
     for s in &mut object_sizes {
         *s = round_up((*s).max(req.min_size), offset_align)?;

@@ -34,13 +34,14 @@
 //! `fd_flags`. A decoder that meets another version refuses it rather than guessing
 //! ([`WireError::Version`]); both ends must run the same wire version.
 
+use crate::framing::{clean, Cursor, FrameError, Header, Protocol, Writer};
 use crate::{Fourcc, Layout, Modifier};
 
 use super::descriptor::MAX_PLANES;
 
+pub use crate::framing::HEADER_LEN;
 pub const MAGIC: [u8; 4] = *b"DMBF";
 pub const VERSION: u16 = 2;
-pub const HEADER_LEN: usize = 16;
 pub const KIND_BUFFER: u16 = 1;
 pub const KIND_RELEASE: u16 = 2;
 pub const BUFFER_FIXED_LEN: usize = 40;
@@ -50,48 +51,31 @@ pub const RELEASE_LEN: usize = 8;
 pub const MAX_MESSAGE_LEN: usize = HEADER_LEN + BUFFER_FIXED_LEN + MAX_PLANES * PLANE_LEN;
 /// The most fds a valid message carries: [`MAX_PLANES`] planes and a fence.
 pub const MAX_FDS: usize = MAX_PLANES + 1;
+/// The handoff protocol's framing.
+pub const PROTOCOL: Protocol = Protocol { name: "handoff", magic: MAGIC, version: VERSION, max_len: MAX_MESSAGE_LEN };
 
 pub const FLAG_READ_ONLY: u32 = 1 << 0;
 pub const FLAG_DISJOINT: u32 = 1 << 1;
 const KNOWN_FLAGS: u32 = FLAG_READ_ONLY | FLAG_DISJOINT;
 
-/// Header `fd_flags` bit: the last fd of the message is a fence.
+/// Header `flags` bit: the last fd of the message is a fence.
 pub const FD_FLAG_FENCE: u16 = 1 << 0;
 const KNOWN_FD_FLAGS: u16 = FD_FLAG_FENCE;
 
-/// Why bytes are not a valid message.
+/// Why bytes are not a valid handoff message: framing ([`FrameError`]: magic, version,
+/// lengths, fd counts, reserved bits) or the buffer body's own rules.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
-    #[error("message truncated: {got} bytes, at least {need} needed")]
-    Truncated { need: usize, got: usize },
-    #[error("bad magic {0:02x?}: not a dmabridge handoff message")]
-    Magic([u8; 4]),
-    #[error("the peer speaks handoff wire version {got}, this side speaks {supported}: both ends must run the same dmabridge wire version")]
-    Version { got: u16, supported: u16 },
-    #[error("unknown message kind {0}")]
-    Kind(u16),
-    #[error("header says the body is {declared} bytes, but {actual} arrived")]
-    BodyLength { declared: u32, actual: usize },
+    #[error(transparent)]
+    Frame(#[from] FrameError),
     #[error("no {kind} message has a {declared}-byte body")]
     BodyLengthForKind { kind: &'static str, declared: u32 },
     #[error("a buffer with {planes} planes has a {expected}-byte body, header says {declared}")]
-    BodyLengthForPlanes {
-        planes: u32,
-        expected: usize,
-        declared: u32,
-    },
+    BodyLengthForPlanes { planes: u32, expected: usize, declared: u32 },
     #[error("a buffer has 1 to {MAX_PLANES} planes, message says {0}")]
     PlaneCount(u32),
-    #[error("message declares {declared} fds but {expected} are required")]
-    FdCount { declared: u32, expected: u32 },
     #[error("message declares {declared} fds; no message carries more than {MAX_FDS}")]
     TooManyFds { declared: u16 },
-    #[error("unknown flag bits {0:#x}")]
-    Flags(u32),
-    #[error("unknown header fd flag bits {0:#x}")]
-    FdFlags(u16),
-    #[error("reserved field is {0:#x}, must be 0")]
-    Reserved(u32),
 }
 
 /// One buffer as described on the wire, without its fds.
@@ -140,124 +124,81 @@ impl Message {
     }
 }
 
+fn kind_name(kind: u16) -> &'static str {
+    match kind {
+        KIND_BUFFER => "buffer",
+        KIND_RELEASE => "release",
+        _ => "unknown",
+    }
+}
+
 /// Encodes a message. Fails only for a buffer with no planes or more than [`MAX_PLANES`].
 pub fn encode(msg: &Message) -> Result<Vec<u8>, WireError> {
-    let mut out = Vec::with_capacity(MAX_MESSAGE_LEN);
-    match msg {
+    let mut w = Writer::with_capacity(MAX_MESSAGE_LEN);
+    let kind = match msg {
         Message::Buffer(b) => {
             let n = b.planes.len();
             if n == 0 || n > MAX_PLANES {
                 return Err(WireError::PlaneCount(u32::try_from(n).unwrap_or(u32::MAX)));
             }
-            // n <= 4, so these casts are exact.
-            let body = BUFFER_FIXED_LEN + n * PLANE_LEN;
-            header(&mut out, KIND_BUFFER, body as u32, msg);
-            out.extend_from_slice(&b.id.to_le_bytes());
-            out.extend_from_slice(&b.fourcc.code().to_le_bytes());
-            let flags = if b.read_only { FLAG_READ_ONLY } else { 0 }
-                | if b.disjoint { FLAG_DISJOINT } else { 0 };
-            out.extend_from_slice(&flags.to_le_bytes());
-            out.extend_from_slice(&b.layout.to_wire().raw().to_le_bytes());
-            out.extend_from_slice(&b.width.to_le_bytes());
-            out.extend_from_slice(&b.height.to_le_bytes());
-            out.extend_from_slice(&(n as u32).to_le_bytes());
-            out.extend_from_slice(&0u32.to_le_bytes());
+            w.u64(b.id);
+            w.u32(b.fourcc.code());
+            let flags = if b.read_only { FLAG_READ_ONLY } else { 0 } | if b.disjoint { FLAG_DISJOINT } else { 0 };
+            w.u32(flags);
+            w.u64(b.layout.to_wire().raw());
+            w.u32(b.width);
+            w.u32(b.height);
+            // n <= 4, so this cast is exact.
+            w.u32(n as u32);
+            w.u32(0);
             for &(offset, stride) in &b.planes {
-                out.extend_from_slice(&offset.to_le_bytes());
-                out.extend_from_slice(&stride.to_le_bytes());
+                w.u64(offset);
+                w.u64(stride);
             }
+            KIND_BUFFER
         }
         Message::Release { id, .. } => {
-            header(&mut out, KIND_RELEASE, RELEASE_LEN as u32, msg);
-            out.extend_from_slice(&id.to_le_bytes());
+            w.u64(*id);
+            KIND_RELEASE
         }
-    }
-    Ok(out)
-}
-
-fn header(out: &mut Vec<u8>, kind: u16, body_len: u32, msg: &Message) {
-    out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&VERSION.to_le_bytes());
-    out.extend_from_slice(&kind.to_le_bytes());
-    out.extend_from_slice(&body_len.to_le_bytes());
-    // At most MAX_FDS (5): the caller checked the plane count.
-    out.extend_from_slice(&(msg.fd_count() as u16).to_le_bytes());
+    };
     let fd_flags = if msg.has_fence() { FD_FLAG_FENCE } else { 0 };
-    out.extend_from_slice(&fd_flags.to_le_bytes());
+    // At most MAX_FDS (5): the plane count was checked.
+    Ok(PROTOCOL.frame(kind, msg.fd_count() as u16, fd_flags, &w.into_bytes())?)
 }
 
-/// A parsed header, before the body is looked at.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Header {
-    pub kind: u16,
-    pub body_len: u32,
-    /// Declared fds, including a fence.
-    pub fd_count: u16,
-    /// Whether the last fd is a fence.
-    pub fence: bool,
+/// Whether a header says its message's last fd is a fence.
+pub fn has_fence(h: &Header) -> bool {
+    h.flags & FD_FLAG_FENCE != 0
 }
 
 /// Parses and checks the header: magic, version, kind, a body length that is one this kind
 /// can have (so a reader of a byte stream knows how much more to read, at most
 /// [`MAX_MESSAGE_LEN`] in all), clean fd flags, and an fd count of at most [`MAX_FDS`].
 pub fn decode_header(bytes: &[u8]) -> Result<Header, WireError> {
-    let mut r = Reader { bytes, pos: 0 };
-    let magic = r.array::<4>()?;
-    if magic != MAGIC {
-        return Err(WireError::Magic(magic));
-    }
-    let version = r.u16()?;
-    if version != VERSION {
-        return Err(WireError::Version {
-            got: version,
-            supported: VERSION,
-        });
-    }
-    let kind = r.u16()?;
-    let body_len = r.u32()?;
-    let fd_count = r.u16()?;
-    let fd_flags = r.u16()?;
-    if fd_flags & !KNOWN_FD_FLAGS != 0 {
-        return Err(WireError::FdFlags(fd_flags & !KNOWN_FD_FLAGS));
-    }
-    let fence = fd_flags & FD_FLAG_FENCE != 0;
+    let h = PROTOCOL.header(bytes)?;
+    clean("header fd flags", u64::from(h.flags), u64::from(KNOWN_FD_FLAGS))?;
     // The bounds the header alone allows; decode then matches the count to the body.
-    if usize::from(fd_count) > MAX_FDS {
-        return Err(WireError::TooManyFds { declared: fd_count });
+    if usize::from(h.fd_count) > MAX_FDS {
+        return Err(WireError::TooManyFds { declared: h.fd_count });
     }
-    if fence && fd_count == 0 {
-        return Err(WireError::FdCount {
-            declared: 0,
-            expected: 1,
-        });
+    if has_fence(&h) && h.fd_count == 0 {
+        return Err(FrameError::FdCount { kind: kind_name(h.kind), declared: 0, expected: 1 }.into());
     }
-    match kind {
+    match h.kind {
         KIND_BUFFER => {
-            let ok =
-                (1..=MAX_PLANES).any(|n| body_len as usize == BUFFER_FIXED_LEN + n * PLANE_LEN);
-            if !ok {
-                return Err(WireError::BodyLengthForKind {
-                    kind: "buffer",
-                    declared: body_len,
-                });
+            if !(1..=MAX_PLANES).any(|n| h.body_len as usize == BUFFER_FIXED_LEN + n * PLANE_LEN) {
+                return Err(WireError::BodyLengthForKind { kind: "buffer", declared: h.body_len });
             }
         }
         KIND_RELEASE => {
-            if body_len as usize != RELEASE_LEN {
-                return Err(WireError::BodyLengthForKind {
-                    kind: "release",
-                    declared: body_len,
-                });
+            if h.body_len as usize != RELEASE_LEN {
+                return Err(WireError::BodyLengthForKind { kind: "release", declared: h.body_len });
             }
         }
-        other => return Err(WireError::Kind(other)),
+        other => return Err(FrameError::Kind(other).into()),
     }
-    Ok(Header {
-        kind,
-        body_len,
-        fd_count,
-        fence,
-    })
+    Ok(h)
 }
 
 /// Decodes one whole message (header and body, nothing after it) and checks every field:
@@ -267,37 +208,19 @@ pub fn decode_header(bytes: &[u8]) -> Result<Header, WireError> {
 /// Whether the declared fd count matches the fds that actually arrived is the transport's
 /// check; whether offsets and strides fit the files is [`check_import`](super::check_import)'s.
 pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
-    if bytes.len() < HEADER_LEN {
-        return Err(WireError::Truncated {
-            need: HEADER_LEN,
-            got: bytes.len(),
-        });
-    }
-    let h = decode_header(&bytes[..HEADER_LEN])?;
-    let body = &bytes[HEADER_LEN..];
-    if body.len() != h.body_len as usize {
-        return Err(WireError::BodyLength {
-            declared: h.body_len,
-            actual: body.len(),
-        });
-    }
-    let mut r = Reader {
-        bytes: body,
-        pos: 0,
+    let h = decode_header(bytes)?;
+    let fence = has_fence(&h);
+    let mut r = Cursor::new(PROTOCOL.body(bytes, &h)?);
+    let fds = |expected: u16| -> Result<(), WireError> {
+        if h.fd_count != expected {
+            return Err(FrameError::FdCount { kind: kind_name(h.kind), declared: h.fd_count, expected }.into());
+        }
+        Ok(())
     };
     match h.kind {
         KIND_RELEASE => {
-            let expected = u32::from(h.fence);
-            if u32::from(h.fd_count) != expected {
-                return Err(WireError::FdCount {
-                    declared: u32::from(h.fd_count),
-                    expected,
-                });
-            }
-            Ok(Message::Release {
-                id: r.u64()?,
-                release_fence: h.fence,
-            })
+            fds(u16::from(fence))?;
+            Ok(Message::Release { id: r.u64()?, release_fence: fence })
         }
         _ => {
             let id = r.u64()?;
@@ -313,26 +236,12 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             }
             let expected = BUFFER_FIXED_LEN + n as usize * PLANE_LEN;
             if h.body_len as usize != expected {
-                return Err(WireError::BodyLengthForPlanes {
-                    planes: n,
-                    expected,
-                    declared: h.body_len,
-                });
+                return Err(WireError::BodyLengthForPlanes { planes: n, expected, declared: h.body_len });
             }
             // n <= 4, so this cannot overflow.
-            let expected = n + u32::from(h.fence);
-            if u32::from(h.fd_count) != expected {
-                return Err(WireError::FdCount {
-                    declared: u32::from(h.fd_count),
-                    expected,
-                });
-            }
-            if flags & !KNOWN_FLAGS != 0 {
-                return Err(WireError::Flags(flags & !KNOWN_FLAGS));
-            }
-            if reserved != 0 {
-                return Err(WireError::Reserved(reserved));
-            }
+            fds(n as u16 + u16::from(fence))?;
+            clean("buffer flags", u64::from(flags), u64::from(KNOWN_FLAGS))?;
+            clean("buffer reserved", u64::from(reserved), 0)?;
             let mut planes = Vec::with_capacity(n as usize);
             for _ in 0..n {
                 planes.push((r.u64()?, r.u64()?));
@@ -346,37 +255,9 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
                 read_only: flags & FLAG_READ_ONLY != 0,
                 disjoint: flags & FLAG_DISJOINT != 0,
                 planes,
-                acquire_fence: h.fence,
+                acquire_fence: fence,
             }))
         }
-    }
-}
-
-struct Reader<'a> {
-    bytes: &'a [u8],
-    pos: usize,
-}
-
-impl Reader<'_> {
-    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
-        let end = self.pos + N;
-        let got = self.bytes.get(self.pos..end).ok_or(WireError::Truncated {
-            need: end,
-            got: self.bytes.len(),
-        })?;
-        let mut a = [0u8; N];
-        a.copy_from_slice(got);
-        self.pos = end;
-        Ok(a)
-    }
-    fn u16(&mut self) -> Result<u16, WireError> {
-        self.array().map(u16::from_le_bytes)
-    }
-    fn u32(&mut self) -> Result<u32, WireError> {
-        self.array().map(u32::from_le_bytes)
-    }
-    fn u64(&mut self) -> Result<u64, WireError> {
-        self.array().map(u64::from_le_bytes)
     }
 }
 
@@ -422,17 +303,17 @@ mod tests {
         assert_eq!(&bytes[12..16], &[3, 0, 1, 0]);
         assert_eq!(decode(&bytes).unwrap(), m);
         let h = decode_header(&bytes).unwrap();
-        assert_eq!((h.fd_count, h.fence), (3, true));
+        assert_eq!((h.fd_count, has_fence(&h)), (3, true));
         // The fence flag without the fd it announces, and an fd too many, are refused.
         let mut short = bytes.clone();
         short[12] = 2;
-        assert_eq!(decode(&short), Err(WireError::FdCount { declared: 2, expected: 3 }));
+        assert_eq!(decode(&short), Err(FrameError::FdCount { kind: "buffer", declared: 2, expected: 3 }.into()));
         let mut release = encode(&Message::Release { id: 1, release_fence: true }).unwrap();
         release[12] = 0;
-        assert!(matches!(decode(&release), Err(WireError::FdCount { declared: 0, .. })));
+        assert!(matches!(decode(&release), Err(WireError::Frame(FrameError::FdCount { declared: 0, .. }))));
         let mut unknown = bytes.clone();
         unknown[14] = 0b11;
-        assert_eq!(decode(&unknown), Err(WireError::FdFlags(0b10)));
+        assert_eq!(decode(&unknown), Err(FrameError::Reserved { field: "header fd flags", value: 0b10 }.into()));
         let mut many = bytes;
         many[12] = 200;
         assert_eq!(decode_header(&many), Err(WireError::TooManyFds { declared: 200 }));
@@ -442,7 +323,7 @@ mod tests {
     fn another_wire_version_is_refused_by_name() {
         let mut bytes = encode(&sample()).unwrap();
         bytes[4..6].copy_from_slice(&1u16.to_le_bytes());
-        assert_eq!(decode(&bytes), Err(WireError::Version { got: 1, supported: 2 }));
+        assert!(matches!(decode(&bytes), Err(WireError::Frame(FrameError::Version { got: 1, supported: 2, .. }))));
         let msg = decode(&bytes).unwrap_err().to_string();
         assert!(msg.contains("version 1") && msg.contains("speaks 2"), "{msg}");
     }
@@ -469,6 +350,6 @@ mod tests {
         }
         let mut longer = bytes.clone();
         longer.push(0);
-        assert!(matches!(decode(&longer), Err(WireError::BodyLength { .. })));
+        assert!(matches!(decode(&longer), Err(WireError::Frame(FrameError::BodyLength { .. }))));
     }
 }

@@ -1,8 +1,11 @@
-//! Conflicts: why no allocation satisfies everyone, who is in the way, and what would help.
+//! Conflicts: why no allocation satisfies everyone, who is in the way, and what would help;
+//! the one vocabulary of attributes and conflicts for negotiation and buffer collections
+//! alike.
 
 use std::fmt;
 
-/// The constraint a conflict is about. The JSON names are part of the CLI contract.
+/// The constraint (a collection's attribute) a conflict or a failed validation is about.
+/// The JSON names are part of the CLI contract.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum ConstraintKind {
     /// No fourcc is accepted by everyone.
@@ -26,6 +29,9 @@ pub enum ConstraintKind {
     Copy,
     /// The fallback-group combinations ran out (or hit the cap).
     FallbackGroups,
+    /// About no single attribute: a collection's own caps (too many lists), or a
+    /// negotiation that failed outright.
+    Other,
 }
 
 impl ConstraintKind {
@@ -47,6 +53,37 @@ impl ConstraintKind {
             ConstraintKind::ReadOnly => "read-only",
             ConstraintKind::Copy => "copy",
             ConstraintKind::FallbackGroups => "fallback-groups",
+            ConstraintKind::Other => "other",
+        }
+    }
+
+    /// The attributes an attribute list has, in collection wire order (the wire carries
+    /// the index; [`ConstraintKind::Other`] last).
+    pub const LIST_ATTRIBUTES: [ConstraintKind; 14] = [
+        ConstraintKind::Format,
+        ConstraintKind::Modifier,
+        ConstraintKind::Width,
+        ConstraintKind::Height,
+        ConstraintKind::MinBuffers,
+        ConstraintKind::MaxBuffers,
+        ConstraintKind::Align,
+        ConstraintKind::StrideAlign,
+        ConstraintKind::OffsetAlign,
+        ConstraintKind::MinSize,
+        ConstraintKind::CpuAccess,
+        ConstraintKind::Domain,
+        ConstraintKind::ReadOnly,
+        ConstraintKind::Other,
+    ];
+
+    /// The attribute of an attribute list this constraint is about: an implicit/explicit
+    /// clash is a modifier matter, and what a list cannot express (copies, fallback
+    /// groups) is [`ConstraintKind::Other`].
+    pub const fn list_attribute(self) -> ConstraintKind {
+        match self {
+            ConstraintKind::Implicit => ConstraintKind::Modifier,
+            ConstraintKind::Copy | ConstraintKind::FallbackGroups => ConstraintKind::Other,
+            other => other,
         }
     }
 
@@ -77,7 +114,7 @@ impl serde::Serialize for ConstraintKind {
     }
 }
 
-/// One reason the participants cannot share a buffer.
+/// One reason the participants cannot share a buffer, or a collection's list is refused.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Conflict {
     /// The participants in the way, by name.
@@ -85,11 +122,13 @@ pub struct Conflict {
     pub constraint: ConstraintKind,
     /// What exactly clashes, for people.
     pub detail: String,
-    /// The nearest change that would make the constraint satisfiable.
+    /// The nearest change that would make the constraint satisfiable; empty where there is
+    /// no change to suggest (a collection's validation says only what fails).
     pub fix: String,
 }
 
 impl Conflict {
+    /// A conflict about `constraint`, naming `participants`.
     pub fn new(
         participants: impl IntoIterator<Item = impl Into<String>>,
         constraint: ConstraintKind,
@@ -103,18 +142,21 @@ impl Conflict {
             fix: fix.into(),
         }
     }
+
+    /// This conflict as an attribute list's: its constraint as
+    /// [`ConstraintKind::list_attribute`] names it.
+    pub fn of_list(self) -> Conflict {
+        Conflict { constraint: self.constraint.list_attribute(), ..self }
+    }
 }
 
 impl fmt::Display for Conflict {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} [{}]: {}; fix: {}",
-            self.constraint,
-            self.participants.join(", "),
-            self.detail,
-            self.fix
-        )
+        write!(f, "{} [{}]: {}", self.constraint, self.participants.join(", "), self.detail)?;
+        if !self.fix.is_empty() {
+            write!(f, "; fix: {}", self.fix)?;
+        }
+        Ok(())
     }
 }
 

@@ -5,25 +5,56 @@ use super::conflict::{dedup, set_of, Conflict, ConstraintKind};
 use super::participant::{CpuAccess, Domain, ExtentRange, Participant, Usage};
 use crate::sync::{SyncMethod, SyncMethods};
 
-/// The constraints of several participants, merged.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Merged {
-    /// Sum of everyone's `min_buffers`, at least 1.
+/// What every buffer of one collection must honour, merged from its participants'
+/// [`Constraints`](super::Constraints): the one constraint set that negotiation gives
+/// ([`Allocation`](super::Allocation)), a collection reconciles
+/// ([`Reconciled`](crate::collection::Reconciled)) and the engine allocates by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferConstraints {
+    /// Buffers in the collection: the sum of everyone's `min_buffers`, at least 1.
     pub buffers: u32,
     /// The smallest of everyone's `max_buffers` (`None`: nobody set one). Never less than
     /// `buffers` when there is no conflict.
     pub max_buffers: Option<u32>,
-    /// Maximum of everyone's `min_size`.
+    /// The least size of each buffer's file in bytes: the maximum of everyone's `min_size`.
     pub min_size: u64,
-    /// Maximum of everyone's `offset_align` (powers of two).
+    /// Alignment of every plane's offset in its file: the maximum of everyone's (powers of
+    /// two, so it satisfies each).
     pub offset_align: u64,
-    /// Maximum of everyone's `align` (all powers of two, so it satisfies each).
+    /// Base address alignment in bytes (a power of two).
     pub align: u64,
+    /// Row pitch alignment in bytes (a power of two).
     pub stride_align: u64,
+    /// The union of everyone's CPU access.
+    pub cpu_access: CpuAccess,
+    /// The one memory domain.
+    pub domain: Domain,
+}
+
+impl Default for BufferConstraints {
+    /// One buffer, no alignment beyond a byte, no minimum size, no CPU access, any memory.
+    fn default() -> Self {
+        BufferConstraints {
+            buffers: 1,
+            max_buffers: None,
+            min_size: 0,
+            offset_align: 1,
+            align: 1,
+            stride_align: 1,
+            cpu_access: CpuAccess::None,
+            domain: Domain::Any,
+        }
+    }
+}
+
+/// The constraints of several participants, merged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Merged {
+    /// What every buffer honours.
+    pub constraints: BufferConstraints,
+    /// Extents every participant accepts.
     pub width: ExtentRange,
     pub height: ExtentRange,
-    pub cpu_access: CpuAccess,
-    pub domain: Domain,
     /// Participants that are not read-only, in input order.
     pub writers: Vec<String>,
     /// The best sync method every participant supports (cpu-wait at worst, which all do).
@@ -158,16 +189,9 @@ pub(crate) fn merge(parts: &[&Participant], rules: MergeRules) -> (Merged, Vec<C
 
     (
         Merged {
-            buffers,
-            max_buffers,
-            min_size,
-            offset_align,
-            align,
-            stride_align,
+            constraints: BufferConstraints { buffers, max_buffers, min_size, offset_align, align, stride_align, cpu_access, domain },
             width,
             height,
-            cpu_access,
-            domain,
             writers,
             sync,
         },

@@ -30,7 +30,7 @@ pub mod reconcile;
 pub mod report;
 
 pub use conflict::{Conflict, ConstraintKind, MAX_NAMES_SHOWN};
-pub use constraints::Merged;
+pub use constraints::{BufferConstraints, Merged};
 pub use copy_plan::{
     Conversion, ConversionKind, CopyGroup, CopyPlan, CopyPlanError, MAX_COPY_PARTICIPANTS,
 };

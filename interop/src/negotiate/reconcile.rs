@@ -7,10 +7,10 @@ use std::fmt;
 use tracing::debug;
 
 use super::conflict::{dedup, set_of, Conflict, ConstraintKind};
-use super::constraints::{merge, MergeRules, Merged};
+use super::constraints::{merge, BufferConstraints, MergeRules, Merged};
 use super::implicit::{AllocationRequest, ModifierSupport};
 use super::limits::MAX_PARTICIPANTS;
-use super::participant::{CpuAccess, Domain, ExtentRange, Participant};
+use super::participant::{ExtentRange, Participant};
 use crate::sync::SyncMethod;
 use crate::{Format, FormatSet, Fourcc, Layout, Modifier};
 
@@ -46,23 +46,11 @@ impl ChainLayout {
 pub struct Allocation {
     pub fourcc: Fourcc,
     pub layout: ChainLayout,
-    /// Buffers in the collection: the sum of everyone's `min_buffers` (at least 1).
-    pub buffers: u32,
-    /// The most buffers every participant can use (`None`: no limit); at least `buffers`.
-    pub max_buffers: Option<u32>,
-    /// The least size of each buffer's file in bytes.
-    pub min_size: u64,
-    /// Alignment of every plane's offset in its file (a power of two).
-    pub offset_align: u64,
-    /// Base address alignment in bytes (a power of two).
-    pub align: u64,
-    /// Row pitch alignment in bytes (a power of two).
-    pub stride_align: u64,
+    /// What every buffer honours: count, alignments, size, CPU access, domain.
+    pub constraints: BufferConstraints,
     /// Extents every participant accepts.
     pub width: ExtentRange,
     pub height: ExtentRange,
-    pub cpu_access: CpuAccess,
-    pub domain: Domain,
     /// The participants sharing it, in input order.
     pub participants: Vec<String>,
     /// The participants that may write it (not read-only).
@@ -82,16 +70,9 @@ impl Allocation {
         Allocation {
             fourcc,
             layout,
-            buffers: m.buffers,
-            max_buffers: m.max_buffers,
-            min_size: m.min_size,
-            offset_align: m.offset_align,
-            align: m.align,
-            stride_align: m.stride_align,
+            constraints: m.constraints,
             width: m.width,
             height: m.height,
-            cpu_access: m.cpu_access,
-            domain: m.domain,
             participants,
             writers: m.writers,
             sync: m.sync,
@@ -176,7 +157,7 @@ pub(crate) fn reconcile_refs(
     match format {
         Ok(_) if !conflicts.is_empty() => Err(Conflicts(conflicts)),
         Ok((fourcc, layout)) => {
-            debug!(fourcc = %fourcc.trimmed(), ?layout, buffers = merged.buffers, "reconciled");
+            debug!(fourcc = %fourcc.trimmed(), ?layout, buffers = merged.constraints.buffers, "reconciled");
             let names = parts.iter().map(|p| p.name.clone()).collect();
             Ok(Allocation::from_merged(fourcc, layout, merged, names))
         }

@@ -135,8 +135,8 @@ impl Report {
             format: Some(a.fourcc.trimmed()),
             modifiers: a.layout.modifiers().to_vec(),
             implicit: a.layout.is_implicit(),
-            buffers: Some(a.buffers),
-            alignment: Some(a.align),
+            buffers: Some(a.constraints.buffers),
+            alignment: Some(a.constraints.align),
             sync: Some(a.sync),
             gst_caps: caps_of(a),
             modifier_names: a.layout.modifiers().iter().map(|m| m.kernel_label()).collect(),
@@ -234,13 +234,13 @@ pub fn human(n: &Negotiation) -> String {
             let _ = writeln!(
                 s,
                 "  buffers {}, alignment {}, stride alignment {}, width {}, height {}, cpu-access {}, domain {}",
-                a.buffers,
-                a.align,
-                a.stride_align,
+                a.constraints.buffers,
+                a.constraints.align,
+                a.constraints.stride_align,
                 a.width,
                 a.height,
-                a.cpu_access.name(),
-                a.domain.name()
+                a.constraints.cpu_access.name(),
+                a.constraints.domain.name()
             );
             let _ = writeln!(
                 s,
@@ -248,13 +248,13 @@ pub fn human(n: &Negotiation) -> String {
                 a.participants.join(", "),
                 a.writers.join(", ")
             );
-            if a.max_buffers.is_some() || a.min_size > 0 || a.offset_align > 1 {
+            if a.constraints.max_buffers.is_some() || a.constraints.min_size > 0 || a.constraints.offset_align > 1 {
                 let _ = writeln!(
                     s,
                     "  max buffers {}, min size {}, offset alignment {}",
-                    a.max_buffers.map_or_else(|| "none".to_owned(), |m| m.to_string()),
-                    a.min_size,
-                    a.offset_align
+                    a.constraints.max_buffers.map_or_else(|| "none".to_owned(), |m| m.to_string()),
+                    a.constraints.min_size,
+                    a.constraints.offset_align
                 );
             }
             let _ = writeln!(s, "  sync: {}", a.sync);
@@ -278,8 +278,8 @@ pub fn human(n: &Negotiation) -> String {
                     a.participants.join(", "),
                     a.fourcc.trimmed(),
                     mods(a.layout.modifiers()),
-                    a.buffers,
-                    a.align,
+                    a.constraints.buffers,
+                    a.constraints.align,
                     a.sync
                 );
             }

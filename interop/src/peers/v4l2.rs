@@ -14,6 +14,7 @@
 //! but name different things: V4L2 `XR24` (XBGR32) happens to be DRM `XR24`, V4L2 `NV12` is
 //! DRM `NV12`, but V4L2 `RGBP` is DRM `RG16`. The table is the only place they meet.
 
+use crate::dmabuf::PlaneLayout;
 use crate::sync::SyncMethods;
 use crate::{format_info, Format, FormatSet, Fourcc, Modifier, TileLayout};
 
@@ -264,21 +265,11 @@ pub struct V4l2PlaneFormat {
     pub planes: Vec<V4l2Plane>,
 }
 
-/// Where one image plane lies.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PlaneLayout {
-    /// Which buffer (V4L2 plane, dma-buf fd) holds it.
-    pub buffer: usize,
-    pub offset: u64,
-    pub stride: u64,
-    /// Bytes of this plane (for a plane alone in its buffer: the buffer's `sizeimage`).
-    pub size: u64,
-}
-
-/// Maps a `v4l2_format` to per-plane layouts. In a single buffer the chroma planes follow
-/// the (tile-aligned) luma plane, with strides derived from `bytesperline` as V4L2 defines
-/// them (NV12: the same; YUV420: half); in the `M` variants each plane sits at offset 0 of
-/// its own buffer with its own `bytesperline`.
+/// Maps a `v4l2_format` to per-plane layouts (`object`: the V4L2 buffer, one dma-buf fd).
+/// In a single buffer the chroma planes follow the (tile-aligned) luma plane, with strides
+/// derived from `bytesperline` as V4L2 defines them (NV12: the same; YUV420: half); in the
+/// `M` variants each plane sits at offset 0 of its own buffer with its own `bytesperline`
+/// and spans the buffer's `sizeimage`.
 pub fn plane_layouts(fmt: &V4l2PlaneFormat) -> Result<Vec<PlaneLayout>, V4l2Error> {
     let entry = lookup_code(fmt.pixelformat)
         .ok_or_else(|| V4l2Error::UnknownPixelFormat(Fourcc::from_code(fmt.pixelformat).padded()))?;
@@ -303,7 +294,7 @@ pub fn plane_layouts(fmt: &V4l2PlaneFormat) -> Result<Vec<PlaneLayout>, V4l2Erro
     for (i, p) in info.planes.iter().enumerate() {
         let rows = aligned_height.div_ceil(u64::from(p.vsub));
         let min = info.min_stride(i, fmt.width);
-        let (buffer, stride) = if expected == 1 {
+        let (object, stride) = if expected == 1 {
             let bpl = u64::from(luma.bytesperline);
             (0, (bpl * u64::from(p.cpp)).div_ceil(cpp0 * u64::from(p.hsub)))
         } else {
@@ -315,14 +306,14 @@ pub fn plane_layouts(fmt: &V4l2PlaneFormat) -> Result<Vec<PlaneLayout>, V4l2Erro
         }
         let need = stride.checked_mul(rows).ok_or(overflow.clone())?;
         if expected == 1 {
-            layouts.push(PlaneLayout { buffer, offset, stride, size: need });
+            layouts.push(PlaneLayout { object, offset, stride, size: need });
             offset = offset.checked_add(need).ok_or(overflow.clone())?;
         } else {
             let size = fmt.planes.get(i).map_or(0, |pl| u64::from(pl.sizeimage));
             if size < need {
                 return Err(V4l2Error::PlaneTooSmall { name, plane: i, size, need });
             }
-            layouts.push(PlaneLayout { buffer, offset: 0, stride, size });
+            layouts.push(PlaneLayout { object, offset: 0, stride, size });
         }
     }
     if expected == 1 && u64::from(luma.sizeimage) < offset {
@@ -443,8 +434,8 @@ mod tests {
         assert_eq!(
             l,
             vec![
-                PlaneLayout { buffer: 0, offset: 0, stride: 2048, size: 2048 * 1080 },
-                PlaneLayout { buffer: 0, offset: 2048 * 1080, stride: 2048, size: 2048 * 540 },
+                PlaneLayout { object: 0, offset: 0, stride: 2048, size: 2048 * 1080 },
+                PlaneLayout { object: 0, offset: 2048 * 1080, stride: 2048, size: 2048 * 540 },
             ]
         );
     }
@@ -461,8 +452,8 @@ mod tests {
         assert_eq!(
             l,
             vec![
-                PlaneLayout { buffer: 0, offset: 0, stride: 1920, size: 1920 * 1080 },
-                PlaneLayout { buffer: 1, offset: 0, stride: 1920, size: 1920 * 540 },
+                PlaneLayout { object: 0, offset: 0, stride: 1920, size: 1920 * 1080 },
+                PlaneLayout { object: 1, offset: 0, stride: 1920, size: 1920 * 540 },
             ]
         );
     }

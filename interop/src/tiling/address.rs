@@ -2,8 +2,13 @@
 //!
 //! Every layout reduces to a tile index (which tile holds the byte) and an offset inside the
 //! tile. These functions are the single definition of both: the CPU copy loops call them in
-//! both directions, and `shaders/tile.comp` mirrors them line for line (keep the two in step;
-//! the `AddressKind` discriminants are the shader's `layout_kind` values).
+//! both directions, and `shaders/tiled_address.glsl` mirrors them line for line (keep the two
+//! in step; the `AddressKind` discriminants are the shader's `KIND_*` constants, and a test
+//! reads the shader to check them).
+//!
+//! A layout whose address no family here describes gets a new [`AddressKind`]: its variant,
+//! its arms in [`PlaneAddress::offset`] and [`PlaneAddress::run_bytes`], and its mirror in the
+//! shader (the `test-layout` feature's `FlippedRows` is the example).
 
 use super::geometry::PlaneGeometry;
 
@@ -22,6 +27,10 @@ pub enum AddressKind {
     SamsungZFlipZ = 3,
     /// NVIDIA 16Bx2 block linear: blocks of 64 bytes x `tile_height` rows (2^N GOBs).
     NvidiaBlock = 4,
+    /// The `test-layout` feature's made-up family: row-major tiles whose rows are stored
+    /// bottom-up.
+    #[cfg(feature = "test-layout")]
+    FlippedRows = 5,
 }
 
 /// Everything the address function of one plane needs.
@@ -102,6 +111,8 @@ impl PlaneAddress {
                 (zflipz_tile_index(tx, ty, self.tiles_x, self.tiles_y), iy as u64 * tw as u64 + ix as u64)
             }
             AddressKind::NvidiaBlock => (row_major, (iy / 8) as u64 * 512 + nvidia_gob_offset(ix, iy) as u64),
+            #[cfg(feature = "test-layout")]
+            AddressKind::FlippedRows => (row_major, (th - 1 - iy) as u64 * tw as u64 + ix as u64),
         };
         tile_index.wrapping_mul(tile_bytes).wrapping_add(inner)
     }
@@ -133,6 +144,8 @@ impl PlaneAddress {
             AddressKind::Linear => u32::MAX,
             AddressKind::RowMajorTiles | AddressKind::SamsungZFlipZ => self.tile_width,
             AddressKind::I915Y | AddressKind::NvidiaBlock => 16,
+            #[cfg(feature = "test-layout")]
+            AddressKind::FlippedRows => self.tile_width,
         }
     }
 }

@@ -12,7 +12,7 @@ const uint KIND_I915_Y = 2u;
 const uint KIND_SAMSUNG_Z_FLIP_Z = 3u;
 const uint KIND_NVIDIA_BLOCK = 4u;
 #ifdef DMABRIDGE_TEST_LAYOUT
-const uint KIND_FLIPPED_ROWS = 5u;
+const uint KIND_INTERLACED_TILES = 5u;
 #endif
 
 struct TiledPlane {
@@ -55,8 +55,9 @@ uint plane_address(TiledPlane p, uint x, uint y) {
         inner = (iy >> 3) * 512u + nvidia_gob_offset(ix, iy);
     }
 #ifdef DMABRIDGE_TEST_LAYOUT
-    else if (p.kind == KIND_FLIPPED_ROWS) {
-        inner = (((1u << p.thl) - 1u - iy) << p.twl) + ix;
+    else if (p.kind == KIND_INTERLACED_TILES) {
+        uint row = (iy & 1u) == 0u ? iy >> 1 : (1u << (p.thl - 1u)) + (iy >> 1);
+        inner = (row << p.twl) + ix;
     }
 #endif
     return (tile_index << (p.twl + p.thl)) + inner;

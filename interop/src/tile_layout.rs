@@ -45,7 +45,7 @@ pub enum TileLayout {
     /// The made-up layout of the `test-layout` feature (see [`TEST_MODIFIER`]): the proof
     /// that a layout is one row plus an address function.
     #[cfg(feature = "test-layout")]
-    TestFlipped16x16,
+    TestInterlaced16x16,
 }
 
 /// How wide a tile is.
@@ -242,10 +242,10 @@ pub const TILE_LAYOUTS: &[LayoutInfo] = &[
     nvidia(5, "nvidia-block-linear-v5", DrmModifier::Nvidia_16bx2_block_thirtytwo_gob),
     #[cfg(feature = "test-layout")]
     LayoutInfo {
-        layout: TileLayout::TestFlipped16x16,
-        name: "test-flipped-16x16",
+        layout: TileLayout::TestInterlaced16x16,
+        name: "test-interlaced-16x16",
         drm: Some(DrmModifier::Unrecognized(TEST_MODIFIER.raw())),
-        address: AddressKind::FlippedRows,
+        address: AddressKind::InterlacedTiles,
         tiles: same(Tile::bytes(16, 16)),
         only: None,
         gst: None,
@@ -382,14 +382,26 @@ mod tests {
                 assert_eq!(plane.padded_width_bytes % (t.width_bytes(cpp) * t.row_tiles), 0);
                 assert_eq!(plane.padded_rows % t.height, 0);
                 assert_eq!(plane.size, plane.padded_width_bytes as u64 * plane.padded_rows as u64);
-                // The address function is a bijection of the padded plane onto itself.
+                // The address function is a bijection of the padded plane onto itself, and
+                // has the shape the CPU fast path relies on (see `tiling::address`).
                 let a = PlaneAddress::of(plane);
+                let (tw, th) = (plane.tile_width, plane.tile_height);
+                let tile_bytes = u64::from(tw) * u64::from(th);
+                let band_bytes = tile_bytes * u64::from(plane.tiles_x) * if r.address == AddressKind::SamsungZFlipZ { 2 } else { 1 };
+                let band_rows = if r.address == AddressKind::SamsungZFlipZ { 2 * th } else { th };
+                let run = a.run_bytes().min(tw);
+                assert_eq!(a.offset(0, 0), 0, "{} plane {p}: tile (0, 0) comes first", r.name);
                 let mut seen = vec![false; plane.size as usize];
                 for y in 0..plane.padded_rows {
                     for x in 0..plane.padded_width_bytes {
-                        let o = a.checked_offset(x, y).expect("inside the plane") as usize;
-                        assert!(!seen[o], "{} plane {p}: ({x},{y}) lands on {o} twice", r.name);
-                        seen[o] = true;
+                        let o = a.checked_offset(x, y).expect("inside the plane");
+                        assert!(!seen[o as usize], "{} plane {p}: ({x},{y}) lands on {o} twice", r.name);
+                        seen[o as usize] = true;
+                        let base = a.offset(x / tw * tw, y / th * th);
+                        assert_eq!(base % tile_bytes, 0, "{} plane {p}: tile of ({x},{y}) starts mid-tile", r.name);
+                        assert_eq!(o - base, a.offset(x % tw, y % th) - a.offset(0, 0), "{} plane {p}: ({x},{y}) inside its tile", r.name);
+                        assert_eq!(o / band_bytes, u64::from(y / band_rows), "{} plane {p}: ({x},{y}) outside its band", r.name);
+                        assert_eq!(o, a.offset(x / run * run, y) + u64::from(x % run), "{} plane {p}: ({x},{y}) not in its run", r.name);
                     }
                 }
             }

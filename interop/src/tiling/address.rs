@@ -8,7 +8,12 @@
 //!
 //! A layout whose address no family here describes gets a new [`AddressKind`]: its variant,
 //! its arms in [`PlaneAddress::offset`] and [`PlaneAddress::run_bytes`], and its mirror in the
-//! shader (the `test-layout` feature's `FlippedRows` is the example).
+//! shader (the `test-layout` feature's `InterlacedTiles` is the example). The CPU fast path
+//! (`fast`) relies on what every family here has, and the layout table's tests check for
+//! every row: tile (0, 0) comes first, each tile is `tile_width * tile_height` contiguous
+//! bytes starting at the address of its first byte and laid out inside as every other tile,
+//! each row of tiles (two, for Z-flip-Z) fills a contiguous band, and a row's bytes are
+//! contiguous in runs of [`PlaneAddress::run_bytes`].
 
 use super::geometry::PlaneGeometry;
 
@@ -27,10 +32,10 @@ pub enum AddressKind {
     SamsungZFlipZ = 3,
     /// NVIDIA 16Bx2 block linear: blocks of 64 bytes x `tile_height` rows (2^N GOBs).
     NvidiaBlock = 4,
-    /// The `test-layout` feature's made-up family: row-major tiles whose rows are stored
-    /// bottom-up.
+    /// The `test-layout` feature's made-up family: row-major tiles, each holding its even
+    /// rows and then its odd rows.
     #[cfg(feature = "test-layout")]
-    FlippedRows = 5,
+    InterlacedTiles = 5,
 }
 
 /// Everything the address function of one plane needs.
@@ -112,7 +117,10 @@ impl PlaneAddress {
             }
             AddressKind::NvidiaBlock => (row_major, (iy / 8) as u64 * 512 + nvidia_gob_offset(ix, iy) as u64),
             #[cfg(feature = "test-layout")]
-            AddressKind::FlippedRows => (row_major, (th - 1 - iy) as u64 * tw as u64 + ix as u64),
+            AddressKind::InterlacedTiles => {
+                let row = if iy % 2 == 0 { iy / 2 } else { th / 2 + iy / 2 };
+                (row_major, row as u64 * tw as u64 + ix as u64)
+            }
         };
         tile_index.wrapping_mul(tile_bytes).wrapping_add(inner)
     }
@@ -145,7 +153,7 @@ impl PlaneAddress {
             AddressKind::RowMajorTiles | AddressKind::SamsungZFlipZ => self.tile_width,
             AddressKind::I915Y | AddressKind::NvidiaBlock => 16,
             #[cfg(feature = "test-layout")]
-            AddressKind::FlippedRows => self.tile_width,
+            AddressKind::InterlacedTiles => self.tile_width,
         }
     }
 }

@@ -14,9 +14,9 @@
 //! but name different things: V4L2 `XR24` (XBGR32) happens to be DRM `XR24`, V4L2 `NV12` is
 //! DRM `NV12`, but V4L2 `RGBP` is DRM `RG16`. The table is the only place they meet.
 
-use crate::sync::SyncMethods;
 use std::sync::LazyLock;
 
+use crate::sync::SyncMethods;
 use crate::tile_layout::{LayoutInfo, TILE_LAYOUTS};
 use crate::{format_info, Format, FormatSet, Fourcc, TileLayout};
 
@@ -101,7 +101,13 @@ const fn linear(name: &'static str, pixfmt: &[u8; 4], drm: Fourcc, mem_planes: u
     }
 }
 
-const fn tiled(name: &'static str, pixfmt: &[u8; 4], mapping: V4l2Mapping, mem_planes: u8, align: (u32, u32)) -> V4l2Entry {
+const fn tiled(
+    name: &'static str,
+    pixfmt: &[u8; 4],
+    mapping: V4l2Mapping,
+    mem_planes: u8,
+    align: (u32, u32),
+) -> V4l2Entry {
     V4l2Entry { name, pixfmt: fcc(pixfmt), mapping, mem_planes, stride_align: align.0, height_align: align.1 }
 }
 

@@ -19,9 +19,14 @@ pub(crate) mod imp {
     /// What the sink takes: the decoders' tiled NV12 layouts (every layout with a GStreamer
     /// name in dmabridge's layout table), linear NV12/P010, 8-bit RGB.
     pub(crate) static SINK_FORMATS: LazyLock<Vec<VideoFormat>> = LazyLock::new(|| {
-        let tiled = TILE_LAYOUTS.iter().filter_map(|r| VideoFormat::iter_raw().find(|f| Some(f.to_str().as_str()) == r.gst));
+        // GStreamer lists its raw formats once initialised: always so inside the plugin, not
+        // necessarily in a unit test (init is a no-op the second time).
+        let tiled: Vec<VideoFormat> = match gst::init() {
+            Ok(()) => TILE_LAYOUTS.iter().filter_map(|r| VideoFormat::iter_raw().find(|f| Some(f.to_str().as_str()) == r.gst)).collect(),
+            Err(_) => Vec::new(),
+        };
         let linear = [VideoFormat::Nv12, VideoFormat::P01010le, VideoFormat::Bgrx, VideoFormat::Bgra, VideoFormat::Rgbx, VideoFormat::Rgba];
-        tiled.chain(linear).collect()
+        tiled.into_iter().chain(linear).collect()
     });
 
     /// What the source writes.

@@ -65,6 +65,9 @@ fn run(cmd: &mut Command, what: &str) {
 pub fn compile_dir(dir: &str) {
     let out_dir = PathBuf::from(std::env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
     let (glslc, spirv_val) = (tool("glslc"), tool("spirv-val"));
+    // The `test-layout` feature's made-up layout has its address function in the shader
+    // too (shaders/tiled_address.glsl), behind this define.
+    let test_layout = std::env::var_os("CARGO_FEATURE_TEST_LAYOUT").is_some();
     println!("cargo:rerun-if-changed={dir}");
     // Included files (`#include "x.glsl"`) are not compiled on their own, but a change to
     // one must rebuild the shaders that include it.
@@ -80,7 +83,9 @@ pub fn compile_dir(dir: &str) {
         let spv = out_dir.join(format!("{stem}.spv"));
         run(
             Command::new(&glslc)
-                .args(["--target-env=vulkan1.1", "-O", "-Werror", &format!("-fshader-stage={stage}"), "-o"])
+                .args(["--target-env=vulkan1.1", "-O", "-Werror", &format!("-fshader-stage={stage}")])
+                .args(test_layout.then_some("-DDMABRIDGE_TEST_LAYOUT"))
+                .arg("-o")
                 .arg(&spv)
                 .arg(&src),
             &format!("compiling {src}"),

@@ -56,7 +56,7 @@ uint uv_byte(uint a) { return (uvdata[a >> 2] >> ((a & 3u) * 8u)) & 0xffu; }
 
 // Byte address of byte x of row y of the Y (uv == false) or UV plane.
 uint plane_byte(bool uv, uint x, uint y) {
-    if (pc.tiled_kind == 0u) {
+    if (pc.tiled_kind == KIND_LINEAR) {
         return uv ? pc.uv_offset + y * pc.uv_stride + x : pc.y_offset + y * pc.y_stride + x;
     }
     uint t = uv ? pc.uv_tiles : pc.y_tiles;

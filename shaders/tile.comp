@@ -31,7 +31,7 @@ layout(std430, set = 0, binding = 1) buffer Dst4 { uvec4 dst4[]; };
 // std430, 16 x uint = 64 bytes; Rust: dmabridge_interop::tiling::gpu::TilePushConstants.
 layout(push_constant) uniform PushConstants {
     uint mode;            // 0 detile (any alignment), 1 tile, 2 detile (4-aligned linear side)
-    uint layout_kind;     // 0 linear, 1 row-major tiles, 2 i915-y, 3 samsung z-flip-z, 4 nvidia block
+    uint layout_kind;     // AddressKind: a KIND_ constant of tiled_address.glsl
     uint width_bytes;     // visible bytes per row
     uint rows;            // visible rows
     uint tile_width_log2; // tile width in bytes = 1 << this
@@ -58,7 +58,7 @@ uint tiled_address(uint x, uint y) {
 
 // True when 16 bytes of a row starting at a multiple of 16 are contiguous on the tiled side.
 bool runs_of_16() {
-    return pc.layout_kind != 1u || pc.tile_width_log2 >= 4u;
+    return pc.layout_kind != KIND_ROW_MAJOR_TILES || pc.tile_width_log2 >= 4u;
 }
 
 uint src_byte(uint a) {

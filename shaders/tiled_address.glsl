@@ -4,8 +4,19 @@
 // for every layout, so they arrive as log2 and the address needs no integer division
 // (lavapipe has no SIMD divide and scalarises it).
 
+// AddressKind (interop/src/tiling/address.rs): each variant's discriminant, named as the
+// variant in capitals; interop's tile_layout tests read these lines and fail when they differ.
+const uint KIND_LINEAR = 0u;
+const uint KIND_ROW_MAJOR_TILES = 1u;
+const uint KIND_I915_Y = 2u;
+const uint KIND_SAMSUNG_Z_FLIP_Z = 3u;
+const uint KIND_NVIDIA_BLOCK = 4u;
+#ifdef DMABRIDGE_TEST_LAYOUT
+const uint KIND_INTERLACED_TILES = 5u;
+#endif
+
 struct TiledPlane {
-    uint kind;     // AddressKind: 0 linear, 1 row-major tiles, 2 i915-y, 3 samsung z-flip-z, 4 nvidia block
+    uint kind;     // one of the KIND_ constants above
     uint twl;      // log2 of the tile width in bytes
     uint thl;      // log2 of the tile height in rows
     uint tiles_x;
@@ -29,19 +40,25 @@ uint nvidia_gob_offset(uint x, uint y) {
 }
 
 uint plane_address(TiledPlane p, uint x, uint y) {
-    if (p.kind == 0u) {
+    if (p.kind == KIND_LINEAR) {
         return y * p.pitch + x;
     }
     uint tx = x >> p.twl, ty = y >> p.thl;
     uint ix = x & ((1u << p.twl) - 1u), iy = y & ((1u << p.thl) - 1u);
     uint tile_index = ty * p.tiles_x + tx;
     uint inner = (iy << p.twl) + ix;
-    if (p.kind == 2u) {
+    if (p.kind == KIND_I915_Y) {
         inner = (ix >> 4) * 512u + iy * 16u + (ix & 15u);
-    } else if (p.kind == 3u) {
+    } else if (p.kind == KIND_SAMSUNG_Z_FLIP_Z) {
         tile_index = zflipz_tile_index(tx, ty, p.tiles_x, p.tiles_y);
-    } else if (p.kind == 4u) {
+    } else if (p.kind == KIND_NVIDIA_BLOCK) {
         inner = (iy >> 3) * 512u + nvidia_gob_offset(ix, iy);
     }
+#ifdef DMABRIDGE_TEST_LAYOUT
+    else if (p.kind == KIND_INTERLACED_TILES) {
+        uint row = (iy & 1u) == 0u ? iy >> 1 : (1u << (p.thl - 1u)) + (iy >> 1);
+        inner = (row << p.twl) + ix;
+    }
+#endif
     return (tile_index << (p.twl + p.thl)) + inner;
 }

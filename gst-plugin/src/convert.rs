@@ -4,6 +4,7 @@ pub(crate) mod imp {
     use std::sync::{LazyLock, Mutex, PoisonError};
 
     use dmabridge::interop::tiling::{ColourMatrix, ColourRange, FrameConversion};
+    use dmabridge::interop::tile_layout::TILE_LAYOUTS;
     use dmabridge::interop::{Fourcc, TileLayout};
     use dmabridge::{ConvertPath, Converter, Engine, EngineOptions};
     use gst::glib;
@@ -15,20 +16,18 @@ pub(crate) mod imp {
     static CAT: LazyLock<gst::DebugCategory> =
         LazyLock::new(|| gst::DebugCategory::new("dmabridgeconvert", gst::DebugColorFlags::empty(), Some("dmabridge conversions")));
 
-    /// What the sink takes: the decoders' tiled NV12 layouts, linear NV12/P010, 8-bit RGB.
-    pub(crate) const SINK_FORMATS: [VideoFormat; 11] = [
-        VideoFormat::Nv124l4,
-        VideoFormat::Nv1232l32,
-        VideoFormat::Nv1264z32,
-        VideoFormat::Nv1216l32s,
-        VideoFormat::Nv128l128,
-        VideoFormat::Nv12,
-        VideoFormat::P01010le,
-        VideoFormat::Bgrx,
-        VideoFormat::Bgra,
-        VideoFormat::Rgbx,
-        VideoFormat::Rgba,
-    ];
+    /// What the sink takes: the decoders' tiled NV12 layouts (every layout with a GStreamer
+    /// name in dmabridge's layout table), linear NV12/P010, 8-bit RGB.
+    pub(crate) static SINK_FORMATS: LazyLock<Vec<VideoFormat>> = LazyLock::new(|| {
+        // GStreamer lists its raw formats once initialised: always so inside the plugin, not
+        // necessarily in a unit test (init is a no-op the second time).
+        let tiled: Vec<VideoFormat> = match gst::init() {
+            Ok(()) => TILE_LAYOUTS.iter().filter_map(|r| VideoFormat::iter_raw().find(|f| Some(f.to_str().as_str()) == r.gst)).collect(),
+            Err(_) => Vec::new(),
+        };
+        let linear = [VideoFormat::Nv12, VideoFormat::P01010le, VideoFormat::Bgrx, VideoFormat::Bgra, VideoFormat::Rgbx, VideoFormat::Rgba];
+        tiled.into_iter().chain(linear).collect()
+    });
 
     /// What the source writes.
     pub(crate) const SRC_FORMATS: [VideoFormat; 5] = [VideoFormat::Nv12, VideoFormat::Bgrx, VideoFormat::Bgra, VideoFormat::Rgbx, VideoFormat::Rgba];
@@ -36,12 +35,10 @@ pub(crate) mod imp {
     /// dmabridge's (layout, fourcc) for a GStreamer format. GStreamer's tiled NV12 buffers are
     /// laid out as dmabridge's tiled buffers (planes padded to whole tiles, back to back).
     pub(crate) fn layout_of(f: VideoFormat) -> Option<(TileLayout, Fourcc)> {
+        if let Some(tiled) = TileLayout::from_gst_name(f.to_str().as_str()) {
+            return Some(tiled);
+        }
         Some(match f {
-            VideoFormat::Nv124l4 => (TileLayout::Nv12_4L4, Fourcc::NV12),
-            VideoFormat::Nv1232l32 => (TileLayout::Allwinner32x32, Fourcc::NV12),
-            VideoFormat::Nv1264z32 => (TileLayout::Samsung64x32, Fourcc::NV12),
-            VideoFormat::Nv1216l32s => (TileLayout::Nv12_16L32S, Fourcc::NV12),
-            VideoFormat::Nv128l128 => (TileLayout::Nv12_8L128, Fourcc::NV12),
             VideoFormat::Nv12 => (TileLayout::Linear, Fourcc::NV12),
             VideoFormat::P01010le => (TileLayout::Linear, Fourcc::P010),
             VideoFormat::Bgrx => (TileLayout::Linear, Fourcc::XRGB8888),
@@ -166,7 +163,7 @@ pub(crate) mod imp {
                 // The sink also takes dma-bufs (GStreamer 1.22's form: memory:DMABuf with a
                 // plain format), read through the layout checks without a copy.
                 let mut sink = caps(&SINK_FORMATS);
-                sink.merge(gst_video::VideoCapsBuilder::new().features([gst_allocators::CAPS_FEATURE_MEMORY_DMABUF]).format_list(SINK_FORMATS).build());
+                sink.merge(gst_video::VideoCapsBuilder::new().features([gst_allocators::CAPS_FEATURE_MEMORY_DMABUF]).format_list(SINK_FORMATS.iter().copied()).build());
                 // The source writes system memory, or dma-bufs where downstream takes them.
                 let mut src = caps(&SRC_FORMATS);
                 src.merge(gst_video::VideoCapsBuilder::new().features([gst_allocators::CAPS_FEATURE_MEMORY_DMABUF]).format_list(SRC_FORMATS).build());

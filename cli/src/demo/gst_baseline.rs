@@ -3,9 +3,9 @@
 //! same run so that `vs_gstreamer` compares like with like.
 //!
 //! ## What is measured
-//! - **detile**: a tiled NV12 frame (`nv12-64z32`, `nv12-32l32`, `nv12-4l4`, `nv12-16l32s`,
-//!   `nv12-8l128`: every dmabridge layout that GStreamer 1.22 has a raw format for) to linear
-//!   NV12;
+//! - **detile**: a tiled NV12 frame, in every dmabridge layout that GStreamer 1.22 has a
+//!   raw format for (the layouts with a GStreamer name in
+//!   [`dmabridge_interop::tile_layout::TILE_LAYOUTS`]), to linear NV12;
 //! - **colour**: linear NV12 to BGRx (DRM XR24).
 //!
 //! The rate is the *output* bytes (the tightly packed linear NV12 image, or the BGRx image)
@@ -93,23 +93,13 @@ pub enum GstCase {
 }
 
 /// The GStreamer format name for a layout, as `rawvideoparse`'s `format` property spells it
-/// (`Samsung64x32` -> `"nv12-64z32"`), for the NV12 layouts that GStreamer 1.22 has a raw
-/// format for. `None` for the others (Intel, Vivante and NVIDIA tilings exist there only as
-/// DRM modifiers on `drm-format` caps, which `videoconvert` does not read), and for `Linear`,
-/// which is no detile case (`videoconvert` would pass it through untouched).
-pub fn gst_format(layout: TileLayout) -> Option<&'static str> {
-    match layout {
-        TileLayout::Samsung64x32 => Some("nv12-64z32"),
-        TileLayout::Allwinner32x32 => Some("nv12-32l32"),
-        TileLayout::Nv12_4L4 => Some("nv12-4l4"),
-        TileLayout::Nv12_16L32S => Some("nv12-16l32s"),
-        TileLayout::Nv12_8L128 => Some("nv12-8l128"),
-        TileLayout::Linear
-        | TileLayout::I915X
-        | TileLayout::I915Y
-        | TileLayout::VivanteTiled
-        | TileLayout::NvidiaBlockLinear(_) => None,
-    }
+/// (the enum nick of the layout's GStreamer name in the table: `NV12_64Z32` ->
+/// `"nv12-64z32"`), for the NV12 layouts that GStreamer 1.22 has a raw format for. `None` for
+/// the others (Intel, Vivante and NVIDIA tilings exist there only as DRM modifiers on
+/// `drm-format` caps, which `videoconvert` does not read), and for `Linear`, which is no
+/// detile case (`videoconvert` would pass it through untouched).
+pub fn gst_format(layout: TileLayout) -> Option<String> {
+    layout.gst_name().map(|name| name.to_ascii_lowercase().replace('_', "-"))
 }
 
 /// Whether gst-launch-1.0 and the needed elements exist (`Err`: the reason they don't).
@@ -192,7 +182,7 @@ pub fn videoconvert_gbps(case: GstCase, width: u32, height: u32, input_frame: &[
 /// The pipeline's parameters for one case and size.
 #[derive(Debug, Clone)]
 struct Spec {
-    format: &'static str,
+    format: String,
     width: u32,
     height: u32,
     /// Input bytes a frame: `rawvideoparse`'s `frame-size` and `filesrc`'s `blocksize`.
@@ -222,7 +212,7 @@ impl Spec {
                     _ => return Err(format!("{case:?}: NV12 with other than two planes")),
                 };
                 let bgrx = u64::from(width) * u64::from(height) * 4;
-                ("nv12", linear.clone(), strides, "video/x-raw,format=BGRx", bgrx)
+                ("nv12".to_owned(), linear.clone(), strides, "video/x-raw,format=BGRx", bgrx)
             }
         };
         let uv_offset = input.planes.get(1).map(|p| p.offset).ok_or_else(|| format!("{case:?}: NV12 without a second plane"))?;

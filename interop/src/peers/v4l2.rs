@@ -14,9 +14,12 @@
 //! but name different things: V4L2 `XR24` (XBGR32) happens to be DRM `XR24`, V4L2 `NV12` is
 //! DRM `NV12`, but V4L2 `RGBP` is DRM `RG16`. The table is the only place they meet.
 
+use std::sync::LazyLock;
+
 use crate::dmabuf::PlaneLayout;
 use crate::sync::SyncMethods;
-use crate::{format_info, Format, FormatSet, Fourcc, Modifier, TileLayout};
+use crate::tile_layout::{LayoutInfo, TILE_LAYOUTS};
+use crate::{format_info, Format, FormatSet, Fourcc, TileLayout};
 
 use super::clip;
 
@@ -109,16 +112,8 @@ const fn tiled(
     V4l2Entry { name, pixfmt: fcc(pixfmt), mapping, mem_planes, stride_align: align.0, height_align: align.1 }
 }
 
-const SAMSUNG_64_32_TILE: Modifier = Modifier::from_vendor(0x04, 1);
-const ALLWINNER_TILED: Modifier = Modifier::from_vendor(0x09, 1);
-
-const fn only(layout: TileLayout) -> V4l2Mapping {
-    V4l2Mapping::DmabridgeOnly { fourcc: Fourcc::NV12, layout }
-}
-
-/// Every V4L2 pixel format dmabridge knows. Tile alignments are from the kernel's
-/// pixfmt-yuv-planar documentation ("line stride and image height must be aligned to ...").
-pub static V4L2_FORMATS: &[V4l2Entry] = &[
+/// The linear V4L2 pixel formats dmabridge knows.
+const LINEAR_FORMATS: &[V4l2Entry] = &[
     linear("NV12", b"NV12", Fourcc::NV12, 1),
     linear("NV21", b"NV21", Fourcc::NV21, 1),
     linear("NV16", b"NV16", Fourcc::NV16, 1),
@@ -139,17 +134,38 @@ pub static V4L2_FORMATS: &[V4l2Entry] = &[
     linear("XBGR32", b"XR24", Fourcc::XRGB8888, 1),
     linear("ABGR32", b"AR24", Fourcc::ARGB8888, 1),
     linear("RGB565", b"RGBP", Fourcc::RGB565, 1),
-    // 64x32 tiles in Z order; the stride is a whole number of Z shapes (2 tiles).
-    tiled("NV12MT", b"TM12", V4l2Mapping::Drm(Format::new(Fourcc::NV12, SAMSUNG_64_32_TILE)), 2, (128, 32)),
-    tiled("NV12_32L32", b"ST12", V4l2Mapping::Drm(Format::new(Fourcc::NV12, ALLWINNER_TILED)), 1, (32, 32)),
-    tiled("NV12_4L4", b"VT12", only(TileLayout::Nv12_4L4), 1, (4, 4)),
-    // MediaTek: 16x32 luma tiles, 16x16 chroma tiles, planes in two buffers.
-    tiled("MM21", b"MM21", only(TileLayout::Nv12_16L32S), 2, (16, 32)),
-    tiled("NV12_8L128", b"AT12", only(TileLayout::Nv12_8L128), 1, (8, 128)),
-    tiled("NV12M_8L128", b"NA12", only(TileLayout::Nv12_8L128), 2, (8, 128)),
+];
+
+/// The tiled formats V4L2 knows whose layout neither DRM nor dmabridge can describe.
+const UNMAPPED_FORMATS: &[V4l2Entry] = &[
     tiled("NV12MT_16X16", b"VM12", V4l2Mapping::Unmapped { fourcc: Fourcc::NV12 }, 2, (16, 16)),
     tiled("NV12_16L16", b"HM12", V4l2Mapping::Unmapped { fourcc: Fourcc::NV12 }, 1, (16, 16)),
 ];
+
+/// The V4L2 pixel formats of a tiled layout, from its row of
+/// [`crate::tile_layout::TILE_LAYOUTS`]: a DRM format where the layout has a modifier,
+/// dmabridge's alone where it has none; the stride and height alignments are its luma tile.
+fn layout_formats(row: &'static LayoutInfo) -> Vec<V4l2Entry> {
+    // A V4L2 pixel format names one fourcc; the table's tests check such a row has it.
+    let Some(fourcc) = row.only else { return Vec::new() };
+    let mapping = match row.layout.modifier() {
+        Some(m) => V4l2Mapping::Drm(Format::new(fourcc, m)),
+        None => V4l2Mapping::DmabridgeOnly { fourcc, layout: row.layout },
+    };
+    let luma = row.tiles[0];
+    let cpp = format_info(fourcc).map_or(1, |i| u32::from(i.planes[0].cpp));
+    let align = (luma.width_bytes(cpp) * luma.row_tiles, luma.height);
+    row.v4l2.iter().map(|v| tiled(v.name, &v.code, mapping, v.mem_planes, align)).collect()
+}
+
+/// Every V4L2 pixel format dmabridge knows: the linear ones, those of the tiled layouts
+/// (from [`crate::tile_layout::TILE_LAYOUTS`]) and the unmapped ones. Tile alignments are
+/// from the kernel's pixfmt-yuv-planar documentation ("line stride and image height must be
+/// aligned to ...").
+pub static V4L2_FORMATS: LazyLock<Vec<V4l2Entry>> = LazyLock::new(|| {
+    let tiled = TILE_LAYOUTS.iter().flat_map(layout_formats);
+    LINEAR_FORMATS.iter().copied().chain(tiled).chain(UNMAPPED_FORMATS.iter().copied()).collect()
+});
 
 /// Why a V4L2 request or format was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -331,12 +347,12 @@ mod tests {
     fn table_keys_are_unique_and_unambiguous() {
         let mut codes = HashSet::new();
         let mut names = HashSet::new();
-        for e in V4L2_FORMATS {
+        for e in V4L2_FORMATS.iter() {
             assert!(codes.insert(e.pixfmt), "duplicate code {}", e.pixfmt);
             assert!(names.insert(e.name.to_ascii_uppercase()), "duplicate name {}", e.name);
         }
         // A string that is one entry's code and another's name would be ambiguous.
-        for e in V4L2_FORMATS {
+        for e in V4L2_FORMATS.iter() {
             for other in V4L2_FORMATS.iter().filter(|o| o.pixfmt != e.pixfmt) {
                 assert!(!other.name.eq_ignore_ascii_case(&e.pixfmt.trimmed()), "{} vs {}", e.name, other.name);
             }
@@ -345,7 +361,7 @@ mod tests {
 
     #[test]
     fn every_entry_has_plane_info_and_consistent_buffers() {
-        for e in V4L2_FORMATS {
+        for e in V4L2_FORMATS.iter() {
             let info =
                 format_info(e.fourcc()).unwrap_or_else(|| panic!("{}: {} not in format_info", e.name, e.fourcc()));
             let planes = info.plane_count();
@@ -357,7 +373,7 @@ mod tests {
 
     #[test]
     fn every_entry_round_trips_through_lookup() {
-        for e in V4L2_FORMATS {
+        for e in V4L2_FORMATS.iter() {
             assert_eq!(lookup(&e.pixfmt.trimmed()), Some(e));
             assert_eq!(lookup(e.name), Some(e));
             assert_eq!(lookup(&e.name.to_ascii_lowercase()), Some(e));
@@ -387,7 +403,7 @@ mod tests {
             assert_eq!(e.mapping, V4l2Mapping::DmabridgeOnly { fourcc: Fourcc::NV12, layout });
             assert_eq!(layout.modifier(), None, "{code} must have no DRM modifier");
         }
-        for e in V4L2_FORMATS {
+        for e in V4L2_FORMATS.iter() {
             if let Some(l) = e.tile_layout() {
                 assert!(TileLayout::ALL.contains(&l));
             }
@@ -395,11 +411,23 @@ mod tests {
     }
 
     #[test]
+    fn tiled_entries_from_the_layout_table_keep_the_kernels_alignments() {
+        // pixfmt-yuv-planar: (code, buffers, stride alignment, height alignment).
+        let kernel = [("TM12", 2, 128, 32), ("ST12", 1, 32, 32), ("VT12", 1, 4, 4), ("MM21", 2, 16, 32), ("AT12", 1, 8, 128), ("NA12", 2, 8, 128)];
+        for (code, mem_planes, stride_align, height_align) in kernel {
+            let e = lookup(code).unwrap();
+            assert_eq!((e.mem_planes, e.stride_align, e.height_align), (mem_planes, stride_align, height_align), "{code}");
+        }
+        let tiled_rows: usize = crate::tile_layout::TILE_LAYOUTS.iter().map(|r| r.v4l2.len()).sum();
+        assert_eq!(tiled_rows, kernel.len());
+    }
+
+    #[test]
     fn formats_of_splits_by_nameability() {
         let f = formats_of(&["NV12", "NM12", "TM12", "VT12", "MM21", "HM12", "VT12"]).unwrap();
         assert_eq!(
             f.drm.iter().copied().collect::<Vec<_>>(),
-            vec![Format::linear(Fourcc::NV12), Format::new(Fourcc::NV12, SAMSUNG_64_32_TILE)]
+            vec![Format::linear(Fourcc::NV12), Format::new(Fourcc::NV12, TileLayout::Samsung64x32.modifier().unwrap())]
         );
         assert_eq!(
             f.dmabridge_only,

@@ -2,8 +2,18 @@
 //!
 //! Every layout reduces to a tile index (which tile holds the byte) and an offset inside the
 //! tile. These functions are the single definition of both: the CPU copy loops call them in
-//! both directions, and `shaders/tile.comp` mirrors them line for line (keep the two in step;
-//! the `AddressKind` discriminants are the shader's `layout_kind` values).
+//! both directions, and `shaders/tiled_address.glsl` mirrors them line for line (keep the two
+//! in step; the `AddressKind` discriminants are the shader's `KIND_*` constants, and a test
+//! reads the shader to check them).
+//!
+//! A layout whose address no family here describes gets a new [`AddressKind`]: its variant,
+//! its arms in [`PlaneAddress::offset`] and [`PlaneAddress::run_bytes`], and its mirror in the
+//! shader (the `test-layout` feature's `InterlacedTiles` is the example). The CPU fast path
+//! (`fast`) relies on what every family here has, and the layout table's tests check for
+//! every row: tile (0, 0) comes first, each tile is `tile_width * tile_height` contiguous
+//! bytes starting at the address of its first byte and laid out inside as every other tile,
+//! each row of tiles (two, for Z-flip-Z) fills a contiguous band, and a row's bytes are
+//! contiguous in runs of [`PlaneAddress::run_bytes`].
 
 use super::geometry::PlaneGeometry;
 
@@ -22,6 +32,10 @@ pub enum AddressKind {
     SamsungZFlipZ = 3,
     /// NVIDIA 16Bx2 block linear: blocks of 64 bytes x `tile_height` rows (2^N GOBs).
     NvidiaBlock = 4,
+    /// The `test-layout` feature's made-up family: row-major tiles, each holding its even
+    /// rows and then its odd rows.
+    #[cfg(feature = "test-layout")]
+    InterlacedTiles = 5,
 }
 
 /// Everything the address function of one plane needs.
@@ -102,6 +116,11 @@ impl PlaneAddress {
                 (zflipz_tile_index(tx, ty, self.tiles_x, self.tiles_y), iy as u64 * tw as u64 + ix as u64)
             }
             AddressKind::NvidiaBlock => (row_major, (iy / 8) as u64 * 512 + nvidia_gob_offset(ix, iy) as u64),
+            #[cfg(feature = "test-layout")]
+            AddressKind::InterlacedTiles => {
+                let row = if iy % 2 == 0 { iy / 2 } else { th / 2 + iy / 2 };
+                (row_major, row as u64 * tw as u64 + ix as u64)
+            }
         };
         tile_index.wrapping_mul(tile_bytes).wrapping_add(inner)
     }
@@ -133,6 +152,8 @@ impl PlaneAddress {
             AddressKind::Linear => u32::MAX,
             AddressKind::RowMajorTiles | AddressKind::SamsungZFlipZ => self.tile_width,
             AddressKind::I915Y | AddressKind::NvidiaBlock => 16,
+            #[cfg(feature = "test-layout")]
+            AddressKind::InterlacedTiles => self.tile_width,
         }
     }
 }

@@ -43,46 +43,19 @@ pub struct TiledGeometry {
     pub size: u64,
 }
 
-/// The layouts that exist only as NV12 in V4L2 decoders and GStreamer. Their tiles are
-/// defined on the 8-bit NV12 planes; a 16-bit P010 sample would straddle the tile
-/// geometry those decoders use (they have separate 10-bit variants), so anything but
-/// NV12 is refused rather than guessed.
-fn nv12_only(layout: TileLayout) -> bool {
-    matches!(
-        layout,
-        TileLayout::Samsung64x32
-            | TileLayout::Allwinner32x32
-            | TileLayout::Nv12_4L4
-            | TileLayout::Nv12_16L32S
-            | TileLayout::Nv12_8L128
-    )
-}
-
-/// `(kind, tile width in bytes, tile height in rows, width alignment in bytes)` of one plane.
+/// `(kind, tile width in bytes, tile height in rows, width alignment in bytes)` of one
+/// plane, from the layout's row of [`crate::tile_layout::TILE_LAYOUTS`].
 fn plane_tiles(layout: TileLayout, plane: usize, cpp: u32) -> Result<(AddressKind, u32, u32, u32), TilingError> {
-    use AddressKind::*;
-    Ok(match layout {
-        TileLayout::Linear => (Linear, 1, 1, 1),
-        TileLayout::I915X => (RowMajorTiles, 512, 8, 512),
-        TileLayout::I915Y => (I915Y, 128, 32, 128),
-        // 4x4 pixels: the tile is as wide in bytes as four samples of this plane.
-        TileLayout::VivanteTiled => (RowMajorTiles, 4 * cpp, 4, 4 * cpp),
-        // GStreamer pads NV12_64Z32 rows to 128 bytes so that every row of tiles holds
-        // whole 2x2 Z groups (gst_video_info fill_planes: GST_ROUND_UP_128 (width)).
-        TileLayout::Samsung64x32 => (SamsungZFlipZ, 64, 32, 128),
-        TileLayout::Allwinner32x32 => (RowMajorTiles, 32, 32, 32),
-        TileLayout::Nv12_4L4 => (RowMajorTiles, 4, 4, 4),
-        TileLayout::Nv12_16L32S if plane == 0 => (RowMajorTiles, 16, 32, 16),
-        TileLayout::Nv12_16L32S => (RowMajorTiles, 16, 16, 16),
-        TileLayout::Nv12_8L128 => (RowMajorTiles, 8, 128, 8),
-        TileLayout::NvidiaBlockLinear(n) if n <= 5 => (NvidiaBlock, 64, 8 << n, 64),
-        TileLayout::NvidiaBlockLinear(_) => return Err(TilingError::InvalidLayout(layout)),
-    })
+    let row = layout.info().ok_or(TilingError::InvalidLayout(layout))?;
+    let tile = row.tiles[plane.min(1)];
+    let width = tile.width_bytes(cpp);
+    Ok((row.address, width, tile.height, width * tile.row_tiles))
 }
 
 fn info_for(layout: TileLayout, fourcc: Fourcc) -> Result<&'static FormatInfo, TilingError> {
     let info = format_info(fourcc).ok_or(TilingError::UnknownFormat(fourcc))?;
-    if nv12_only(layout) && fourcc != Fourcc::NV12 {
+    let only = layout.info().ok_or(TilingError::InvalidLayout(layout))?.only;
+    if only.is_some_and(|only| only != fourcc) {
         return Err(TilingError::UnsupportedFormat {
             layout,
             fourcc,

@@ -308,7 +308,6 @@ impl ConversionPlan {
         if self.steps.is_empty() || self.steps.len() > MAX_PLAN_STEPS {
             return Err(PlanError::StepCount(self.steps.len()));
         }
-        self.direct()?.steps()?;
         let mut at = self.from;
         let mut out = Vec::with_capacity(self.steps.len());
         for (index, s) in self.steps.iter().enumerate() {
@@ -325,6 +324,9 @@ impl ConversionPlan {
             let index = self.steps.len() - 1;
             return Err(PlanError::Broken { index, step: self.steps[index].to_string(), expected: format!("a step that writes {}", self.to) });
         }
+        // Every frame of the chain has a geometry at this extent (the ends' decide: the
+        // middle frames are linear).
+        self.direct()?.sizes()?;
         Ok(out)
     }
 
@@ -749,6 +751,71 @@ mod tests {
             .collect();
         let refs: Vec<&Participant> = parts.iter().collect();
         assert_eq!(plan_copy(&refs), Err(CopyPlanError::TooManyParticipants(9)));
+    }
+
+    fn x_tiled() -> Modifier {
+        TileLayout::I915X.modifier().unwrap()
+    }
+
+    #[test]
+    fn a_plan_carries_its_steps_and_each_step_its_formats() {
+        let from = Format::explicit(Fourcc::ARGB8888, x_tiled());
+        let plan = ConversionPlan::derive(from, Format::linear(Fourcc::NV12), (64, 32)).unwrap();
+        let linear = |fourcc| PlanFormat { fourcc, modifier: Modifier::LINEAR };
+        let tiled = PlanFormat { fourcc: Fourcc::ARGB8888, modifier: x_tiled() };
+        assert_eq!(
+            plan.steps,
+            vec![
+                PlanStep { op: StepOp::Detile, from: tiled, to: linear(Fourcc::ARGB8888), width: 64, height: 32 },
+                PlanStep { op: StepOp::RgbToYuv, from: linear(Fourcc::ARGB8888), to: linear(Fourcc::NV12), width: 64, height: 32 },
+            ]
+        );
+        assert_eq!(plan.check().unwrap(), vec![Step::Detile(TileLayout::I915X), Step::RgbToNv12 { from: Fourcc::ARGB8888 }]);
+        // The same steps the converter's frame conversion runs, at any extent.
+        assert_eq!(plan.check().unwrap(), plan.direct().unwrap().steps().unwrap());
+        let big = plan.at_extent(1920, 1080);
+        assert!(big.steps.iter().all(|s| (s.width, s.height) == (1920, 1080)) && big.check().is_ok());
+        // The JSON form round-trips.
+        let json = serde_json::to_string(&plan).unwrap();
+        assert!(json.contains(r#""op":"detile""#) && json.contains(r#""modifier":"0x0100000000000001""#), "{json}");
+        assert_eq!(serde_json::from_str::<ConversionPlan>(&json).unwrap(), plan);
+    }
+
+    #[test]
+    fn a_plan_with_a_step_the_converter_lacks_is_refused_naming_it() {
+        let plan = ConversionPlan::derive(Format::linear(Fourcc::NV12), Format::linear(Fourcc::ABGR8888), (64, 32)).unwrap();
+        // R8 -> NV12 is no colour conversion dmabridge has.
+        let mut bad = plan.clone();
+        bad.from.fourcc = Fourcc::R8;
+        bad.steps[0].from.fourcc = Fourcc::R8;
+        match bad.check() {
+            Err(PlanError::Step { step, .. }) => assert!(step.starts_with("yuv-to-rgb R8 linear -> AB24 linear"), "{step}"),
+            other => panic!("{other:?}"),
+        }
+        // A step named for what its formats do not call for.
+        let mut wrong = plan.clone();
+        wrong.steps[0].op = StepOp::Detile;
+        assert!(matches!(wrong.check(), Err(PlanError::Step { .. })));
+        // Steps that do not join up, or none.
+        let mut broken = plan.clone();
+        broken.to.fourcc = Fourcc::XRGB8888;
+        assert!(matches!(broken.check(), Err(PlanError::Broken { .. })));
+        let empty = ConversionPlan { steps: vec![], ..plan.clone() };
+        assert_eq!(empty.check(), Err(PlanError::StepCount(0)));
+        let odd = plan.at_extent(0, 32);
+        assert!(matches!(odd.check(), Err(PlanError::Frame(_))));
+    }
+
+    #[test]
+    fn plan_files_are_checked_when_read() {
+        let plan = ConversionPlan::derive(Format::explicit(Fourcc::NV12, TileLayout::Samsung64x32.modifier().unwrap()), Format::linear(Fourcc::XRGB8888), (64, 64)).unwrap();
+        let file = PlanFile { dmabridge_plan: PLAN_FILE_VERSION, conversions: vec![PlannedConversion { from_group: 0, to_group: 1, runs_on: None, plan }] };
+        assert_eq!(PlanFile::parse(&file.to_json()).unwrap(), file);
+        assert!(matches!(PlanFile::parse("{}"), Err(PlanFileError::Json(_))));
+        let v2 = file.to_json().replacen("\"dmabridge_plan\": 1", "\"dmabridge_plan\": 2", 1);
+        assert_eq!(PlanFile::parse(&v2), Err(PlanFileError::Version(2)));
+        let bad = file.to_json().replace("yuv-to-rgb", "copy");
+        assert!(matches!(PlanFile::parse(&bad), Err(PlanFileError::Plan { index: 0, .. })));
     }
 
     #[test]

@@ -84,9 +84,6 @@ pub struct ReportConversion {
     /// the caller asked (`negotiate --paths`); absent otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runs_on: Option<String>,
-    /// The steps as data, at the plan's cost extent: what `negotiate --plan-out` writes and
-    /// the engine runs.
-    pub plan: super::copy_plan::ConversionPlan,
 }
 
 impl ReportConversion {
@@ -99,7 +96,6 @@ impl ReportConversion {
             steps: c.kind.steps(from).iter().map(|s| s.to_string()).collect(),
             convert: format!("--format {} --from {fl} --to {tl} --to-format {}", f.trimmed(), t.trimmed()),
             runs_on: None,
-            plan: c.plan.clone(),
         }
     }
 }

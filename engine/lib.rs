@@ -52,6 +52,7 @@ pub mod import;
 pub mod import_cache;
 mod memory;
 pub mod negotiation;
+mod plan_runner;
 #[cfg(feature = "present")]
 pub mod present;
 pub mod probe;

@@ -100,21 +100,25 @@ impl Converter {
         let (w, h) = (spec.width, spec.height);
         let (matrix, range) = (ColourMatrix::Bt709, ColourRange::Limited);
         match step {
-            // SAFETY (all arms): the caller's contract; each callee checks its own sizes
-            // against the geometry, and the buffers were sized from the same geometry.
-            Step::Detile(layout) => unsafe {
+            Step::Detile(layout) => {
                 let planes = packed_planes(spec.from.fourcc, w, h)?;
-                self.record_planes_with(cmd, (layout, spec.from.fourcc, (w, h)), (src, 0), (dst, &planes), false, true, until)
-            },
-            Step::Tile(layout) => unsafe {
+                // SAFETY: the caller's contract; record_planes_with checks the sizes against
+                // the geometry the buffers were sized from.
+                unsafe { self.record_planes_with(cmd, (layout, spec.from.fourcc, (w, h)), (src, 0), (dst, &planes), false, true, until) }
+            }
+            Step::Tile(layout) => {
                 let planes = packed_planes(spec.to.fourcc, w, h)?;
-                self.record_planes_with(cmd, (layout, spec.to.fourcc, (w, h)), (dst, 0), (src, &planes), true, true, until)
-            },
-            Step::YuvToRgb { layout, from, to } => unsafe {
+                // SAFETY: as for the detile.
+                unsafe { self.record_planes_with(cmd, (layout, spec.to.fourcc, (w, h)), (dst, 0), (src, &planes), true, true, until) }
+            }
+            Step::YuvToRgb { layout, from, to } => {
                 let rgb = LinearPlane { offset: 0, stride: u64::from(w) * 4 };
                 let d = tiled_yuv_to_rgb_dispatch(layout, from, to, matrix, range, w, h, 0, rgb)?;
-                self.record_colour(cmd, [src, src, dst], d, until)
-            },
+                // SAFETY: the caller's contract; `src` holds the frame the dispatch reads and
+                // `dst` the packed RGB frame it writes (the plan's sizes, checked).
+                unsafe { self.record_colour(cmd, [src, src, dst], d, until) }
+            }
+            // SAFETY: the caller's contract.
             Step::RgbToNv12 { from } => unsafe { self.record_rgb_to_nv12(cmd, from, (w, h), src, dst, scratch, until) },
             Step::Copy => {
                 let size = tiled_size(TileLayout::Linear, spec.from.fourcc, w, h)?.size;

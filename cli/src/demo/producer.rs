@@ -457,7 +457,6 @@ fn drive(engine: &Engine, config: &DemoConfig, peer: &Peer, buffers: BorrowedFd<
         summary.insert(mode.key().into(), r.json.clone());
         results.push(r);
     }
-    drop(tools);
     drop((converter, ar24_pipeline, pipeline, sum));
     send_msg(control, peer, &ToConsumer::Bye { out_dir: config.out_dir.to_string_lossy().into_owned() })?;
     let (consumer_leaked, sheet, c_before, c_after) = match recv_msg::<ToProducer>(control, peer)? {

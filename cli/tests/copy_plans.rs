@@ -83,6 +83,12 @@ fn negotiate_writes_a_plan_that_convert_runs_and_it_matches_the_direct_conversio
     // The direct conversion may run on the CPU (the cost model's choice), whose colour
     // arithmetic may round differently by one.
     assert!(close(&a, &b, 1), "the plan's output is the direct conversion's, within +-1");
+    // Without a copy plan there is nothing to write, and negotiate says so.
+    let shared = d.join("shared.json");
+    let out = dmabridge(&["negotiate", "--plan-out", shared.to_str().expect("utf-8"), "--drm-formats", "a=NV12", "--drm-formats", "b=NV12"], &cache);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no copy plan"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!shared.exists());
     // And on the CPU path, the plan runs too.
     run(&["--plan", plan_arg, "--path", "cpu"], &via_plan);
     assert!(close(&std::fs::read(&via_plan).expect("cpu plan output"), &b, 1));

@@ -7,7 +7,11 @@
 //! 2^8 subsets). Data flows from the group holding the first writer (the producer) to
 //! each other group, a star: one conversion per other group. A conversion may be a chain
 //! of steps (tiled YUV -> RGB, RGB -> tiled YUV, tiled -> tiled through linear), fused where
-//! the copy fallback has a fused path; [`ConversionKind::steps`] names them. The cost of a
+//! the copy fallback has a fused path. Each conversion carries its steps as data
+//! ([`ConversionPlan`]: every step with the format and modifier it reads and writes, and the
+//! extent), derived once from the two formats by [`Step::chain`], the table the converter
+//! runs; the engine executes them (`Converter::record_plan`), and [`PlanFile`] is their
+//! JSON file (`negotiate --plan-out`, `convert --plan`). The cost of a
 //! conversion is the bytes it reads plus the bytes it writes per frame, with tile padding
 //! (`tiling::tiled_size`, which is `format_info`'s packed size for linear), at the largest
 //! extent everyone accepts (capped at 16384 per side, so that sizes cannot overflow). A

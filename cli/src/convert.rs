@@ -5,6 +5,11 @@
 //!
 //! Linear files are tightly packed planes, concatenated; tiled files follow the tiled-buffer
 //! conventions of `dmabridge_interop::tiling`.
+//!
+//! `--plan FILE` runs a copy plan that `dmabridge negotiate --plan-out FILE` wrote, step by
+//! step on the GPU (`Converter::convert_plan`; on the CPU with `--path cpu` or without a
+//! Vulkan device), on a `--width` x `--height` frame: the plan's formats replace `--format`,
+//! `--from`, `--to` and `--to-format`, and `--conversion N` picks one of several.
 
 use std::process::ExitCode;
 
@@ -13,16 +18,25 @@ use dmabridge::interop::{Fourcc, Layout, TileLayout};
 use dmabridge::{ConvertPath, Converter, Engine, EngineOptions};
 
 #[derive(clap::Args)]
+#[command(mut_arg("format", |a| a.required_unless_present_any(["drm_format", "plan"])))]
 pub struct ConvertArgs {
     #[command(flatten)]
     frame: crate::frame::FrameArgs,
     /// Input layout: a name (linear, i915-x, samsung-64x32, nvidia-block-linear-v4, ...)
     /// or the hex modifier of one; `--drm-format` names it instead.
-    #[arg(long, required_unless_present = "drm_format")]
+    #[arg(long, required_unless_present_any = ["drm_format", "plan"])]
     from: Option<String>,
     /// Output layout, as --from.
-    #[arg(long)]
-    to: String,
+    #[arg(long, required_unless_present = "plan")]
+    to: Option<String>,
+    /// Run the copy plan in FILE (what `dmabridge negotiate --plan-out FILE` writes)
+    /// instead of a conversion named by the flags.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["from", "to", "to_format", "drm_format", "format", "matrix", "range"])]
+    plan: Option<std::path::PathBuf>,
+    /// Which conversion of the plan file to run (its index in `conversions`), when it has
+    /// more than one.
+    #[arg(long, value_name = "N", requires = "plan")]
+    conversion: Option<usize>,
     #[arg(long = "in")]
     input: std::path::PathBuf,
     #[arg(long = "out")]
@@ -79,6 +93,9 @@ fn read_exactly(path: &std::path::Path, expected: u64) -> Result<Vec<u8>, String
 }
 
 pub fn run(args: &ConvertArgs) -> ExitCode {
+    if let Some(file) = &args.plan {
+        return run_plan_file(args, file);
+    }
     let fail = |msg: String| {
         eprintln!("dmabridge convert: {msg}");
         ExitCode::from(1)
@@ -96,7 +113,7 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
             (None, Some(Layout::Implicit)) => return Err("--drm-format: an implicit layout has no addressing to convert".into()),
             (None, None) => return Err("give --from or --drm-format".into()),
         };
-        let to: TileLayout = args.to.parse().map_err(|e| format!("--to: {e}"))?;
+        let to: TileLayout = args.to.as_deref().ok_or("give --to")?.parse().map_err(|e| format!("--to: {e}"))?;
         let matrix: ColourMatrix = args.matrix.parse().map_err(|e| format!("--matrix {e}"))?;
         let range: ColourRange = args.range.parse().map_err(|e| format!("--range {e}"))?;
         let path: Option<ConvertPath> = match (args.cpu, args.path.as_str()) {
@@ -164,6 +181,109 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
         if args.explain {
             println!("{}", choice.explain());
         }
+    }
+    match &engine {
+        Some(e) => crate::exit_status(e),
+        None => ExitCode::SUCCESS,
+    }
+}
+
+/// The most bytes a plan file may hold: a plan of 8 conversions of 8 steps is a few KiB.
+const MAX_PLAN_FILE_BYTES: u64 = 1 << 20;
+
+/// What `--plan FILE --json` prints.
+#[derive(serde::Serialize)]
+struct PlanReport<'a> {
+    plan: &'a dmabridge::interop::negotiate::ConversionPlan,
+    steps: Vec<String>,
+    path: ConvertPath,
+    bytes: usize,
+}
+
+/// `dmabridge convert --plan FILE`: one conversion of the plan file, at the frame's extent.
+fn run_plan_file(args: &ConvertArgs, file: &std::path::Path) -> ExitCode {
+    use dmabridge::interop::negotiate::PlanFile;
+    use std::io::Read;
+    let fail = |msg: String| {
+        eprintln!("dmabridge convert: {msg}");
+        ExitCode::from(1)
+    };
+    let parsed = (|| -> Result<_, String> {
+        let mut text = String::new();
+        std::fs::File::open(file)
+            .and_then(|f| f.take(MAX_PLAN_FILE_BYTES + 1).read_to_string(&mut text))
+            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+        if text.len() as u64 > MAX_PLAN_FILE_BYTES {
+            return Err(format!("{} is larger than the {MAX_PLAN_FILE_BYTES} bytes a plan file may hold", file.display()));
+        }
+        let plans = PlanFile::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        let index = match (args.conversion, plans.conversions.len()) {
+            (Some(i), n) if i < n => i,
+            (Some(i), n) => return Err(format!("--conversion {i}: {} has {n} conversion(s)", file.display())),
+            (None, 1) => 0,
+            (None, n) => return Err(format!("{} has {n} conversions: pick one with --conversion N", file.display())),
+        };
+        let plan = plans.conversions[index].plan.at_extent(args.frame.width, args.frame.height);
+        plan.check().map_err(|e| e.to_string())?;
+        let path: Option<ConvertPath> = match (args.cpu, args.path.as_str()) {
+            (true, _) => Some(ConvertPath::Cpu),
+            (false, "auto" | "gpu") => None,
+            (false, "cpu") => Some(ConvertPath::Cpu),
+            (false, p) => return Err(format!("--path {p}: a plan runs its steps on the gpu or the cpu")),
+        };
+        Ok((plan, path))
+    })();
+    let (plan, path) = match parsed {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    let mut sizes = Vec::with_capacity(2);
+    for f in [plan.from, plan.to] {
+        let layout = match f.layout() {
+            Ok(l) => l,
+            Err(e) => return fail(e.to_string()),
+        };
+        match tiled_size(layout, f.fourcc, plan.width, plan.height) {
+            Ok(g) if g.size <= MAX_CPU_FRAME_BYTES => sizes.push(g.size),
+            Ok(g) => return fail(format!("a {f} {}x{} frame is {} bytes, more than the {MAX_CPU_FRAME_BYTES} this command converts", plan.width, plan.height, g.size)),
+            Err(e) => return fail(e.to_string()),
+        }
+    }
+    let input = match read_exactly(&args.input, sizes[0]) {
+        Ok(d) => d,
+        Err(e) => return fail(e),
+    };
+    let engine = if path == Some(ConvertPath::Cpu) {
+        None
+    } else {
+        match Engine::new(&EngineOptions::from_env()) {
+            Ok(e) => Some(e),
+            Err(e) if args.path == "auto" => {
+                eprintln!("dmabridge convert: no Vulkan device ({e}); using the CPU path");
+                None
+            }
+            Err(e) => return fail(format!("--path {}: no Vulkan device ({e})", args.path)),
+        }
+    };
+    let converted = match &engine {
+        Some(e) => Converter::new(e).and_then(|conv| conv.convert_plan(&plan, &input)).map(|o| (o, ConvertPath::Gpu)).map_err(|e| e.to_string()),
+        None => plan.run_cpu(&input, 0).map(|o| (o, ConvertPath::Cpu)).map_err(|e| e.to_string()),
+    };
+    let (out, ran_on) = match converted {
+        Ok(o) => o,
+        Err(e) => return fail(e),
+    };
+    if let Err(e) = std::fs::write(&args.output, &out) {
+        return fail(format!("cannot write {}: {e}", args.output.display()));
+    }
+    let steps: Vec<String> = plan.steps.iter().map(|s| s.to_string()).collect();
+    if args.json {
+        match serde_json::to_string(&PlanReport { plan: &plan, steps, path: ran_on, bytes: out.len() }) {
+            Ok(s) => println!("{s}"),
+            Err(e) => return fail(e.to_string()),
+        }
+    } else {
+        println!("{} -> {} {}x{}: {} bytes ({ran_on}; {})", plan.from, plan.to, plan.width, plan.height, out.len(), steps.join(", then "));
     }
     match &engine {
         Some(e) => crate::exit_status(e),

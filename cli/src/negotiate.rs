@@ -1,4 +1,10 @@
-//! `dmabridge negotiate [--json] PARTICIPANT... [--constraint NAME:KEY=VALUE]...`
+//! `dmabridge negotiate [--json] [--paths] [--plan-out FILE] PARTICIPANT... [--constraint NAME:KEY=VALUE]...`
+//!
+//! `--plan-out FILE` writes a copy plan's conversions as data
+//! ([`dmabridge_interop::negotiate::PlanFile`]: each conversion's steps, with the formats
+//! each reads and writes), which `dmabridge convert --plan FILE` runs; with `--paths` each
+//! conversion also says where it runs. Without a copy plan nothing is written (a line on
+//! stderr says so).
 //!
 //! Participants are read in command-line order, which is preference order: the first
 //! participant's preference picks the format. clap keeps values per flag, so the order
@@ -15,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 use dmabridge_cli::participants::{build_participants_with, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
-use dmabridge_interop::negotiate::{human, negotiate, Member, Negotiation, Outcome, Participant, Report};
+use dmabridge_interop::negotiate::{human, negotiate, Member, Negotiation, Outcome, Participant, PlanFile, Report};
 use dmabridge_interop::tiling::FrameConversion;
 use dmabridge_interop::Fourcc;
 
@@ -27,6 +33,8 @@ pub struct NegotiateArgs {
     /// Say where each conversion of a copy plan runs (the engine's cost model, measuring on
     /// first use).
     pub paths: bool,
+    /// Where to write the copy plan's conversions ([`PlanFile`] JSON), if anywhere.
+    pub plan_out: Option<std::path::PathBuf>,
     /// Participants as given, in command-line order: (kind, `NAME=VALUE`).
     pub participants: Vec<(PeerKind, String)>,
     /// `NAME:KEY=VALUE`, in command-line order.
@@ -97,6 +105,13 @@ impl Args for NegotiateArgs {
                     .help("say where each conversion of a copy plan runs (cpu, gpu, copy-commands), as the cost model measures"),
             )
             .arg(
+                Arg::new("plan-out")
+                    .long("plan-out")
+                    .value_name("FILE")
+                    .value_parser(clap::value_parser!(std::path::PathBuf))
+                    .help("write the copy plan's steps as JSON to FILE, for 'dmabridge convert --plan FILE'"),
+            )
+            .arg(
                 Arg::new("constraint")
                     .long("constraint")
                     .value_name("NAME:KEY=VALUE")
@@ -133,6 +148,7 @@ impl FromArgMatches for NegotiateArgs {
         Ok(NegotiateArgs {
             json: m.get_flag("json"),
             paths: m.get_flag("paths"),
+            plan_out: m.get_one::<std::path::PathBuf>("plan-out").cloned(),
             participants: indexed.into_iter().map(|(_, k, v)| (k, v)).collect(),
             constraints: m
                 .get_many::<String>("constraint")
@@ -171,15 +187,40 @@ pub fn run_with(
     };
     let mut report = Report::new(&negotiation);
     let mut text = String::new();
+    let mut plan_file = match &negotiation.outcome {
+        Outcome::Copy { plan, .. } => Some(PlanFile::of(plan)),
+        _ => None,
+    };
     if args.paths {
         if let Outcome::Copy { plan, .. } = &negotiation.outcome {
             let (w, h) = plan.cost_extent;
-            for (r, c) in report.conversions.iter_mut().zip(&plan.conversions) {
+            for (i, (r, c)) in report.conversions.iter_mut().zip(&plan.conversions).enumerate() {
                 let from = plan.groups.get(c.from_group).map_or(Fourcc::NV12, |g| g.format.fourcc);
                 let (f, t) = c.kind.endpoints(from);
                 let runs_on = path(&FrameConversion::new(f, t, w, h)).unwrap_or_else(|e| format!("unknown ({e})"));
                 text += &format!("group {} -> group {} runs on: {runs_on}\n", r.from_group, r.to_group);
+                if let Some(p) = plan_file.as_mut().and_then(|f| f.conversions.get_mut(i)) {
+                    p.runs_on = Some(runs_on.clone());
+                }
                 r.runs_on = Some(runs_on);
+            }
+        }
+    }
+    if let Some(out) = &args.plan_out {
+        match &plan_file {
+            Some(file) => {
+                if let Err(e) = std::fs::write(out, file.to_json() + "\n") {
+                    let _ = writeln!(std::io::stderr().lock(), "dmabridge negotiate: cannot write {}: {e}", out.display());
+                    return ExitCode::from(1);
+                }
+                if let Outcome::Copy { plan, .. } = &negotiation.outcome {
+                    for c in &plan.conversions {
+                        text += &format!("group {} -> group {} plan: {}\n", c.from_group, c.to_group, c.plan);
+                    }
+                }
+            }
+            None => {
+                let _ = writeln!(std::io::stderr().lock(), "dmabridge negotiate: no copy plan, so nothing is written to {}", out.display());
             }
         }
     }

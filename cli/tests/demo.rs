@@ -111,13 +111,16 @@ fn a_short_run_writes_the_summary_and_the_contact_sheet_without_leaking_fds() {
         assert_eq!(s["zero_copy"]["import_path"], "explicit (zero-copy)", "{s:#}");
         assert_eq!(s["zero_copy"]["negotiation"]["outcome"], "shared");
         assert_eq!(s["copy"]["negotiation"]["outcome"], "copy");
-        assert_eq!(s["copy"]["conversion"], "copy linear");
+        assert_eq!(s["copy"]["conversion"], "detile i915-x -> linear");
     } else {
         assert_eq!(s["zero_copy"]["available"], false, "{s:#}");
         assert!(s["zero_copy"]["reason"].as_str().is_some_and(|r| r.contains("exports no AR24 dma-buf")), "{s:#}");
         assert!(stdout.contains("zero-copy  unavailable"), "{stdout}");
         assert_eq!(s["copy"]["import_path"], "buffer-copy (fallback)");
     }
+    // Copy mode runs the negotiated plan: the producer's X-tiled AR24 detiled into the frame.
+    assert_eq!(s["copy"]["plan"]["steps"], serde_json::json!(["detile AR24 i915-x -> AR24 linear 320x180"]), "{s:#}");
+    assert_eq!(s["copy"]["plan"]["frames_verified"], 8, "{s:#}");
     assert!(stdout.contains("copy "), "the table names the copy mode:\n{stdout}");
     // The contact sheet decodes as a PNG with one row per mode that ran.
     let sheet = out.join("contact_sheet.png");
@@ -417,6 +420,12 @@ fn nv12_frames_are_sampled_through_a_ycbcr_conversion_and_verified() {
     assert_eq!(copy["verified_frames"], 5, "{copy:#}");
     let bad: Vec<u64> = copy["mismatches"].as_array().expect("mismatches").iter().filter_map(|x| x["frame"].as_u64()).collect();
     assert_eq!(bad, vec![2]);
+    // Copy mode's producer renders X-tiled AR24: the engine runs the negotiated two-step
+    // plan on every frame, and the consumer verifies what it wrote.
+    let steps: Vec<&str> = copy["plan"]["steps"].as_array().expect("plan steps").iter().filter_map(|s| s.as_str()).collect();
+    assert_eq!(steps, ["detile AR24 i915-x -> AR24 linear 320x180", "rgb-to-yuv AR24 linear -> NV12 linear 320x180"], "{copy:#}");
+    assert_eq!(copy["plan"]["frames_run"], 6, "{copy:#}");
+    assert_eq!(copy["plan"]["frames_verified"], 5, "{copy:#}");
     // lavapipe exports and imports NV12 with modifiers nowhere (its modifier support is
     // single-plane), so zero-copy NV12 must be reported unavailable, with the reason.
     let z = &s["zero_copy"];

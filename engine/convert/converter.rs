@@ -92,6 +92,13 @@ pub enum ConvertError {
     /// row-major tiles).
     #[error("the {path} path cannot convert {conversion}")]
     PathUnavailable { path: crate::ConvertPath, conversion: String },
+    /// A copy plan does not hold together, or asks for a step the converter does not have
+    /// (the error names it).
+    #[error(transparent)]
+    Plan(#[from] dmabridge_interop::negotiate::PlanError),
+    /// A step of a copy plan that this device cannot do.
+    #[error("plan step {index} ('{step}'): {source}")]
+    PlanStep { index: usize, step: String, source: Box<ConvertError> },
 }
 
 /// A buffer a conversion reads or writes: dmabridge's own or one over a dma-buf's memory.
@@ -339,6 +346,21 @@ impl Converter {
             }
         }
         Ok(())
+    }
+
+    /// Records one dispatch of the colour shader over `bindings` (its three storage
+    /// buffers, in binding order), followed by a barrier for what reads its output.
+    ///
+    /// # Safety
+    /// As [`Converter::record_planes`], for the bound buffers, which hold what `d` addresses.
+    pub(crate) unsafe fn record_colour(&self, cmd: vk::CommandBuffer, bindings: [vk::Buffer; 3], d: Dispatch<ColourPushConstants>, until: Completion) -> Result<(), ConvertError> {
+        let ctx = self.take_context()?;
+        let result = self.set(&ctx, &self.colour, &bindings).and_then(|set| {
+            // SAFETY: the caller's contract.
+            unsafe { self.record(cmd, &self.colour, set, &[d], until) }
+        });
+        self.return_context(ctx, until);
+        result
     }
 
     /// Records NV12/P010 in `layout` (`src` holds the tiled buffer from `tiled_base`, planes

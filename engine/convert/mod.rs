@@ -5,4 +5,5 @@ pub mod compute;
 pub mod converter;
 pub mod cost;
 pub(crate) mod frame;
+mod plan_runner;
 pub mod shaders;

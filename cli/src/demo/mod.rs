@@ -13,8 +13,9 @@
 //! ([`dmabridge::Engine::participant`]), and the producer runs
 //! [`negotiate`](dmabridge_interop::negotiate::negotiate_with) on both.
 //! A shared outcome gives the pool size (the sum of both sides' `min-buffers`) and the
-//! acceptable modifiers of the exported images; a copy plan gives the conversion the producer
-//! runs on the GPU into a pool of linear frames in system memory.
+//! acceptable modifiers of the exported images; a copy plan gives the steps the producer
+//! runs on the GPU (the engine's [`Converter::record_plan`](dmabridge::Converter::record_plan))
+//! into a pool of linear frames in system memory.
 //!
 //! Then, per frame, the producer takes a buffer that the consumer does not hold (it waits for
 //! a "release buffer N" message otherwise: the sysmem/V4L2 rule), renders an animated
@@ -30,11 +31,15 @@
 //! ## Modes
 //! - **zero-copy**: the pool is exported images (DMA_BUF, negotiated modifier); the pattern
 //!   is written straight into their memory and the consumer imports them explicitly.
-//! - **copy** (forced): the producer renders into its own device-local buffer and the copy
-//!   plan's conversion ([`producer::convert_step`], a GPU copy; the place where the engine's
-//!   detile/tile/colour pipelines slot in for tiled or YUV plans) moves each frame into a
-//!   pool of system-memory buffers it allocated itself: dma-bufs from the system dma-heap
-//!   where the kernel has one, sealed memfds elsewhere (`"memory"` in `summary.json`).
+//! - **copy** (forced): the producer renders into its own device-local buffer in the layout
+//!   its GPU renders ([`producer::RENDER_LAYOUT`]: X-tiled AR24), and the engine runs the
+//!   negotiated copy plan's steps ([`dmabridge::Converter::record_plan`], in the frame's own
+//!   submission) into a pool of system-memory buffers it allocated itself: dma-bufs from the
+//!   system dma-heap where the kernel has one, sealed memfds elsewhere (`"memory"` in
+//!   `summary.json`). For AR24 the plan is one step (detile); for NV12 two (detile, then
+//!   RGB -> NV12), and the checksum the consumer verifies is taken from what the plan wrote
+//!   ([`producer::nv12_checksum`]). `summary.json` lists the plan's steps and the frames
+//!   verified through it (`copy.plan`).
 //!
 //! ## Synchronisation
 //! Each mode synchronises with the best method both devices support, as negotiated

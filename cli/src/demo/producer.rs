@@ -13,8 +13,9 @@ use dmabridge::{
 };
 use dmabridge_interop::dmabuf::{fd_count, recv_fenced, send_buffer_with_fence, socketpair, DmaBuf, FencedReceived, PlaneDesc, SystemMemory};
 use dmabridge_interop::sync::{wait_sync_file, SyncMethod, SyncMethods};
-use dmabridge_interop::negotiate::{negotiate_with, ConversionKind, Domain, Member, NegotiateOptions, Outcome, Participant, Report, Usage};
-use dmabridge_interop::{format_info, Format, FormatSet, Fourcc, Layout, Modifier};
+use dmabridge_interop::negotiate::{negotiate_with, ConversionKind, ConversionPlan, Domain, Member, NegotiateOptions, Outcome, Participant, Report, Usage};
+use dmabridge_interop::tiling::{packed_planes, tiled_size};
+use dmabridge_interop::{format_info, Format, FormatSet, Fourcc, Layout, Modifier, TileLayout};
 use serde_json::{json, Value};
 
 use super::control::{recv_msg, send_msg, ConsumerReport, Peer, ToConsumer, ToProducer, WireFormat, WireParticipant};
@@ -31,53 +32,38 @@ const EXPORT_USAGE: vk::ImageUsageFlags = vk::ImageUsageFlags::from_raw(
 /// Buffers the producer may hold at once (one being rendered, one queued).
 const PRODUCER_MIN_BUFFERS: u32 = 2;
 
-/// The copy plan's conversion, on the GPU: the one call that changes when the plan names a
-/// detile, tile or colour conversion (the engine's compute pipelines take the same
-/// buffer-to-buffer shape). Today's plans between linear AR24 groups are `copy linear`:
-/// one `vkCmdCopyBuffer` per frame (rows repacked when the strides differ).
-pub fn convert_step(
-    device: &dmabridge::ash::Device,
-    cmd: vk::CommandBuffer,
-    kind: ConversionKind,
-    src: vk::Buffer,
-    dst: vk::Buffer,
-    planes: &[PlaneCopy],
-) -> Result<(), DemoError> {
-    match kind {
-        ConversionKind::CopyLinear => {
-            let mut regions = Vec::new();
-            for p in planes {
-                if p.src_stride == p.dst_stride {
-                    regions.push(vk::BufferCopy { src_offset: p.src_offset, dst_offset: p.dst_offset, size: p.src_stride * p.rows });
-                } else {
-                    regions.extend((0..p.rows).map(|r| vk::BufferCopy {
-                        src_offset: p.src_offset + r * p.src_stride,
-                        dst_offset: p.dst_offset + r * p.dst_stride,
-                        size: p.row_bytes,
-                    }));
-                }
-            }
-            // SAFETY: recording state; both buffers have TRANSFER usage and the regions lie
-            // inside them (sized from the same geometry) (VUID-vkCmdCopyBuffer-srcOffset-00113,
-            // VUID-vkCmdCopyBuffer-dstOffset-00114).
-            unsafe { device.cmd_copy_buffer(cmd, src, dst, &regions) };
-            Ok(())
-        }
-        // TODO(engine/convert.rs): detile/tile/colour plans run the engine's compute
-        // pipelines here once they exist; the demo's AR24 plans never name them.
-        other => Err(DemoError::Unavailable(format!("the demo cannot run conversion '{other}' yet"))),
-    }
+/// What the producer's GPU renders natively in copy mode: X-tiled AR24, as GPUs render into
+/// tiled targets. The copy plan from it to the consumer's linear `--format` is one step for
+/// AR24 (detile) and two for NV12 (detile, then RGB -> NV12), which the engine runs
+/// ([`dmabridge::Converter::record_plan`]) in the frame's own submission.
+pub const RENDER_LAYOUT: TileLayout = TileLayout::I915X;
+
+/// The format of the producer's copy-mode render target ([`RENDER_LAYOUT`] AR24).
+pub fn render_format() -> Result<Format, DemoError> {
+    let m = RENDER_LAYOUT.modifier().ok_or_else(|| DemoError::Unavailable(format!("{RENDER_LAYOUT} has no modifier")))?;
+    Ok(Format::explicit(Fourcc::ARGB8888, m))
 }
 
-/// One plane of a linear-to-linear copy.
-#[derive(Debug, Clone, Copy)]
-pub struct PlaneCopy {
-    pub src_offset: u64,
-    pub src_stride: u64,
-    pub dst_offset: u64,
-    pub dst_stride: u64,
-    pub row_bytes: u64,
-    pub rows: u64,
+/// The checksum the consumer computes over a packed NV12 frame it samples through its
+/// RGB_IDENTITY YCbCr conversion (`cli/shaders/demo_pattern_nv12.comp` documents the
+/// formula): per pixel `(Cr | Y << 8 | Cb << 16 | 255 << 24) * weight(x, y)`, mod 2^32,
+/// with the pixel's own 2x2 block's chroma.
+pub fn nv12_checksum(frame: &[u8], (w, h): (u32, u32)) -> u32 {
+    let (wu, hu) = (w as usize, h as usize);
+    let (luma, chroma) = frame.split_at((wu * hu).min(frame.len()));
+    let mut sum = 0u32;
+    for y in 0..h {
+        for x in 0..w {
+            let (xu, yu) = (x as usize, y as usize);
+            let l = u32::from(luma.get(yu * wu + xu).copied().unwrap_or(0));
+            let c = (yu / 2) * wu + (xu / 2) * 2;
+            let cb = u32::from(chroma.get(c).copied().unwrap_or(0));
+            let cr = u32::from(chroma.get(c + 1).copied().unwrap_or(0));
+            let weight = (x + 1).wrapping_mul(2_654_435_761) ^ (y + 1).wrapping_mul(40503);
+            sum = sum.wrapping_add((cr | l << 8 | cb << 16 | 255 << 24).wrapping_mul(weight));
+        }
+    }
+    sum
 }
 
 /// The demo's packed linear layout of a `fourcc` frame: (offset, stride, row bytes, rows) per plane.
@@ -131,10 +117,9 @@ pub fn producer_participant(engine: &Engine, mode: Mode, fourcc: Fourcc) -> Resu
         Mode::ZeroCopy => {
             engine.participant(&producer_request(fourcc))?
         }
-        // The render target is the producer's own device-local buffer, linear.
-        Mode::Copy => {
-            Participant::new("producer", [Format::linear(fourcc)].into_iter().collect::<FormatSet>()).with_sync(engine.sync_methods())
-        }
+        // The render target is the producer's own device-local buffer, in the tiled layout
+        // its GPU renders (whatever the consumer's format).
+        Mode::Copy => Participant::new("producer", [render_format()?].into_iter().collect::<FormatSet>()).with_sync(engine.sync_methods()),
     };
     Ok(participant.with_usage(Usage::RENDER).constrain(|c| {
         c.min_buffers = PRODUCER_MIN_BUFFERS;
@@ -152,6 +137,9 @@ pub struct Plan {
     pub pool: u32,
     pub acceptable: Vec<Layout>,
     pub conversion: Option<ConversionKind>,
+    /// Copy mode: the conversion's steps, which the engine runs on every frame (at the
+    /// negotiation's cost extent; the frame's own size is set when the mode runs).
+    pub steps: Option<ConversionPlan>,
     pub report: Value,
     /// How producer and consumer synchronise each frame: the best method both support.
     pub sync: SyncMethod,
@@ -164,6 +152,11 @@ pub fn plan_mode(producer: &Participant, consumer: &Participant, mode: Mode, fou
     let mut consumer = consumer.clone();
     if mode == Mode::Copy {
         consumer.constraints.domain = Domain::System;
+        // The consumer displays the demo's format: the plan must end there.
+        if let Some(set) = consumer.formats.as_set() {
+            let only: FormatSet = set.iter().filter(|f| f.fourcc == fourcc).copied().collect();
+            consumer.formats = dmabridge_interop::negotiate::Candidates::Only(only);
+        }
     }
     // The frames pass between these two whether they are shared or copied into.
     let sync = SyncMethods::best_common([&producer.sync, &consumer.sync]);
@@ -178,11 +171,11 @@ pub fn plan_mode(producer: &Participant, consumer: &Participant, mode: Mode, fou
             if a.fourcc != fourcc {
                 return Err(format!("negotiation chose {}, the producer renders {}", a.fourcc.trimmed(), fourcc.trimmed()));
             }
-            Ok(Plan { mode, fourcc, pool: a.constraints.buffers.max(1), acceptable, conversion: None, report, sync: a.sync })
+            Ok(Plan { mode, fourcc, pool: a.constraints.buffers.max(1), acceptable, conversion: None, steps: None, report, sync: a.sync })
         }
         (Mode::Copy, Outcome::Copy { plan, .. }) => {
-            let conv = plan.conversions.first().map(|c| c.kind);
-            let group = plan.conversions.first().and_then(|c| plan.groups.get(c.to_group));
+            let conv = plan.conversions.first();
+            let group = conv.and_then(|c| plan.groups.get(c.to_group));
             let (Some(conv), Some(group)) = (conv, group) else {
                 return Err("the copy plan has no conversion".into());
             };
@@ -190,7 +183,16 @@ pub fn plan_mode(producer: &Participant, consumer: &Participant, mode: Mode, fou
                 return Err(format!("the copy plan's consumer group wants {}, the demo writes linear {}", group.format, fourcc.trimmed()));
             }
             // The consumer's group, plus the frame the conversion is writing.
-            Ok(Plan { mode, fourcc, pool: group.allocation.constraints.buffers.max(1) + 1, acceptable: vec![], conversion: Some(conv), report, sync })
+            Ok(Plan {
+                mode,
+                fourcc,
+                pool: group.allocation.constraints.buffers.max(1) + 1,
+                acceptable: vec![],
+                conversion: Some(conv.kind),
+                steps: Some(conv.plan.clone()),
+                report,
+                sync,
+            })
         }
         (_, Outcome::Impossible(c)) => Err(format!("negotiation: {}", conflicts(&c))),
         (_, Outcome::Shared(_)) => Err("negotiation shared a buffer where a copy was forced".into()),
@@ -263,7 +265,7 @@ impl Pool {
                 return Err(DemoError::Unavailable(format!("plane offsets/strides {planes:?} are not word-aligned")));
             }
             let size = planes.iter().enumerate().map(|(i, (o, s))| o + s * info.plane_height(i, h) as u64).max().unwrap_or(0);
-            let usage = vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_DST;
+            let usage = vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_DST | vk::BufferUsageFlags::TRANSFER_SRC;
             let fd = dmabuf.plane(0).map(|p| p.fd).ok_or_else(|| DemoError::Protocol("a frame without planes".into()))?;
             let alias = ImportedBuffer::import(engine, fd, size, usage)?;
             let set = pipeline.allocate_set()?;
@@ -406,6 +408,14 @@ fn drive(engine: &Engine, config: &DemoConfig, peer: &Peer, buffers: BorrowedFd<
     let spv = if fourcc == Fourcc::NV12 { PATTERN_NV12_SPV } else { PATTERN_SPV };
     // Sets: one per pool slot and one for the copy mode's render target, per mode.
     let pipeline = ComputePipeline::new(engine, spv, &[Binding::StorageBuffer, Binding::StorageBuffer], 28, 64)?;
+    // Copy mode renders AR24 whatever the consumer's format (the plan converts it), and
+    // runs the plan's steps with the engine's converter.
+    let ar24_pipeline = match fourcc {
+        Fourcc::ARGB8888 => None,
+        _ => Some(ComputePipeline::new(engine, PATTERN_SPV, &[Binding::StorageBuffer, Binding::StorageBuffer], 28, 4)?),
+    };
+    let converter = dmabridge::Converter::new(engine)?;
+    let tools = CopyTools { pipeline: ar24_pipeline.as_ref().unwrap_or(&pipeline), converter: &converter };
     let sum = GpuBuffer::new(engine, 8, BufferLocation::Readback)?;
     let (w, h) = (config.width, config.height);
     let frame_bytes = format_info(fourcc).map_or(0, |i| i.packed_size(w, h));
@@ -443,11 +453,11 @@ fn drive(engine: &Engine, config: &DemoConfig, peer: &Peer, buffers: BorrowedFd<
                 continue;
             }
         };
-        let r = run_mode(engine, config, &plan, &pipeline, &sum, (buffers, control, peer), frame_bytes)?;
+        let r = run_mode(engine, config, &plan, (&pipeline, &tools), &sum, (buffers, control, peer), frame_bytes)?;
         summary.insert(mode.key().into(), r.json.clone());
         results.push(r);
     }
-    drop((pipeline, sum));
+    drop((converter, ar24_pipeline, pipeline, sum));
     send_msg(control, peer, &ToConsumer::Bye { out_dir: config.out_dir.to_string_lossy().into_owned() })?;
     let (consumer_leaked, sheet, c_before, c_after) = match recv_msg::<ToProducer>(control, peer)? {
         ToProducer::Final { leaked_fds, contact_sheet, fds_before, fds_after } => (leaked_fds, contact_sheet, fds_before, fds_after),
@@ -476,7 +486,7 @@ fn run_mode(
     engine: &Engine,
     config: &DemoConfig,
     plan: &Plan,
-    pipeline: &ComputePipeline,
+    (pipeline, tools): (&ComputePipeline, &CopyTools<'_>),
     sum: &GpuBuffer,
     (buffers, control, peer): (BorrowedFd<'_>, BorrowedFd<'_>, &Peer),
     frame_bytes: u64,
@@ -485,19 +495,13 @@ fn run_mode(
     let memory = SystemMemory::detect();
     let mut pool = Pool::new(engine, pipeline, sum, plan, &memory, (w, h))?;
     let sync_file = plan.sync == SyncMethod::SyncFile;
-    // Copy mode: the producer's own device-local render target and its descriptor set.
-    let render = match plan.mode {
-        Mode::Copy => {
-            let b = GpuBuffer::new(engine, frame_bytes, BufferLocation::DeviceLocal)?;
-            let set = pipeline.allocate_set()?;
-            // SAFETY: a fresh set; both buffers have STORAGE_BUFFER usage and outlive the mode.
-            unsafe {
-                pipeline.write_buffer(set, 0, b.buffer());
-                pipeline.write_buffer(set, 1, sum.buffer());
-            }
-            Some((b, set))
-        }
-        Mode::ZeroCopy => None,
+    // Copy mode: the producer's own device-local render target (rendered linear, then tiled
+    // as its GPU's layout), the plan's steps at the frame's size, and for a colour plan a
+    // readback of what the plan wrote, for the checksum the consumer will compute.
+    let render = match (plan.mode, &plan.steps) {
+        (Mode::Copy, Some(steps)) => Some(CopyPath::new(engine, tools, sum, steps.at_extent(w, h), plan.fourcc, (w, h))?),
+        (Mode::Copy, None) => return Err(DemoError::Protocol("copy mode without a plan".into())),
+        (Mode::ZeroCopy, _) => None,
     };
     let sample_every = (config.frames / 6).max(1);
     send_msg(
@@ -535,8 +539,8 @@ fn run_mode(
                 record_frame(engine, cmd, until, pipeline, sum, slot, render.as_ref(), plan, index, corrupt, (w, h), (ours, foreign))?;
                 sum.track(until);
                 slot.alias.track(until);
-                if let Some((target, _)) = &render {
-                    target.track(until);
+                if let Some(r) = &render {
+                    r.track(until);
                 }
                 Ok::<(), DemoError>(())
             })?;
@@ -555,7 +559,10 @@ fn run_mode(
                 send_buffer_with_fence(buffers, slot_index as u64, &slot.dmabuf, None).map_err(|e| peer.handoff_error(e))?;
             }
             slot.used = true;
-            let checksum = read_u32(sum, 0)?;
+            let checksum = match render.as_ref().and_then(|r| r.readback.as_ref()) {
+                Some(readback) => nv12_checksum(readback.bytes()?, (w, h)),
+                None => read_u32(sum, 0)?,
+            };
             pool.held.insert(slot_index);
             pool.max_held = pool.max_held.max(pool.held.len());
             send_msg(control, peer, &ToConsumer::Frame { index, id: slot_index as u64, checksum })?;
@@ -596,6 +603,11 @@ fn run_mode(
         "pool_buffers": plan.pool,
         "conversion": plan.conversion.map(|c| c.to_string()),
         "conversion_runs_on": plan.conversion.map(|_| "gpu (producer)"),
+        "plan": plan.steps.as_ref().map(|p| json!({
+            "steps": p.at_extent(w, h).steps.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            "frames_run": config.frames,
+            "frames_verified": report.verified,
+        })),
         "negotiation": plan.report,
         "import_path": report.import_path,
         "frame_us": frame,
@@ -645,7 +657,7 @@ fn record_frame(
     pipeline: &ComputePipeline,
     sum: &GpuBuffer,
     slot: &Slot,
-    render: Option<&(GpuBuffer, vk::DescriptorSet)>,
+    render: Option<&CopyPath<'_>>,
     plan: &Plan,
     index: u32,
     corrupt: bool,
@@ -655,7 +667,8 @@ fn record_frame(
     let device = engine.device();
     let ignored = vk::QUEUE_FAMILY_IGNORED;
     let mut pre = vec![buffer_barrier(sum.buffer(), vk::AccessFlags::TRANSFER_WRITE, vk::AccessFlags::SHADER_READ | vk::AccessFlags::SHADER_WRITE, ignored, ignored)];
-    let first_write = if render.is_some() { vk::AccessFlags::TRANSFER_WRITE } else { vk::AccessFlags::SHADER_WRITE };
+    // Copy mode writes the frame with the plan's last step: a shader or copy commands.
+    let first_write = if render.is_some() { vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::SHADER_WRITE } else { vk::AccessFlags::SHADER_WRITE };
     if slot.used {
         // Acquire the frame back from the consumer's side (it released it to us by message).
         pre.push(buffer_barrier(slot.alias.buffer(), vk::AccessFlags::empty(), first_write, foreign, ours));
@@ -678,34 +691,15 @@ fn record_frame(
     }
     let mut last_write = vk::AccessFlags::SHADER_WRITE;
     let mut last_stage = vk::PipelineStageFlags::COMPUTE_SHADER;
-    match (render, plan.conversion) {
-        (Some((target, set)), Some(kind)) => {
-            let packed = packed_layout(plan.fourcc, w, h)?;
-            let src_planes: Vec<(u64, u64)> = packed.iter().map(|p| (p.0, p.1)).collect();
-            let (push, dims) = pattern_push(plan.fourcc, (w, h), &src_planes, index)?;
-            dispatch(pipeline, cmd, *set, &push, dims, until)?;
-            let mid = buffer_barrier(target.buffer(), vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::TRANSFER_READ, ignored, ignored);
-            // SAFETY: recording state; the render target belongs to this device.
-            unsafe {
-                device.cmd_pipeline_barrier(cmd, vk::PipelineStageFlags::COMPUTE_SHADER, vk::PipelineStageFlags::TRANSFER, vk::DependencyFlags::empty(), &[], &[mid], &[]);
-            }
-            let copies: Vec<PlaneCopy> = packed
-                .iter()
-                .zip(&slot.planes)
-                .map(|(&(src_offset, src_stride, row_bytes, rows), &(dst_offset, dst_stride))| PlaneCopy {
-                    src_offset,
-                    src_stride,
-                    dst_offset,
-                    dst_stride,
-                    row_bytes,
-                    rows,
-                })
-                .collect();
-            convert_step(device, cmd, kind, target.buffer(), slot.alias.buffer(), &copies)?;
-            last_write = vk::AccessFlags::TRANSFER_WRITE;
-            last_stage = vk::PipelineStageFlags::TRANSFER;
+    match render {
+        Some(r) => {
+            // SAFETY: the engine's command buffer, recording, submitted with `until`; every
+            // buffer is tracked until then by the caller (`CopyPath::track`, the slot).
+            unsafe { r.record(engine, cmd, &slot.alias, index, until)? };
+            last_write = vk::AccessFlags::TRANSFER_WRITE | vk::AccessFlags::SHADER_WRITE;
+            last_stage = vk::PipelineStageFlags::TRANSFER | vk::PipelineStageFlags::COMPUTE_SHADER;
         }
-        _ => {
+        None => {
             let (push, dims) = pattern_push(plan.fourcc, (w, h), &slot.planes, index)?;
             dispatch(pipeline, cmd, slot.set, &push, dims, until)?;
         }
@@ -753,4 +747,90 @@ pub fn dispatch(
     // `until`, which the caller tracks on every resource the set points at.
     unsafe { pipeline.record_dispatch(cmd, set, bytemuck::bytes_of(push), groups, until)? };
     Ok(())
+}
+
+/// What copy mode renders and converts with, made once for all modes.
+pub struct CopyTools<'a> {
+    /// The AR24 pattern shader.
+    pub pipeline: &'a ComputePipeline,
+    pub converter: &'a dmabridge::Converter,
+}
+
+/// Copy mode's render path: the pattern into a linear AR24 target, tiled into the GPU's
+/// layout ([`RENDER_LAYOUT`]), then the negotiated plan's steps into the frame.
+pub struct CopyPath<'a> {
+    tools: &'a CopyTools<'a>,
+    set: vk::DescriptorSet,
+    linear: GpuBuffer,
+    tiled: GpuBuffer,
+    steps: ConversionPlan,
+    /// A colour plan's output as the CPU reads it back (its checksum is the consumer's).
+    readback: Option<GpuBuffer>,
+    w: u32,
+    h: u32,
+}
+
+impl<'a> CopyPath<'a> {
+    fn new(engine: &Engine, tools: &'a CopyTools<'a>, sum: &GpuBuffer, steps: ConversionPlan, fourcc: Fourcc, (w, h): (u32, u32)) -> Result<Self, DemoError> {
+        steps.check().map_err(dmabridge::ConvertError::from)?;
+        let linear = GpuBuffer::new(engine, tiled_size(TileLayout::Linear, Fourcc::ARGB8888, w, h).map_err(dmabridge::ConvertError::from)?.size, BufferLocation::DeviceLocal)?;
+        let tiled = GpuBuffer::new(engine, tiled_size(RENDER_LAYOUT, Fourcc::ARGB8888, w, h).map_err(dmabridge::ConvertError::from)?.size, BufferLocation::DeviceLocal)?;
+        let readback = match fourcc {
+            Fourcc::ARGB8888 => None,
+            _ => Some(GpuBuffer::new(engine, tiled_size(TileLayout::Linear, fourcc, w, h).map_err(dmabridge::ConvertError::from)?.size, BufferLocation::Readback)?),
+        };
+        let set = tools.pipeline.allocate_set()?;
+        // SAFETY: a fresh set; both buffers have STORAGE_BUFFER usage and outlive the mode.
+        unsafe {
+            tools.pipeline.write_buffer(set, 0, linear.buffer());
+            tools.pipeline.write_buffer(set, 1, sum.buffer());
+        }
+        Ok(CopyPath { tools, set, linear, tiled, steps, readback, w, h })
+    }
+
+    fn track(&self, until: Completion) {
+        self.linear.track(until);
+        self.tiled.track(until);
+        if let Some(r) = &self.readback {
+            r.track(until);
+        }
+    }
+
+    /// Records frame `index`: render, tile, the plan's steps into `frame`, and the readback.
+    ///
+    /// # Safety
+    /// `cmd` is the engine's command buffer, recording, submitted with `until`; `frame`
+    /// and this path's buffers are tracked until then.
+    unsafe fn record(&self, engine: &Engine, cmd: vk::CommandBuffer, frame: &ImportedBuffer, index: u32, until: Completion) -> Result<(), DemoError> {
+        let device = engine.device();
+        let (w, h) = (self.w, self.h);
+        let ignored = vk::QUEUE_FAMILY_IGNORED;
+        let (push, dims) = pattern_push(Fourcc::ARGB8888, (w, h), &[(0, u64::from(w) * 4)], index)?;
+        dispatch(self.tools.pipeline, cmd, self.set, &push, dims, until)?;
+        let rendered = buffer_barrier(self.linear.buffer(), vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::SHADER_READ | vk::AccessFlags::TRANSFER_READ, ignored, ignored);
+        let compute = vk::PipelineStageFlags::COMPUTE_SHADER;
+        let transfer = vk::PipelineStageFlags::TRANSFER;
+        let planes = packed_planes(Fourcc::ARGB8888, w, h).map_err(dmabridge::ConvertError::from)?;
+        // SAFETY: the caller's contract; the engine's buffers have every usage the tile and
+        // the plan need, and hold the geometry's sizes (made from it); the barrier makes the
+        // pattern visible to both.
+        unsafe {
+            device.cmd_pipeline_barrier(cmd, compute, compute | transfer, vk::DependencyFlags::empty(), &[], &[rendered], &[]);
+            self.tools.converter.record_planes(cmd, RENDER_LAYOUT, Fourcc::ARGB8888, (w, h), self.tiled.buffer(), 0, self.linear.buffer(), &planes, true, until)?;
+            self.tools.converter.record_plan(cmd, &self.steps, &self.tiled, frame, until)?;
+        }
+        if let Some(readback) = &self.readback {
+            let size = readback.len().min(frame.len());
+            let before = buffer_barrier(frame.buffer(), vk::AccessFlags::SHADER_WRITE | vk::AccessFlags::TRANSFER_WRITE, vk::AccessFlags::TRANSFER_READ, ignored, ignored);
+            let host = buffer_barrier(readback.buffer(), vk::AccessFlags::TRANSFER_WRITE, vk::AccessFlags::HOST_READ, ignored, ignored);
+            // SAFETY: the caller's contract; the frame has TRANSFER_SRC usage (Pool::new) and
+            // the readback TRANSFER_DST; `size` fits both (VUID-vkCmdCopyBuffer-size-00115).
+            unsafe {
+                device.cmd_pipeline_barrier(cmd, compute | transfer, transfer, vk::DependencyFlags::empty(), &[], &[before], &[]);
+                device.cmd_copy_buffer(cmd, frame.buffer(), readback.buffer(), &[vk::BufferCopy { src_offset: 0, dst_offset: 0, size }]);
+                device.cmd_pipeline_barrier(cmd, transfer, vk::PipelineStageFlags::HOST, vk::DependencyFlags::empty(), &[], &[host], &[]);
+            }
+        }
+        Ok(())
+    }
 }

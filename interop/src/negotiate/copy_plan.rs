@@ -7,7 +7,11 @@
 //! 2^8 subsets). Data flows from the group holding the first writer (the producer) to
 //! each other group, a star: one conversion per other group. A conversion may be a chain
 //! of steps (tiled YUV -> RGB, RGB -> tiled YUV, tiled -> tiled through linear), fused where
-//! the copy fallback has a fused path; [`ConversionKind::steps`] names them. The cost of a
+//! the copy fallback has a fused path. Each conversion carries its steps as data
+//! ([`ConversionPlan`]: every step with the format and modifier it reads and writes, and the
+//! extent), derived once from the two formats by [`Step::chain`], the table the converter
+//! runs; the engine executes them (`Converter::record_plan`), and [`PlanFile`] is their
+//! JSON file (`negotiate --plan-out`, `convert --plan`). The cost of a
 //! conversion is the bytes it reads plus the bytes it writes per frame, with tile padding
 //! (`tiling::tiled_size`, which is `format_info`'s packed size for linear), at the largest
 //! extent everyone accepts (capped at 16384 per side, so that sizes cannot overflow). A
@@ -27,6 +31,8 @@ use super::constraints::{merge, MergeRules};
 use super::participant::{ExtentRange, Participant};
 use super::reconcile::{Allocation, ChainLayout};
 use crate::tiling::{tiled_size, FrameConversion, Step};
+use crate::tiling::FrameConversionError;
+use crate::Modifier;
 use crate::{Format, Fourcc, Layout, TileLayout};
 
 /// The most participants a copy plan is searched for (Bell(8) = 4140 partitions).
@@ -55,25 +61,24 @@ pub enum ConversionKind {
 }
 
 impl ConversionKind {
-    /// The conversion from `from` to `to`, if #5 provides one, in one step or a chain.
+    /// The conversion from `from` to `to`, if #5 provides one, in one step or a chain: the
+    /// steps come from [`Step::chain`], the table the converter runs.
     pub fn between(from: Format, to: Format) -> Option<ConversionKind> {
-        let (Layout::Explicit(fm), Layout::Explicit(tm)) = (from.layout, to.layout) else {
-            return None;
-        };
-        let (src, dst) = (TileLayout::from_modifier(fm)?, TileLayout::from_modifier(tm)?);
-        // #5 defines each layout for some fourccs only (the decoder layouts for NV12), and
-        // colour conversion for some pairs: the frame conversion's steps are the judge,
-        // asked at a small valid size.
-        let steps = FrameConversion::new((src, from.fourcc), (dst, to.fourcc), 64, 64).steps().ok()?;
-        let one = match steps.as_slice() {
+        let (src, dst) = (tile_layout(from)?, tile_layout(to)?);
+        let steps = Step::chain((src, from.fourcc), (dst, to.fourcc)).ok()?;
+        Some(ConversionKind::of_steps(&steps, (src, from.fourcc), (dst, to.fourcc)))
+    }
+
+    /// The kind a chain of steps from `from` to `to` is.
+    fn of_steps(steps: &[Step], from: (TileLayout, Fourcc), to: (TileLayout, Fourcc)) -> ConversionKind {
+        match steps {
             [Step::Copy] => ConversionKind::CopyLinear,
             [Step::Detile(t)] => ConversionKind::Detile(*t),
             [Step::Tile(t)] => ConversionKind::Tile(*t),
             [Step::YuvToRgb { layout: TileLayout::Linear, from, to }] => ConversionKind::YuvToRgb { from: *from, to: *to },
             [Step::RgbToNv12 { from }] => ConversionKind::RgbToYuv { from: *from, to: Fourcc::NV12 },
-            _ => ConversionKind::Chain { from_layout: src, from: from.fourcc, to_layout: dst, to: to.fourcc },
-        };
-        Some(one)
+            _ => ConversionKind::Chain { from_layout: from.0, from: from.1, to_layout: to.0, to: to.1 },
+        }
     }
 
     /// (layout, fourcc) read and written, for a conversion whose source group holds `from`.
@@ -88,10 +93,18 @@ impl ConversionKind {
         }
     }
 
-    /// The steps, in order (what `dmabridge convert` runs for it).
+    /// The steps, in order ([`Step::chain`] of the endpoints; what `dmabridge convert` runs).
     pub fn steps(&self, from: Fourcc) -> Vec<Step> {
-        let ((fl, f), (tl, t)) = self.endpoints(from);
-        FrameConversion::new((fl, f), (tl, t), 64, 64).steps().unwrap_or_default()
+        let (f, t) = self.endpoints(from);
+        Step::chain(f, t).unwrap_or_default()
+    }
+}
+
+/// The tiled layout of an explicit format, if dmabridge converts it.
+fn tile_layout(f: Format) -> Option<TileLayout> {
+    match f.layout {
+        Layout::Explicit(m) => TileLayout::from_modifier(m),
+        Layout::Implicit => None,
     }
 }
 
@@ -117,6 +130,316 @@ impl fmt::Display for ConversionKind {
     }
 }
 
+/// What a [`PlanStep`] does: the serialised name of a [`Step`], whose layouts are the
+/// modifiers of the step's formats.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum StepOp {
+    /// Tiled -> linear, same fourcc.
+    Detile,
+    /// Linear -> tiled, same fourcc.
+    Tile,
+    /// NV12/P010 -> linear RGB; from a tiled layout, detile and colour in one pass.
+    YuvToRgb,
+    /// Linear 8-bit RGB -> linear NV12.
+    RgbToYuv,
+    /// Linear -> linear, same fourcc.
+    Copy,
+}
+
+impl StepOp {
+    fn of(step: &Step) -> StepOp {
+        match step {
+            Step::Detile(_) => StepOp::Detile,
+            Step::Tile(_) => StepOp::Tile,
+            Step::YuvToRgb { .. } => StepOp::YuvToRgb,
+            Step::RgbToNv12 { .. } => StepOp::RgbToYuv,
+            Step::Copy => StepOp::Copy,
+        }
+    }
+}
+
+/// A format a plan step reads or writes: always explicit (a step must know the layout it
+/// addresses). JSON: `{"fourcc": "NV12", "modifier": "0x0100000000000001"}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct PlanFormat {
+    pub fourcc: Fourcc,
+    pub modifier: Modifier,
+}
+
+impl PlanFormat {
+    /// The format, as the rest of dmabridge speaks it.
+    pub fn format(&self) -> Format {
+        Format::explicit(self.fourcc, self.modifier)
+    }
+
+    /// Its tiled layout, if dmabridge converts that modifier.
+    pub fn layout(&self) -> Result<TileLayout, PlanError> {
+        TileLayout::from_modifier(self.modifier).ok_or(PlanError::NoLayout(self.format()))
+    }
+
+    fn of(layout: TileLayout, fourcc: Fourcc) -> Result<PlanFormat, PlanError> {
+        let modifier = layout.modifier().ok_or(PlanError::NoModifier(layout))?;
+        Ok(PlanFormat { fourcc, modifier })
+    }
+}
+
+impl fmt::Display for PlanFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match TileLayout::from_modifier(self.modifier) {
+            Some(l) => write!(f, "{} {l}", self.fourcc.trimmed()),
+            None => write!(f, "{}", self.format()),
+        }
+    }
+}
+
+/// One step of a [`ConversionPlan`]: what it does, what it reads and writes, and the frame
+/// size. JSON: `{"op": "detile", "from": {...}, "to": {...}, "width": 1920, "height": 1080}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct PlanStep {
+    pub op: StepOp,
+    pub from: PlanFormat,
+    pub to: PlanFormat,
+    pub width: u32,
+    pub height: u32,
+}
+
+impl PlanStep {
+    /// The [`Step`] this is, if it is exactly what [`Step::chain`] does between its formats
+    /// in one step (a plan from a file is checked here, so it can only ask for steps the
+    /// converter has).
+    pub fn step(&self) -> Result<Step, PlanError> {
+        let refuse = |why: String| PlanError::Step { step: self.to_string(), why };
+        let (from, to) = (self.from.layout()?, self.to.layout()?);
+        let chain = Step::chain((from, self.from.fourcc), (to, self.to.fourcc)).map_err(|e| refuse(e.to_string()))?;
+        match chain.as_slice() {
+            [one] if StepOp::of(one) == self.op => Ok(*one),
+            _ => {
+                let names: Vec<String> = chain.iter().map(|s| s.to_string()).collect();
+                Err(refuse(format!("from {} to {} the converter runs {}", self.from, self.to, names.join(", then "))))
+            }
+        }
+    }
+}
+
+impl fmt::Display for PlanStep {
+    /// `detile NV12 samsung-64x32 -> NV12 linear 1920x1080`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let op = match self.op {
+            StepOp::Detile => "detile",
+            StepOp::Tile => "tile",
+            StepOp::YuvToRgb => "yuv-to-rgb",
+            StepOp::RgbToYuv => "rgb-to-yuv",
+            StepOp::Copy => "copy",
+        };
+        write!(f, "{op} {} -> {} {}x{}", self.from, self.to, self.width, self.height)
+    }
+}
+
+/// The most steps a conversion plan may have ([`Step::chain`] makes at most three).
+pub const MAX_PLAN_STEPS: usize = 8;
+
+/// One conversion as data the engine runs (`Converter::run_plan`): its steps in order, each
+/// reading what the one before wrote, derived once from the formats by [`Step::chain`]. JSON:
+/// `{"from": {...}, "to": {...}, "width": W, "height": H, "steps": [PlanStep, ...]}`.
+/// Colour steps use BT.709, limited range (what a video pipeline assumes when nothing says
+/// otherwise). Buffers follow the tiled-buffer conventions (linear: tightly packed planes).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub struct ConversionPlan {
+    pub from: PlanFormat,
+    pub to: PlanFormat,
+    pub width: u32,
+    pub height: u32,
+    pub steps: Vec<PlanStep>,
+}
+
+/// Why a conversion plan cannot be made or run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanError {
+    /// The format is implicit or its modifier names no layout dmabridge converts.
+    #[error("{0} has no layout dmabridge converts")]
+    NoLayout(Format),
+    /// The layout has no modifier to write into a plan.
+    #[error("layout {0} has no modifier")]
+    NoModifier(TileLayout),
+    /// No conversion joins the two formats.
+    #[error(transparent)]
+    Frame(#[from] FrameConversionError),
+    /// A step the converter does not have (its formats call for other steps, or none).
+    #[error("step '{step}' cannot run: {why}")]
+    Step { step: String, why: String },
+    /// The steps do not join up: a step does not read what the one before wrote, or the
+    /// first does not read the plan's input, or the last does not write its output.
+    #[error("step {index} ('{step}') does not read what came before it ({expected})")]
+    Broken { index: usize, step: String, expected: String },
+    /// Steps at another extent than the plan's.
+    #[error("step {index} ('{step}') is not at the plan's {width}x{height}")]
+    Extent { index: usize, step: String, width: u32, height: u32 },
+    /// No steps, or more than [`MAX_PLAN_STEPS`].
+    #[error("a plan has 1 to {MAX_PLAN_STEPS} steps, not {0}")]
+    StepCount(usize),
+}
+
+impl ConversionPlan {
+    /// The plan from `from` to `to` at `width` x `height`: [`Step::chain`] of the formats,
+    /// each step with what it reads and writes. The extent must be valid for both formats.
+    pub fn derive(from: Format, to: Format, (width, height): (u32, u32)) -> Result<ConversionPlan, PlanError> {
+        let layout = |f: Format| tile_layout(f).ok_or(PlanError::NoLayout(f));
+        let (fl, tl) = (layout(from)?, layout(to)?);
+        FrameConversion::new((fl, from.fourcc), (tl, to.fourcc), width, height).steps()?;
+        let chain = Step::chain((fl, from.fourcc), (tl, to.fourcc))?;
+        let mut at = (fl, from.fourcc);
+        let mut steps = Vec::with_capacity(chain.len());
+        for step in &chain {
+            let next = step.output(at);
+            steps.push(PlanStep { op: StepOp::of(step), from: PlanFormat::of(at.0, at.1)?, to: PlanFormat::of(next.0, next.1)?, width, height });
+            at = next;
+        }
+        Ok(ConversionPlan { from: PlanFormat::of(fl, from.fourcc)?, to: PlanFormat::of(tl, to.fourcc)?, width, height, steps })
+    }
+
+    /// The same steps at another extent (a plan is made at the negotiation's cost extent
+    /// and run on frames of their own size).
+    pub fn at_extent(&self, width: u32, height: u32) -> ConversionPlan {
+        let steps = self.steps.iter().map(|s| PlanStep { width, height, ..*s }).collect();
+        ConversionPlan { width, height, steps, ..*self }
+    }
+
+    /// The steps as the converter runs them, after checking that each is one
+    /// [`Step::chain`] has, that they join up from the plan's input to its output, and that
+    /// both formats are defined at the plan's extent.
+    pub fn check(&self) -> Result<Vec<Step>, PlanError> {
+        if self.steps.is_empty() || self.steps.len() > MAX_PLAN_STEPS {
+            return Err(PlanError::StepCount(self.steps.len()));
+        }
+        let mut at = self.from;
+        let mut out = Vec::with_capacity(self.steps.len());
+        for (index, s) in self.steps.iter().enumerate() {
+            if s.from != at {
+                return Err(PlanError::Broken { index, step: s.to_string(), expected: at.to_string() });
+            }
+            if (s.width, s.height) != (self.width, self.height) {
+                return Err(PlanError::Extent { index, step: s.to_string(), width: self.width, height: self.height });
+            }
+            out.push(s.step()?);
+            at = s.to;
+        }
+        if at != self.to {
+            let index = self.steps.len() - 1;
+            return Err(PlanError::Broken { index, step: self.steps[index].to_string(), expected: format!("a step that writes {}", self.to) });
+        }
+        // Every frame of the chain has a geometry at this extent (the ends' decide: the
+        // middle frames are linear).
+        self.direct()?.sizes()?;
+        Ok(out)
+    }
+
+    /// The whole conversion in one, as `dmabridge convert` runs it without a plan (for
+    /// sizes, and to compare with).
+    pub fn direct(&self) -> Result<FrameConversion, PlanError> {
+        Ok(FrameConversion::new((self.from.layout()?, self.from.fourcc), (self.to.layout()?, self.to.fourcc), self.width, self.height))
+    }
+
+    /// The frame conversion one step is, on its own.
+    pub fn step_conversion(step: &PlanStep) -> Result<FrameConversion, PlanError> {
+        Ok(FrameConversion::new((step.from.layout()?, step.from.fourcc), (step.to.layout()?, step.to.fourcc), step.width, step.height))
+    }
+
+    /// Runs the steps one after the other on the CPU fast path (`threads`: 0 for the
+    /// default), into a new buffer.
+    pub fn run_cpu(&self, input: &[u8], threads: usize) -> Result<Vec<u8>, PlanError> {
+        self.check()?;
+        let mut data: Option<Vec<u8>> = None;
+        for s in &self.steps {
+            let src = data.as_deref().unwrap_or(input);
+            data = Some(Self::step_conversion(s)?.run_cpu(src, threads)?);
+        }
+        data.ok_or(PlanError::StepCount(0))
+    }
+}
+
+impl fmt::Display for ConversionPlan {
+    /// The steps joined with `, then `.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let steps: Vec<String> = self.steps.iter().map(|s| s.to_string()).collect();
+        f.write_str(&steps.join(", then "))
+    }
+}
+
+/// The version [`PlanFile`] writes, and the only one it reads.
+pub const PLAN_FILE_VERSION: u32 = 1;
+
+/// The most conversions a [`PlanFile`] may hold (one per group but the producer's).
+pub const MAX_PLAN_CONVERSIONS: usize = MAX_COPY_PARTICIPANTS;
+
+/// A copy plan's conversions as a file: what `dmabridge negotiate --plan-out FILE` writes
+/// and `dmabridge convert --plan FILE` runs. JSON:
+/// `{"dmabridge_plan": 1, "conversions": [{"from_group": 0, "to_group": 1, "runs_on": "...",
+/// "plan": ConversionPlan}]}` (`runs_on` with `--paths` only).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PlanFile {
+    /// [`PLAN_FILE_VERSION`].
+    pub dmabridge_plan: u32,
+    pub conversions: Vec<PlannedConversion>,
+}
+
+/// One conversion of a [`PlanFile`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct PlannedConversion {
+    pub from_group: usize,
+    pub to_group: usize,
+    /// Where it runs, as the engine's cost model said (`negotiate --paths`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub runs_on: Option<String>,
+    pub plan: ConversionPlan,
+}
+
+/// Why a plan file cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PlanFileError {
+    #[error("not a dmabridge plan file: {0}")]
+    Json(String),
+    #[error("plan file version {0}; this dmabridge reads version {PLAN_FILE_VERSION}")]
+    Version(u32),
+    #[error("a plan file holds 1 to {MAX_PLAN_CONVERSIONS} conversions, not {0}")]
+    Conversions(usize),
+    #[error("conversion {index}: {source}")]
+    Plan { index: usize, source: PlanError },
+}
+
+impl PlanFile {
+    /// The file of `plan`'s conversions.
+    pub fn of(plan: &CopyPlan) -> PlanFile {
+        let conversions = plan
+            .conversions
+            .iter()
+            .map(|c| PlannedConversion { from_group: c.from_group, to_group: c.to_group, runs_on: None, plan: c.plan.clone() })
+            .collect();
+        PlanFile { dmabridge_plan: PLAN_FILE_VERSION, conversions }
+    }
+
+    /// Parses and checks a plan file (every conversion's steps: [`ConversionPlan::check`]).
+    /// Its size is the caller's to cap before it is read.
+    pub fn parse(text: &str) -> Result<PlanFile, PlanFileError> {
+        let file: PlanFile = serde_json::from_str(text).map_err(|e| PlanFileError::Json(e.to_string()))?;
+        if file.dmabridge_plan != PLAN_FILE_VERSION {
+            return Err(PlanFileError::Version(file.dmabridge_plan));
+        }
+        if file.conversions.is_empty() || file.conversions.len() > MAX_PLAN_CONVERSIONS {
+            return Err(PlanFileError::Conversions(file.conversions.len()));
+        }
+        for (index, c) in file.conversions.iter().enumerate() {
+            c.plan.check().map_err(|source| PlanFileError::Plan { index, source })?;
+        }
+        Ok(file)
+    }
+
+    /// The JSON document, pretty-printed.
+    pub fn to_json(&self) -> String {
+        serde_json::to_string_pretty(self).unwrap_or_default()
+    }
+}
+
 /// One buffer collection of a copy plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyGroup {
@@ -127,13 +450,16 @@ pub struct CopyGroup {
 }
 
 /// One conversion per frame, from one group's buffer to another's.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Conversion {
     pub from_group: usize,
     pub to_group: usize,
     pub kind: ConversionKind,
     /// Bytes read plus bytes written per frame (see the module docs).
     pub bytes_per_frame: u64,
+    /// Its steps, at the plan's cost extent: what the engine runs
+    /// ([`ConversionPlan::at_extent`] for frames of another size).
+    pub plan: ConversionPlan,
 }
 
 /// Groups and the conversions between them. Group 0 holds the producer (the first writer).
@@ -199,7 +525,7 @@ pub(crate) fn plan_copy(parts: &[&Participant]) -> Result<CopyPlan, CopyPlanErro
                 .or_insert_with(|| group_info(parts, mask, w, h));
         }
         let source = assign[producer];
-        if let Some(c) = evaluate(&masks, source, &memo, &mut edges_memo) {
+        if let Some(c) = evaluate(&masks, source, &memo, (w, h), &mut edges_memo) {
             let better = best.as_ref().map_or(true, |b| {
                 (c.bytes, c.masks.len()) < (b.bytes, b.masks.len())
             });
@@ -277,13 +603,14 @@ fn group_info(parts: &[&Participant], mask: u32, w: u32, h: u32) -> Option<Group
 struct Candidate {
     masks: Vec<u32>,
     formats: Vec<Format>,
-    /// (to_group, kind, bytes), with group indices into `masks`.
-    edges: Vec<(usize, ConversionKind, u64)>,
+    /// (to_group, kind, bytes, steps), with group indices into `masks`.
+    edges: Vec<(usize, ConversionKind, u64, ConversionPlan)>,
     source: usize,
     bytes: u64,
 }
 
-type EdgeMemo = HashMap<(Format, u32), Option<(Format, ConversionKind, u64)>>;
+type Edge = (Format, ConversionKind, u64, ConversionPlan);
+type EdgeMemo = HashMap<(Format, u32), Option<Edge>>;
 
 /// The cheapest way to feed the group `mask` from `src` (first in its preference on ties).
 fn cheapest_edge(
@@ -291,23 +618,26 @@ fn cheapest_edge(
     src_bytes: u64,
     mask: u32,
     info: &GroupInfo,
+    extent: (u32, u32),
     memo: &mut EdgeMemo,
-) -> Option<(Format, ConversionKind, u64)> {
-    *memo.entry((src, mask)).or_insert_with(|| {
+) -> Option<Edge> {
+    memo.entry((src, mask)).or_insert_with(|| {
         // Every format the group can take that #5 reaches from `src`, in one step or a chain.
         info.candidates
             .iter()
             .enumerate()
             .filter_map(|(rank, &(t, bytes))| {
                 let kind = ConversionKind::between(src, t)?;
-                Some((t, kind, src_bytes.saturating_add(bytes), rank))
+                let plan = ConversionPlan::derive(src, t, extent).ok()?;
+                Some((t, kind, src_bytes.saturating_add(bytes), rank, plan))
             })
             // A colour conversion changes the pixels (subsampling, rounding): it is taken
             // only where no conversion that keeps them can feed the group, however few bytes
             // it would move.
-            .min_by_key(|(t, _, cost, rank)| (t.fourcc != src.fourcc, *cost, *rank))
-            .map(|(t, k, c, _)| (t, k, c))
+            .min_by_key(|(t, _, cost, rank, _)| (t.fourcc != src.fourcc, *cost, *rank))
+            .map(|(t, k, c, _, plan)| (t, k, c, plan))
     })
+    .clone()
 }
 
 /// The cheapest choice of formats for one partition, if every group can be fed.
@@ -315,6 +645,7 @@ fn evaluate(
     masks: &[u32],
     source: usize,
     groups: &HashMap<u32, Option<GroupInfo>>,
+    extent: (u32, u32),
     edges_memo: &mut EdgeMemo,
 ) -> Option<Candidate> {
     let infos: Vec<&GroupInfo> = masks
@@ -328,14 +659,14 @@ fn evaluate(
         let mut total = 0u64;
         let mut feasible = true;
         for (g, info) in infos.iter().enumerate().filter(|(g, _)| *g != source) {
-            let Some((f, kind, cost)) =
-                cheapest_edge(src_format, src_bytes, masks[g], info, edges_memo)
+            let Some((f, kind, cost, plan)) =
+                cheapest_edge(src_format, src_bytes, masks[g], info, extent, edges_memo)
             else {
                 feasible = false;
                 break;
             };
             formats[g] = f;
-            edges.push((g, kind, cost));
+            edges.push((g, kind, cost, plan));
             total = total.saturating_add(cost);
         }
         if feasible && best.as_ref().map_or(true, |b| total < b.bytes) {
@@ -381,11 +712,12 @@ fn build(parts: &[&Participant], c: Candidate, cost_extent: (u32, u32)) -> CopyP
     let mut conversions: Vec<Conversion> = c
         .edges
         .iter()
-        .map(|&(g, kind, bytes)| Conversion {
+        .map(|(g, kind, bytes, plan)| Conversion {
             from_group: 0,
-            to_group: new_index(g),
-            kind,
-            bytes_per_frame: bytes,
+            to_group: new_index(*g),
+            kind: *kind,
+            bytes_per_frame: *bytes,
+            plan: plan.clone(),
         })
         .collect();
     conversions.sort_by_key(|cv| cv.to_group);
@@ -423,6 +755,71 @@ mod tests {
             .collect();
         let refs: Vec<&Participant> = parts.iter().collect();
         assert_eq!(plan_copy(&refs), Err(CopyPlanError::TooManyParticipants(9)));
+    }
+
+    fn x_tiled() -> Modifier {
+        TileLayout::I915X.modifier().unwrap()
+    }
+
+    #[test]
+    fn a_plan_carries_its_steps_and_each_step_its_formats() {
+        let from = Format::explicit(Fourcc::ARGB8888, x_tiled());
+        let plan = ConversionPlan::derive(from, Format::linear(Fourcc::NV12), (64, 32)).unwrap();
+        let linear = |fourcc| PlanFormat { fourcc, modifier: Modifier::LINEAR };
+        let tiled = PlanFormat { fourcc: Fourcc::ARGB8888, modifier: x_tiled() };
+        assert_eq!(
+            plan.steps,
+            vec![
+                PlanStep { op: StepOp::Detile, from: tiled, to: linear(Fourcc::ARGB8888), width: 64, height: 32 },
+                PlanStep { op: StepOp::RgbToYuv, from: linear(Fourcc::ARGB8888), to: linear(Fourcc::NV12), width: 64, height: 32 },
+            ]
+        );
+        assert_eq!(plan.check().unwrap(), vec![Step::Detile(TileLayout::I915X), Step::RgbToNv12 { from: Fourcc::ARGB8888 }]);
+        // The same steps the converter's frame conversion runs, at any extent.
+        assert_eq!(plan.check().unwrap(), plan.direct().unwrap().steps().unwrap());
+        let big = plan.at_extent(1920, 1080);
+        assert!(big.steps.iter().all(|s| (s.width, s.height) == (1920, 1080)) && big.check().is_ok());
+        // The JSON form round-trips.
+        let json = serde_json::to_string(&plan).unwrap();
+        assert!(json.contains(r#""op":"detile""#) && json.contains(r#""modifier":"0x0100000000000001""#), "{json}");
+        assert_eq!(serde_json::from_str::<ConversionPlan>(&json).unwrap(), plan);
+    }
+
+    #[test]
+    fn a_plan_with_a_step_the_converter_lacks_is_refused_naming_it() {
+        let plan = ConversionPlan::derive(Format::linear(Fourcc::NV12), Format::linear(Fourcc::ABGR8888), (64, 32)).unwrap();
+        // R8 -> NV12 is no colour conversion dmabridge has.
+        let mut bad = plan.clone();
+        bad.from.fourcc = Fourcc::R8;
+        bad.steps[0].from.fourcc = Fourcc::R8;
+        match bad.check() {
+            Err(PlanError::Step { step, .. }) => assert!(step.starts_with("yuv-to-rgb R8 linear -> AB24 linear"), "{step}"),
+            other => panic!("{other:?}"),
+        }
+        // A step named for what its formats do not call for.
+        let mut wrong = plan.clone();
+        wrong.steps[0].op = StepOp::Detile;
+        assert!(matches!(wrong.check(), Err(PlanError::Step { .. })));
+        // Steps that do not join up, or none.
+        let mut broken = plan.clone();
+        broken.to.fourcc = Fourcc::XRGB8888;
+        assert!(matches!(broken.check(), Err(PlanError::Broken { .. })));
+        let empty = ConversionPlan { steps: vec![], ..plan.clone() };
+        assert_eq!(empty.check(), Err(PlanError::StepCount(0)));
+        let odd = plan.at_extent(0, 32);
+        assert!(matches!(odd.check(), Err(PlanError::Frame(_))));
+    }
+
+    #[test]
+    fn plan_files_are_checked_when_read() {
+        let plan = ConversionPlan::derive(Format::explicit(Fourcc::NV12, TileLayout::Samsung64x32.modifier().unwrap()), Format::linear(Fourcc::XRGB8888), (64, 64)).unwrap();
+        let file = PlanFile { dmabridge_plan: PLAN_FILE_VERSION, conversions: vec![PlannedConversion { from_group: 0, to_group: 1, runs_on: None, plan }] };
+        assert_eq!(PlanFile::parse(&file.to_json()).unwrap(), file);
+        assert!(matches!(PlanFile::parse("{}"), Err(PlanFileError::Json(_))));
+        let v2 = file.to_json().replacen("\"dmabridge_plan\": 1", "\"dmabridge_plan\": 2", 1);
+        assert_eq!(PlanFile::parse(&v2), Err(PlanFileError::Version(2)));
+        let bad = file.to_json().replace("yuv-to-rgb", "copy");
+        assert!(matches!(PlanFile::parse(&bad), Err(PlanFileError::Plan { index: 0, .. })));
     }
 
     #[test]

@@ -32,7 +32,8 @@ pub mod report;
 pub use conflict::{Conflict, ConstraintKind, MAX_NAMES_SHOWN};
 pub use constraints::{BufferConstraints, Merged};
 pub use copy_plan::{
-    Conversion, ConversionKind, CopyGroup, CopyPlan, CopyPlanError, MAX_COPY_PARTICIPANTS,
+    Conversion, ConversionKind, ConversionPlan, CopyGroup, CopyPlan, CopyPlanError, PlanError, PlanFile, PlanFileError, PlanFormat,
+    PlanStep, PlannedConversion, StepOp, MAX_COPY_PARTICIPANTS, MAX_PLAN_STEPS, PLAN_FILE_VERSION,
 };
 pub use groups::{combinations, FallbackGroup, Member, MAX_COMBINATIONS};
 pub use implicit::{

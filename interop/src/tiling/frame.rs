@@ -44,6 +44,58 @@ impl fmt::Display for Step {
     }
 }
 
+impl Step {
+    /// The steps from `from` to `to` (layout, fourcc), in order: the one table of what a
+    /// conversion does, which [`FrameConversion::steps`], the copy plans and the engine's plan
+    /// runner all read. Each layout must be defined for its fourcc (the geometry's table,
+    /// asked at 1x1, where nothing can overflow); no extent is involved otherwise.
+    pub fn chain(from: (TileLayout, Fourcc), to: (TileLayout, Fourcc)) -> Result<Vec<Step>, FrameConversionError> {
+        let ((from_layout, from), (to_layout, to)) = (from, to);
+        tiled_size(from_layout, from, 1, 1)?;
+        tiled_size(to_layout, to, 1, 1)?;
+        let no_path = || FrameConversionError::NoPath { from, from_layout, to, to_layout };
+        let mut steps = Vec::new();
+        if from == to {
+            if from_layout != TileLayout::Linear {
+                steps.push(Step::Detile(from_layout));
+            }
+            if to_layout != TileLayout::Linear {
+                steps.push(Step::Tile(to_layout));
+            }
+            if steps.is_empty() {
+                steps.push(Step::Copy);
+            }
+            return Ok(steps);
+        }
+        let yuv_in = from == Fourcc::NV12 || from == Fourcc::P010;
+        if yuv_in && RgbPacking::of(to).is_some() {
+            steps.push(Step::YuvToRgb { layout: from_layout, from, to });
+        } else if to == Fourcc::NV12 && RgbPacking::of(from).is_some_and(|p| p.bits() == 8) {
+            if from_layout != TileLayout::Linear {
+                steps.push(Step::Detile(from_layout));
+            }
+            steps.push(Step::RgbToNv12 { from });
+        } else {
+            return Err(no_path());
+        }
+        if to_layout != TileLayout::Linear {
+            steps.push(Step::Tile(to_layout));
+        }
+        Ok(steps)
+    }
+
+    /// What the step writes, given what it reads (layout, fourcc): a chain's middle frames
+    /// are linear.
+    pub fn output(&self, input: (TileLayout, Fourcc)) -> (TileLayout, Fourcc) {
+        match *self {
+            Step::Detile(_) | Step::Copy => (TileLayout::Linear, input.1),
+            Step::Tile(l) => (l, input.1),
+            Step::YuvToRgb { to, .. } => (TileLayout::Linear, to),
+            Step::RgbToNv12 { .. } => (TileLayout::Linear, Fourcc::NV12),
+        }
+    }
+}
+
 /// A frame of `from` in `from_layout` to `to` in `to_layout`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct FrameConversion {
@@ -87,39 +139,11 @@ impl FrameConversion {
     }
 
     /// The steps, in order, or why there are none. Both layouts must be defined for their
-    /// formats (the geometry says so).
+    /// formats at this extent (the geometry says so); the steps are [`Step::chain`]'s.
     pub fn steps(&self) -> Result<Vec<Step>, FrameConversionError> {
         tiled_size(self.from_layout, self.from, self.width, self.height)?;
         tiled_size(self.to_layout, self.to, self.width, self.height)?;
-        let no_path = || FrameConversionError::NoPath { from: self.from, from_layout: self.from_layout, to: self.to, to_layout: self.to_layout };
-        let mut steps = Vec::new();
-        if self.from == self.to {
-            if self.from_layout != TileLayout::Linear {
-                steps.push(Step::Detile(self.from_layout));
-            }
-            if self.to_layout != TileLayout::Linear {
-                steps.push(Step::Tile(self.to_layout));
-            }
-            if steps.is_empty() {
-                steps.push(Step::Copy);
-            }
-            return Ok(steps);
-        }
-        let yuv_in = self.from == Fourcc::NV12 || self.from == Fourcc::P010;
-        if yuv_in && RgbPacking::of(self.to).is_some() {
-            steps.push(Step::YuvToRgb { layout: self.from_layout, from: self.from, to: self.to });
-        } else if self.to == Fourcc::NV12 && RgbPacking::of(self.from).is_some_and(|p| p.bits() == 8) {
-            if self.from_layout != TileLayout::Linear {
-                steps.push(Step::Detile(self.from_layout));
-            }
-            steps.push(Step::RgbToNv12 { from: self.from });
-        } else {
-            return Err(no_path());
-        }
-        if self.to_layout != TileLayout::Linear {
-            steps.push(Step::Tile(self.to_layout));
-        }
-        Ok(steps)
+        Step::chain((self.from_layout, self.from), (self.to_layout, self.to))
     }
 
     /// Bytes of the input and of the output frame.

@@ -75,7 +75,7 @@ pub use buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer};
 pub use caps::{CapsError, CapsQuery, CapsSource, FormatCaps, ListedModifier, ModifierCaps};
 pub use compute::{Binding, ComputeError, ComputePipeline};
 pub use convert::{ConversionBuffer, ConvertError, Converter, TiledFrame};
-pub use cost::{Choice, ChoiceReason, ConvertPath, Measured, SizeClass};
+pub use cost::{Choice, ChoiceReason, ConvertPath, CostCache, Measured, SizeClass};
 pub use device::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
 pub use error::VkError;
 pub use export::{ExportError, ExportRequest, ExportedImage, OpaqueFd, Shared};

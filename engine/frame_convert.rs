@@ -61,21 +61,42 @@ impl Converter {
         conversions.iter().map(|c| self.measured_choice(c)).collect()
     }
 
-    /// The fastest path for `c` as known, or as measured now when nothing is known. A
-    /// figure for a path that cannot run `c` here (a cache written for another extent of
-    /// the class, or by another build) is set aside; with none left, it measures.
+    /// What [`Converter::choose`] would answer without measuring: the engine's forced path,
+    /// or the fastest as measured earlier; `None` when it would have to measure (a caller
+    /// with a latency budget then calibrates elsewhere, on a worker).
+    pub fn known(&self, c: &FrameConversion) -> Result<Option<Choice>, ConvertError> {
+        if self.engine().shared().cost.forced().is_some() {
+            return self.choose(c, None).map(Some);
+        }
+        self.known_choice(c)
+    }
+
+    /// The fastest runnable path for `c` as measured earlier. A figure for a path that
+    /// cannot run `c` here (a cache written for another extent of the class, or by another
+    /// build) is set aside; with none left, `None`.
+    fn known_choice(&self, c: &FrameConversion) -> Result<Option<Choice>, ConvertError> {
+        let class = SizeClass::of(c.width, c.height);
+        let Some(known) = self.engine().shared().cost.get(&key(c, class)) else { return Ok(None) };
+        let runnable = self.paths(c)?;
+        let usable: Vec<Measured> = known.into_iter().filter(|m| runnable.contains(&m.path)).collect();
+        match fastest(&usable) {
+            Some(path) => Ok(Some(Choice { path, reason: ChoiceReason::Cached, size_class: class, candidates: usable })),
+            None => {
+                tracing::debug!(conversion = %c, "cost model: no cached figure for a path this conversion can run");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The fastest path for `c` as known, or as measured now when nothing is known.
     fn measured_choice(&self, c: &FrameConversion) -> Result<Choice, ConvertError> {
+        if let Some(choice) = self.known_choice(c)? {
+            return Ok(choice);
+        }
         let class = SizeClass::of(c.width, c.height);
         let model = &self.engine().shared().cost;
         let k = key(c, class);
         let runnable = self.paths(c)?;
-        if let Some(known) = model.get(&k) {
-            let usable: Vec<Measured> = known.into_iter().filter(|m| runnable.contains(&m.path)).collect();
-            if let Some(path) = fastest(&usable) {
-                return Ok(Choice { path, reason: ChoiceReason::Cached, size_class: class, candidates: usable });
-            }
-            tracing::debug!(conversion = %c, "cost model: no cached figure for a path this conversion can run; measuring");
-        }
         let (w, h) = class.representative();
         let sample = FrameConversion { width: w, height: h, ..*c };
         let (in_size, out_size) = sample.sizes()?;

@@ -1,6 +1,8 @@
 //! `memory:DMABuf` into `dmabridgeconvert`: a tiled NV12 frame in a (sealed) memfd, wrapped
 //! as GStreamer dma-buf memory by `appsrc`, is read from its fd after dmabridge's layout
-//! checks (the element counts those reads in `dmabuf-imports`), and detiled exactly.
+//! checks (the element counts those reads in `dmabuf-imports`), and detiled exactly; on the
+//! GPU path the GPU reads it from its fd (`gpu-dmabuf-frames`); and every element of the
+//! process shares one engine (`engines-opened`).
 
 mod common;
 
@@ -26,6 +28,56 @@ fn a_tiled_dmabuf_is_read_from_its_fd_and_detiled() {
     assert!(out.as_slice() == &linear[..], "the frame read from the dma-buf detiles to the original");
     let conv = pipeline.by_name("conv").expect("conv");
     assert_eq!(conv.property::<u64>("dmabuf-imports"), 1, "read from the fd, not through GStreamer's mapping");
+    pipeline.set_state(gst::State::Null).expect("stop");
+}
+
+/// On the GPU path a tiled dma-buf is read by the GPU from its fd, frame after frame into
+/// the element's one readback buffer, and detiled exactly.
+#[test]
+fn a_tiled_dmabuf_is_detiled_by_the_gpu_from_its_fd() {
+    common::init(false);
+    let (w, h) = (256u32, 128u32);
+    let frames: Vec<Vec<u8>> = (0..3).map(|seed| test_pattern((w * h * 3 / 2) as usize, 40 + seed)).collect();
+    let common::Run { pipeline, src, sink } = common::pipeline(&format!(
+        "appsrc name=src caps=video/x-raw(memory:DMABuf),format=NV12_64Z32,width={w},height={h},framerate=0/1 format=time ! \
+         dmabridgeconvert name=conv path=gpu ! video/x-raw,format=NV12 ! appsink name=sink sync=false"
+    ));
+    for linear in &frames {
+        let tiled = tile_to_vec(TileLayout::Samsung64x32, Fourcc::NV12, w, h, linear).expect("tile");
+        src.push_buffer(common::dmabuf_buffer(&tiled)).expect("push");
+    }
+    src.end_of_stream().expect("eos");
+    for (i, linear) in frames.iter().enumerate() {
+        let sample = sink.pull_sample().expect("a frame");
+        let out = sample.buffer().expect("buffer").map_readable().expect("map");
+        assert!(out.as_slice() == &linear[..], "frame {i}: the GPU's detile of the dma-buf is the original");
+    }
+    let conv = pipeline.by_name("conv").expect("conv");
+    assert_eq!(conv.property::<String>("current-path"), "gpu");
+    assert_eq!(conv.property::<u64>("gpu-dmabuf-frames"), 3, "the GPU read every frame from its dma-buf");
+    assert_eq!(conv.property::<u64>("dmabuf-imports"), 3);
+    pipeline.set_state(gst::State::Null).expect("stop");
+}
+
+/// Two elements in one pipeline (a detile, then a colour conversion) share the process's
+/// one engine: the process opened one Vulkan device, whatever the number of elements.
+#[test]
+fn two_elements_share_one_engine() {
+    common::init(false);
+    let (w, h) = (128u32, 64u32);
+    let linear = test_pattern((w * h * 3 / 2) as usize, 31);
+    let tiled = tile_to_vec(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, &linear).expect("tile");
+    let common::Run { pipeline, src, sink } = common::pipeline(&format!(
+        "appsrc name=src caps=video/x-raw,format=NV12_4L4,width={w},height={h},framerate=0/1 format=time ! \
+         dmabridgeconvert name=a ! video/x-raw,format=NV12 ! dmabridgeconvert name=b ! video/x-raw,format=BGRx ! appsink name=sink sync=false"
+    ));
+    src.push_buffer(gst::Buffer::from_slice(tiled)).expect("push");
+    src.end_of_stream().expect("eos");
+    let sample = sink.pull_sample().expect("a frame");
+    assert_eq!(sample.buffer().expect("buffer").size(), (w * h * 4) as usize);
+    let (a, b) = (pipeline.by_name("a").expect("a"), pipeline.by_name("b").expect("b"));
+    assert_eq!(a.property::<u64>("engines-opened"), 1, "one engine for the whole process");
+    assert_eq!(b.property::<u64>("engines-opened"), 1);
     pipeline.set_state(gst::State::Null).expect("stop");
 }
 

@@ -81,7 +81,7 @@ pub use error::VkError;
 pub use export::{ExportError, ExportRequest, ExportedImage, OpaqueFd, Shared};
 pub use image::{DeviceImage, ImageAccess, ImageError};
 pub use import::{ImportError, ImportOptions, ImportPath, ImportedImage};
-pub use import_cache::{CacheStats, ImportCache};
+pub use import_cache::{BufferImportCache, CacheStats, ImportCache};
 pub use memory::MemoryError;
 pub use negotiation::{Direction, ParticipantRequest};
 pub use requirements::{requirements, Capability, DeviceExtension, EnabledExtensions, EnabledFeatures, Feature, Requirements};

@@ -15,7 +15,7 @@ pub(crate) mod imp {
 
     use dmabridge::interop::tiling::{ColourMatrix, ColourRange, FrameConversion};
     use dmabridge::interop::{Fourcc, TileLayout};
-    use dmabridge::{BufferLocation, ConvertPath, Converter, Engine, EngineOptions, GpuBuffer, SubmitOptions};
+    use dmabridge::{BufferImportCache, BufferLocation, ConvertPath, Converter, Engine, EngineOptions, GpuBuffer, SubmitOptions, TiledFrame};
     use gst::glib;
     use gst::prelude::*;
     use gst::subclass::prelude::*;
@@ -62,6 +62,9 @@ pub(crate) mod imp {
         })
     }
 
+    /// The dma-bufs of an upstream pool each element keeps imported.
+    const IMPORTS: usize = 8;
+
     /// Vulkan devices opened by this process's elements: at most one, shared by all.
     static ENGINES_OPENED: AtomicU64 = AtomicU64::new(0);
 
@@ -107,6 +110,8 @@ pub(crate) mod imp {
         calibrated: Option<Arc<OnceLock<ConvertPath>>>,
         /// The GPU's detiled frame, read back; kept from frame to frame (GPU dma-buf input).
         readback: Option<GpuBuffer>,
+        /// The upstream pool's dma-bufs as storage buffers, each imported once.
+        imports: Option<BufferImportCache>,
         /// Downstream takes dma-bufs: output buffers are sealed memfds wrapped as dma-buf memory.
         out_dmabuf: bool,
     }
@@ -165,6 +170,11 @@ pub(crate) mod imp {
                         .blurb("Frames the GPU read straight from their dma-buf (imported, not mapped or uploaded)")
                         .read_only()
                         .build(),
+                    glib::ParamSpecUInt64::builder("gpu-dmabuf-imports")
+                        .nick("GPU dma-buf imports")
+                        .blurb("Dma-bufs imported for the GPU since the caps were set (each once: a recycled buffer is a cache hit)")
+                        .read_only()
+                        .build(),
                     glib::ParamSpecUInt64::builder("engines-opened")
                         .nick("Engines opened")
                         .blurb("Vulkan devices this process's dmabridgeconvert elements opened: one, shared by all")
@@ -207,6 +217,11 @@ pub(crate) mod imp {
                 "dmabuf-imports" => self.dmabuf_imports.load(Ordering::Relaxed).to_value(),
                 "gpu-dmabuf-frames" => self.gpu_dmabuf_frames.load(Ordering::Relaxed).to_value(),
                 "engines-opened" => ENGINES_OPENED.load(Ordering::Relaxed).to_value(),
+                "gpu-dmabuf-imports" => {
+                    drop(s);
+                    let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                    state.as_ref().and_then(|st| st.imports.as_ref()).map_or(0, |c| c.stats().misses).to_value()
+                }
                 "current-path" => {
                     drop(s);
                     let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
@@ -330,7 +345,7 @@ pub(crate) mod imp {
             // Nothing is measured here: an unknown conversion starts on the CPU and is
             // calibrated on a worker.
             let previous = self.state.lock().unwrap_or_else(PoisonError::into_inner).take();
-            let readback = previous.and_then(|s| s.readback);
+            let (readback, imports) = previous.map_or((None, None), |s| (s.readback, s.imports));
             let converter = shared();
             let mut calibrated = None;
             let path = match (converter, settings.path) {
@@ -347,7 +362,7 @@ pub(crate) mod imp {
             gst::info!(CAT, imp = self, "{conversion} on {path}{}", if calibrated.is_some() { " while it is calibrated" } else { "" });
             let out_dmabuf = outcaps.features(0).is_some_and(|f| f.contains(gst_allocators::CAPS_FEATURE_MEMORY_DMABUF));
             *self.state.lock().unwrap_or_else(PoisonError::into_inner) =
-                Some(State { conversion, in_info, out_info, converter, path, calibrated, readback, out_dmabuf });
+                Some(State { conversion, in_info, out_info, converter, path, calibrated, readback, imports, out_dmabuf });
             Ok(())
         }
 
@@ -500,9 +515,13 @@ pub(crate) mod imp {
             cell
         }
 
-        /// A tiled dma-buf detiled by the GPU straight from its fd (the layout checks
-        /// first, then the fd imported as a storage buffer), into the element's readback
-        /// buffer, then into `outbuf`. `None`: not a detile of one dma-buf memory.
+        /// A tiled dma-buf detiled by the GPU straight from its fd, into the element's
+        /// readback buffer, then into `outbuf`. A frame at the start of its fd (planes where
+        /// the tiled geometry puts them, which the element describes itself) goes through the
+        /// import cache: the fd, checked as fixed-size and long enough, imported once as a
+        /// storage buffer. Elsewhere in its fd, through the converter's own dma-buf detile
+        /// (the full layout checks, an import per frame). `None`: not a detile of one
+        /// dma-buf memory.
         fn gpu_dmabuf_detile(&self, state: &mut State, inbuf: &gst::Buffer, outbuf: &mut gst::BufferRef) -> Option<Result<(), String>> {
             let c = state.conversion;
             let conv = state.converter?;
@@ -512,7 +531,7 @@ pub(crate) mod imp {
             }
             let buf = describe_dmabuf(state, inbuf)?;
             Some((|| {
-                let (buf, _) = buf?;
+                let (buf, geometry) = buf?;
                 let planes = dmabridge::interop::tiling::packed_planes(c.to, c.width, c.height).map_err(|e| e.to_string())?;
                 let (_, out_size) = c.sizes().map_err(|e| e.to_string())?;
                 let mut readback = match state.readback.take() {
@@ -520,7 +539,15 @@ pub(crate) mod imp {
                     _ => GpuBuffer::new(conv.engine(), out_size, BufferLocation::Readback).map_err(|e| e.to_string())?,
                 };
                 let result = (|| {
-                    let (_, done) = conv.detile_dmabuf_into(&buf, &readback, &planes, SubmitOptions::default()).map_err(|e| e.to_string())?;
+                    let plane0 = buf.plane(0).ok_or("a dma-buf with no plane")?;
+                    let done = if plane0.offset == 0 {
+                        let cache = state.imports.get_or_insert_with(|| BufferImportCache::new(conv.engine(), IMPORTS));
+                        let src = cache.import(plane0.fd, geometry.size, dmabridge::ash::vk::BufferUsageFlags::STORAGE_BUFFER).map_err(|e| e.to_string())?;
+                        let frame = TiledFrame { layout: c.from_layout, fourcc: c.from, extent: (c.width, c.height) };
+                        conv.detile(frame, &*src, &readback, &planes, SubmitOptions::default()).map_err(|e| e.to_string())?
+                    } else {
+                        conv.detile_dmabuf_into(&buf, &readback, &planes, SubmitOptions::default()).map_err(|e| e.to_string())?.1
+                    };
                     done.wait(dmabridge::READBACK_TIMEOUT).map_err(|e| e.to_string())?;
                     let packed = readback.bytes_mut().map_err(|e| e.to_string())?;
                     if packed_layout(&state.out_info, c.to) {

@@ -32,30 +32,33 @@ fn a_tiled_dmabuf_is_read_from_its_fd_and_detiled() {
 }
 
 /// On the GPU path a tiled dma-buf is read by the GPU from its fd, frame after frame into
-/// the element's one readback buffer, and detiled exactly.
+/// the element's one readback buffer, and detiled exactly. Two dma-bufs pushed in turn (an
+/// upstream pool) are imported once each.
 #[test]
 fn a_tiled_dmabuf_is_detiled_by_the_gpu_from_its_fd() {
     common::init(false);
     let (w, h) = (256u32, 128u32);
-    let frames: Vec<Vec<u8>> = (0..3).map(|seed| test_pattern((w * h * 3 / 2) as usize, 40 + seed)).collect();
+    let frames: Vec<Vec<u8>> = (0..2).map(|seed| test_pattern((w * h * 3 / 2) as usize, 40 + seed)).collect();
+    let pool: Vec<gst::Buffer> =
+        frames.iter().map(|l| common::dmabuf_buffer(&tile_to_vec(TileLayout::Samsung64x32, Fourcc::NV12, w, h, l).expect("tile"))).collect();
     let common::Run { pipeline, src, sink } = common::pipeline(&format!(
         "appsrc name=src caps=video/x-raw(memory:DMABuf),format=NV12_64Z32,width={w},height={h},framerate=0/1 format=time ! \
          dmabridgeconvert name=conv path=gpu ! video/x-raw,format=NV12 ! appsink name=sink sync=false"
     ));
-    for linear in &frames {
-        let tiled = tile_to_vec(TileLayout::Samsung64x32, Fourcc::NV12, w, h, linear).expect("tile");
-        src.push_buffer(common::dmabuf_buffer(&tiled)).expect("push");
+    for i in 0..6 {
+        src.push_buffer(pool[i % 2].clone()).expect("push");
     }
     src.end_of_stream().expect("eos");
-    for (i, linear) in frames.iter().enumerate() {
+    for i in 0..6 {
         let sample = sink.pull_sample().expect("a frame");
         let out = sample.buffer().expect("buffer").map_readable().expect("map");
-        assert!(out.as_slice() == &linear[..], "frame {i}: the GPU's detile of the dma-buf is the original");
+        assert!(out.as_slice() == &frames[i % 2][..], "frame {i}: the GPU's detile of the dma-buf is the original");
     }
     let conv = pipeline.by_name("conv").expect("conv");
     assert_eq!(conv.property::<String>("current-path"), "gpu");
-    assert_eq!(conv.property::<u64>("gpu-dmabuf-frames"), 3, "the GPU read every frame from its dma-buf");
-    assert_eq!(conv.property::<u64>("dmabuf-imports"), 3);
+    assert_eq!(conv.property::<u64>("gpu-dmabuf-frames"), 6, "the GPU read every frame from its dma-buf");
+    assert_eq!(conv.property::<u64>("dmabuf-imports"), 6);
+    assert_eq!(conv.property::<u64>("gpu-dmabuf-imports"), 2, "each of the pool's dma-bufs imported once");
     pipeline.set_state(gst::State::Null).expect("stop");
 }
 

@@ -65,6 +65,9 @@ pub(crate) mod imp {
     /// The dma-bufs of an upstream pool each element keeps imported.
     const IMPORTS: usize = 8;
 
+    /// The output dma-buf memories each element recycles (a downstream pool's worth).
+    const OUT_MEMORIES: usize = 8;
+
     /// Vulkan devices opened by this process's elements: at most one, shared by all.
     static ENGINES_OPENED: AtomicU64 = AtomicU64::new(0);
 
@@ -114,6 +117,9 @@ pub(crate) mod imp {
         imports: Option<BufferImportCache>,
         /// Downstream takes dma-bufs: output buffers are sealed memfds wrapped as dma-buf memory.
         out_dmabuf: bool,
+        /// The dma-buf memories output so far (at most [`OUT_MEMORIES`]): one no buffer holds
+        /// any more is written again rather than a new memfd made.
+        out_memories: Vec<gst::Memory>,
     }
 
     pub struct DmabridgeConvert {
@@ -362,26 +368,39 @@ pub(crate) mod imp {
             gst::info!(CAT, imp = self, "{conversion} on {path}{}", if calibrated.is_some() { " while it is calibrated" } else { "" });
             let out_dmabuf = outcaps.features(0).is_some_and(|f| f.contains(gst_allocators::CAPS_FEATURE_MEMORY_DMABUF));
             *self.state.lock().unwrap_or_else(PoisonError::into_inner) =
-                Some(State { conversion, in_info, out_info, converter, path, calibrated, readback, imports, out_dmabuf });
+                Some(State { conversion, in_info, out_info, converter, path, calibrated, readback, imports, out_dmabuf, out_memories: Vec::new() });
             Ok(())
         }
 
-        /// Downstream takes dma-bufs: each output frame is a new memfd (sealed against
-        /// shrinking and growing, so a consumer may map it safely) as dma-buf memory.
+        /// Downstream takes dma-bufs: each output frame is a memfd (sealed against shrinking
+        /// and growing, so a consumer may map it safely) as dma-buf memory; one that no
+        /// buffer holds any more (downstream is done with it) is written again, else a new
+        /// one is made (and kept, up to [`OUT_MEMORIES`]).
         fn prepare_output_buffer(&self, inbuf: gst_base::subclass::base_transform::InputBuffer) -> Result<gst_base::subclass::base_transform::PrepareOutputBufferSuccess, gst::FlowError> {
-            let size = {
-                let guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-                match guard.as_ref() {
-                    Some(s) if s.out_dmabuf => s.out_info.size(),
+            let mem = {
+                let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                let s = match guard.as_mut() {
+                    Some(s) if s.out_dmabuf => s,
                     _ => return self.parent_prepare_output_buffer(inbuf),
+                };
+                // Only the element holds it: no buffer (so no mapping) refers to it.
+                match s.out_memories.iter().find(|m| refcount(m) == 1) {
+                    Some(m) => m.clone(),
+                    None => {
+                        let size = s.out_info.size();
+                        let fd = dmabridge::interop::dmabuf::sealed_memfd_of_size("dmabridgeconvert", size as u64).map_err(|e| {
+                            gst::element_imp_error!(self, gst::ResourceError::NoSpaceLeft, ["cannot make a {size}-byte dma-buf: {e}"]);
+                            gst::FlowError::Error
+                        })?;
+                        // SAFETY: the memory takes ownership of the fd, which holds `size` bytes.
+                        let mem = unsafe { gst_allocators::DmaBufAllocator::new().alloc(fd, size) }.map_err(|_| gst::FlowError::Error)?;
+                        if s.out_memories.len() < OUT_MEMORIES {
+                            s.out_memories.push(mem.clone());
+                        }
+                        mem
+                    }
                 }
             };
-            let fd = dmabridge::interop::dmabuf::sealed_memfd_of_size("dmabridgeconvert", size as u64).map_err(|e| {
-                gst::element_imp_error!(self, gst::ResourceError::NoSpaceLeft, ["cannot make a {size}-byte dma-buf: {e}"]);
-                gst::FlowError::Error
-            })?;
-            // SAFETY: the memory takes ownership of the fd, which holds `size` bytes.
-            let mem = unsafe { gst_allocators::DmaBufAllocator::new().alloc(fd, size) }.map_err(|_| gst::FlowError::Error)?;
             let mut out = gst::Buffer::new();
             {
                 let out = out.get_mut().ok_or(gst::FlowError::Error)?;
@@ -563,6 +582,16 @@ pub(crate) mod imp {
                 result
             })())
         }
+    }
+
+    /// `mem`'s reference count (gstreamer-rs exposes none for memories; its lock state
+    /// cannot tell one buffer holding it from none).
+    fn refcount(mem: &gst::Memory) -> i32 {
+        let ptr = mem.as_ptr() as *mut gst::ffi::GstMemory;
+        // SAFETY: `mem` is a live reference, so `ptr` points to a GstMemory whose mini
+        // object's refcount GStreamer only changes atomically (g_atomic_int_*); an aligned
+        // gint read as an AtomicI32 for this load only.
+        unsafe { std::sync::atomic::AtomicI32::from_ptr(std::ptr::addr_of_mut!((*ptr).mini_object.refcount)) }.load(Ordering::Acquire)
     }
 
     /// The input frame as dmabridge's packed buffer: a tiled frame as GStreamer lays it out

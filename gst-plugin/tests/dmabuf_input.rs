@@ -112,6 +112,38 @@ fn dmabuf_output_where_downstream_takes_it() {
     pipeline.set_state(gst::State::Null).expect("stop");
 }
 
+/// Dma-buf output is recycled: a memfd downstream has let go of is written again, each
+/// frame's bytes its own.
+#[test]
+fn dmabuf_output_memories_are_recycled() {
+    common::init(false);
+    let (w, h) = (128u32, 64u32);
+    let common::Run { pipeline, src, sink } = common::pipeline(&format!(
+        "appsrc name=src caps=video/x-raw,format=NV12_4L4,width={w},height={h},framerate=0/1 format=time ! \
+         dmabridgeconvert ! video/x-raw(memory:DMABuf),format=NV12 ! appsink name=sink sync=false enable-last-sample=false"
+    ));
+    let mut files = std::collections::BTreeSet::new();
+    let frames = 6;
+    for i in 0..frames {
+        // One frame at a time, each let go of before the next is pushed.
+        let linear = test_pattern((w * h * 3 / 2) as usize, 60 + i);
+        let tiled = tile_to_vec(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, &linear).expect("tile");
+        src.push_buffer(gst::Buffer::from_slice(tiled)).expect("push");
+        let sample = sink.pull_sample().expect("a frame");
+        let buffer = sample.buffer().expect("buffer");
+        let mem = buffer.peek_memory(0);
+        let dm = mem.downcast_memory_ref::<gst_allocators::DmaBufMemory>().expect("the output is dma-buf memory");
+        // SAFETY: the memory's fd, alive while the sample is held; only queried.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(dm.fd()) };
+        let st = rustix::fs::fstat(fd).expect("fstat");
+        files.insert((st.st_dev, st.st_ino));
+        assert!(buffer.map_readable().expect("map").as_slice() == &linear[..], "frame {i}: its own bytes");
+    }
+    src.end_of_stream().expect("eos");
+    assert!(files.len() < frames as usize, "{} memfds for {frames} frames: none was recycled", files.len());
+    pipeline.set_state(gst::State::Null).expect("stop");
+}
+
 /// A measurement, not a check (run it: `cargo test --release -p gst-plugin-dmabridge --test
 /// dmabuf_input -- --ignored --nocapture`): 4K samsung-64x32 NV12 detiled to NV12 on the CPU
 /// path, the same frames pushed as system memory and as dma-bufs, against memcpy of the frame

@@ -55,13 +55,13 @@ pub use resources::buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuff
 pub use device::format_support::{FormatSupportError, SupportQuery, SupportSource, FormatSupport, ListedModifier, ModifierSupport};
 pub use convert::compute::{Binding, ComputeError, ComputePipeline};
 pub use convert::converter::{ConversionBuffer, ConvertError, Converter, TiledFrame};
-pub use convert::cost::{Choice, ChoiceReason, ConvertPath, Measured, SizeClass};
+pub use convert::cost::{Choice, ChoiceReason, ConvertPath, CostCache, Measured, SizeClass};
 pub use device::engine::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
 pub use error::VkError;
 pub use dmabuf::export::{ExportError, ExportRequest, ExportedImage, OpaqueFd, Shared};
 pub use resources::image::{DeviceImage, ImageAccess, ImageError};
 pub use dmabuf::import::{ImportError, ImportOptions, ImportPath, ImportedImage};
-pub use dmabuf::import_cache::{CacheStats, ImportCache};
+pub use dmabuf::import_cache::{BufferImportCache, CacheStats, ImportCache};
 pub use dmabuf::read_back::ReadBackError;
 pub use resources::memory::MemoryError;
 pub use dmabuf::participant::{Direction, ParticipantRequest};

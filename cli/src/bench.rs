@@ -34,22 +34,13 @@ pub struct BenchArgs {
     compare: Vec<PathBuf>,
 }
 
-/// A bench JSON file, bounded (a report is a few kB; 16 MiB is far beyond any).
-fn load_json(path: &std::path::Path) -> Result<serde_json::Value, String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut text = String::new();
-    file.take(16 << 20).read_to_string(&mut text).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    serde_json::from_str(&text).map_err(|e| format!("{} is not JSON: {e}", path.display()))
-}
-
 /// The comparison (when asked) and the report (when asked) of the run `new`.
-fn finish(args: &BenchArgs, new: &serde_json::Value) -> Result<(), String> {
-    use dmabridge_cli::demo::html_report::{changes_text, compare, render, Figures};
-    let figures = Figures::from_json(new)?;
+fn finish(args: &BenchArgs, new: &BenchReport) -> Result<(), String> {
+    use dmabridge_cli::demo::html_report::{changes_text, compare, read_report, render, Figures};
+    let figures = Figures::from_report(new).map_err(|e| e.to_string())?;
     let changes = match args.compare.first() {
         Some(old) => {
-            let old = Figures::from_json(&load_json(old)?)?;
+            let old = read_report(old).and_then(|r| Figures::from_report(&r)).map_err(|e| e.to_string())?;
             let c = compare(&old, &figures);
             // The table is the command's output (`--compare A B > f` keeps it), unless stdout
             // is the run's JSON.
@@ -66,7 +57,8 @@ fn finish(args: &BenchArgs, new: &serde_json::Value) -> Result<(), String> {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let json = serde_json::to_string_pretty(new).map_err(|e| e.to_string())?;
         std::fs::write(dir.join("bench.json"), json).map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
-        std::fs::write(dir.join("index.html"), render(&figures, "bench.json", changes.as_deref())).map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+        let page = render(&figures, "bench.json", changes.as_deref()).map_err(|e| e.to_string())?;
+        std::fs::write(dir.join("index.html"), page).map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
         write_plot(&dir.join("bench.png"), &figures).map_err(|e| e.to_string())?;
         eprintln!("report: {}", dir.join("index.html").display());
     }
@@ -80,7 +72,8 @@ fn find<'a>(r: &'a BenchReport, path: &str, format: &str, w: u32) -> Option<&'a 
 pub fn run(args: &BenchArgs) -> ExitCode {
     if let [_, new] = args.compare.as_slice() {
         // Two files: compare (and report) without measuring.
-        return match load_json(new).and_then(|v| finish(args, &v)) {
+        let read = dmabridge_cli::demo::html_report::read_report(new).map_err(|e| e.to_string());
+        return match read.and_then(|r| finish(args, &r)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("dmabridge bench: {e}");
@@ -90,7 +83,8 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     }
     if let Some(old) = args.compare.first() {
         // Refuse a bad OLD before spending minutes measuring.
-        if let Err(e) = load_json(old).and_then(|v| dmabridge_cli::demo::html_report::Figures::from_json(&v).map(|_| ())) {
+        use dmabridge_cli::demo::html_report::{read_report, Figures};
+        if let Err(e) = read_report(old).and_then(|r| Figures::from_report(&r).map(|_| ())) {
             eprintln!("dmabridge bench: {e}");
             return ExitCode::from(1);
         }
@@ -128,19 +122,18 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     for n in &report.notes {
         eprintln!("note: {n}");
     }
-    let value = match serde_json::to_value(&report) {
-        Ok(v) => v,
-        Err(e) => {
-            eprintln!("dmabridge bench: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    if let Err(e) = finish(args, &value) {
+    if let Err(e) = finish(args, &report) {
         eprintln!("dmabridge bench: {e}");
         return ExitCode::from(1);
     }
     if args.json {
-        println!("{value}");
+        match serde_json::to_string(&report) {
+            Ok(json) => println!("{json}"),
+            Err(e) => {
+                eprintln!("dmabridge bench: {e}");
+                return ExitCode::from(1);
+            }
+        }
         return crate::exit_status(&engine);
     }
 
@@ -199,7 +192,9 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     if let Some(dir) = args.plot.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::create_dir_all(dir);
     }
-    let plotted = dmabridge_cli::demo::html_report::Figures::from_json(&value).map_err(|e| e.to_string()).and_then(|f| write_plot(&args.plot, &f).map_err(|e| e.to_string()));
+    let plotted = dmabridge_cli::demo::html_report::Figures::from_report(&report)
+        .map_err(|e| e.to_string())
+        .and_then(|f| write_plot(&args.plot, &f).map_err(|e| e.to_string()));
     match plotted {
         Ok(()) => {
             println!();

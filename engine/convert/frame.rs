@@ -43,26 +43,69 @@ impl Converter {
     }
 
     /// The path for `c`: `path` if given, else the engine's forced path, else the fastest
-    /// as measured (now, once per combination and size class, or earlier).
+    /// as measured (now, once per combination and size class, or earlier; see
+    /// [`Converter::calibrate`] to measure ahead of time).
     pub fn choose(&self, c: &FrameConversion, path: Option<ConvertPath>) -> Result<Choice, ConvertError> {
+        let model = &self.engine().shared().cost;
+        if let Some(path) = path.or_else(|| model.forced()) {
+            let class = SizeClass::of(c.width, c.height);
+            return Ok(Choice { path, reason: ChoiceReason::Forced, size_class: class, candidates: model.get(&key(c, class)).unwrap_or_default() });
+        }
+        self.measured_choice(c)
+    }
+
+    /// Measures each of `conversions` now unless its figures are known already (this
+    /// process or the disk cache), whatever path the engine forces, so that a later
+    /// [`Converter::choose`] picks without measuring. Returns the fastest path of each.
+    pub fn calibrate(&self, conversions: &[FrameConversion]) -> Result<Vec<Choice>, ConvertError> {
+        conversions.iter().map(|c| self.measured_choice(c)).collect()
+    }
+
+    /// What [`Converter::choose`] would answer without measuring: the engine's forced path,
+    /// or the fastest as measured earlier; `None` when it would have to measure (a caller
+    /// with a latency budget then calibrates elsewhere, on a worker).
+    pub fn known(&self, c: &FrameConversion) -> Result<Option<Choice>, ConvertError> {
+        if self.engine().shared().cost.forced().is_some() {
+            return self.choose(c, None).map(Some);
+        }
+        self.known_choice(c)
+    }
+
+    /// The fastest runnable path for `c` as measured earlier. A figure for a path that
+    /// cannot run `c` here (a cache written for another extent of the class, or by another
+    /// build) is set aside; with none left, `None`.
+    fn known_choice(&self, c: &FrameConversion) -> Result<Option<Choice>, ConvertError> {
+        let class = SizeClass::of(c.width, c.height);
+        let Some(known) = self.engine().shared().cost.get(&key(c, class)) else { return Ok(None) };
+        let runnable = self.paths(c)?;
+        let usable: Vec<Measured> = known.into_iter().filter(|m| runnable.contains(&m.path)).collect();
+        match fastest(&usable) {
+            Some(path) => Ok(Some(Choice { path, reason: ChoiceReason::Cached, size_class: class, candidates: usable })),
+            None => {
+                tracing::debug!(conversion = %c, "cost model: no cached figure for a path this conversion can run");
+                Ok(None)
+            }
+        }
+    }
+
+    /// The fastest path for `c` as known, or as measured now when nothing is known.
+    fn measured_choice(&self, c: &FrameConversion) -> Result<Choice, ConvertError> {
+        if let Some(choice) = self.known_choice(c)? {
+            return Ok(choice);
+        }
         let class = SizeClass::of(c.width, c.height);
         let model = &self.engine().shared().cost;
         let k = key(c, class);
-        if let Some(path) = path.or_else(|| model.forced()) {
-            return Ok(Choice { path, reason: ChoiceReason::Forced, size_class: class, candidates: model.get(&k).unwrap_or_default() });
-        }
-        if let Some(known) = model.get(&k) {
-            if let Some(path) = fastest(&known) {
-                return Ok(Choice { path, reason: ChoiceReason::Cached, size_class: class, candidates: known });
-            }
-        }
+        let runnable = self.paths(c)?;
         let (w, h) = class.representative();
         let sample = FrameConversion { width: w, height: h, ..*c };
         let (in_size, out_size) = sample.sizes()?;
         let input = vec![0u8; in_size as usize];
         let mut out = vec![0u8; out_size as usize];
         let mut measured = Vec::new();
-        for p in self.paths(c)? {
+        // Only what runs both `c` and the sample (copy commands depend on the extent).
+        let sample_paths = self.paths(&sample)?;
+        for p in runnable.into_iter().filter(|p| sample_paths.contains(p)) {
             // One warm-up (pipelines, scratch, page faults), then the best of two.
             self.convert_frame_into(&sample, p, &input, &mut out)?;
             let mut best = f64::MAX;

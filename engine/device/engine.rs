@@ -54,17 +54,22 @@ pub struct EngineOptions {
     pub device_extensions: Vec<CString>,
     /// The path every conversion takes (`None`: the cost model's choice, see [`crate::convert::cost`]).
     pub convert_path: Option<crate::ConvertPath>,
+    /// Where the cost model's measurements are kept between processes: the default file,
+    /// another file, or none ([`crate::CostCache::Off`]: nothing is read or written).
+    pub cost_cache: crate::CostCache,
 }
 
 impl EngineOptions {
     /// `DMABRIDGE_VALIDATION=1` turns validation on; `DMABRIDGE_DEVICE` selects the device;
     /// `DMABRIDGE_CONVERT_PATH=cpu|gpu|copy-commands` forces the conversion path (anything
-    /// else, `auto` included, leaves it to the cost model).
+    /// else, `auto` included, leaves it to the cost model); `DMABRIDGE_COST_CACHE=off|FILE`
+    /// sets the cost model's cache ([`crate::CostCache::from_env`]).
     pub fn from_env() -> Self {
         EngineOptions {
             validation: std::env::var("DMABRIDGE_VALIDATION").is_ok_and(|v| v == "1" || v == "true"),
             device: std::env::var("DMABRIDGE_DEVICE").ok().filter(|s| !s.is_empty()).map(|s| DeviceSelector::parse(&s)),
             convert_path: std::env::var("DMABRIDGE_CONVERT_PATH").ok().and_then(|p| p.parse().ok()),
+            cost_cache: crate::CostCache::from_env(),
             ..EngineOptions::default()
         }
     }
@@ -275,6 +280,7 @@ impl Engine {
             created.extensions,
             created.features,
             validation,
+            &options.cost_cache,
             Ownership::Owned { messenger },
         );
         let engine = match assembled {
@@ -306,7 +312,8 @@ impl Engine {
     /// Wraps a host engine's instance and device. dmabridge uses the extensions and features
     /// the host enabled and nothing more; it checks them against [`crate::device::requirements`]
     /// and refuses a device that lacks what [`Capability::Core`] needs, naming it. Other
-    /// capabilities the host did not enable are reported by [`Engine::capabilities`].
+    /// capabilities the host did not enable are reported by [`Engine::capabilities`]. Its
+    /// cost model's cache follows `DMABRIDGE_COST_CACHE` ([`crate::CostCache::from_env`]).
     ///
     /// # Safety
     /// - Every handle is valid: the device was created from `physical_device` of `instance`
@@ -344,6 +351,9 @@ impl Engine {
             extensions,
             host.enabled_features,
             None,
+            // A host hands over no options: the environment decides (default file, or
+            // DMABRIDGE_COST_CACHE).
+            &crate::CostCache::from_env(),
             Ownership::Host { on_drop: host.on_drop },
         )
         .map_err(|(e, _)| e)
@@ -425,6 +435,16 @@ impl Engine {
         self.drm_modifier_list2_is_empty() && crate::device::validation::is_empty_list2_report(message)
     }
 
+    /// Measures the cost model's candidates for each of `conversions` (at its size class's
+    /// representative extent) now, unless this device's figures are already known (this
+    /// process or the disk cache), so that later conversions choose without measuring: call
+    /// it where a pause is affordable, before a latency-bound caller (a GStreamer
+    /// `set_caps`) asks. Returns each conversion's choice. A shorthand for
+    /// [`crate::Converter::calibrate`] on a converter of its own.
+    pub fn calibrate(&self, conversions: &[dmabridge_interop::tiling::FrameConversion]) -> Result<Vec<crate::Choice>, crate::ConvertError> {
+        crate::Converter::new(self)?.calibrate(conversions)
+    }
+
     /// Forces every conversion onto `path` (`None`: the cost model decides again).
     pub fn set_convert_path(&self, path: Option<crate::ConvertPath>) {
         self.0.cost.set_forced(path);
@@ -494,13 +514,14 @@ fn assemble(
     extensions: EnabledExtensions,
     features: EnabledFeatures,
     validation: Option<ValidationLog>,
+    cost_cache: &crate::CostCache,
     ownership: Ownership,
 ) -> Result<Engine, (EngineError, Ownership)> {
     // SAFETY: the device was created with a queue at this family and index (our own
     // create_device, or the host's promise in from_host).
     let queue = unsafe { device.get_device_queue(queue_family, queue_index) };
     let info = device_info(&instance, physical);
-    let cost = crate::convert::cost::CostModel::new(cost_key(&info), None);
+    let cost = crate::convert::cost::CostModel::new(cost_key(&info), cost_cache, None);
     let offered = Offered::query(&instance, physical);
     // The extension, not the 1.3 core version: a 1.3 device under an instance made for 1.2
     // (a host's) may not take the 1.3 structs in physical-device queries.

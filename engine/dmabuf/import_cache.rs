@@ -15,9 +15,13 @@
 //! acquired ([`ImportedImage::record_acquire`]); an explicit one aliases the memory.
 
 use std::collections::HashMap;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::sync::Arc;
 
-use dmabridge_interop::dmabuf::{BufferIdentity, DmaBuf};
+use ash::vk;
+use dmabridge_interop::dmabuf::{BufferIdentity, DmaBuf, FdTrust, FileId};
 
+use crate::resources::buffer::{BufferError, ImportedBuffer};
 use crate::dmabuf::import::{ImportError, ImportOptions, ImportedImage};
 use crate::device::usage::ImageUse;
 use crate::Engine;
@@ -120,5 +124,86 @@ impl ImportCache {
             self.entries.remove(&k);
             self.stats.evictions += 1;
         }
+    }
+}
+
+struct BufferEntry {
+    // Field order matters: the buffer (and its Vulkan objects) drop before the fd.
+    buffer: Arc<ImportedBuffer>,
+    /// A dup of the fd it was imported from: keeps the file, and so its identity, alive.
+    _fd: OwnedFd,
+    last_used: u64,
+}
+
+/// A least-recently-used cache of buffer imports ([`ImportedBuffer`]: a file's memory as a
+/// storage buffer, what a conversion reads a producer's tiled frame from), keyed by the
+/// file's identity, the length and the usage: a producer's recycled dma-bufs are imported
+/// once. As [`ImportCache`], each entry owns a dup of the fd it was imported from, and a hit
+/// checks the fd again (still a file that cannot shrink, still long enough).
+pub struct BufferImportCache {
+    engine: Engine,
+    capacity: usize,
+    entries: HashMap<(FileId, u64, vk::BufferUsageFlags), BufferEntry>,
+    clock: u64,
+    stats: CacheStats,
+}
+
+impl BufferImportCache {
+    /// A cache holding at most `capacity` imports (at least 1): size it to the producer's pool.
+    pub fn new(engine: &Engine, capacity: usize) -> Self {
+        BufferImportCache { engine: engine.clone(), capacity: capacity.max(1), entries: HashMap::new(), clock: 0, stats: CacheStats::default() }
+    }
+
+    /// The first `len` bytes of the file behind `fd` as a buffer for `usage`: cached, or
+    /// imported now ([`ImportedBuffer::import`], which refuses a file that can shrink). `fd`
+    /// is borrowed; a miss keeps a dup of it.
+    pub fn import(&mut self, fd: BorrowedFd<'_>, len: u64, usage: vk::BufferUsageFlags) -> Result<Arc<ImportedBuffer>, BufferError> {
+        self.clock += 1;
+        let key = (FileId::of(fd).map_err(BufferError::Fd)?, len, usage);
+        if let Some(entry) = self.entries.get_mut(&key) {
+            self.stats.hits += 1;
+            // The same file (the entry's fd keeps its identity), but checked again as the
+            // import checks it: it must still be fixed-size and long enough.
+            let class = dmabridge_interop::dmabuf::classify(fd, FdTrust::Untrusted).map_err(|e| BufferError::NotMappable(e.to_string()))?;
+            let recheck = if !class.is_fixed_size() {
+                Err(BufferError::NotMappable(format!("a {class}")))
+            } else {
+                match dmabridge_interop::dmabuf::file_size(fd, class).map_err(BufferError::Fd)? {
+                    fd_size if fd_size < len => Err(BufferError::FdTooSmall { needed: len, fd_size }),
+                    _ => Ok(()),
+                }
+            };
+            if let Err(e) = recheck {
+                self.entries.remove(&key);
+                self.stats.evictions += 1;
+                return Err(e);
+            }
+            entry.last_used = self.clock;
+            return Ok(entry.buffer.clone());
+        }
+        self.stats.misses += 1;
+        if self.entries.len() >= self.capacity {
+            let oldest = self.entries.iter().min_by_key(|(_, e)| e.last_used).map(|(k, _)| *k);
+            if let Some(k) = oldest {
+                self.entries.remove(&k);
+                self.stats.evictions += 1;
+            }
+        }
+        let buffer = Arc::new(ImportedBuffer::import(&self.engine, fd, len, usage)?);
+        let dup = fd.try_clone_to_owned().map_err(BufferError::Fd)?;
+        self.entries.insert(key, BufferEntry { buffer: buffer.clone(), _fd: dup, last_used: self.clock });
+        Ok(buffer)
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub fn stats(&self) -> CacheStats {
+        self.stats
     }
 }

@@ -1,12 +1,22 @@
 //! The element: caps, properties, and the per-buffer conversion.
+//!
+//! Every element of a process shares one engine and converter ([`imp::shared`]), opened at
+//! the first element's `start`. Nothing is measured in `set_caps`: when the cost model
+//! knows the conversion (measured before, in this process or the disk cache) its choice is
+//! taken; otherwise the element converts on the CPU and calibrates the conversion on a
+//! worker thread, switching to the measured path at the first frame after it is done
+//! (`stop` waits for the worker). A tiled dma-buf whose conversion runs on the GPU is read
+//! by the GPU straight from its fd (imported as a storage buffer after the layout checks)
+//! into a readback buffer the element keeps from frame to frame.
 
 pub(crate) mod imp {
-    use std::sync::{LazyLock, Mutex, PoisonError};
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
 
     use dmabridge::interop::tiling::{ColourMatrix, ColourRange, FrameConversion};
     use dmabridge::interop::tile_layout::TILE_LAYOUTS;
     use dmabridge::interop::{Fourcc, TileLayout};
-    use dmabridge::{ConvertPath, Converter, Engine, EngineOptions};
+    use dmabridge::{BufferImportCache, BufferLocation, ConvertPath, Converter, Engine, EngineOptions, GpuBuffer, SubmitOptions, TiledFrame};
     use gst::glib;
     use gst::prelude::*;
     use gst::subclass::prelude::*;
@@ -49,6 +59,37 @@ pub(crate) mod imp {
         })
     }
 
+    /// The dma-bufs of an upstream pool each element keeps imported.
+    const IMPORTS: usize = 8;
+
+    /// The output dma-buf memories each element recycles (a downstream pool's worth).
+    const OUT_MEMORIES: usize = 8;
+
+    /// Vulkan devices opened by this process's elements: at most one, shared by all.
+    static ENGINES_OPENED: AtomicU64 = AtomicU64::new(0);
+
+    /// The process's one converter (and its engine), shared by every element; `None`: no
+    /// Vulkan device, every element converts on the CPU. Opened once, at the first
+    /// element's `start` (never in `set_caps`); `EngineOptions::from_env` configures it.
+    pub(crate) fn shared() -> Option<&'static Converter> {
+        static SHARED: OnceLock<Option<Converter>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| {
+                let opened = Engine::new(&EngineOptions::from_env()).map_err(|e| e.to_string()).and_then(|e| {
+                    ENGINES_OPENED.fetch_add(1, Ordering::Relaxed);
+                    Converter::new(&e).map_err(|e| e.to_string())
+                });
+                match opened {
+                    Ok(c) => Some(c),
+                    Err(e) => {
+                        gst::info!(CAT, "no Vulkan device ({e}): dmabridgeconvert converts on the CPU");
+                        None
+                    }
+                }
+            })
+            .as_ref()
+    }
+
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     struct Settings {
         /// None: the cost model's choice.
@@ -61,23 +102,43 @@ pub(crate) mod imp {
         conversion: FrameConversion,
         in_info: gst_video::VideoInfo,
         out_info: gst_video::VideoInfo,
-        /// The engine's converter, or None: no Vulkan device, the CPU path.
-        converter: Option<Converter>,
+        /// The process's converter ([`shared`]), or None: no Vulkan device, the CPU path.
+        converter: Option<&'static Converter>,
         path: ConvertPath,
+        /// The path a calibration worker measured, once it has (the element converts on
+        /// `path` until then).
+        calibrated: Option<Arc<OnceLock<ConvertPath>>>,
+        /// The GPU's detiled frame, read back; kept from frame to frame (GPU dma-buf input).
+        readback: Option<GpuBuffer>,
+        /// The upstream pool's dma-bufs as storage buffers, each imported once.
+        imports: Option<BufferImportCache>,
         /// Downstream takes dma-bufs: output buffers are sealed memfds wrapped as dma-buf memory.
         out_dmabuf: bool,
+        /// The dma-buf memories output so far (at most [`OUT_MEMORIES`]): one no buffer holds
+        /// any more is written again rather than a new memfd made.
+        out_memories: Vec<gst::Memory>,
     }
 
     pub struct DmabridgeConvert {
         settings: Mutex<Settings>,
         state: Mutex<Option<State>>,
         /// Frames read straight from their dma-buf (after the checks), for `dmabuf-imports`.
-        dmabuf_imports: std::sync::atomic::AtomicU64,
+        dmabuf_imports: AtomicU64,
+        /// Of those, the frames the GPU read from the dma-buf itself, for `gpu-dmabuf-frames`.
+        gpu_dmabuf_frames: AtomicU64,
+        /// Calibration workers this element started; `stop` waits for them.
+        workers: Mutex<Vec<std::thread::JoinHandle<()>>>,
     }
 
     impl Default for DmabridgeConvert {
         fn default() -> Self {
-            DmabridgeConvert { settings: Mutex::new(Settings { path: None, matrix: None }), state: Mutex::new(None), dmabuf_imports: Default::default() }
+            DmabridgeConvert {
+                settings: Mutex::new(Settings { path: None, matrix: None }),
+                state: Mutex::new(None),
+                dmabuf_imports: Default::default(),
+                gpu_dmabuf_frames: Default::default(),
+                workers: Mutex::new(Vec::new()),
+            }
         }
     }
 
@@ -105,6 +166,26 @@ pub(crate) mod imp {
                     glib::ParamSpecUInt64::builder("dmabuf-imports")
                         .nick("dma-buf imports")
                         .blurb("Frames read straight from their dma-buf, after dmabridge's layout checks, without GStreamer's mapping")
+                        .read_only()
+                        .build(),
+                    glib::ParamSpecUInt64::builder("gpu-dmabuf-frames")
+                        .nick("GPU dma-buf frames")
+                        .blurb("Frames the GPU read straight from their dma-buf (imported, not mapped or uploaded)")
+                        .read_only()
+                        .build(),
+                    glib::ParamSpecUInt64::builder("gpu-dmabuf-imports")
+                        .nick("GPU dma-buf imports")
+                        .blurb("Dma-bufs imported for the GPU since the caps were set (each once: a recycled buffer is a cache hit)")
+                        .read_only()
+                        .build(),
+                    glib::ParamSpecUInt64::builder("engines-opened")
+                        .nick("Engines opened")
+                        .blurb("Vulkan devices this process's dmabridgeconvert elements opened: one, shared by all")
+                        .read_only()
+                        .build(),
+                    glib::ParamSpecString::builder("current-path")
+                        .nick("Current path")
+                        .blurb("Where frames are converted now: cpu, gpu or copy-commands (none before caps)")
                         .read_only()
                         .build(),
                 ]
@@ -136,7 +217,19 @@ pub(crate) mod imp {
             let s = self.settings.lock().unwrap_or_else(PoisonError::into_inner);
             match pspec.name() {
                 "path" => s.path.map_or("auto", |p| p.name()).to_value(),
-                "dmabuf-imports" => self.dmabuf_imports.load(std::sync::atomic::Ordering::Relaxed).to_value(),
+                "dmabuf-imports" => self.dmabuf_imports.load(Ordering::Relaxed).to_value(),
+                "gpu-dmabuf-frames" => self.gpu_dmabuf_frames.load(Ordering::Relaxed).to_value(),
+                "engines-opened" => ENGINES_OPENED.load(Ordering::Relaxed).to_value(),
+                "gpu-dmabuf-imports" => {
+                    drop(s);
+                    let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                    state.as_ref().and_then(|st| st.imports.as_ref()).map_or(0, |c| c.stats().misses).to_value()
+                }
+                "current-path" => {
+                    drop(s);
+                    let state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                    state.as_ref().map(|st| st.calibrated.as_ref().and_then(|c| c.get().copied()).unwrap_or(st.path).name()).to_value()
+                }
                 _ => s.matrix.map_or("auto", |m| m.name()).to_value(),
             }
         }
@@ -251,44 +344,60 @@ pub(crate) mod imp {
             let range = if c.range() == gst_video::VideoColorRange::Range0_255 { ColourRange::Full } else { ColourRange::Limited };
             let conversion = FrameConversion { matrix, range, ..FrameConversion::new(from, to, in_info.width(), in_info.height()) };
             conversion.steps().map_err(|e| gst::loggable_error!(CAT, "{e}"))?;
-            // Reuse the engine across caps changes; without a device, the CPU path.
+            // The process's converter, opened in `start`; without a device, the CPU path.
+            // Nothing is measured here: an unknown conversion starts on the CPU and is
+            // calibrated on a worker.
             let previous = self.state.lock().unwrap_or_else(PoisonError::into_inner).take();
-            let converter = match previous.and_then(|s| s.converter) {
-                Some(c) => Some(c),
-                None => match Engine::new(&EngineOptions::from_env()).map_err(|e| e.to_string()).and_then(|e| Converter::new(&e).map_err(|e| e.to_string())) {
-                    Ok(c) => Some(c),
-                    Err(e) => {
-                        gst::info!(CAT, imp = self, "no Vulkan device ({e}): converting on the CPU");
-                        None
+            let (readback, imports) = previous.map_or((None, None), |s| (s.readback, s.imports));
+            let converter = shared();
+            let mut calibrated = None;
+            let path = match (converter, settings.path) {
+                (None, _) => ConvertPath::Cpu,
+                (Some(conv), Some(p)) => conv.choose(&conversion, Some(p)).map_err(|e| gst::loggable_error!(CAT, "{e}"))?.path,
+                (Some(conv), None) => match conv.known(&conversion).map_err(|e| gst::loggable_error!(CAT, "{e}"))? {
+                    Some(choice) => choice.path,
+                    None => {
+                        calibrated = Some(self.calibrate_on_worker(conv, conversion));
+                        ConvertPath::Cpu
                     }
                 },
             };
-            let path = match (&converter, settings.path) {
-                (None, _) => ConvertPath::Cpu,
-                (Some(conv), p) => conv.choose(&conversion, p).map_err(|e| gst::loggable_error!(CAT, "{e}"))?.path,
-            };
-            gst::info!(CAT, imp = self, "{conversion} on {path}");
+            gst::info!(CAT, imp = self, "{conversion} on {path}{}", if calibrated.is_some() { " while it is calibrated" } else { "" });
             let out_dmabuf = outcaps.features(0).is_some_and(|f| f.contains(gst_allocators::CAPS_FEATURE_MEMORY_DMABUF));
-            *self.state.lock().unwrap_or_else(PoisonError::into_inner) = Some(State { conversion, in_info, out_info, converter, path, out_dmabuf });
+            *self.state.lock().unwrap_or_else(PoisonError::into_inner) =
+                Some(State { conversion, in_info, out_info, converter, path, calibrated, readback, imports, out_dmabuf, out_memories: Vec::new() });
             Ok(())
         }
 
-        /// Downstream takes dma-bufs: each output frame is a new memfd (sealed against
-        /// shrinking and growing, so a consumer may map it safely) as dma-buf memory.
+        /// Downstream takes dma-bufs: each output frame is a memfd (sealed against shrinking
+        /// and growing, so a consumer may map it safely) as dma-buf memory; one that no
+        /// buffer holds any more (downstream is done with it) is written again, else a new
+        /// one is made (and kept, up to [`OUT_MEMORIES`]).
         fn prepare_output_buffer(&self, inbuf: gst_base::subclass::base_transform::InputBuffer) -> Result<gst_base::subclass::base_transform::PrepareOutputBufferSuccess, gst::FlowError> {
-            let size = {
-                let guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-                match guard.as_ref() {
-                    Some(s) if s.out_dmabuf => s.out_info.size(),
+            let mem = {
+                let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+                let s = match guard.as_mut() {
+                    Some(s) if s.out_dmabuf => s,
                     _ => return self.parent_prepare_output_buffer(inbuf),
+                };
+                // Only the element holds it: no buffer (so no mapping) refers to it.
+                match s.out_memories.iter().find(|m| refcount(m) == 1) {
+                    Some(m) => m.clone(),
+                    None => {
+                        let size = s.out_info.size();
+                        let fd = dmabridge::interop::dmabuf::sealed_memfd_of_size("dmabridgeconvert", size as u64).map_err(|e| {
+                            gst::element_imp_error!(self, gst::ResourceError::NoSpaceLeft, ["cannot make a {size}-byte dma-buf: {e}"]);
+                            gst::FlowError::Error
+                        })?;
+                        // SAFETY: the memory takes ownership of the fd, which holds `size` bytes.
+                        let mem = unsafe { gst_allocators::DmaBufAllocator::new().alloc(fd, size) }.map_err(|_| gst::FlowError::Error)?;
+                        if s.out_memories.len() < OUT_MEMORIES {
+                            s.out_memories.push(mem.clone());
+                        }
+                        mem
+                    }
                 }
             };
-            let fd = dmabridge::interop::dmabuf::sealed_memfd_of_size("dmabridgeconvert", size as u64).map_err(|e| {
-                gst::element_imp_error!(self, gst::ResourceError::NoSpaceLeft, ["cannot make a {size}-byte dma-buf: {e}"]);
-                gst::FlowError::Error
-            })?;
-            // SAFETY: the memory takes ownership of the fd, which holds `size` bytes.
-            let mem = unsafe { gst_allocators::DmaBufAllocator::new().alloc(fd, size) }.map_err(|_| gst::FlowError::Error)?;
             let mut out = gst::Buffer::new();
             {
                 let out = out.get_mut().ok_or(gst::FlowError::Error)?;
@@ -324,20 +433,49 @@ pub(crate) mod imp {
             self.parent_decide_allocation(query)
         }
 
+        /// Opens the process's engine (once, for every element), so that `set_caps` never does.
+        fn start(&self) -> Result<(), gst::ErrorMessage> {
+            shared();
+            Ok(())
+        }
+
+        /// Waits for this element's calibration workers (a process must not exit while one
+        /// is inside the driver).
         fn stop(&self) -> Result<(), gst::ErrorMessage> {
             *self.state.lock().unwrap_or_else(PoisonError::into_inner) = None;
+            let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(PoisonError::into_inner));
+            for w in workers {
+                let _ = w.join();
+            }
             Ok(())
         }
 
         fn transform(&self, inbuf: &gst::Buffer, outbuf: &mut gst::BufferRef) -> Result<gst::FlowSuccess, gst::FlowError> {
-            let guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
-            let state = guard.as_ref().ok_or(gst::FlowError::NotNegotiated)?;
+            let mut guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            let state = guard.as_mut().ok_or(gst::FlowError::NotNegotiated)?;
+            if let Some(path) = state.calibrated.as_ref().and_then(|c| c.get().copied()) {
+                gst::info!(CAT, imp = self, "{} calibrated: on {path} from here on", state.conversion);
+                state.path = path;
+                state.calibrated = None;
+            }
+            if state.path != ConvertPath::Cpu {
+                match self.gpu_dmabuf_detile(state, inbuf, outbuf) {
+                    Some(Ok(())) => {
+                        self.dmabuf_imports.fetch_add(1, Ordering::Relaxed);
+                        self.gpu_dmabuf_frames.fetch_add(1, Ordering::Relaxed);
+                        return Ok(gst::FlowSuccess::Ok);
+                    }
+                    Some(Err(e)) => gst::warning!(CAT, imp = self, "the GPU could not read the dma-buf ({e}); reading it on the CPU"),
+                    None => {}
+                }
+            }
+            let state = &*state;
             let from_dmabuf = dmabuf_input(state, inbuf).transpose().map_err(|e| {
                 gst::element_imp_error!(self, gst::StreamError::Format, ["the dma-buf: {e}"]);
                 gst::FlowError::Error
             })?;
             if from_dmabuf.is_some() {
-                self.dmabuf_imports.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                self.dmabuf_imports.fetch_add(1, Ordering::Relaxed);
             }
             let input = from_dmabuf.map_or_else(|| packed_input(state, inbuf).map(Input::Owned), Ok).map_err(|e| {
                 gst::element_imp_error!(self, gst::StreamError::Format, ["{e}"]);
@@ -370,6 +508,87 @@ pub(crate) mod imp {
             })?;
             Ok(gst::FlowSuccess::Ok)
         }
+    }
+
+    impl DmabridgeConvert {
+        /// Measures `conversion` on a worker thread; the cell holds the path once it has.
+        fn calibrate_on_worker(&self, conv: &'static Converter, conversion: FrameConversion) -> Arc<OnceLock<ConvertPath>> {
+            let cell = Arc::new(OnceLock::new());
+            let done = cell.clone();
+            let worker = std::thread::Builder::new().name("dmabridge-calibrate".into()).spawn(move || match conv.calibrate(&[conversion]) {
+                Ok(choices) => {
+                    if let Some(c) = choices.first() {
+                        gst::info!(CAT, "{conversion}: {}", c.explain());
+                        let _ = done.set(c.path);
+                    }
+                }
+                Err(e) => gst::warning!(CAT, "{conversion}: calibration failed ({e}); staying on the CPU"),
+            });
+            match worker {
+                Ok(w) => self.workers.lock().unwrap_or_else(PoisonError::into_inner).push(w),
+                Err(e) => gst::warning!(CAT, imp = self, "no calibration worker ({e}): {conversion} stays on the CPU"),
+            }
+            cell
+        }
+
+        /// A tiled dma-buf detiled by the GPU straight from its fd, into the element's
+        /// readback buffer, then into `outbuf`. A frame at the start of its fd (planes where
+        /// the tiled geometry puts them, which the element describes itself) goes through the
+        /// import cache: the fd, checked as fixed-size and long enough, imported once as a
+        /// storage buffer. Elsewhere in its fd, through the converter's own dma-buf detile
+        /// (the full layout checks, an import per frame). `None`: not a detile of one
+        /// dma-buf memory.
+        fn gpu_dmabuf_detile(&self, state: &mut State, inbuf: &gst::Buffer, outbuf: &mut gst::BufferRef) -> Option<Result<(), String>> {
+            let c = state.conversion;
+            let conv = state.converter?;
+            let detile = c.from_layout != TileLayout::Linear && c.to_layout == TileLayout::Linear && c.from == c.to;
+            if !detile {
+                return None;
+            }
+            let buf = describe_dmabuf(state, inbuf)?;
+            Some((|| {
+                let (buf, geometry) = buf?;
+                let planes = dmabridge::interop::tiling::packed_planes(c.to, c.width, c.height).map_err(|e| e.to_string())?;
+                let (_, out_size) = c.sizes().map_err(|e| e.to_string())?;
+                let mut readback = match state.readback.take() {
+                    Some(b) if b.len() == out_size => b,
+                    _ => GpuBuffer::new(conv.engine(), out_size, BufferLocation::Readback).map_err(|e| e.to_string())?,
+                };
+                let result = (|| {
+                    let plane0 = buf.plane(0).ok_or("a dma-buf with no plane")?;
+                    let done = if plane0.offset == 0 {
+                        let cache = state.imports.get_or_insert_with(|| BufferImportCache::new(conv.engine(), IMPORTS));
+                        let src = cache.import(plane0.fd, geometry.size, dmabridge::ash::vk::BufferUsageFlags::STORAGE_BUFFER).map_err(|e| e.to_string())?;
+                        let frame = TiledFrame { layout: c.from_layout, fourcc: c.from, extent: (c.width, c.height) };
+                        conv.detile(frame, &*src, &readback, &planes, SubmitOptions::default()).map_err(|e| e.to_string())?
+                    } else {
+                        conv.detile_dmabuf_into(&buf, &readback, &planes, SubmitOptions::default()).map_err(|e| e.to_string())?.1
+                    };
+                    done.wait(dmabridge::READBACK_TIMEOUT).map_err(|e| e.to_string())?;
+                    let packed = readback.bytes_mut().map_err(|e| e.to_string())?;
+                    if packed_layout(&state.out_info, c.to) {
+                        let mut map = outbuf.map_writable().map_err(|_| "the output buffer cannot be mapped")?;
+                        let dst = map.as_mut_slice().get_mut(..out_size as usize).ok_or("the output buffer is shorter than the frame")?;
+                        dst.copy_from_slice(&packed[..out_size as usize]);
+                        Ok(())
+                    } else {
+                        write_output(state, packed, outbuf)
+                    }
+                })();
+                state.readback = Some(readback);
+                result
+            })())
+        }
+    }
+
+    /// `mem`'s reference count (gstreamer-rs exposes none for memories; its lock state
+    /// cannot tell one buffer holding it from none).
+    fn refcount(mem: &gst::Memory) -> i32 {
+        let ptr = mem.as_ptr() as *mut gst::ffi::GstMemory;
+        // SAFETY: `mem` is a live reference, so `ptr` points to a GstMemory whose mini
+        // object's refcount GStreamer only changes atomically (g_atomic_int_*); an aligned
+        // gint read as an AtomicI32 for this load only.
+        unsafe { std::sync::atomic::AtomicI32::from_ptr(std::ptr::addr_of_mut!((*ptr).mini_object.refcount)) }.load(Ordering::Acquire)
     }
 
     /// The input frame as dmabridge's packed buffer: a tiled frame as GStreamer lays it out
@@ -406,8 +625,14 @@ pub(crate) mod imp {
         }
     }
 
-    fn dmabuf_input(state: &State, inbuf: &gst::Buffer) -> Option<Result<Input, String>> {
-        use dmabridge::interop::dmabuf::{check_import_with, DmaBuf, ImportFacts, ImportOptions, PlaneDesc};
+    /// The buffer as dmabridge's descriptor, when it is one dma-buf memory: the fd (dups),
+    /// the layout's modifier, the planes' offsets and strides; with the frame's tiled
+    /// geometry. `None`: not a dma-buf, or a layout with no DRM modifier.
+    fn describe_dmabuf(
+        state: &State,
+        inbuf: &gst::Buffer,
+    ) -> Option<Result<(dmabridge::interop::dmabuf::DmaBuf, dmabridge::interop::tiling::TiledGeometry), String>> {
+        use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
         use dmabridge::interop::{Layout, Modifier};
         if inbuf.n_memory() != 1 {
             return None;
@@ -418,9 +643,8 @@ pub(crate) mod imp {
         let modifier = if c.from_layout == TileLayout::Linear { Some(Modifier::LINEAR) } else { c.from_layout.modifier() }?;
         Some((|| {
             let geometry = dmabridge::interop::tiling::tiled_size(c.from_layout, c.from, c.width, c.height).map_err(|e| e.to_string())?;
-            let raw = dm.fd();
             // SAFETY: the fd belongs to the memory, which the buffer holds for this call.
-            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(dm.fd()) };
             let base = mem.offset() as u64;
             let mut planes = Vec::with_capacity(geometry.planes.len());
             for (i, p) in geometry.planes.iter().enumerate() {
@@ -439,6 +663,18 @@ pub(crate) mod imp {
                 planes.push(PlaneDesc { fd: fd.try_clone_to_owned().map_err(|e| e.to_string())?, offset: base + offset, stride });
             }
             let buf = DmaBuf::new(c.from, Layout::Explicit(modifier), c.width, c.height, planes).map_err(|e| e.to_string())?;
+            Ok((buf, geometry))
+        })())
+    }
+
+    fn dmabuf_input(state: &State, inbuf: &gst::Buffer) -> Option<Result<Input, String>> {
+        use dmabridge::interop::dmabuf::{check_import_with, ImportFacts, ImportOptions};
+        let described = describe_dmabuf(state, inbuf)?;
+        let c = &state.conversion;
+        Some((|| {
+            let (buf, geometry) = described?;
+            let fd = buf.plane(0).ok_or("a dma-buf with no plane")?.fd;
+            let base = buf.plane(0).ok_or("a dma-buf with no plane")?.offset;
             let facts = |f: dmabridge::interop::Format| {
                 (f == buf.format()).then_some(ImportFacts { memory_plane_count: geometry.planes.len(), max_width: 16384, max_height: 16384, disjoint: true })
             };

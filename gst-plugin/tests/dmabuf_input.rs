@@ -1,6 +1,8 @@
 //! `memory:DMABuf` into `dmabridgeconvert`: a tiled NV12 frame in a (sealed) memfd, wrapped
 //! as GStreamer dma-buf memory by `appsrc`, is read from its fd after dmabridge's layout
-//! checks (the element counts those reads in `dmabuf-imports`), and detiled exactly.
+//! checks (the element counts those reads in `dmabuf-imports`), and detiled exactly; on the
+//! GPU path the GPU reads it from its fd (`gpu-dmabuf-frames`); and every element of the
+//! process shares one engine (`engines-opened`).
 
 mod common;
 
@@ -29,6 +31,59 @@ fn a_tiled_dmabuf_is_read_from_its_fd_and_detiled() {
     pipeline.set_state(gst::State::Null).expect("stop");
 }
 
+/// On the GPU path a tiled dma-buf is read by the GPU from its fd, frame after frame into
+/// the element's one readback buffer, and detiled exactly. Two dma-bufs pushed in turn (an
+/// upstream pool) are imported once each.
+#[test]
+fn a_tiled_dmabuf_is_detiled_by_the_gpu_from_its_fd() {
+    common::init(false);
+    let (w, h) = (256u32, 128u32);
+    let frames: Vec<Vec<u8>> = (0..2).map(|seed| test_pattern((w * h * 3 / 2) as usize, 40 + seed)).collect();
+    let pool: Vec<gst::Buffer> =
+        frames.iter().map(|l| common::dmabuf_buffer(&tile_to_vec(TileLayout::Samsung64x32, Fourcc::NV12, w, h, l).expect("tile"))).collect();
+    let common::Run { pipeline, src, sink } = common::pipeline(&format!(
+        "appsrc name=src caps=video/x-raw(memory:DMABuf),format=NV12_64Z32,width={w},height={h},framerate=0/1 format=time ! \
+         dmabridgeconvert name=conv path=gpu ! video/x-raw,format=NV12 ! appsink name=sink sync=false"
+    ));
+    for i in 0..6 {
+        src.push_buffer(pool[i % 2].clone()).expect("push");
+    }
+    src.end_of_stream().expect("eos");
+    for i in 0..6 {
+        let sample = sink.pull_sample().expect("a frame");
+        let out = sample.buffer().expect("buffer").map_readable().expect("map");
+        assert!(out.as_slice() == &frames[i % 2][..], "frame {i}: the GPU's detile of the dma-buf is the original");
+    }
+    let conv = pipeline.by_name("conv").expect("conv");
+    assert_eq!(conv.property::<String>("current-path"), "gpu");
+    assert_eq!(conv.property::<u64>("gpu-dmabuf-frames"), 6, "the GPU read every frame from its dma-buf");
+    assert_eq!(conv.property::<u64>("dmabuf-imports"), 6);
+    assert_eq!(conv.property::<u64>("gpu-dmabuf-imports"), 2, "each of the pool's dma-bufs imported once");
+    pipeline.set_state(gst::State::Null).expect("stop");
+}
+
+/// Two elements in one pipeline (a detile, then a colour conversion) share the process's
+/// one engine: the process opened one Vulkan device, whatever the number of elements.
+#[test]
+fn two_elements_share_one_engine() {
+    common::init(false);
+    let (w, h) = (128u32, 64u32);
+    let linear = test_pattern((w * h * 3 / 2) as usize, 31);
+    let tiled = tile_to_vec(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, &linear).expect("tile");
+    let common::Run { pipeline, src, sink } = common::pipeline(&format!(
+        "appsrc name=src caps=video/x-raw,format=NV12_4L4,width={w},height={h},framerate=0/1 format=time ! \
+         dmabridgeconvert name=a ! video/x-raw,format=NV12 ! dmabridgeconvert name=b ! video/x-raw,format=BGRx ! appsink name=sink sync=false"
+    ));
+    src.push_buffer(gst::Buffer::from_slice(tiled)).expect("push");
+    src.end_of_stream().expect("eos");
+    let sample = sink.pull_sample().expect("a frame");
+    assert_eq!(sample.buffer().expect("buffer").size(), (w * h * 4) as usize);
+    let (a, b) = (pipeline.by_name("a").expect("a"), pipeline.by_name("b").expect("b"));
+    assert_eq!(a.property::<u64>("engines-opened"), 1, "one engine for the whole process");
+    assert_eq!(b.property::<u64>("engines-opened"), 1);
+    pipeline.set_state(gst::State::Null).expect("stop");
+}
+
 /// Downstream takes `memory:DMABuf`: the element writes each frame into a sealed memfd handed
 /// on as dma-buf memory, and the bytes are the converted frame.
 #[test]
@@ -54,6 +109,38 @@ fn dmabuf_output_where_downstream_takes_it() {
     let out = buffer.map_readable().expect("map");
     assert!(out.as_slice() == &linear[..], "the dma-buf holds the detiled frame");
     drop(out);
+    pipeline.set_state(gst::State::Null).expect("stop");
+}
+
+/// Dma-buf output is recycled: a memfd downstream has let go of is written again, each
+/// frame's bytes its own.
+#[test]
+fn dmabuf_output_memories_are_recycled() {
+    common::init(false);
+    let (w, h) = (128u32, 64u32);
+    let common::Run { pipeline, src, sink } = common::pipeline(&format!(
+        "appsrc name=src caps=video/x-raw,format=NV12_4L4,width={w},height={h},framerate=0/1 format=time ! \
+         dmabridgeconvert ! video/x-raw(memory:DMABuf),format=NV12 ! appsink name=sink sync=false enable-last-sample=false"
+    ));
+    let mut files = std::collections::BTreeSet::new();
+    let frames = 6;
+    for i in 0..frames {
+        // One frame at a time, each let go of before the next is pushed.
+        let linear = test_pattern((w * h * 3 / 2) as usize, 60 + i);
+        let tiled = tile_to_vec(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, &linear).expect("tile");
+        src.push_buffer(gst::Buffer::from_slice(tiled)).expect("push");
+        let sample = sink.pull_sample().expect("a frame");
+        let buffer = sample.buffer().expect("buffer");
+        let mem = buffer.peek_memory(0);
+        let dm = mem.downcast_memory_ref::<gst_allocators::DmaBufMemory>().expect("the output is dma-buf memory");
+        // SAFETY: the memory's fd, alive while the sample is held; only queried.
+        let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(dm.fd()) };
+        let st = rustix::fs::fstat(fd).expect("fstat");
+        files.insert((st.st_dev, st.st_ino));
+        assert!(buffer.map_readable().expect("map").as_slice() == &linear[..], "frame {i}: its own bytes");
+    }
+    src.end_of_stream().expect("eos");
+    assert!(files.len() < frames as usize, "{} memfds for {frames} frames: none was recycled", files.len());
     pipeline.set_state(gst::State::Null).expect("stop");
 }
 

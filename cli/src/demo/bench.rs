@@ -34,7 +34,7 @@ use dmabridge_interop::dmabuf::{recv, send_buffer, socketpair, BufferIdentity, D
 use dmabridge_interop::negotiate::{negotiate_with, Member, NegotiateOptions};
 use dmabridge_interop::tiling::{FrameConversion, LinearPlane};
 use dmabridge_interop::{format_info, Fourcc, Layout, Modifier, TileLayout};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::gst_baseline::{self, gst_format, GstCase};
 use super::{DemoError, Mode, FRAME_TIMEOUT};
@@ -47,21 +47,24 @@ pub const SIZES: [(u32, u32); 4] = [(1280, 720), (1920, 1080), (3840, 2160), (76
 pub const PATHS: [&str; 3] = ["zero-copy", "copy-gpu", "copy-cpu"];
 pub const FORMATS: [Fourcc; 2] = [Fourcc::ARGB8888, Fourcc::NV12];
 
-/// One measured path (a contract: field names and values as the issue gives them).
-#[derive(Debug, Clone, Serialize)]
+/// One measured path (a contract: field names and values as the issue gives them). Read
+/// back by the report and `bench --compare` through the same type.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct PathResult {
-    pub path: &'static str,
+    /// One of [`PATHS`].
+    pub path: String,
     pub format: String,
     pub width: u32,
     pub height: u32,
     pub us_per_frame: f64,
     pub gbps: f64,
-    /// The batches' interquartile range relative to their median.
+    /// The batches' interquartile range relative to their median (absent from early runs).
+    #[serde(default)]
     pub spread: f64,
 }
 
 /// One measured frame conversion, on the path the cost model chose.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ConvertResult {
     /// The input layout (`linear` for a plain colour conversion).
     pub layout: String,
@@ -69,7 +72,9 @@ pub struct ConvertResult {
     pub format: String,
     /// The output format (the input's for a detile).
     pub to_format: String,
+    #[serde(default)]
     pub width: u32,
+    #[serde(default)]
     pub height: u32,
     /// Output bytes per second / 1e9, bytes in and out of host memory (what a caller of
     /// `Converter::convert_frame` gets).
@@ -77,6 +82,7 @@ pub struct ConvertResult {
     /// Where it ran: `cpu`, `gpu` or `copy-commands` (the cost model's choice).
     pub path: dmabridge::ConvertPath,
     /// Every candidate path's GB/s, as the cost model measured them.
+    #[serde(default)]
     pub candidates: Vec<dmabridge::Measured>,
     /// GStreamer `videoconvert` on the same frames in this run (output GB/s), when it is
     /// installed and knows the layout.
@@ -84,21 +90,29 @@ pub struct ConvertResult {
     /// `gbps / gstreamer_gbps`.
     pub vs_gstreamer: Option<f64>,
     /// The repetitions' interquartile range relative to their median.
+    #[serde(default)]
     pub spread: f64,
 }
 
-/// The whole report; serialises to exactly the contract's JSON.
-#[derive(Debug, Clone, Serialize)]
+/// The whole report; serialises to exactly the contract's JSON, and reads it back
+/// ([`super::html_report::read_report`]; what early runs lacked defaults).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct BenchReport {
     pub device: String,
     /// The machine: device, driver, CPU, kernel.
+    #[serde(default)]
     pub system: super::html_report::SystemInfo,
     pub memcpy_gbps: f64,
     /// The memcpy samples' interquartile range relative to their median.
+    #[serde(default)]
     pub memcpy_spread: f64,
+    #[serde(default)]
     pub results: Vec<PathResult>,
+    #[serde(default)]
     pub convert: Vec<ConvertResult>,
+    #[serde(default)]
     pub negotiate_us: f64,
+    #[serde(default)]
     pub handoff_us: f64,
     /// Why entries are missing (not part of the JSON contract; printed by the CLI).
     #[serde(skip)]
@@ -441,7 +455,7 @@ fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, op
     let us = median(&mut batches);
     let noise = spread(&mut batches);
     Ok(Some(PathResult {
-        path: PATHS.iter().copied().find(|p| *p == path).unwrap_or("zero-copy"),
+        path: path.to_owned(),
         format: fourcc.trimmed(),
         width: w,
         height: h,

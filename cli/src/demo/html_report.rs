@@ -3,8 +3,12 @@
 //!
 //! The report is one self-contained XHTML file (`index.html`): the machine, every figure with
 //! its ratio to the same run's baseline, the goals marked met or unmet, and two charts as
-//! SVG embedded in the page (so the browser renders their text). It is built from the bench
-//! JSON alone ([`Figures::from_json`]), so an old run's JSON renders as well as a new one.
+//! SVG embedded in the page (so the browser renders their text), drawn by plotters' SVG
+//! backend. It is built from the bench JSON alone, read back through the types it was
+//! written with ([`read_report`], [`BenchReport`]; fields added since an old run default),
+//! so an old run's JSON renders as well as a new one. What is read is bounded: a file over
+//! [`MAX_REPORT_BYTES`], a dimension over [`MAX_DIMENSION`], more than [`MAX_ENTRIES`]
+//! figures, or a figure that is not a finite number in range is a typed [`ReportError`].
 //!
 //! Comparing: machines here are noisy (memcpy alone moves by a third between runs), so each
 //! figure is compared as a ratio to its own run's memcpy, and a change counts only outside
@@ -12,15 +16,77 @@
 //! of the figure and of memcpy, added, at least [`MIN_BAND`].
 
 use std::fmt::Write as _;
+use std::path::Path;
 
-use serde::Serialize;
-use serde_json::Value;
+use serde::{Deserialize, Serialize};
+
+use super::bench::BenchReport;
 
 /// The narrowest band a change must leave to be flagged.
 pub const MIN_BAND: f64 = 0.05;
 
+/// The largest bench JSON read back (a report is a few kB).
+pub const MAX_REPORT_BYTES: u64 = 16 << 20;
+/// The largest frame width or height a report may name.
+pub const MAX_DIMENSION: u32 = 1 << 16;
+/// The most path and conversion entries a report may hold.
+pub const MAX_ENTRIES: usize = 1024;
+/// The largest figure (GB/s or µs) a report may hold: beyond any machine.
+const MAX_FIGURE: f64 = 1e12;
+
+/// Why a bench JSON cannot be read back or drawn.
+#[derive(Debug, thiserror::Error)]
+pub enum ReportError {
+    #[error("cannot read {path}: {source}")]
+    Read { path: String, source: std::io::Error },
+    #[error("{path} is over {limit} bytes: not a dmabridge bench JSON")]
+    TooLong { path: String, limit: u64 },
+    #[error("{path} is not a dmabridge bench JSON: {source}")]
+    NotBenchJson { path: String, source: serde_json::Error },
+    #[error("not a dmabridge bench JSON: {what} is {value}, outside {range}")]
+    OutOfRange { what: String, value: String, range: String },
+    #[error("not a dmabridge bench JSON: {count} entries, over {MAX_ENTRIES}")]
+    TooManyEntries { count: usize },
+    #[error("cannot draw the {chart} chart: {detail}")]
+    Chart { chart: &'static str, detail: String },
+}
+
+/// A bench JSON file (`dmabridge bench --json`, or a report's `bench.json`), read through
+/// the types it was written with; at most [`MAX_REPORT_BYTES`].
+pub fn read_report(path: &Path) -> Result<BenchReport, ReportError> {
+    use std::io::Read;
+    let name = path.display().to_string();
+    let read = |source| ReportError::Read { path: name.clone(), source };
+    let file = std::fs::File::open(path).map_err(read)?;
+    let mut text = Vec::new();
+    file.take(MAX_REPORT_BYTES + 1).read_to_end(&mut text).map_err(read)?;
+    if text.len() as u64 > MAX_REPORT_BYTES {
+        return Err(ReportError::TooLong { path: name, limit: MAX_REPORT_BYTES });
+    }
+    serde_json::from_slice(&text).map_err(|source| ReportError::NotBenchJson { path: name, source })
+}
+
+/// `v`, when it is a finite figure in `0..=MAX_FIGURE`.
+fn figure(what: impl FnOnce() -> String, v: f64) -> Result<f64, ReportError> {
+    if v.is_finite() && (0.0..=MAX_FIGURE).contains(&v) {
+        Ok(v)
+    } else {
+        Err(ReportError::OutOfRange { what: what(), value: v.to_string(), range: format!("0..={MAX_FIGURE:e}") })
+    }
+}
+
+/// `v`, when it is a frame dimension up to [`MAX_DIMENSION`].
+fn dimension(what: impl FnOnce() -> String, v: u32) -> Result<f64, ReportError> {
+    if v <= MAX_DIMENSION {
+        Ok(f64::from(v))
+    } else {
+        Err(ReportError::OutOfRange { what: what(), value: v.to_string(), range: format!("0..={MAX_DIMENSION}") })
+    }
+}
+
 /// The machine a run was measured on.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SystemInfo {
     pub device: String,
     pub driver: String,
@@ -73,47 +139,52 @@ pub struct Figures {
     pub conversions: Vec<(String, f64, Option<f64>, String)>,
 }
 
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or(0.0)
-}
-
-fn s(v: &Value) -> String {
-    v.as_str().map_or_else(|| v.to_string(), str::to_owned)
-}
-
 impl Figures {
-    /// The figures of a bench JSON (`dmabridge bench --json`), or why it is not one.
-    pub fn from_json(v: &Value) -> Result<Figures, String> {
-        let memcpy = v["memcpy_gbps"].as_f64().filter(|m| *m > 0.0).ok_or("not a dmabridge bench JSON (no memcpy_gbps)")?;
+    /// The figures of a bench run, checked: every figure finite and in range, every
+    /// dimension at most [`MAX_DIMENSION`], at most [`MAX_ENTRIES`] entries.
+    pub fn from_report(r: &BenchReport) -> Result<Figures, ReportError> {
+        let count = r.results.len() + r.convert.len();
+        if count > MAX_ENTRIES {
+            return Err(ReportError::TooManyEntries { count });
+        }
+        let memcpy = figure(|| "memcpy_gbps".into(), r.memcpy_gbps)?;
+        if memcpy <= 0.0 {
+            return Err(ReportError::OutOfRange { what: "memcpy_gbps".into(), value: memcpy.to_string(), range: "above 0".into() });
+        }
+        let system = [("driver", &r.system.driver), ("cpu", &r.system.cpu), ("kernel", &r.system.kernel)];
         let mut out = Figures {
-            device: s(&v["device"]),
+            device: r.device.clone(),
+            system: system.into_iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.to_owned(), v.clone())).collect(),
             memcpy_gbps: memcpy,
-            memcpy_spread: f(&v["memcpy_spread"]),
+            memcpy_spread: figure(|| "memcpy_spread".into(), r.memcpy_spread)?,
             ..Figures::default()
         };
-        if let Some(sys) = v["system"].as_object() {
-            out.system = sys.iter().map(|(k, v)| (k.clone(), s(v))).collect();
-        }
-        for r in v["results"].as_array().into_iter().flatten() {
-            let (path, format) = (s(&r["path"]), s(&r["format"]));
-            let (w, h, us, gbps) = (f(&r["width"]), f(&r["height"]), f(&r["us_per_frame"]), f(&r["gbps"]));
-            out.paths.push((path.clone(), format.clone(), w * h / 1e6, us));
+        for (i, p) in r.results.iter().enumerate() {
+            let what = |field: &str| format!("results[{i}].{field}");
+            let (w, h) = (dimension(|| what("width"), p.width)?, dimension(|| what("height"), p.height)?);
+            let (us, gbps) = (figure(|| what("us_per_frame"), p.us_per_frame)?, figure(|| what("gbps"), p.gbps)?);
+            out.paths.push((p.path.clone(), p.format.clone(), w * h / 1e6, us));
             out.figures.push(Figure {
-                name: format!("{path} {format} {w}x{h}"),
+                name: format!("{} {} {w}x{h}", p.path, p.format),
                 value: gbps,
                 unit: "GB/s",
                 normalised: gbps / memcpy,
-                spread: f(&r["spread"]),
+                spread: figure(|| what("spread"), p.spread)?,
             });
         }
-        for c in v["convert"].as_array().into_iter().flatten() {
-            let name = format!("convert {} {} -> {}", s(&c["format"]), s(&c["layout"]), s(&c["to_format"]));
-            let gbps = f(&c["gbps"]);
-            out.conversions.push((name.clone(), gbps, c["gstreamer_gbps"].as_f64(), s(&c["path"])));
-            out.figures.push(Figure { name, value: gbps, unit: "GB/s", normalised: gbps / memcpy, spread: f(&c["spread"]) });
+        for (i, c) in r.convert.iter().enumerate() {
+            let what = |field: &str| format!("convert[{i}].{field}");
+            dimension(|| what("width"), c.width)?;
+            dimension(|| what("height"), c.height)?;
+            let name = format!("convert {} {} -> {}", c.format, c.layout, c.to_format);
+            let gbps = figure(|| what("gbps"), c.gbps)?;
+            let gst = c.gstreamer_gbps.map(|g| figure(|| what("gstreamer_gbps"), g)).transpose()?;
+            out.conversions.push((name.clone(), gbps, gst, c.path.name().to_owned()));
+            out.figures.push(Figure { name, value: gbps, unit: "GB/s", normalised: gbps / memcpy, spread: figure(|| what("spread"), c.spread)? });
         }
-        for (key, name) in [("negotiate_us", "negotiation"), ("handoff_us", "descriptor handoff")] {
-            if let Some(us) = v[key].as_f64().filter(|u| *u > 0.0) {
+        for (us, name) in [(r.negotiate_us, "negotiation"), (r.handoff_us, "descriptor handoff")] {
+            let us = figure(|| name.into(), us)?;
+            if us > 0.0 {
                 out.figures.push(Figure { name: name.into(), value: us, unit: "µs", normalised: memcpy / us, spread: 0.0 });
             }
         }
@@ -205,103 +276,159 @@ fn esc(t: &str) -> String {
     t.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
 }
 
-const PATH_COLOURS: [(&str, &str); 3] = [("zero-copy", "#28aa50"), ("copy-gpu", "#e68c14"), ("copy-cpu", "#d22828")];
+const PATH_COLOURS: [(&str, (u8, u8, u8)); 3] = [("zero-copy", (0x28, 0xaa, 0x50)), ("copy-gpu", (0xe6, 0x8c, 0x14)), ("copy-cpu", (0xd2, 0x28, 0x28))];
 
-/// µs per frame against megapixels, per path and format, log scale, as SVG.
-pub fn paths_svg(fig: &Figures) -> String {
-    let (w, h, l, r, t, b) = (760.0, 440.0, 90.0, 190.0, 40.0, 60.0);
-    let (pw, ph) = (w - l - r, h - t - b);
+/// A plotters error as the chart's [`ReportError`].
+fn chart_err(chart: &'static str) -> impl Fn(String) -> ReportError {
+    move |detail| ReportError::Chart { chart, detail }
+}
+
+/// A duration label: µs, ms or s.
+fn time_label(u: f64) -> String {
+    if u >= 1e6 {
+        format!("{} s", u / 1e6)
+    } else if u >= 1e3 {
+        format!("{} ms", u / 1e3)
+    } else {
+        format!("{u} µs")
+    }
+}
+
+/// µs per frame against megapixels, per path and format, log scale, as SVG (plotters'
+/// SVG backend). Without a font ([`super::report::font`]) it is drawn without text.
+pub fn paths_svg(fig: &Figures) -> Result<String, ReportError> {
+    use plotters::prelude::*;
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    let err = chart_err("paths");
+    let text = super::report::font().is_ok();
     let max_mp = fig.paths.iter().map(|p| p.2).fold(1.0, f64::max) * 1.05;
     let us: Vec<f64> = fig.paths.iter().map(|p| p.3).filter(|u| *u > 0.0).collect();
+    // Whole decades: the figures are bounded (Figures::from_report), so these are too.
     let lo = us.iter().copied().fold(f64::MAX, f64::min).max(0.1).log10().floor();
     let hi = us.iter().copied().fold(1.0, f64::max).log10().ceil().max(lo + 1.0);
-    let x = |mp: f64| l + mp / max_mp * pw;
-    let y = |u: f64| t + ph - (u.max(0.1).log10() - lo) / (hi - lo) * ph;
-    let mut svg = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#);
-    let _ = write!(svg, r#"<text x="{}" y="22" font-size="15" font-weight="bold">Time per frame by path</text>"#, l);
-    for d in lo as i32..=hi as i32 {
-        let u = 10f64.powi(d);
-        let label = if u >= 1e6 { format!("{} s", u / 1e6) } else if u >= 1e3 { format!("{} ms", u / 1e3) } else { format!("{u} µs") };
-        let _ = write!(svg, r##"<line x1="{l}" x2="{}" y1="{y0}" y2="{y0}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{}</text>"##, l + pw, l - 6.0, y(u) + 4.0, esc(&label), y0 = y(u));
-    }
-    let step = if max_mp > 20.0 { 5.0 } else { 1.0 };
-    let mut mp = 0.0;
-    while mp <= max_mp {
-        let _ = write!(svg, r##"<line x1="{x0}" x2="{x0}" y1="{t}" y2="{}" stroke="#eee"/><text x="{x0}" y="{}" text-anchor="middle">{mp}</text>"##, t + ph, t + ph + 16.0, x0 = x(mp));
-        mp += step;
-    }
-    let _ = write!(svg, r##"<line x1="{l}" x2="{l}" y1="{t}" y2="{}" stroke="#000"/><line x1="{l}" x2="{}" y1="{}" y2="{}" stroke="#000"/>"##, t + ph, l + pw, t + ph, t + ph);
-    let _ = write!(svg, r#"<text x="{}" y="{}" text-anchor="middle">megapixels per frame</text>"#, l + pw / 2.0, h - 14.0);
-    let _ = write!(svg, r#"<text x="18" y="{}" text-anchor="middle" transform="rotate(-90 18 {})">µs per frame (log scale)</text>"#, t + ph / 2.0, t + ph / 2.0);
-    let mut legend_y = t + 10.0;
-    for (path, colour) in PATH_COLOURS {
-        for format in ["AR24", "NV12"] {
-            let mut pts: Vec<(f64, f64)> = fig.paths.iter().filter(|p| p.0 == path && p.1 == format && p.3 > 0.0).map(|p| (p.2, p.3)).collect();
-            if pts.is_empty() {
-                continue;
-            }
-            pts.sort_by(|a, b| a.0.total_cmp(&b.0));
-            let dash = if format == "NV12" { r#" stroke-dasharray="6 4""# } else { "" };
-            let poly: Vec<String> = pts.iter().map(|(m, u)| format!("{:.1},{:.1}", x(*m), y(*u))).collect();
-            let _ = write!(svg, r#"<polyline points="{}" fill="none" stroke="{colour}" stroke-width="2"{dash}/>"#, poly.join(" "));
-            for (m, u) in &pts {
-                let fill = if format == "NV12" { "white" } else { colour };
-                let _ = write!(svg, r#"<circle cx="{:.1}" cy="{:.1}" r="4" fill="{fill}" stroke="{colour}" stroke-width="2"><title>{path} {format}: {u:.1} µs at {m:.1} MP</title></circle>"#, x(*m), y(*u));
-            }
-            let lx = l + pw + 16.0;
-            let _ = write!(svg, r#"<line x1="{lx}" x2="{}" y1="{legend_y}" y2="{legend_y}" stroke="{colour}" stroke-width="2"{dash}/><text x="{}" y="{}">{path} {format}</text>"#, lx + 26.0, lx + 32.0, legend_y + 4.0);
-            legend_y += 20.0;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (760, 440)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+        let (plot, legend) = root.split_horizontally(580);
+        let mut b = ChartBuilder::on(&plot);
+        b.margin(12);
+        if text {
+            b.caption("Time per frame by path", ("sans-serif", 18).into_font().style(FontStyle::Bold)).x_label_area_size(40).y_label_area_size(78);
         }
+        let mut chart = b.build_cartesian_2d(0f64..max_mp, (10f64.powf(lo)..10f64.powf(hi)).log_scale()).map_err(|e| err(e.to_string()))?;
+        let mut mesh = chart.configure_mesh();
+        mesh.y_labels((hi - lo) as usize + 1).light_line_style(RGBColor(0xee, 0xee, 0xee)).bold_line_style(RGBColor(0xdd, 0xdd, 0xdd));
+        if text {
+            mesh.x_desc("megapixels per frame")
+                .y_desc("µs per frame (log scale)")
+                .y_label_formatter(&|u| time_label(*u))
+                .label_style(("sans-serif", 14))
+                .axis_desc_style(("sans-serif", 15));
+        } else {
+            mesh.x_labels(0).y_labels(0);
+        }
+        mesh.draw().map_err(|e| err(e.to_string()))?;
+        let mut entries = Vec::new();
+        for (path, (r, g, bl)) in PATH_COLOURS {
+            let colour = RGBColor(r, g, bl);
+            for format in ["AR24", "NV12"] {
+                let mut pts: Vec<(f64, f64)> = fig.paths.iter().filter(|p| p.0 == path && p.1 == format && p.3 > 0.0).map(|p| (p.2, p.3)).collect();
+                if pts.is_empty() {
+                    continue;
+                }
+                pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let nv12 = format == "NV12";
+                chart.draw_series(LineSeries::new(pts.clone(), colour.stroke_width(2))).map_err(|e| err(e.to_string()))?;
+                // AR24 filled dots, NV12 rings.
+                chart
+                    .draw_series(pts.iter().map(|&p| if nv12 { Circle::new(p, 4, WHITE.filled()) } else { Circle::new(p, 4, colour.filled()) }))
+                    .map_err(|e| err(e.to_string()))?;
+                if nv12 {
+                    chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, colour.stroke_width(2)))).map_err(|e| err(e.to_string()))?;
+                }
+                entries.push((format!("{path} {format}"), colour, nv12));
+            }
+        }
+        // The legend beside the chart, one line per path and format (NV12 with a ring).
+        for (i, (label, colour, nv12)) in entries.iter().enumerate() {
+            let y = 50 + 20 * i as i32;
+            legend.draw(&PathElement::new(vec![(16, y), (42, y)], colour.stroke_width(2))).map_err(|e| err(e.to_string()))?;
+            let dot = if *nv12 { Circle::new((29, y), 4, colour.stroke_width(2)) } else { Circle::new((29, y), 4, colour.filled()) };
+            legend.draw(&dot).map_err(|e| err(e.to_string()))?;
+            if text {
+                let style = ("sans-serif", 14).into_font().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
+                legend.draw(&Text::new(label.clone(), (48, y), style)).map_err(|e| err(e.to_string()))?;
+            }
+        }
+        root.present().map_err(|e| err(e.to_string()))?;
     }
-    svg.push_str("</svg>");
-    svg
+    Ok(svg)
 }
 
 /// GB/s per conversion (dmabridge on the path the cost model chose, GStreamer where
-/// measured) beside the run's memcpy, as SVG bars.
-pub fn conversions_svg(fig: &Figures) -> String {
-    let rows: Vec<(String, f64, &str)> = std::iter::once(("memcpy (baseline)".to_owned(), fig.memcpy_gbps, "#888"))
+/// measured) beside the run's memcpy, as SVG bars (plotters' SVG backend).
+pub fn conversions_svg(fig: &Figures) -> Result<String, ReportError> {
+    use plotters::prelude::*;
+    use plotters::style::text_anchor::{HPos, Pos, VPos};
+    let err = chart_err("conversions");
+    let text = super::report::font().is_ok();
+    let (grey, blue, orange) = (RGBColor(0x88, 0x88, 0x88), RGBColor(0x2a, 0x5a, 0xd8), RGBColor(0xe6, 0x8c, 0x14));
+    let rows: Vec<(String, f64, RGBColor)> = std::iter::once(("memcpy (baseline)".to_owned(), fig.memcpy_gbps, grey))
         .chain(fig.conversions.iter().flat_map(|(name, g, gst, path)| {
             let label = name.trim_start_matches("convert ").to_owned();
-            std::iter::once((format!("{label} — dmabridge {path}"), *g, "#2a5ad8")).chain(gst.map(|g| (format!("{label} — GStreamer"), g, "#e68c14")))
+            std::iter::once((format!("{label} — dmabridge {path}"), *g, blue)).chain(gst.map(|g| (format!("{label} — GStreamer"), g, orange)))
         }))
         .collect();
-    let (l, r, t, bar) = (330.0, 70.0, 40.0, 20.0);
-    let w = 860.0;
-    let h = t + rows.len() as f64 * (bar + 6.0) + 50.0;
-    let pw = w - l - r;
+    const LABELS: u32 = 330;
+    const ROW: u32 = 26;
+    // At most 2 * MAX_ENTRIES + 1 rows (Figures::from_report), so the height is bounded.
+    let height = 40 + rows.len() as u32 * ROW + 60;
     let max = rows.iter().map(|r| r.1).fold(0.1, f64::max) * 1.05;
-    let x = |g: f64| l + g / max * pw;
-    let mut svg = format!(r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="sans-serif" font-size="12">"#);
-    let _ = write!(svg, r#"<text x="{l}" y="22" font-size="15" font-weight="bold">Conversions at 4K: GB/s of output (higher is faster)</text>"#);
-    let ticks = if max > 10.0 { 2.0 } else if max > 4.0 { 1.0 } else { 0.5 };
-    let mut g = 0.0;
-    let base = t + rows.len() as f64 * (bar + 6.0);
-    while g <= max {
-        let _ = write!(svg, r##"<line x1="{x0}" x2="{x0}" y1="{t}" y2="{base}" stroke="#eee"/><text x="{x0}" y="{}" text-anchor="middle">{g}</text>"##, base + 16.0, x0 = x(g));
-        g += ticks;
+    let n = rows.len() as f64;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, (860, height)).into_drawing_area();
+        root.fill(&WHITE).map_err(|e| err(e.to_string()))?;
+        if text {
+            let title = ("sans-serif", 18).into_font().style(FontStyle::Bold).color(&BLACK);
+            root.draw(&Text::new("Conversions at 4K: GB/s of output (higher is faster)", (LABELS as i32, 12), title)).map_err(|e| err(e.to_string()))?;
+        }
+        let (labels, plot) = root.split_horizontally(LABELS);
+        let plot = plot.margin(40, 0, 0, 40);
+        let mut b = ChartBuilder::on(&plot);
+        if text {
+            b.x_label_area_size(50);
+        }
+        let mut chart = b.build_cartesian_2d(0f64..max, 0f64..n).map_err(|e| err(e.to_string()))?;
+        let mut mesh = chart.configure_mesh();
+        mesh.disable_y_mesh().disable_y_axis().light_line_style(RGBColor(0xee, 0xee, 0xee));
+        if text {
+            mesh.x_desc("GB/s (output bytes per second)").label_style(("sans-serif", 14)).axis_desc_style(("sans-serif", 15));
+        } else {
+            mesh.x_labels(0);
+        }
+        mesh.draw().map_err(|e| err(e.to_string()))?;
+        for (i, (label, v, colour)) in rows.iter().enumerate() {
+            // Row i from the top: its bar fills most of the row.
+            let top = n - i as f64;
+            chart.draw_series(std::iter::once(Rectangle::new([(0.0, top - 0.1), (*v, top - 0.85)], colour.filled()))).map_err(|e| err(e.to_string()))?;
+            if text {
+                let style = ("sans-serif", 13).into_font().color(&BLACK).pos(Pos::new(HPos::Left, VPos::Center));
+                chart.draw_series(std::iter::once(Text::new(format!("{v:.2}"), (*v + max * 0.01, top - 0.47), style))).map_err(|e| err(e.to_string()))?;
+                // The label to the left of its bar, at the bar's height on the page.
+                let (_, y) = chart.backend_coord(&(0.0, top - 0.47));
+                let style = ("sans-serif", 13).into_font().color(&BLACK).pos(Pos::new(HPos::Right, VPos::Center));
+                labels.draw(&Text::new(label.clone(), (LABELS as i32 - 6, y), style)).map_err(|e| err(e.to_string()))?;
+            }
+        }
+        root.present().map_err(|e| err(e.to_string()))?;
     }
-    for (i, (label, v, colour)) in rows.iter().enumerate() {
-        let y0 = t + i as f64 * (bar + 6.0);
-        let _ = write!(
-            svg,
-            r#"<text x="{}" y="{}" text-anchor="end">{}</text><rect x="{l}" y="{y0}" width="{:.1}" height="{bar}" fill="{colour}"/><text x="{:.1}" y="{}">{v:.2}</text>"#,
-            l - 6.0,
-            y0 + bar - 5.0,
-            esc(label),
-            x(*v) - l,
-            x(*v) + 4.0,
-            y0 + bar - 5.0
-        );
-    }
-    let _ = write!(svg, r##"<line x1="{l}" x2="{l}" y1="{t}" y2="{base}" stroke="#000"/><line x1="{l}" x2="{}" y1="{base}" y2="{base}" stroke="#000"/>"##, l + pw);
-    let _ = write!(svg, r#"<text x="{}" y="{}" text-anchor="middle">GB/s (output bytes per second)</text>"#, l + pw / 2.0, base + 36.0);
-    svg.push_str("</svg>");
-    svg
+    Ok(svg)
 }
 
 /// The whole page.
-pub fn render(fig: &Figures, json_name: &str, changes: Option<&[Change]>) -> String {
+pub fn render(fig: &Figures, json_name: &str, changes: Option<&[Change]>) -> Result<String, ReportError> {
     let mut h = String::from(
         "<!DOCTYPE html>\n<html xmlns=\"http://www.w3.org/1999/xhtml\" lang=\"en\"><head><meta charset=\"utf-8\"/><title>dmabridge bench</title>\
          <style>body{font-family:sans-serif;margin:24px;max-width:1100px}table{border-collapse:collapse;margin:8px 0 20px}\
@@ -322,8 +449,8 @@ pub fn render(fig: &Figures, json_name: &str, changes: Option<&[Change]>) -> Str
         let _ = write!(h, "<tr><td>{}</td><td class=\"n\">{v}</td><td>{}</td><td class=\"{}\">{}</td></tr>", esc(&name), esc(&goal), if met { "met" } else { "unmet" }, if met { "met" } else { "unmet" });
     }
     h.push_str("</table><h2>Charts</h2>");
-    h.push_str(&paths_svg(fig));
-    h.push_str(&conversions_svg(fig));
+    h.push_str(&paths_svg(fig)?);
+    h.push_str(&conversions_svg(fig)?);
     if let Some(changes) = changes {
         h.push_str("<h2>Change since the old run</h2><p>Each figure as a ratio to its own run's memcpy; flagged when outside the noise band (both runs' spreads of the figure and of memcpy).</p><table><tr><th>figure</th><th>old</th><th>new</th><th>change</th><th>noise band</th></tr>");
         for c in changes {
@@ -353,14 +480,14 @@ pub fn render(fig: &Figures, json_name: &str, changes: Option<&[Change]>) -> Str
         let _ = write!(h, "<tr><td>{}</td><td>{}</td><td class=\"n\">{g:.2}</td><td class=\"n\">{:.2}</td><td class=\"n\">{gs}</td><td class=\"n\">{vs}</td></tr>", esc(name), esc(path), g / fig.memcpy_gbps);
     }
     h.push_str("</table></body></html>\n");
-    h
+    Ok(h)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn run(detile: f64) -> Value {
+    fn run(detile: f64) -> serde_json::Value {
         serde_json::json!({
             "device": "d", "system": {"cpu": "c", "kernel": "k"}, "memcpy_gbps": 10.0, "memcpy_spread": 0.02,
             "results": [{"path": "zero-copy", "format": "AR24", "width": 3840, "height": 2160, "us_per_frame": 10.0, "gbps": 3000.0, "spread": 0.05}],
@@ -369,14 +496,51 @@ mod tests {
         })
     }
 
+    fn figures(v: serde_json::Value) -> Result<Figures, ReportError> {
+        Figures::from_report(&serde_json::from_value::<BenchReport>(v).map_err(|source| ReportError::NotBenchJson { path: "test".into(), source })?)
+    }
+
     #[test]
     fn a_halved_detile_is_flagged_and_a_run_against_itself_is_not() {
-        let (a, b) = (Figures::from_json(&run(8.0)).unwrap(), Figures::from_json(&run(4.0)).unwrap());
+        let (a, b) = (figures(run(8.0)).unwrap(), figures(run(4.0)).unwrap());
         assert!(compare(&a, &a).iter().all(|c| !c.flagged && c.change_pct == 0.0));
         let c = compare(&a, &b);
         let detile = c.iter().find(|c| c.figure.contains("samsung")).unwrap();
         assert!(detile.flagged && (detile.change_pct + 50.0).abs() < 1e-9, "{detile:?}");
         assert!(changes_text(&c).contains("SLOWER"));
-        assert!(Figures::from_json(&serde_json::json!({"x": 1})).is_err());
+        assert!(matches!(figures(serde_json::json!({"x": 1})), Err(ReportError::NotBenchJson { .. })));
+    }
+
+    #[test]
+    fn absurd_figures_and_dimensions_are_typed_errors() {
+        let mut v = run(8.0);
+        v["results"][0]["width"] = serde_json::json!(u32::MAX);
+        assert!(matches!(figures(v), Err(ReportError::OutOfRange { what, .. }) if what == "results[0].width"));
+        let mut v = run(1e300);
+        v["convert"][0]["layout"] = serde_json::json!("linear");
+        assert!(matches!(figures(v), Err(ReportError::OutOfRange { what, .. }) if what == "convert[0].gbps"));
+        let mut v = run(8.0);
+        v["memcpy_gbps"] = serde_json::json!(0.0);
+        assert!(matches!(figures(v), Err(ReportError::OutOfRange { .. })));
+        let mut v = run(8.0);
+        let entry = v["results"][0].clone();
+        v["results"] = serde_json::Value::Array(vec![entry; MAX_ENTRIES + 1]);
+        assert!(matches!(figures(v), Err(ReportError::TooManyEntries { .. })));
+        // The largest figures allowed still draw, in bounded time.
+        let mut v = run(MAX_FIGURE);
+        v["results"][0]["us_per_frame"] = serde_json::json!(MAX_FIGURE);
+        v["results"][0]["width"] = serde_json::json!(MAX_DIMENSION);
+        let fig = figures(v).unwrap();
+        assert!(render(&fig, "x.json", None).unwrap().contains("<svg"));
+    }
+
+    #[test]
+    fn an_over_long_file_is_a_typed_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("big.json");
+        let f = std::fs::File::create(&path).unwrap();
+        f.set_len(MAX_REPORT_BYTES + 1).unwrap();
+        assert!(matches!(read_report(&path), Err(ReportError::TooLong { .. })));
+        assert!(matches!(read_report(&dir.path().join("missing.json")), Err(ReportError::Read { .. })));
     }
 }

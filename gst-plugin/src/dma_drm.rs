@@ -96,11 +96,6 @@ pub fn info_of(caps: &gst::CapsRef) -> Result<gst_video::VideoInfo, String> {
     b.build().map_err(|e| format!("{caps}: {e}"))
 }
 
-/// The `Format` of fixed DMA_DRM caps, for messages.
-pub fn format_of(s: &gst::StructureRef) -> Option<Format> {
-    parse_drm_format(s.get::<&str>("drm-format").ok()?).ok()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -592,14 +592,6 @@ impl Collection {
         self.weak.clone()
     }
 
-    /// The buffers themselves, shared, while the collection holds them.
-    pub fn buffer_set(&self) -> Option<Arc<BufferSet>> {
-        match &self.phase {
-            Phase::Allocated(s) => Some(s.clone()),
-            _ => None,
-        }
-    }
-
     /// Copies of the buffers for `token`'s holder, who owns them: dups of the fds, or
     /// read-only re-opens for a read-only token (or one bound with read-only constraints). Only for an initial bound token or an
     /// accepted late joiner.
@@ -629,11 +621,6 @@ impl Collection {
     /// A live token's name (its participant's, once bound).
     pub fn token_name(&self, token: TokenId) -> Option<String> {
         self.nodes.get(&token).map(Node::label)
-    }
-
-    /// Live tokens.
-    pub fn live_tokens(&self) -> usize {
-        self.nodes.len()
     }
 
     /// The failure, once failed.

@@ -81,10 +81,6 @@ impl V4l2Entry {
         }
     }
 
-    /// Planes of the image (Y, UV, ...), whatever buffers they are in.
-    pub fn color_planes(&self) -> usize {
-        format_info(self.fourcc()).map_or(1, |i| i.plane_count())
-    }
 }
 
 const fn fcc(b: &[u8; 4]) -> Fourcc {

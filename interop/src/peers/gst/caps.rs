@@ -82,10 +82,6 @@ impl Caps {
         Caps { any: true, structures: Vec::new() }
     }
 
-    pub fn is_any(&self) -> bool {
-        self.any
-    }
-
     pub fn is_empty(&self) -> bool {
         !self.any && self.structures.is_empty()
     }

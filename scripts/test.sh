@@ -25,6 +25,9 @@ done
 
 # Lints first: every warning, in every target of every crate, fails the run.
 cargo clippy --workspace --all-targets --quiet -- -D warnings
+# The made-up tiled layout (feature test-layout: one table row plus its address function,
+# see DEVELOPERS.md "Adding a tiled layout") is linted too.
+cargo clippy -p dmabridge-cli --features test-layout --all-targets --quiet -- -D warnings
 
 # Build once (tests, benches and the examples), without the preload, so that cargo and
 # rustc never run under it.
@@ -81,6 +84,7 @@ count() {
 
 echo "=== configuration 1/3: plain lavapipe (no udmabuf) ==="
 step plain env DMABRIDGE_TEST_CONFIG=plain cargo test --workspace --quiet -- --test-threads=2
+step plain env DMABRIDGE_TEST_CONFIG=plain cargo test -p dmabridge-cli --features test-layout --test test_layout --quiet -- --test-threads=2
 step plain run_examples env DMABRIDGE_TEST_CONFIG=plain
 
 echo "=== configuration 2/3: udmabuf ($( [ -e /dev/udmabuf ] && echo real || echo emulation )) ==="

@@ -486,11 +486,13 @@ mod tests {
         let dir = scratch("procs");
         let path = dir.path().join("cost-model.json");
         let exe = std::env::current_exe().unwrap();
+        // libtest's name for this test: its module path without the crate's name.
+        let name = format!("{}::concurrent_processes_merge_their_figures", module_path!().split_once("::").unwrap().1);
         let children: Vec<_> = ["a", "b", "c"]
             .iter()
             .map(|d| {
                 std::process::Command::new(&exe)
-                    .args(["--exact", "cost::tests::concurrent_processes_merge_their_figures", "--test-threads=1"])
+                    .args(["--exact", name.as_str(), "--test-threads=1"])
                     .env(CHILD, format!("{d}:{}", path.display()))
                     .stdout(std::process::Stdio::null())
                     .spawn()

@@ -273,6 +273,11 @@ impl ConstraintKey {
         ("read-only", ConstraintKey::ReadOnly),
     ];
 
+    /// The key written `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<ConstraintKey> {
+        ConstraintKey::ALL.iter().find(|(n, _)| *n == name).map(|(_, k)| *k)
+    }
+
     /// The key as written (`min-buffers`).
     pub fn name(self) -> &'static str {
         ConstraintKey::ALL
@@ -303,10 +308,7 @@ impl ConstraintSpec {
         if participant.is_empty() {
             return Err(syntax());
         }
-        let key = ConstraintKey::ALL
-            .iter()
-            .find(|(n, _)| *n == key)
-            .map(|(_, k)| *k)
+        let key = ConstraintKey::from_name(key)
             .ok_or_else(|| SpecError::UnknownKey {
                 participant: one_line(participant),
                 key: one_line(key),

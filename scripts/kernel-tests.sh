@@ -90,8 +90,8 @@ video_pipeline() {
     [ "$rc" -eq 0 ] && grep -q "buffers in dma-heap:system, released by sync-file" <<<"$out"
 }
 other "example video_pipeline (dma-heap buffers, sync_file release fences)" video_pipeline
-other "C ABI (tests/c/capi_test.c)" env DMABRIDGE_VALIDATION=1 LD_LIBRARY_PATH="$PWD/target/debug" target/c/capi_test
-other "C ABI on the host's own device (tests/c/capi_host_test.c)" env DMABRIDGE_VALIDATION=1 LD_LIBRARY_PATH="$PWD/target/debug" target/c/capi_host_test
+other "C ABI (tests/c/capi_test.c)" env DMABRIDGE_VALIDATION=1 LD_LIBRARY_PATH="$PWD/target/capi/lib:$PWD/target/debug" target/c/capi_test
+other "C ABI on the host's own device (tests/c/capi_host_test.c)" env DMABRIDGE_VALIDATION=1 LD_LIBRARY_PATH="$PWD/target/capi/lib:$PWD/target/debug" target/c/capi_host_test
 demo_out="$TMPDIR/demo-out"
 # 320x180: under TCG lavapipe takes about 4.7 s per 1280x720 frame, 0.33 s at this size.
 other "dmabridge demo (both modes, 120 frames 320x180, validation on)" \

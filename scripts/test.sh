@@ -33,12 +33,15 @@ cargo clippy -p dmabridge-cli --features test-layout --all-targets --quiet -- -D
 # rustc never run under it.
 cargo test --workspace --all-targets --no-run --quiet
 
-# The C ABI (libdmabridge.so, include/dmabridge.h) and the C program that tests it; the
+# The C ABI (libdmabridge.so, include/dmabridge.h), installed under target/capi with its
+# pkg-config file, and the C programs that test it, built with pkg-config's flags only; the
 # GStreamer plugin (libgstdmabridge.so), whose tests run gst-launch-1.0 pipelines with it.
-cargo build -p dmabridge-capi -p gst-plugin-dmabridge --quiet
+cargo build -p gst-plugin-dmabridge --quiet
+scripts/install-capi.sh target/capi >/dev/null
 mkdir -p target/c
-gcc -Wall -Wextra -Werror -Iinclude tests/c/capi_test.c -Ltarget/debug -ldmabridge -o target/c/capi_test
-gcc -Wall -Wextra -Werror -Iinclude tests/c/capi_host_test.c -Ltarget/debug -ldmabridge -ldl -o target/c/capi_host_test
+for prog in capi_test capi_host_test capi_threads_test; do
+    gcc -Wall -Wextra -Werror -pthread tests/c/$prog.c $(PKG_CONFIG_PATH="$PWD/target/capi/lib/pkgconfig" pkg-config --cflags --libs dmabridge) -o target/c/$prog
+done
 
 # The examples embedders copy from, run as they are documented, with validation on; and
 # the C program, under the validation layer too.
@@ -50,7 +53,7 @@ run_examples() {
     program() {
         local name="$1"; shift
         echo "--- $name"
-        if (export DMABRIDGE_VALIDATION=1 LD_LIBRARY_PATH="$PWD/target/debug"; "$@"); then
+        if (export DMABRIDGE_VALIDATION=1 LD_LIBRARY_PATH="$PWD/target/capi/lib:$PWD/target/debug"; "$@"); then
             echo "program ok: $name"
         else
             echo "program FAILED: $name"; rc=1
@@ -61,6 +64,8 @@ run_examples() {
     done
     program "C ABI (tests/c/capi_test.c)" "$@" target/c/capi_test
     program "C ABI on the host's own device (tests/c/capi_host_test.c)" "$@" target/c/capi_host_test
+    program "C ABI, two threads on one engine (tests/c/capi_threads_test.c)" "$@" target/c/capi_threads_test
+    program "C ABI, two threads on one engine, under helgrind" "$@" valgrind --tool=helgrind --error-exitcode=1 --suppressions=tests/c/helgrind.supp target/c/capi_threads_test
     return $rc
 }
 

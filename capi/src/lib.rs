@@ -13,6 +13,14 @@
 //! - fds in a `dmb_frame` are borrowed: dmabridge dups what it keeps and never closes the
 //!   caller's.
 //! - `dmb_last_error` is per thread and stays valid until that thread's next call.
+//!
+//! Threads (the header's "Threads" section says the same to C): a `dmb_engine` is shared:
+//! every function takes it as `const dmb_engine *`, its lazy state is a `OnceLock`, and the
+//! engine serialises its own queue. A `dmb_image` and a `dmb_participants` are one thread's
+//! at a time (they may move between threads).
+//!
+//! `include/dmabridge.h` is generated from this crate by cbindgen (`capi/cbindgen.toml`);
+//! `tests/header.rs` fails when the checked-in copy is stale and says how to regenerate it.
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 #![allow(non_camel_case_types)]
@@ -21,19 +29,22 @@ use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
 use std::os::fd::BorrowedFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Mutex, OnceLock, PoisonError};
 
 use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
-use dmabridge::interop::negotiate::{negotiate, Member, Report};
 use dmabridge::interop::tiling::FrameConversion;
 use dmabridge::interop::{Fourcc, Layout, Modifier, TileLayout};
 use dmabridge::{Converter, Engine, EngineOptions, ImportError, ImportedImage};
-use dmabridge_cli::participants::{build_participants_with, ConstraintSpec, ParticipantSpec, PeerKind};
 
-/// What every function returns.
+mod participants;
+pub use participants::*;
+
+/// What every function returns; the message is in `dmb_last_error()`.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum dmb_status {
+    /// Success.
     DMB_OK = 0,
     /// Bad input: a null pointer, a bad fd, a layout the checks refuse.
     DMB_ERR_INVALID = 1,
@@ -51,8 +62,11 @@ use dmb_status::*;
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct dmb_object {
+    /// The dma-buf (or sealed memfd), borrowed for the call.
     pub fd: c_int,
+    /// Its size in bytes.
     pub size: u64,
+    /// The DRM format modifier (the same in every object of a frame).
     pub format_modifier: u64,
 }
 
@@ -60,8 +74,11 @@ pub struct dmb_object {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct dmb_plane {
+    /// Which of the frame's `objects` holds it.
     pub object_index: c_int,
+    /// Where it starts in that object, in bytes.
     pub offset: u64,
+    /// Bytes from one row to the next.
     pub pitch: u64,
 }
 
@@ -69,25 +86,68 @@ pub struct dmb_plane {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct dmb_frame {
+    /// The DRM fourcc (`DRM_FORMAT_NV12`, ...).
     pub drm_format: u32,
+    /// Width in pixels.
     pub width: u32,
+    /// Height in pixels.
     pub height: u32,
+    /// How many of `objects` are used (1..4).
     pub nb_objects: c_int,
+    /// The frame's fds.
     pub objects: [dmb_object; 4],
+    /// How many of `planes` are used (1..4).
     pub nb_planes: c_int,
+    /// The frame's planes, in the format's plane order.
     pub planes: [dmb_plane; 4],
 }
 
-/// An engine: a Vulkan device, and the conversion pipelines made on first use.
+/// An engine: a Vulkan device, and the conversion pipelines made on first use. Shared by
+/// every thread that has it (see "Threads").
 pub struct dmb_engine {
     engine: Engine,
-    converter: Option<Converter>,
+    /// Made by the first `dmb_convert`, on whichever thread, then shared read-only
+    /// (`Converter` is `Sync`: its per-call contexts are behind its own lock).
+    converter: OnceLock<Converter>,
+    /// Held while the converter is made, so that two first calls make one (a failure is not
+    /// kept: the next call tries again).
+    making_converter: Mutex<()>,
+}
+
+impl dmb_engine {
+    fn new(engine: Engine) -> dmb_engine {
+        dmb_engine { engine, converter: OnceLock::new(), making_converter: Mutex::new(()) }
+    }
+
+    /// The engine's converter, made on first use.
+    fn converter(&self) -> Result<&Converter, (dmb_status, String)> {
+        if let Some(c) = self.converter.get() {
+            return Ok(c);
+        }
+        // Nothing is left half-done under this lock, so a poisoned one is as good as any.
+        let _making = self.making_converter.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(c) = self.converter.get() {
+            return Ok(c);
+        }
+        let made = Converter::new(&self.engine).map_err(|err| (DMB_ERR_DEVICE, err.to_string()))?;
+        Ok(self.converter.get_or_init(|| made))
+    }
 }
 
 /// An imported frame.
 pub struct dmb_image {
     image: ImportedImage,
 }
+
+// The thread rules rest on these: an engine is used from several threads at once, an image
+// and a participant builder move between them.
+const _: () = {
+    const fn shared<T: Send + Sync>() {}
+    const fn movable<T: Send>() {}
+    shared::<dmb_engine>();
+    shared::<dmb_image>();
+    movable::<dmb_participants>();
+};
 
 thread_local! {
     static LAST_ERROR: RefCell<CString> = RefCell::new(CString::default());
@@ -123,6 +183,18 @@ fn invalid(message: impl Into<String>) -> (dmb_status, String) {
     (DMB_ERR_INVALID, message.into())
 }
 
+/// The C string at `p` (which must not be null), as UTF-8 (lossily), or why not.
+///
+/// # Safety
+/// `p` is null or a NUL-terminated string.
+unsafe fn string_arg(p: *const c_char, what: &str) -> Result<String, (dmb_status, String)> {
+    if p.is_null() {
+        return Err(invalid(format!("{what} is null")));
+    }
+    // SAFETY: non-null and NUL-terminated (the caller's contract).
+    Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
 /// This thread's last error message ("" after a success). Valid until this thread's next
 /// dmabridge call; never null.
 #[no_mangle]
@@ -135,7 +207,7 @@ pub extern "C" fn dmb_last_error() -> *const c_char {
 /// # Safety
 /// `out` is non-null and writable for one pointer.
 unsafe fn hand_out(engine: Engine, out: *mut *mut dmb_engine) {
-    let boxed = Box::into_raw(Box::new(dmb_engine { engine, converter: None }));
+    let boxed = Box::into_raw(Box::new(dmb_engine::new(engine)));
     // SAFETY: the caller's contract.
     unsafe { *out = boxed };
 }
@@ -158,32 +230,44 @@ pub unsafe extern "C" fn dmb_engine_new(out: *mut *mut dmb_engine) -> dmb_status
     })
 }
 
+/// A Vulkan function, as `vkGetInstanceProcAddr` returns it (`PFN_vkVoidFunction`).
+pub type dmb_void_fn = Option<unsafe extern "system" fn()>;
+
 /// A host's `vkGetInstanceProcAddr`.
-pub type dmb_get_instance_proc_addr = Option<unsafe extern "system" fn(instance: *mut std::ffi::c_void, name: *const c_char) -> Option<unsafe extern "system" fn()>>;
+pub type dmb_get_instance_proc_addr = Option<unsafe extern "system" fn(instance: *mut std::ffi::c_void, name: *const c_char) -> dmb_void_fn>;
 
 /// The host engine's Vulkan objects, for [`dmb_engine_from_host`]. Handles are the host's
 /// `VkInstance`, `VkPhysicalDevice` and `VkDevice` (dispatchable handles: pointers).
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct dmb_host_vulkan {
+    /// `VkInstance`.
     pub instance: *mut std::ffi::c_void,
+    /// `VkPhysicalDevice`.
     pub physical_device: *mut std::ffi::c_void,
+    /// `VkDevice`, created from `physical_device`.
     pub device: *mut std::ffi::c_void,
     /// The `apiVersion` the instance was created with (at least Vulkan 1.2).
     pub instance_api_version: u32,
+    /// A queue family with compute support, which dmabridge submits to.
     pub queue_family_index: u32,
+    /// The queue's index in that family.
     pub queue_index: u32,
+    /// The host's loader entry point.
     pub get_instance_proc_addr: dmb_get_instance_proc_addr,
     /// The device extensions the host enabled; dmabridge uses only those.
     pub enabled_device_extensions: *const *const c_char,
+    /// How many strings `enabled_device_extensions` holds.
     pub enabled_device_extension_count: usize,
-    /// Non-zero when the host enabled `timelineSemaphore` (required) and
-    /// `samplerYcbcrConversion`.
+    /// Non-zero when the host enabled `timelineSemaphore` (required).
     pub timeline_semaphore: c_int,
+    /// Non-zero when the host enabled `samplerYcbcrConversion` (NV12 sampling).
     pub sampler_ycbcr_conversion: c_int,
-    /// Called once, with `user`, when dmabridge is done with the device (after the engine
-    /// and every image made from it are freed): the host may destroy it from then on.
+    /// Called once, with `user`, on any thread, when dmabridge is done with the device
+    /// (after the engine and every image made from it are freed): the host may destroy it
+    /// from then on. May be NULL.
     pub on_drop: Option<unsafe extern "C" fn(user: *mut std::ffi::c_void)>,
+    /// `on_drop`'s argument.
     pub user: *mut std::ffi::c_void,
 }
 
@@ -280,7 +364,8 @@ pub unsafe extern "C" fn dmb_engine_from_host(host: *const dmb_host_vulkan, out:
 /// are freed too.
 ///
 /// # Safety
-/// `e` is null or came from `dmb_engine_new` and is not used again.
+/// `e` is null or came from `dmb_engine_new` or `dmb_engine_from_host`, no other thread is
+/// using it, and it is not used again.
 #[no_mangle]
 pub unsafe extern "C" fn dmb_engine_free(e: *mut dmb_engine) {
     if !e.is_null() {
@@ -316,77 +401,6 @@ pub unsafe extern "C" fn dmb_string_free(s: *mut c_char) {
     }
 }
 
-/// The C strings `args[0..nargs]`, or why not.
-///
-/// # Safety
-/// As [`dmb_negotiate_json`].
-unsafe fn strings(args: *const *const c_char, nargs: usize) -> Result<Vec<String>, (dmb_status, String)> {
-    if nargs > 4096 {
-        return Err(invalid(format!("{nargs} arguments; at most 4096")));
-    }
-    if args.is_null() && nargs > 0 {
-        return Err(invalid("args is null"));
-    }
-    (0..nargs)
-        .map(|i| {
-            // SAFETY: args holds nargs pointers (the caller's contract).
-            let p = unsafe { *args.add(i) };
-            if p.is_null() {
-                return Err(invalid(format!("argument {i} is null")));
-            }
-            // SAFETY: a NUL-terminated string (the caller's contract).
-            Ok(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
-        })
-        .collect()
-}
-
-/// Negotiates the participants given as `dmabridge negotiate`'s arguments (`--drm-formats`,
-/// `display=XR24,AR24`, `--v4l2`, `dec=NV12MT`, `--constraint`, ...; `--flag=value` also
-/// works) and returns its JSON document in `*json_out` (free it with `dmb_string_free`).
-/// `DMB_ERR_IMPOSSIBLE` still returns the document, which names the conflicts.
-///
-/// # Safety
-/// `args` points to `nargs` NUL-terminated strings; `json_out` is writable.
-#[no_mangle]
-pub unsafe extern "C" fn dmb_negotiate_json(args: *const *const c_char, nargs: usize, json_out: *mut *mut c_char) -> dmb_status {
-    guard(|| {
-        if json_out.is_null() {
-            return Err(invalid("json_out is null"));
-        }
-        // SAFETY: the caller's contract.
-        let args = unsafe { strings(args, nargs) }?;
-        let mut specs = Vec::new();
-        let mut constraints = Vec::new();
-        let mut it = args.iter();
-        while let Some(a) = it.next() {
-            let (flag, inline) = match a.split_once('=') {
-                Some((f, v)) if f.starts_with("--") => (f, Some(v.to_owned())),
-                _ => (a.as_str(), None),
-            };
-            let mut value = || inline.clone().or_else(|| it.next().cloned()).ok_or_else(|| invalid(format!("{flag} needs a value")));
-            if flag == "--constraint" {
-                constraints.push(ConstraintSpec::parse(&value()?).map_err(|e| invalid(e.to_string()))?);
-            } else if let Some(kind) = PeerKind::ALL.into_iter().find(|k| k.flag() == flag) {
-                specs.push(ParticipantSpec::parse(kind, &value()?).map_err(|e| invalid(e.to_string()))?);
-            } else {
-                return Err(invalid(format!("unknown argument {:?}", a.chars().take(60).collect::<String>())));
-            }
-        }
-        let parts = build_participants_with(&specs, &constraints, &ParticipantSpec::load).map_err(|e| invalid(e.to_string()))?;
-        let members: Vec<Member> = parts.into_iter().map(Member::from).collect();
-        let n = negotiate(&members).map_err(|e| invalid(e.to_string()))?;
-        let report = Report::new(&n);
-        let json = CString::new(report.to_json()).map_err(|e| (DMB_ERR_DEVICE, e.to_string()))?;
-        // SAFETY: json_out is writable (checked non-null; the caller's contract).
-        unsafe { *json_out = json.into_raw() };
-        if report.exit_code() == 0 {
-            Ok(())
-        } else {
-            Err((DMB_ERR_IMPOSSIBLE, "no buffer and no copy plan serves every participant (see the document's conflicts)".into()))
-        }
-    })
-}
-
 /// The frame as a dmabridge descriptor, every fd checked to be open and dup'd.
 fn descriptor(f: &dmb_frame) -> Result<DmaBuf, (dmb_status, String)> {
     let nb_objects = usize::try_from(f.nb_objects).ok().filter(|n| (1..=4).contains(n)).ok_or_else(|| invalid(format!("nb_objects {} is not 1..4", f.nb_objects)))?;
@@ -416,9 +430,10 @@ fn descriptor(f: &dmb_frame) -> Result<DmaBuf, (dmb_status, String)> {
 /// Checks and imports a frame for sampling and reading back. The fds are borrowed.
 ///
 /// # Safety
-/// `e` came from `dmb_engine_new`; `f` points to a `dmb_frame`; `out` is writable.
+/// `e` came from `dmb_engine_new` or `dmb_engine_from_host`; `f` points to a `dmb_frame`;
+/// `out` is writable.
 #[no_mangle]
-pub unsafe extern "C" fn dmb_import(e: *mut dmb_engine, f: *const dmb_frame, out: *mut *mut dmb_image) -> dmb_status {
+pub unsafe extern "C" fn dmb_import(e: *const dmb_engine, f: *const dmb_frame, out: *mut *mut dmb_image) -> dmb_status {
     guard(|| {
         if e.is_null() || f.is_null() || out.is_null() {
             return Err(invalid("engine, frame or out is null"));
@@ -448,7 +463,7 @@ pub unsafe extern "C" fn dmb_import(e: *mut dmb_engine, f: *const dmb_frame, out
 /// # Safety
 /// `img` came from `dmb_import`; `dst` points to `dst_size` writable bytes.
 #[no_mangle]
-pub unsafe extern "C" fn dmb_image_read(img: *mut dmb_image, dst: *mut u8, dst_size: u64) -> dmb_status {
+pub unsafe extern "C" fn dmb_image_read(img: *const dmb_image, dst: *mut u8, dst_size: u64) -> dmb_status {
     guard(|| {
         if img.is_null() || dst.is_null() {
             return Err(invalid("image or dst is null"));
@@ -481,13 +496,16 @@ pub unsafe extern "C" fn dmb_image_free(img: *mut dmb_image) {
 /// Converts one frame between layouts (names as `dmabridge convert` takes them:
 /// `samsung-64x32`, `linear`, or a hex modifier) in `drm_format`, on the path the cost
 /// model picks. `src` is the whole input frame, `dst` receives the whole output frame.
+/// The first call makes the engine's conversion pipelines (once, whichever thread comes
+/// first); calls on one engine may run at once from several threads.
 ///
 /// # Safety
-/// `e` came from `dmb_engine_new`; the layouts are NUL-terminated strings; `src` points to
-/// `src_size` readable bytes and `dst` to `dst_size` writable ones.
+/// `e` came from `dmb_engine_new` or `dmb_engine_from_host`; the layouts are
+/// NUL-terminated strings; `src` points to `src_size` readable bytes and `dst` to
+/// `dst_size` writable ones.
 #[no_mangle]
 pub unsafe extern "C" fn dmb_convert(
-    e: *mut dmb_engine,
+    e: *const dmb_engine,
     from_layout: *const c_char,
     to_layout: *const c_char,
     drm_format: u32,
@@ -503,7 +521,7 @@ pub unsafe extern "C" fn dmb_convert(
             return Err(invalid("engine, a layout, src or dst is null"));
         }
         // SAFETY: non-null, valid, NUL-terminated (the caller's contract).
-        let (e, from, to) = unsafe { (&mut *e, CStr::from_ptr(from_layout), CStr::from_ptr(to_layout)) };
+        let (e, from, to) = unsafe { (&*e, CStr::from_ptr(from_layout), CStr::from_ptr(to_layout)) };
         let layout = |s: &CStr| s.to_str().ok().and_then(|s| s.parse::<TileLayout>().ok()).ok_or_else(|| invalid(format!("unknown layout {s:?}")));
         let fourcc = Fourcc::from_code(drm_format);
         let c = FrameConversion::new((layout(from)?, fourcc), (layout(to)?, fourcc), width, height);
@@ -515,10 +533,7 @@ pub unsafe extern "C" fn dmb_convert(
         // writable ones (the caller's contract), and the two do not overlap (the C caller's
         // buffers are distinct, as for memcpy).
         let (input, output) = unsafe { (std::slice::from_raw_parts(src, in_size as usize), std::slice::from_raw_parts_mut(dst, out_size as usize)) };
-        if e.converter.is_none() {
-            e.converter = Some(Converter::new(&e.engine).map_err(|err| (DMB_ERR_DEVICE, err.to_string()))?);
-        }
-        let conv = e.converter.as_ref().ok_or_else(|| (DMB_ERR_DEVICE, "no converter".to_owned()))?;
+        let conv = e.converter()?;
         let choice = conv.choose(&c, None).map_err(|err| (DMB_ERR_IMPOSSIBLE, err.to_string()))?;
         conv.convert_frame_into(&c, choice.path, input, output).map_err(|err| (DMB_ERR_DEVICE, err.to_string()))
     })

@@ -32,7 +32,7 @@ use dmabridge::interop::negotiate::{Allocation, Outcome, Participant, Report};
 use dmabridge::interop::tiling::{test_pattern, tile_to_vec, tiled_size};
 use dmabridge::interop::{Layout, TileLayout};
 use dmabridge::{AllocateError, Allocated, AllocationSpec, Converter, Engine, EngineOptions, ImageUse, LayoutSource};
-use dmabridge_cli::participants::{ParticipantSpec, SpecError};
+use dmabridge_interop::negotiate::spec::{ParticipantSpec, SpecError};
 
 use crate::negotiate::{negotiation_of, NegotiateArgs};
 

@@ -111,18 +111,25 @@ fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
     )
 }
 
-/// Loads one participant; `--vulkan NAME=USE` is the live device (`engine`, opened only
-/// then) for exactly that use.
+/// Loads one participant: the two live kinds here (`--vulkan NAME=USE` is the live device,
+/// `engine`, opened only then, for exactly that use; `--wayland NAME` asks the compositor
+/// `WAYLAND_DISPLAY` names), every other kind through the library's loader.
 fn load_participant<'a>(
-    spec: &dmabridge_cli::participants::ParticipantSpec,
+    spec: &dmabridge_interop::negotiate::spec::ParticipantSpec,
     engine: &dyn Fn() -> &'a Result<dmabridge::Engine, String>,
-) -> Result<dmabridge_interop::negotiate::Participant, dmabridge_cli::participants::SpecError> {
-    use dmabridge_cli::participants::{PeerKind, SpecError};
-    if spec.kind != PeerKind::Vulkan {
-        return spec.load();
+) -> Result<dmabridge_interop::negotiate::Participant, dmabridge_interop::negotiate::spec::SpecError> {
+    use dmabridge_interop::negotiate::spec::{PeerKind, SpecError};
+    match spec.kind {
+        PeerKind::Vulkan => {}
+        PeerKind::Wayland => {
+            let formats = dmabridge::wayland::query_formats(&dmabridge::wayland::Display::Env).map_err(|e| spec.peer_error(e))?;
+            let p = formats.participant();
+            return Ok(dmabridge_interop::negotiate::Participant { name: spec.name.clone(), ..p }.with_sync(dmabridge_interop::peers::wayland::SYNC_METHODS));
+        }
+        _ => return spec.load(),
     }
     let peer = |reason: String| SpecError::Peer { participant: spec.name.clone(), kind: spec.kind, reason };
-    let usage = spec.vulkan_use()?;
+    let usage = dmabridge::ImageUse::parse(&spec.value).map_err(|e| spec.peer_error(e))?;
     let request = dmabridge::ParticipantRequest::new(spec.name.as_str(), usage, dmabridge::Direction::Both);
     match engine() {
         Ok(e) => e.participant(&request).map_err(|e| peer(e.to_string())),

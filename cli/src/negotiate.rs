@@ -20,7 +20,7 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
-use dmabridge_cli::participants::{build_participants_with, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
+use dmabridge_interop::negotiate::spec::{build_participants_with, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
 use dmabridge_interop::negotiate::{human, negotiate, Member, Negotiation, Outcome, Participant, PlanFile, Report};
 use dmabridge_interop::tiling::FrameConversion;
 use dmabridge_interop::Fourcc;
@@ -162,8 +162,8 @@ impl FromArgMatches for NegotiateArgs {
     }
 }
 
-/// Runs `dmabridge negotiate` with the library's peer parsers (`--vulkan` is refused as
-/// not available). See [`run_with`] to supply the live Vulkan device.
+/// Runs `dmabridge negotiate` with the library's peer parsers (the live kinds, `--vulkan`
+/// and `--wayland`, are refused as not available). See [`run_with`] to supply them.
 #[cfg_attr(not(test), allow(dead_code))]
 pub fn run(args: &NegotiateArgs) -> ExitCode {
     run_with(args, &ParticipantSpec::load, &|_| Err("no Vulkan device".into()))

@@ -1,8 +1,8 @@
-//! The command line's participant grammar (`dmabridge_cli::participants`): participants from
+//! The command line's participant grammar (`dmabridge_interop::negotiate::spec`): participants from
 //! command-line text through the peer parsers, constraints, and what the negotiation makes
 //! of them.
 
-use dmabridge_cli::participants::{build_participants, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
+use dmabridge_interop::negotiate::spec::{build_participants, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
 use dmabridge_interop::negotiate::*;
 use dmabridge_interop::{Format, FormatSet, Fourcc, Modifier};
 

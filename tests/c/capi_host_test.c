@@ -5,8 +5,9 @@
  * on_drop callback, which must come once, after the last engine and image are freed.
  * Hostile host descriptions are refused. No Vulkan headers are installed here, so the few
  * structs the host needs are declared below, as the Vulkan 1.3 registry lays them out.
- * Built and run by scripts/test.sh in both configurations:
- *   gcc -Wall -Wextra -Werror -Iinclude tests/c/capi_host_test.c -Ltarget/debug -ldmabridge -ldl
+ * Built and run by scripts/test.sh in every configuration, with pkg-config's flags only
+ * (dlopen is in glibc's libc since 2.34):
+ *   gcc -Wall -Wextra -Werror tests/c/capi_host_test.c $(pkg-config --cflags --libs dmabridge)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>

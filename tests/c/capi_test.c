@@ -1,8 +1,9 @@
 /* The C ABI against the real library: a padded NV12 frame in a memfd imported and read back,
  * a tiled frame converted and back, hostile frames refused, 1,000 import/free cycles without
- * a leaked fd, a negotiation's JSON, and nothing from the validation layer.
- * Built and run by scripts/test.sh in both configurations:
- *   gcc -Wall -Wextra -Werror -Iinclude tests/c/capi_test.c -Ltarget/debug -ldmabridge
+ * a leaked fd, a negotiation's JSON from arguments and from the participant builder (with
+ * each of its errors), and nothing from the validation layer.
+ * Built and run by scripts/test.sh in every configuration, with pkg-config's flags only:
+ *   gcc -Wall -Wextra -Werror tests/c/capi_test.c $(pkg-config --cflags --libs dmabridge)
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -105,6 +106,58 @@ int main(void) {
     json = NULL;
     CHECK(dmb_negotiate_json(nobody, 2, &json) == DMB_ERR_INVALID && json == NULL, "an unknown flag");
 
+    /* The same negotiation through the participant builder, and every error it types. */
+    dmb_participants *p = NULL;
+    CHECK(dmb_participants_new(NULL, NULL) == DMB_ERR_INVALID, "a builder into NULL");
+    CHECK(dmb_participants_new(NULL, &p) == DMB_OK && p, "a builder without an engine");
+    CHECK(dmb_participants_add(p, DMB_PEER_V4L2, "dec", "NV12MT") == DMB_OK, "a V4L2 decoder");
+    CHECK(dmb_participants_add(p, DMB_PEER_DRM_FORMATS, "display", "XR24,AR24") == DMB_OK, "a display");
+    CHECK(dmb_participants_add(p, DMB_PEER_DRM_FORMATS, "display", "NV12") == DMB_ERR_INVALID && strstr(dmb_last_error(), "more than once"), "a repeated name");
+    CHECK(dmb_participants_add(p, DMB_PEER_DRM_FORMATS, "", "NV12") == DMB_ERR_INVALID, "an empty name");
+    CHECK(dmb_participants_add(p, 99, "x", "NV12") == DMB_ERR_INVALID && strstr(dmb_last_error(), "99"), "an unknown kind");
+    CHECK(dmb_participants_add(p, DMB_PEER_DRM_FORMATS, NULL, "NV12") == DMB_ERR_INVALID, "a null name");
+    CHECK(dmb_participants_add(NULL, DMB_PEER_DRM_FORMATS, "x", "NV12") == DMB_ERR_INVALID, "a null builder");
+    CHECK(dmb_participants_constrain(p, "display", "min-buffers", "2") == DMB_OK, "a constraint");
+    CHECK(dmb_participants_constrain(p, "nobody", "align", "4") == DMB_ERR_INVALID && strstr(dmb_last_error(), "nobody"), "an unknown participant");
+    CHECK(dmb_participants_constrain(p, "display", "colour", "red") == DMB_ERR_INVALID && strstr(dmb_last_error(), "colour"), "an unknown key");
+    CHECK(dmb_participants_constrain(p, "display", "align", "big") == DMB_ERR_INVALID && strstr(dmb_last_error(), "align"), "a value that does not parse");
+    json = NULL;
+    CHECK(dmb_participants_negotiate_json(p, &json) == DMB_OK && json && strstr(json, "\"outcome\":\"copy\""), "builder: %s", json ? json : "(none)");
+    dmb_string_free(json);
+    json = NULL;
+    CHECK(dmb_participants_negotiate_json(p, &json) == DMB_OK && json, "a builder negotiates again");
+    dmb_string_free(json);
+    CHECK(dmb_participants_negotiate_json(p, NULL) == DMB_ERR_INVALID, "json_out NULL");
+    /* A constraint no buffer meets: impossible, with the document naming it. */
+    CHECK(dmb_participants_constrain(p, "display", "max-buffers", "1") == DMB_OK, "max-buffers below min-buffers");
+    json = NULL;
+    CHECK(dmb_participants_negotiate_json(p, &json) == DMB_ERR_IMPOSSIBLE && json && strstr(json, "max-buffers"), "impossible: %s", json ? json : "(none)");
+    dmb_string_free(json);
+    dmb_participants_free(p);
+    /* The live kinds: Wayland never (no Wayland client in the library), Vulkan with an engine. */
+    p = NULL;
+    CHECK(dmb_participants_new(NULL, &p) == DMB_OK, "a builder without an engine");
+    CHECK(dmb_participants_add(p, DMB_PEER_VULKAN, "gpu", "sample") == DMB_OK, "a device participant");
+    json = NULL;
+    CHECK(dmb_participants_negotiate_json(p, &json) == DMB_ERR_UNSUPPORTED && !json && strstr(dmb_last_error(), "\"gpu\""), "Vulkan without an engine");
+    dmb_participants_free(p);
+    p = NULL;
+    CHECK(dmb_participants_new(NULL, &p) == DMB_OK && dmb_participants_add(p, DMB_PEER_WAYLAND, "weston", NULL) == DMB_OK, "a compositor participant");
+    CHECK(dmb_participants_negotiate_json(p, &json) == DMB_ERR_UNSUPPORTED, "Wayland is not in the library");
+    dmb_participants_free(p);
+    p = NULL;
+    CHECK(dmb_participants_new(e, &p) == DMB_OK, "a builder on the engine");
+    CHECK(dmb_participants_add(p, DMB_PEER_VULKAN, "gpu", "sample") == DMB_OK && dmb_participants_add(p, DMB_PEER_DRM_FORMATS, "display", "XR24,AR24") == DMB_OK, "the device and a display");
+    json = NULL;
+    dmb_status s = dmb_participants_negotiate_json(p, &json);
+    CHECK((s == DMB_OK || s == DMB_ERR_IMPOSSIBLE) && json && strstr(json, "\"gpu\""), "the engine's device negotiates: %d %s", s, json ? json : "(none)");
+    dmb_string_free(json);
+    CHECK(dmb_participants_add(p, DMB_PEER_VULKAN, "gpu2", "sample+teleport") == DMB_OK, "a use that does not parse is read at negotiation");
+    json = NULL;
+    CHECK(dmb_participants_negotiate_json(p, &json) == DMB_ERR_INVALID && !json && strstr(dmb_last_error(), "gpu2"), "a bad use names its participant");
+    dmb_participants_free(p);
+    dmb_participants_free(NULL);
+
     CHECK(dmb_engine_validation_problems(e) == 0, "the validation layer reported %d problem(s)", dmb_engine_validation_problems(e));
     dmb_engine_free(e);
     close(fd);
@@ -113,6 +166,6 @@ int main(void) {
         fprintf(stderr, "%d failure(s)\n", failures);
         return 1;
     }
-    printf("capi: import, read, convert, hostile frames, 1000 cycles (fds %d -> %d), negotiate: ok\n", before, fd_count());
+    printf("capi: import, read, convert, hostile frames, 1000 cycles (fds %d -> %d), negotiate (arguments and builder): ok\n", before, fd_count());
     return 0;
 }

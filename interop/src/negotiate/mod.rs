@@ -28,6 +28,7 @@ pub mod outcome;
 pub mod participant;
 pub mod reconcile;
 pub mod report;
+pub mod spec;
 
 pub use conflict::{Conflict, ConstraintKind, MAX_NAMES_SHOWN};
 pub use constraints::{BufferConstraints, Merged};

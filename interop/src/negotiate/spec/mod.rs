@@ -1,7 +1,13 @@
-//! Participants and constraints as the command line spells them (`dmabridge negotiate`):
-//! `--drm-formats NAME=LIST` and friends, and `--constraint NAME:KEY=VALUE`. The CLI's own
-//! grammar, kept out of the negotiation core (which reads no files) and away from clap, so
-//! that every rule is unit-tested here.
+//! Participants and constraints as text: `--drm-formats NAME=LIST` and friends, and
+//! `--constraint NAME:KEY=VALUE`, the grammar of `dmabridge negotiate` and of the C ABI
+//! (`dmb_negotiate_json`, `dmb_participants_*`). Kept beside the negotiation core, which
+//! reads no files, and away from clap, so that every rule is unit-tested here.
+//!
+//! [`ParticipantSpec::load`] reads every kind whose list is text or a file. The two live
+//! kinds ([`PeerKind::is_live`]: the Vulkan device, the Wayland compositor) need the engine,
+//! which this crate does not have: the caller answers them with its own loader
+//! ([`build_participants_with`]) and passes every other kind on to
+//! [`ParticipantSpec::load`].
 //!
 //! Every error is one line that names the participant and what is wrong with it.
 
@@ -9,9 +15,7 @@ use std::fmt;
 
 mod loaders;
 
-use dmabridge_interop::negotiate::{
-    ConstraintParseError, Constraints, CpuAccess, Domain, ExtentRange, Participant,
-};
+use super::{ConstraintParseError, Constraints, CpuAccess, Domain, ExtentRange, Participant};
 
 /// Largest peer file read (`--kms-in-formats`, `--wayland-table`): real ones are kilobytes.
 pub const MAX_PEER_FILE: u64 = 16 << 20;
@@ -19,19 +23,26 @@ pub const MAX_PEER_FILE: u64 = 16 << 20;
 /// Where a participant's format list comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum PeerKind {
+    /// A GStreamer caps string (`drm-format` list, extents).
     GstCaps,
+    /// A raw KMS `IN_FORMATS` blob, read from a file.
     KmsInFormats,
     /// `drm_info -j` output: a plane's IN_FORMATS.
     DrmInfo,
+    /// A linux-dmabuf format table, read from a file.
     WaylandTable,
     /// The live compositor of `WAYLAND_DISPLAY`, asked for its linux-dmabuf formats.
     Wayland,
+    /// A `drm-format` list as GStreamer writes it (`NV12:0x...,XR24`).
     DrmFormats,
+    /// V4L2 pixel formats (`NV12MT`, ...).
     V4l2,
+    /// The live Vulkan device, for an exact use (`sample+render`).
     Vulkan,
 }
 
 impl PeerKind {
+    /// Every kind, in the order the command line's help lists them.
     pub const ALL: [PeerKind; 8] = [
         PeerKind::GstCaps,
         PeerKind::KmsInFormats,
@@ -55,6 +66,12 @@ impl PeerKind {
             PeerKind::V4l2 => "--v4l2",
             PeerKind::Vulkan => "--vulkan",
         }
+    }
+
+    /// Whether the list comes from a live device or compositor (answered by the caller's
+    /// loader, not by [`ParticipantSpec::load`]).
+    pub const fn is_live(self) -> bool {
+        matches!(self, PeerKind::Vulkan | PeerKind::Wayland)
     }
 
     /// What follows `NAME=`, for error messages and help.
@@ -110,7 +127,8 @@ pub enum SpecError {
         path: String,
         reason: String,
     },
-    #[error("participant {participant:?} ({kind}): {what} is not available in this build yet")]
+    /// A live kind given to a loader that cannot answer it (see [`PeerKind::is_live`]).
+    #[error("participant {participant:?} ({kind}): {what} is not available here")]
     NotAvailable {
         participant: String,
         kind: PeerKind,
@@ -121,7 +139,7 @@ pub enum SpecError {
 }
 
 /// Makes user text safe for a one-line message: no control characters, bounded length.
-pub(crate) fn one_line(s: &str) -> String {
+pub fn one_line(s: &str) -> String {
     const MAX: usize = 160;
     let mut out: String = s
         .chars()
@@ -137,8 +155,11 @@ pub(crate) fn one_line(s: &str) -> String {
 /// `--KIND NAME=VALUE`, not yet loaded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ParticipantSpec {
+    /// Where its list comes from.
     pub kind: PeerKind,
+    /// Its name: unique among the participants, named by constraints and conflicts.
     pub name: String,
+    /// What follows `NAME=` ([`PeerKind::value_name`]).
     pub value: String,
 }
 
@@ -162,12 +183,15 @@ impl ParticipantSpec {
         }
     }
 
-    /// Reads the participant's format list through the parser of its kind.
+    /// Reads the participant's format list through the parser of its kind; a live kind
+    /// ([`PeerKind::is_live`]) is [`SpecError::NotAvailable`].
     pub fn load(&self) -> Result<Participant, SpecError> {
         loaders::load(self)
     }
 
-    pub(crate) fn peer_error(&self, reason: impl fmt::Display) -> SpecError {
+    /// A [`SpecError::Peer`] for this participant, the reason made one line (for the
+    /// callers' loaders too).
+    pub fn peer_error(&self, reason: impl fmt::Display) -> SpecError {
         SpecError::Peer {
             participant: one_line(&self.name),
             kind: self.kind,
@@ -214,15 +238,12 @@ impl ParticipantSpec {
         }
         Ok(bytes)
     }
-
-    /// The exact use of a `--vulkan NAME=USAGE[+USAGE][:create=FLAG,...][:srgb-view]` value.
-    pub fn vulkan_use(&self) -> Result<dmabridge::ImageUse, SpecError> {
-        dmabridge::ImageUse::parse(&self.value).map_err(|e| self.peer_error(e))
-    }
 }
 
-/// The keys of `--constraint NAME:KEY=VALUE`.
+/// The keys of `--constraint NAME:KEY=VALUE` (each sets the [`Constraints`] field of its
+/// name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[allow(missing_docs)]
 pub enum ConstraintKey {
     MinBuffers,
     MaxBuffers,
@@ -252,6 +273,12 @@ impl ConstraintKey {
         ("read-only", ConstraintKey::ReadOnly),
     ];
 
+    /// The key written `name`, if there is one.
+    pub fn from_name(name: &str) -> Option<ConstraintKey> {
+        ConstraintKey::ALL.iter().find(|(n, _)| *n == name).map(|(_, k)| *k)
+    }
+
+    /// The key as written (`min-buffers`).
     pub fn name(self) -> &'static str {
         ConstraintKey::ALL
             .iter()
@@ -263,8 +290,11 @@ impl ConstraintKey {
 /// `--constraint NAME:KEY=VALUE`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConstraintSpec {
+    /// The participant's name.
     pub participant: String,
+    /// What it constrains.
     pub key: ConstraintKey,
+    /// The value, checked by [`ConstraintSpec::apply`].
     pub value: String,
 }
 
@@ -278,10 +308,7 @@ impl ConstraintSpec {
         if participant.is_empty() {
             return Err(syntax());
         }
-        let key = ConstraintKey::ALL
-            .iter()
-            .find(|(n, _)| *n == key)
-            .map(|(_, k)| *k)
+        let key = ConstraintKey::from_name(key)
             .ok_or_else(|| SpecError::UnknownKey {
                 participant: one_line(participant),
                 key: one_line(key),
@@ -363,8 +390,8 @@ pub fn build_participants(
     build_participants_with(specs, constraints, &ParticipantSpec::load)
 }
 
-/// [`build_participants`] with a custom loader, so that the engine can answer `--vulkan`
-/// (and pass every other kind on to [`ParticipantSpec::load`]).
+/// [`build_participants`] with a custom loader, so that the engine can answer the live kinds
+/// (`--vulkan`, `--wayland`) and pass every other kind on to [`ParticipantSpec::load`].
 pub fn build_participants_with(
     specs: &[ParticipantSpec],
     constraints: &[ConstraintSpec],
@@ -513,16 +540,19 @@ mod tests {
     }
 
     #[test]
-    fn vulkan_is_not_wired_yet_but_checks_its_usage() {
-        let e = spec(PeerKind::Vulkan, "gpu=sample+render")
-            .load()
-            .unwrap_err();
-        assert!(matches!(e, SpecError::NotAvailable { .. }));
-        assert!(e.to_string().contains("\"gpu\"") && e.to_string().contains("not available"));
-        let e = spec(PeerKind::Vulkan, "gpu=sample+teleport")
-            .load()
-            .unwrap_err();
-        assert!(matches!(e, SpecError::Peer { .. }), "{e}");
+    fn live_kinds_are_the_callers_to_answer() {
+        for (kind, arg) in [(PeerKind::Vulkan, "gpu=sample+render"), (PeerKind::Wayland, "gpu")] {
+            assert!(kind.is_live());
+            let e = spec(kind, arg).load().unwrap_err();
+            assert!(matches!(e, SpecError::NotAvailable { .. }), "{e}");
+            assert!(e.to_string().contains("\"gpu\"") && e.to_string().contains("not available"));
+        }
+        assert_eq!(PeerKind::ALL.iter().filter(|k| k.is_live()).count(), 2);
+        // A custom loader answers the live kinds and passes the rest on.
+        let specs = [spec(PeerKind::Vulkan, "gpu=sample"), spec(PeerKind::DrmFormats, "disp=XR24")];
+        let load = |s: &ParticipantSpec| if s.kind.is_live() { Ok(Participant::any_format(&s.name)) } else { s.load() };
+        let parts = build_participants_with(&specs, &[], &load).unwrap();
+        assert_eq!(parts.iter().map(|p| p.name.as_str()).collect::<Vec<_>>(), ["gpu", "disp"]);
     }
 
     #[test]

@@ -1,12 +1,12 @@
-//! One participant's format list, through the parser of its kind
-//! ([`dmabridge_interop::peers`]), with the sync methods that kind of peer has
-//! (`SYNC_METHODS` of each; a bare drm-format list says nothing, so cpu-wait only).
+//! One participant's format list, through the parser of its kind ([`crate::peers`]), with
+//! the sync methods that kind of peer has (`SYNC_METHODS` of each; a bare drm-format list
+//! says nothing, so cpu-wait only).
 
-use dmabridge_interop::negotiate::{Candidates, ExtentRange, Participant};
-use dmabridge_interop::peers::{drm_info, gst, kms, v4l2, wayland};
-use dmabridge_interop::FormatSet;
+use crate::negotiate::{Candidates, ExtentRange, Participant};
+use crate::peers::{drm_info, gst, kms, v4l2, wayland};
+use crate::FormatSet;
 
-use super::{ParticipantSpec, PeerKind, SpecError};
+use super::{one_line, ParticipantSpec, PeerKind, SpecError};
 
 pub(crate) fn load(spec: &ParticipantSpec) -> Result<Participant, SpecError> {
     let err = |e: &dyn std::fmt::Display| spec.peer_error(e);
@@ -40,11 +40,13 @@ pub(crate) fn load(spec: &ParticipantSpec) -> Result<Participant, SpecError> {
             let set = drm_info::in_formats(&text, plane).map_err(|e| err(&e))?;
             Ok(Participant::new(&spec.name, set).with_sync(kms::SYNC_METHODS))
         }
-        PeerKind::Wayland => {
-            let formats = dmabridge::wayland::query_formats(&dmabridge::wayland::Display::Env).map_err(|e| err(&e))?;
-            let p = formats.participant();
-            Ok(Participant { name: spec.name.clone(), ..p }.with_sync(wayland::SYNC_METHODS))
-        }
+        // The live kinds need the engine: the caller answers them with its own loader
+        // (`build_participants_with`).
+        PeerKind::Wayland => Err(SpecError::NotAvailable {
+            participant: one_line(&spec.name),
+            kind: spec.kind,
+            what: "the live Wayland compositor",
+        }),
         PeerKind::WaylandTable => {
             let bytes = spec.read_file()?;
             let table = wayland::parse_format_table(&bytes).map_err(|e| err(&e))?;
@@ -60,16 +62,11 @@ pub(crate) fn load(spec: &ParticipantSpec) -> Result<Participant, SpecError> {
             let formats = v4l2::formats_of_list(&spec.value).map_err(|e| err(&e))?;
             Ok(Participant { formats: Candidates::Only(formats.drm), ..Participant::any_format(&spec.name) }.with_sync(v4l2::SYNC_METHODS))
         }
-        PeerKind::Vulkan => {
-            // The live device lives in the engine: the command answers it with its own loader
-            // (`build_participants_with`).
-            spec.vulkan_use()?;
-            Err(SpecError::NotAvailable {
-                participant: spec.name.clone(),
-                kind: spec.kind,
-                what: "the live Vulkan device",
-            })
-        }
+        PeerKind::Vulkan => Err(SpecError::NotAvailable {
+            participant: one_line(&spec.name),
+            kind: spec.kind,
+            what: "the live Vulkan device",
+        }),
     }
 }
 

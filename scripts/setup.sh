@@ -26,7 +26,7 @@ egl_ok() {
 
 pkg_ok() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
-PKGS=(libvulkan1 vulkan-validationlayers gcc libc6-dev libegl1 libgles2 glslc spirv-tools gstreamer1.0-tools gstreamer1.0-plugins-base)
+PKGS=(libvulkan1 vulkan-validationlayers gcc libc6-dev libegl1 libgles2 glslc spirv-tools gstreamer1.0-tools gstreamer1.0-plugins-base pkgconf)
 # The bench report's text (DejaVu, for the PNGs) and its check (headless Chromium renders
 # the page in the tests); without their recommends, which are a desktop's worth.
 LEAN=(fonts-dejavu-core chromium)
@@ -41,6 +41,14 @@ for p in "${LEAN[@]}"; do pkg_ok "$p" || missing_lean+=("$p"); done
 BACKPORTS_DEV=(libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev)
 missing_dev=()
 for p in "${BACKPORTS_DEV[@]}"; do pkg_ok "$p" || missing_dev+=("$p"); done
+
+# The C ABI's thread test runs under ThreadSanitizer: nightly's -Zsanitizer=thread, with std
+# rebuilt from its source (rust-src). pkgconf (above): the C programs build with pkg-config.
+if ! rustup run nightly rustc --version >/dev/null 2>&1; then
+    rustup toolchain install nightly --profile minimal --component rust-src
+elif ! rustup component list --toolchain nightly --installed | grep -q '^rust-src'; then
+    rustup component add rust-src --toolchain nightly
+fi
 
 if mesa_ok && egl_ok && [ ${#missing[@]} -eq 0 ] && [ ${#missing_lean[@]} -eq 0 ] && [ ${#missing_dev[@]} -eq 0 ]; then
     exit 0

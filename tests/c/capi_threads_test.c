@@ -2,8 +2,10 @@
  * together by a barrier, converts a frame (so both may be the first to make the engine's
  * converter), imports its own frame and reads it back, and negotiates a builder that asks
  * the engine's device, several times over; every result is checked. The test command runs
- * it in every configuration and once more under helgrind, which must report no race
- * (tests/c/helgrind.supp sets aside Mesa's and LLVM's own threads only, each entry says why).
+ * it in every configuration, and once more against a ThreadSanitizer build of the library,
+ * which must report nothing (tests/c/tsan.supp sets aside Mesa's, LLVM's and the Vulkan
+ * loader's own objects only; each entry says why). With dmb_convert's old lazy fill through
+ * `&mut` of the shared engine, TSan reports the race on the converter in every run.
  */
 #define _GNU_SOURCE
 #include <pthread.h>

@@ -26,7 +26,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use dmabridge::ash::{self, vk};
-use dmabridge::interop::dmabuf::{fd_count, recv, send_buffer, send_release, socketpair, DmaBuf, Received};
+use dmabridge::interop::dmabuf::{plane_rows, PlaneLayout, fd_count, recv, send_buffer, send_release, socketpair, DmaBuf, Received};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{
     Binding, BufferLocation, Capability, ComputePipeline, Engine, GpuBuffer, HostVulkan, ImageAccess, ImportCache, SampledView, Sampler,
@@ -91,7 +91,7 @@ fn produce(socket: OwnedFd) -> Result<(), String> {
         // The frame is written before its descriptor leaves: the cpu-wait sync method.
         rustix::io::pwrite(&pool[slot], &frame, 0).map_err(|e| e.to_string())?;
         let fd = pool[slot].try_clone().map_err(|e| e.to_string())?;
-        let buf = DmaBuf::in_one_file(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), WIDTH, HEIGHT, fd, &[(0, u64::from(WIDTH) * 4)])
+        let buf = DmaBuf::in_one_file(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), WIDTH, HEIGHT, fd, &[PlaneLayout::linear(0, u64::from(WIDTH) * 4, plane_rows(Fourcc::ARGB8888, 0, HEIGHT))])
             .map_err(|e| e.to_string())?;
         send_buffer(&socket, slot as u64 | (u64::from(f) << 8), &buf).map_err(|e| e.to_string())?;
     }

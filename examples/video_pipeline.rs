@@ -36,7 +36,8 @@ use std::os::fd::{AsFd, OwnedFd};
 
 use dmabridge::interop::dmabuf::{fd_count, write_all_at, DmaBuf, SystemMemory};
 use dmabridge::interop::sync::{wait_sync_file, SyncMethod};
-use dmabridge::interop::tiling::{self, packed_planes, tiled_size, LinearPlane};
+use dmabridge::interop::tiling::{self, packed_planes, tiled_size};
+use dmabridge::interop::dmabuf::PlaneLayout;
 use dmabridge::interop::{Fourcc, Layout, TileLayout};
 use dmabridge::{BufferLocation, Converter, Engine, EngineOptions, GpuBuffer, SubmitOptions, Submission};
 
@@ -107,7 +108,8 @@ fn back((slot, fence): Release, held: &mut [bool], free: &mut Vec<usize>) -> Res
 fn produce(to_converter: SyncSender<Decoded>, released: Receiver<Release>) -> Result<u32, Error> {
     let g = tiled_size(LAYOUT, Fourcc::NV12, WIDTH, HEIGHT)?;
     let packed = packed_planes(Fourcc::NV12, WIDTH, HEIGHT)?;
-    let planes: Vec<(u64, u64)> = g.planes.iter().map(|p| (p.offset, u64::from(p.padded_width_bytes))).collect();
+    let planes: Vec<PlaneLayout> =
+        g.planes.iter().map(|p| PlaneLayout { object: 0, offset: p.offset, stride: u64::from(p.padded_width_bytes), size: p.size }).collect();
     let modifier = LAYOUT.modifier().ok_or("the layout has no DRM modifier")?;
     let memory = SystemMemory::detect();
     let mut pool: Vec<OwnedFd> = Vec::with_capacity(POOL);
@@ -147,7 +149,7 @@ fn convert(
     (to_consumer, release): (SyncSender<Converted>, SyncSender<Release>),
     sync: SyncMethod,
 ) -> Result<(), Error> {
-    let planes: Vec<LinearPlane> = packed_planes(Fourcc::NV12, WIDTH, HEIGHT)?;
+    let planes: Vec<PlaneLayout> = packed_planes(Fourcc::NV12, WIDTH, HEIGHT)?;
     let sync_file = sync == SyncMethod::SyncFile;
     while let Ok(Decoded { frame, slot, buf }) = from_producer.recv() {
         let output = free_outputs.recv_timeout(TIMEOUT)?;

@@ -5,6 +5,7 @@
 mod common;
 
 use dmabridge::interop::tiling::{self, packed_planes, tiled_size, ColourMatrix, ColourRange, FrameConversion, TilingError};
+use dmabridge::interop::dmabuf::PlaneLayout;
 use dmabridge::interop::{Fourcc, TileLayout};
 use dmabridge::{ChoiceReason, ConvertError, ConvertPath, Converter};
 
@@ -84,7 +85,7 @@ fn colour_matches_the_cpu_reference_exactly() {
                     let planes = packed_planes(fourcc, w, h).expect("planes");
                     let len = tiled_size(TileLayout::Linear, fourcc, w, h).expect("g").size as usize;
                     let yuv = common::pattern(len, w + h);
-                    let rgba_plane = tiling::LinearPlane { offset: 0, stride: w as u64 * 4 };
+                    let rgba_plane = PlaneLayout::linear(0, w as u64 * 4, h);
                     for to in [Fourcc::ABGR8888, Fourcc::XRGB2101010] {
                         let mut cpu = vec![0u8; (w * h * 4) as usize];
                         tiling::yuv_to_rgb(fourcc, to, matrix, range, w, h, &yuv, &planes, &mut cpu, rgba_plane).expect("cpu");
@@ -95,7 +96,7 @@ fn colour_matches_the_cpu_reference_exactly() {
                 let rgba = common::pattern((w * h * 4) as usize, 99);
                 let planes = packed_planes(Fourcc::NV12, w, h).expect("planes");
                 let len = tiled_size(TileLayout::Linear, Fourcc::NV12, w, h).expect("g").size as usize;
-                let rgba_plane = tiling::LinearPlane { offset: 0, stride: w as u64 * 4 };
+                let rgba_plane = PlaneLayout::linear(0, w as u64 * 4, h);
                 for from in tiling::RGB8_FORMATS {
                     let mut cpu = vec![0u8; len];
                     tiling::rgb_to_nv12(from, matrix, range, w, h, &rgba, rgba_plane, &mut cpu, &planes).expect("cpu");
@@ -170,7 +171,7 @@ fn the_fused_conversion_records_into_the_callers_command_buffer() {
     let mut src_bytes = vec![0u8; 256];
     src_bytes.extend_from_slice(&tiled);
     let src = GpuBuffer::from_bytes(&engine, &src_bytes).expect("src");
-    let rgb = tiling::LinearPlane { offset: 64, stride: 1024 };
+    let rgb = PlaneLayout::linear(64, 1024, h);
     let dst = GpuBuffer::new(&engine, 64 + 1024 * h as u64, BufferLocation::Readback).expect("dst");
     let (_, done) = engine
         .submit(SubmitOptions::default(), |cmd, until| {

@@ -6,23 +6,23 @@ mod common;
 
 use dmabridge::ash::vk;
 use dmabridge::interop::format_info;
-use dmabridge::interop::tiling::LinearPlane;
+use dmabridge::interop::dmabuf::PlaneLayout;
 use dmabridge::interop::Fourcc;
 use dmabridge::{BufferLocation, DeviceImage, GpuBuffer, TransferError, READBACK_TIMEOUT};
 
-fn layout_with(fourcc: Fourcc, (w, h): (u32, u32), base: u64, pad: u64) -> (Vec<LinearPlane>, u64) {
+fn layout_with(fourcc: Fourcc, (w, h): (u32, u32), base: u64, pad: u64) -> (Vec<PlaneLayout>, u64) {
     let info = format_info(fourcc).expect("format");
     let mut planes = Vec::new();
     let mut at = base;
     for i in 0..info.plane_count() {
         let stride = info.min_stride(i, w) + pad;
-        planes.push(LinearPlane { offset: at, stride });
+        planes.push(PlaneLayout::linear(at, stride, info.plane_height(i, h)));
         at += stride * info.plane_height(i, h) as u64 + 4096;
     }
     (planes, at)
 }
 
-fn visible(bytes: &[u8], fourcc: Fourcc, (w, h): (u32, u32), planes: &[LinearPlane]) -> Vec<u8> {
+fn visible(bytes: &[u8], fourcc: Fourcc, (w, h): (u32, u32), planes: &[PlaneLayout]) -> Vec<u8> {
     let info = format_info(fourcc).expect("format");
     let mut out = Vec::new();
     for (i, p) in planes.iter().enumerate() {
@@ -63,7 +63,7 @@ fn any_image_to_the_layout_the_consumer_wants_and_back() {
         );
         // A stride that is not whole texels, a buffer too small, an image of another format:
         // typed errors, nothing submitted.
-        let odd = [LinearPlane { offset: 0, stride: 70 * 4 + 2 }];
+        let odd = [PlaneLayout::linear(0, 70 * 4 + 2, 46)];
         if fourcc == Fourcc::ARGB8888 {
             let r = engine.copy_image_to_linear(&image, fourcc, &dst, &odd, Default::default());
             assert!(matches!(r, Err(TransferError::PlaneLayout { .. })), "{r:?}");

@@ -10,7 +10,7 @@ mod common;
 use std::sync::Arc;
 
 use dmabridge::ash::vk;
-use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
+use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc, PlaneLayout};
 use dmabridge::interop::negotiate::reconcile;
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{
@@ -178,5 +178,36 @@ fn disjoint_is_the_layouts_on_import_and_refused_on_export() {
     assert!(!image.image_use().create.contains(vk::ImageCreateFlags::DISJOINT));
     assert_eq!(image.read_back().expect("read back"), bytes);
     drop(image);
+    common::assert_clean(&engine);
+}
+
+/// An imposed explicit layout (offset, pitch and the bytes each plane may span) is what the
+/// exported dma-buf describes, or the export is refused naming both layouts: a plane the
+/// driver makes larger than its place would run into the next one.
+#[test]
+fn an_imposed_layout_is_honoured_whole_or_refused() {
+    let engine = common::engine();
+    let use_ = ImageUse::new(vk::ImageUsageFlags::TRANSFER_SRC | vk::ImageUsageFlags::TRANSFER_DST);
+    let req = ExportRequest::new(Fourcc::ABGR8888, 64, 16, use_);
+    // A padded pitch: 512 bytes for 256 bytes of pixels.
+    let asked = PlaneLayout::linear(0, 512, 16);
+    let exported = engine.export_image_with_layout(&req, Modifier::LINEAR, &[asked]);
+    if !common::expect_modifiers() {
+        assert!(matches!(exported, Err(ExportError::NoAcceptableModifier { .. })), "{exported:?}");
+        return;
+    }
+    let exported = exported.expect("an imposed LINEAR layout");
+    let buf = exported.dmabuf().expect("a dma-buf");
+    assert_eq!(buf.plane_layouts(), vec![asked]);
+    drop(exported);
+    let short = PlaneLayout { size: asked.size - 1, ..asked };
+    match engine.export_image_with_layout(&req, Modifier::LINEAR, &[short]) {
+        Err(ExportError::LayoutNotHonoured { plane: 0, asked, got }) => {
+            assert_eq!(asked, short);
+            assert_eq!((got.offset, got.stride), (0, 512));
+            assert!(got.size > short.size, "{got:?}");
+        }
+        other => panic!("expected LayoutNotHonoured, got {other:?}"),
+    }
     common::assert_clean(&engine);
 }

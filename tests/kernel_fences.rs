@@ -18,7 +18,7 @@ use std::os::fd::AsFd;
 use std::time::{Duration, Instant};
 
 use dmabridge::ash::vk;
-use dmabridge::interop::dmabuf::DmaBuf;
+use dmabridge::interop::dmabuf::{plane_rows, PlaneLayout, DmaBuf};
 use dmabridge::interop::sync::{export_sync_file, wait_sync_file, CpuAccess, CpuAccessError, SyncAccess, WaitError};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{BufferLocation, Capability, GpuBuffer, ImportedBuffer, SubmitError, SubmitOptions};
@@ -121,7 +121,7 @@ fn gpu_copy(engine: &dmabridge::Engine, src: &ImportedBuffer, len: u64, options:
 }
 
 fn descriptor(fd: &std::os::fd::OwnedFd, buffer: &DumbBuffer) -> DmaBuf {
-    DmaBuf::in_one_file(Fourcc::XRGB8888, Layout::Explicit(Modifier::LINEAR), 64, 64, fd.try_clone().expect("dup"), &[(0, u64::from(buffer.pitch))])
+    DmaBuf::in_one_file(Fourcc::XRGB8888, Layout::Explicit(Modifier::LINEAR), 64, 64, fd.try_clone().expect("dup"), &[PlaneLayout::linear(0, u64::from(buffer.pitch), plane_rows(Fourcc::XRGB8888, 0, 64))])
         .expect("descriptor")
 }
 

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use std::os::fd::AsFd;
 
-use dmabridge::interop::dmabuf::{recv_fenced, send_buffer_with_fence, send_release_with_fence, socketpair, DmaBuf, FencedReceived};
+use dmabridge::interop::dmabuf::{plane_rows, PlaneLayout, recv_fenced, send_buffer_with_fence, send_release_with_fence, socketpair, DmaBuf, FencedReceived};
 use dmabridge::interop::sync::{CpuAccess, SyncAccess, SyncError, SyncMethod};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{BufferLocation, Capability, Direction, GpuBuffer, ParticipantRequest, SubmitError, SubmitOptions};
@@ -214,7 +214,7 @@ fn a_sync_file_crosses_a_process_boundary() {
         assert!(n > 0, "the child ended before it was ready:\n{stdout}");
     }
     let fd = common::dmabuf_with(&[3u8; 4096]);
-    let buf = DmaBuf::in_one_file(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 32, 32, fd, &[(0, 128)]).expect("descriptor");
+    let buf = DmaBuf::in_one_file(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 32, 32, fd, &[PlaneLayout::linear(0, 128, plane_rows(Fourcc::ARGB8888, 0, 32))]).expect("descriptor");
     let a = GpuBuffer::from_bytes(&engine, &vec![1u8; BIG as usize]).expect("buffer");
     let b = GpuBuffer::new(&engine, BIG, BufferLocation::DeviceLocal).expect("buffer");
     let mut work = big_copy(&engine, &a, &b);
@@ -245,7 +245,7 @@ fn the_implicit_bridge_publishes_a_submission_on_a_real_dmabuf() {
         return;
     }
     let fd = common::dmabuf_with(&[0u8; 4096]);
-    let buf = DmaBuf::in_one_file(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 32, 32, fd, &[(0, 128)]).expect("descriptor");
+    let buf = DmaBuf::in_one_file(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 32, 32, fd, &[PlaneLayout::linear(0, 128, plane_rows(Fourcc::ARGB8888, 0, 32))]).expect("descriptor");
     let a = GpuBuffer::from_bytes(&engine, &vec![1u8; BIG as usize]).expect("buffer");
     let b = GpuBuffer::new(&engine, BIG, BufferLocation::DeviceLocal).expect("buffer");
     let mut work = big_copy(&engine, &a, &b);
@@ -263,7 +263,7 @@ fn the_implicit_bridge_publishes_a_submission_on_a_real_dmabuf() {
 #[test]
 fn the_implicit_bridge_refuses_a_memfd_cleanly() {
     let fd = common::memfd_with(&[0u8; 64]);
-    let buf = DmaBuf::in_one_file(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 4, 4, fd, &[(0, 16)]).expect("descriptor");
+    let buf = DmaBuf::in_one_file(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 4, 4, fd, &[PlaneLayout::linear(0, 16, plane_rows(Fourcc::ARGB8888, 0, 4))]).expect("descriptor");
     let e = dmabridge::dmabuf::sync::fences_of_dmabuf(&buf).expect_err("a memfd is no dma-buf");
     assert!(matches!(e, SyncError::NotSupported { .. }), "{e}");
 }

@@ -5,7 +5,7 @@
 
 mod common;
 
-use dmabridge::interop::dmabuf::DmaBuf;
+use dmabridge::interop::dmabuf::{plane_rows, DmaBuf, PlaneLayout};
 use dmabridge::interop::tiling::{self, packed_planes, tiled_size};
 use dmabridge::interop::{Fourcc, Layout, TileLayout};
 use std::io::Write;
@@ -29,7 +29,7 @@ fn tiled_dmabuf_in(layout: TileLayout, fourcc: Fourcc, (w, h): (u32, u32), linea
         file.resize(file.len() + gap as usize, 0xAA);
         let offset = file.len() as u64;
         file.extend_from_slice(&tiled[p.offset as usize..(p.offset + p.size) as usize]);
-        planes.push((offset, p.padded_width_bytes as u64));
+        planes.push(PlaneLayout { object: 0, offset, stride: p.padded_width_bytes as u64, size: p.size });
     }
     let modifier = layout.modifier().expect("a layout with a DRM modifier");
     let fd = if sealed {
@@ -104,23 +104,17 @@ fn tiled_layouts_are_checked_before_the_driver() {
     // A stride that is not the padded row of whole tiles (in a file big enough that the
     // generic layout checks pass, so the tiled check is the one that refuses).
     let roomy = vec![0u8; 1 << 20];
-    let bad_stride = DmaBuf::in_one_file(Fourcc::NV12, samsung, w, h, common::memfd_with(&roomy), &[
-        (0, g.planes[0].padded_width_bytes as u64 + 64),
-        (1 << 19, g.planes[1].padded_width_bytes as u64),
-    ])
+    let bad_stride = DmaBuf::in_one_file(Fourcc::NV12, samsung, w, h, common::memfd_with(&roomy), &[PlaneLayout::linear(0, g.planes[0].padded_width_bytes as u64 + 64, plane_rows(Fourcc::NV12, 0, h)), PlaneLayout::linear(1 << 19, g.planes[1].padded_width_bytes as u64, plane_rows(Fourcc::NV12, 1, h))])
     .expect("descriptor");
     assert!(matches!(conv.detile_dmabuf(&bad_stride, dmabridge::READBACK_TIMEOUT), Err(ConvertError::TiledStride { .. })));
     // Tiles that run past the end of the fd (the visible rows fit, the padded ones do not).
     let short = vec![0u8; (g.planes[1].offset + g.planes[1].size - 1) as usize];
-    let past = DmaBuf::in_one_file(Fourcc::NV12, samsung, w, h, common::memfd_with(&short), &[
-        (0, g.planes[0].padded_width_bytes as u64),
-        (g.planes[1].offset, g.planes[1].padded_width_bytes as u64),
-    ])
+    let past = DmaBuf::in_one_file(Fourcc::NV12, samsung, w, h, common::memfd_with(&short), &[PlaneLayout::linear(0, g.planes[0].padded_width_bytes as u64, plane_rows(Fourcc::NV12, 0, h)), PlaneLayout::linear(g.planes[1].offset, g.planes[1].padded_width_bytes as u64, plane_rows(Fourcc::NV12, 1, h))])
     .expect("descriptor");
     let e = conv.detile_dmabuf(&past, dmabridge::READBACK_TIMEOUT).expect_err("refused");
     assert!(matches!(e, ConvertError::TilesPastEndOfFd { .. } | ConvertError::Check(_)), "{e}");
     // A linear buffer is not for the detiler.
-    let linear = DmaBuf::in_one_file(Fourcc::R8, Layout::Explicit(dmabridge::interop::Modifier::LINEAR), 4, 4, common::memfd_with(&[0u8; 16]), &[(0, 4)])
+    let linear = DmaBuf::in_one_file(Fourcc::R8, Layout::Explicit(dmabridge::interop::Modifier::LINEAR), 4, 4, common::memfd_with(&[0u8; 16]), &[PlaneLayout::linear(0, 4, plane_rows(Fourcc::R8, 0, 4))])
         .expect("descriptor");
     assert!(matches!(conv.detile_dmabuf(&linear, dmabridge::READBACK_TIMEOUT), Err(ConvertError::NotTiled(_))));
     drop(conv);

@@ -5,7 +5,7 @@
 mod common;
 
 use dmabridge::ash::vk;
-use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
+use dmabridge::interop::dmabuf::{plane_rows, PlaneLayout, DmaBuf, PlaneDesc};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{ExportError, ExportRequest, ImportPath};
 
@@ -56,10 +56,7 @@ fn nv12_in_one_fd_with_a_gap_between_planes() {
     common::place_rows(&mut file, &y, w, h, 0, stride);
     common::place_rows(&mut file, &uv, w, h / 2, uv_offset, stride);
     let fd = common::dmabuf_with(&file);
-    let buf = DmaBuf::in_one_file(Fourcc::NV12, LINEAR, w as u32, h as u32, fd, &[
-        (0, stride as u64),
-        (uv_offset as u64, stride as u64),
-    ])
+    let buf = DmaBuf::in_one_file(Fourcc::NV12, LINEAR, w as u32, h as u32, fd, &[PlaneLayout::linear(0, stride as u64, plane_rows(Fourcc::NV12, 0, h as u32)), PlaneLayout::linear(uv_offset as u64, stride as u64, plane_rows(Fourcc::NV12, 1, h as u32))])
     .expect("descriptor");
     assert!(!buf.disjoint());
     let image = engine.import_dmabuf(&buf, SAMPLE_AND_READ).expect("import");

@@ -7,7 +7,7 @@ use std::os::fd::{BorrowedFd, OwnedFd};
 use std::process::ExitCode;
 
 use dmabridge::ash::vk;
-use dmabridge::interop::dmabuf::{DmaBuf, FdTrust, PlaneDesc};
+use dmabridge::interop::dmabuf::{plane_rows, DmaBuf, FdTrust, PlaneDesc, PlaneLayout};
 use dmabridge::interop::Fourcc;
 use dmabridge::{Converter, Engine, EngineOptions, ImageUse, ImportError, ImportOptions};
 
@@ -54,15 +54,11 @@ impl ImportArgs {
     }
 }
 
-/// One plane as given on the command line.
-#[derive(Debug, PartialEq, Eq)]
-struct PlaneArg {
-    fd: i32,
-    offset: u64,
-    stride: u64,
-}
-
-fn parse_plane(s: &str) -> Result<PlaneArg, String> {
+/// One `--plane FD:OFFSET:STRIDE`: the inherited fd number and where the plane lies.
+/// Every `--plane` names its own fd, so the plane's object is its own position `index`.
+/// The CLI is not told a size: it is `stride x rows`, the span the import check holds the fd
+/// to ([`plane_rows`]).
+fn parse_plane(s: &str, index: usize, rows: u32) -> Result<(i32, PlaneLayout), String> {
     let parts: Vec<&str> = s.split(':').collect();
     let [fd, offset, stride] = parts.as_slice() else {
         return Err(format!("plane {s:?} must be FD:OFFSET:STRIDE"));
@@ -72,8 +68,9 @@ fn parse_plane(s: &str) -> Result<PlaneArg, String> {
         return Err(format!("plane {s:?}: fd {fd} is negative"));
     }
     let offset = offset.parse().map_err(|_| format!("plane {s:?}: offset {offset:?} is not a number"))?;
-    let stride = stride.parse().map_err(|_| format!("plane {s:?}: stride {stride:?} is not a number"))?;
-    Ok(PlaneArg { fd, offset, stride })
+    let stride: u64 = stride.parse().map_err(|_| format!("plane {s:?}: stride {stride:?} is not a number"))?;
+    let size = stride.checked_mul(u64::from(rows)).ok_or_else(|| format!("plane {s:?}: stride {stride} x {rows} rows overflows"))?;
+    Ok((fd, PlaneLayout { object: index, offset, stride, size }))
 }
 
 /// A dup of inherited fd `n`, after checking that `n` is open in this process.
@@ -96,9 +93,9 @@ fn build(args: &ImportArgs) -> Result<DmaBuf, String> {
         return Err(format!("{} planes given; a dma-buf has 1 to 4", args.planes.len()));
     }
     let mut planes = Vec::with_capacity(args.planes.len());
-    for p in &args.planes {
-        let p = parse_plane(p)?;
-        planes.push(PlaneDesc { fd: dup_inherited(p.fd)?, offset: p.offset, stride: p.stride });
+    for (i, p) in args.planes.iter().enumerate() {
+        let (fd, p) = parse_plane(p, i, plane_rows(fourcc, i, args.frame.height))?;
+        planes.push(PlaneDesc { fd: dup_inherited(fd)?, offset: p.offset, stride: p.stride });
     }
     DmaBuf::new(fourcc, layout, args.frame.width, args.frame.height, planes).map_err(|e| e.to_string())
 }
@@ -160,9 +157,9 @@ mod tests {
 
     #[test]
     fn plane_syntax() {
-        assert_eq!(parse_plane("3:0:256"), Ok(PlaneArg { fd: 3, offset: 0, stride: 256 }));
-        for bad in ["3:0", "3:0:256:1", "x:0:1", "-1:0:1", "3:-1:1", "3:0:1e3", "3:18446744073709551616:1"] {
-            assert!(parse_plane(bad).is_err(), "{bad}");
+        assert_eq!(parse_plane("3:0:256", 1, 4), Ok((3, PlaneLayout { object: 1, offset: 0, stride: 256, size: 1024 })));
+        for bad in ["3:0", "3:0:256:1", "x:0:1", "-1:0:1", "3:-1:1", "3:0:1e3", "3:18446744073709551616:1", "3:0:18446744073709551615"] {
+            assert!(parse_plane(bad, 0, 2).is_err(), "{bad}");
         }
     }
 }

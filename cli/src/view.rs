@@ -16,7 +16,7 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use dmabridge::ash::vk;
-use dmabridge::interop::dmabuf::DmaBuf;
+use dmabridge::interop::dmabuf::{DmaBuf, PlaneLayout};
 use dmabridge::interop::{format_info, Fourcc};
 use dmabridge::present::{
     self, FrameOptions, PresentModePolicy, PresentOutcome, Presenter, PresenterOptions, YcbcrMatrix, YcbcrRange,
@@ -90,7 +90,7 @@ fn build(args: &ViewArgs) -> Result<DmaBuf, String> {
     let mut planes = Vec::with_capacity(info.plane_count());
     let mut offset = 0u64;
     for i in 0..info.plane_count() {
-        planes.push((offset, info.min_stride(i, args.frame.width)));
+        planes.push(PlaneLayout::linear(offset, info.min_stride(i, args.frame.width), info.plane_height(i, args.frame.height)));
         offset += info.packed_plane_size(i, args.frame.width, args.frame.height);
     }
     let fd = dmabridge::interop::dmabuf::sealed_memfd("dmabridge-view", &bytes).map_err(|e| format!("cannot make a memfd for the frame: {e}"))?;

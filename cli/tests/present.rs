@@ -481,7 +481,7 @@ fn xwd_parser_reads_a_hand_made_dump() {
 mod host {
     use super::*;
     use dmabridge::ash::{self, vk};
-    use dmabridge::interop::dmabuf::DmaBuf;
+    use dmabridge::interop::dmabuf::{plane_rows, DmaBuf, PlaneLayout};
     use dmabridge::interop::{Fourcc, Layout, Modifier};
     use dmabridge::present::{self, FrameOptions, PresentModePolicy, PresentOutcome, Presenter, PresenterOptions};
     use dmabridge::{Capability, EnabledFeatures, Engine, HostVulkan};
@@ -655,7 +655,7 @@ mod host {
         assert!(engine.is_embedded());
         let list2_empty = engine.drm_modifier_list2_is_empty();
         let fd = common::memfd_with(&ar24_bars());
-        let buf = DmaBuf::in_one_file(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), W, H, fd, &[(0, u64::from(W) * 4)])
+        let buf = DmaBuf::in_one_file(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), W, H, fd, &[PlaneLayout::linear(0, u64::from(W) * 4, plane_rows(Fourcc::ARGB8888, 0, H))])
             .expect("descriptor");
         let image = engine.import_dmabuf(&buf, vk::ImageUsageFlags::SAMPLED).expect("import");
         eprintln!("host: import path {}", image.path());

@@ -21,9 +21,8 @@ use dmabridge_interop::tiling::gpu::{
     plane_dispatches, rgb_to_nv12_dispatch, tiled_yuv_to_rgb_dispatch, ColourPushConstants, Dispatch, GpuParamError,
     TilePushConstants,
 };
-use dmabridge_interop::tiling::{
-    packed_planes, tiled_size, ColourMatrix, ColourRange, FrameConversion, FrameConversionError, LinearPlane, PlaneGeometry, TilingError,
-};
+use dmabridge_interop::tiling::{packed_planes, tiled_size, ColourMatrix, ColourRange, FrameConversion, FrameConversionError, PlaneGeometry, TilingError};
+use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{format_info, Format, Fourcc, Layout, TileLayout};
 use gpu_allocator::vulkan::Allocation;
 use gpu_allocator::MemoryLocation;
@@ -382,7 +381,7 @@ impl Converter {
         (matrix, range): (ColourMatrix, ColourRange),
         (width, height): (u32, u32),
         (src, tiled_base): (&dyn ConversionBuffer, u64),
-        (dst, rgb): (&dyn ConversionBuffer, LinearPlane),
+        (dst, rgb): (&dyn ConversionBuffer, PlaneLayout),
         until: Completion,
     ) -> Result<(), ConvertError> {
         let g = tiled_size(layout, from, width, height)?;
@@ -420,7 +419,7 @@ impl Converter {
         tiled: vk::Buffer,
         tiled_base: u64,
         linear: vk::Buffer,
-        planes: &[LinearPlane],
+        planes: &[PlaneLayout],
         to_tiled: bool,
         until: Completion,
     ) -> Result<(), ConvertError> {
@@ -439,7 +438,7 @@ impl Converter {
         cmd: vk::CommandBuffer,
         (layout, fourcc, (width, height)): (TileLayout, Fourcc, (u32, u32)),
         (tiled, tiled_base): (vk::Buffer, u64),
-        (linear, planes): (vk::Buffer, &[LinearPlane]),
+        (linear, planes): (vk::Buffer, &[PlaneLayout]),
         to_tiled: bool,
         allow_copy: bool,
         until: Completion,
@@ -483,7 +482,7 @@ impl Converter {
         tiled: vk::Buffer,
         tiled_at: u64,
         linear: vk::Buffer,
-        l: LinearPlane,
+        l: PlaneLayout,
         to_tiled: bool,
     ) -> Result<(), ConvertError> {
         let device = self.engine.device();
@@ -619,7 +618,7 @@ impl Converter {
         frame: TiledFrame,
         src: &dyn ConversionBuffer,
         dst: &dyn ConversionBuffer,
-        planes: &[LinearPlane],
+        planes: &[PlaneLayout],
         options: SubmitOptions,
     ) -> Result<Submission, ConvertError> {
         let g = tiled_size(frame.layout, frame.fourcc, frame.extent.0, frame.extent.1)?;
@@ -633,7 +632,7 @@ impl Converter {
         &self,
         frame: TiledFrame,
         src: &dyn ConversionBuffer,
-        planes: &[LinearPlane],
+        planes: &[PlaneLayout],
         dst: &dyn ConversionBuffer,
         options: SubmitOptions,
     ) -> Result<Submission, ConvertError> {
@@ -649,7 +648,7 @@ impl Converter {
         TiledFrame { layout, fourcc, extent }: TiledFrame,
         tiled: &dyn ConversionBuffer,
         linear: &dyn ConversionBuffer,
-        planes: &[LinearPlane],
+        planes: &[PlaneLayout],
         to_tiled: bool,
         allow_copy: bool,
     ) -> Result<Submission, ConvertError> {
@@ -762,7 +761,7 @@ impl Converter {
         let g = tiled_size(layout, from, width, height)?;
         need(&format!("{layout} {from} {width}x{height} image"), g.size, input.len() as u64)?;
         let rgb_len = tiled_size(TileLayout::Linear, to, width, height)?.size;
-        let rgb = LinearPlane { offset: 0, stride: width as u64 * 4 };
+        let rgb = PlaneLayout::linear(0, width as u64 * 4, height);
         let d = tiled_yuv_to_rgb_dispatch(layout, from, to, matrix, range, width, height, 0, rgb)?;
         let src = GpuBuffer::from_bytes(&self.engine, &input[..g.size as usize])?;
         let dst = GpuBuffer::new(&self.engine, rgb_len, BufferLocation::Readback)?;
@@ -781,9 +780,9 @@ impl Converter {
         // offsets that are multiples of 4; it writes into such rows and the host repacks.
         let stride = (width as u64).div_ceil(4) * 4;
         let rows = height as u64;
-        let aligned = [LinearPlane { offset: 0, stride }, LinearPlane { offset: stride * rows, stride }];
+        let aligned = [PlaneLayout::linear(0, stride, height), PlaneLayout::linear(stride * rows, stride, height.div_ceil(2))];
         let aligned_len = stride * rows + stride * rows.div_ceil(2);
-        let rgba = LinearPlane { offset: 0, stride: width as u64 * 4 };
+        let rgba = PlaneLayout::linear(0, width as u64 * 4, height);
         let d = rgb_to_nv12_dispatch(from, matrix, range, width, height, rgba, &aligned)?;
         let src = GpuBuffer::from_bytes(&self.engine, &input[..rgba_len as usize])?;
         let dst = GpuBuffer::new(&self.engine, aligned_len, BufferLocation::Readback)?;
@@ -821,14 +820,14 @@ impl Converter {
     /// The descriptor's fds are borrowed (dups go to Vulkan). Nothing reaches the driver
     /// before the layout checks, plus two that tiling adds: each stride must be the plane's
     /// padded row of whole tiles, and the padded tiles must lie inside the fd.
-    pub fn detile_dmabuf_into(&self, buf: &DmaBuf, dst: &GpuBuffer, planes: &[LinearPlane], options: SubmitOptions) -> Result<(TileLayout, Submission), ConvertError> {
+    pub fn detile_dmabuf_into(&self, buf: &DmaBuf, dst: &GpuBuffer, planes: &[PlaneLayout], options: SubmitOptions) -> Result<(TileLayout, Submission), ConvertError> {
         let (tile, g, checked) = self.check_tiled_dmabuf(buf, planes)?;
         self.detile_checked_on_gpu(buf, (tile, &g, &checked), dst, planes, options)
     }
 
     /// The layout checks of a tiled dma-buf (see [`Converter::detile_dmabuf_into`]), and
     /// that `planes` fit a linear destination.
-    fn check_tiled_dmabuf<'a>(&self, buf: &'a DmaBuf, planes: &[LinearPlane]) -> Result<(TileLayout, dmabridge_interop::tiling::TiledGeometry, CheckedImport<'a>), ConvertError> {
+    fn check_tiled_dmabuf<'a>(&self, buf: &'a DmaBuf, planes: &[PlaneLayout]) -> Result<(TileLayout, dmabridge_interop::tiling::TiledGeometry, CheckedImport<'a>), ConvertError> {
         let layout = buf.layout();
         let tile = layout.modifier().and_then(TileLayout::from_modifier).filter(|t| *t != TileLayout::Linear).ok_or(ConvertError::NotTiled(layout))?;
         let (fourcc, w, h) = (buf.fourcc(), buf.width(), buf.height());
@@ -857,7 +856,7 @@ impl Converter {
         buf: &DmaBuf,
         (tile, g, checked): (TileLayout, &dmabridge_interop::tiling::TiledGeometry, &CheckedImport<'_>),
         dst: &GpuBuffer,
-        planes: &[LinearPlane],
+        planes: &[PlaneLayout],
         options: SubmitOptions,
     ) -> Result<(TileLayout, Submission), ConvertError> {
         let layout = buf.layout();

@@ -10,7 +10,8 @@
 use ash::vk;
 use dmabridge_interop::negotiate::{ConversionPlan, PlanStep};
 use dmabridge_interop::tiling::gpu::{rgb_to_nv12_dispatch, tiled_yuv_to_rgb_dispatch};
-use dmabridge_interop::tiling::{packed_planes, tiled_size, ColourMatrix, ColourRange, LinearPlane, Step};
+use dmabridge_interop::tiling::{packed_planes, tiled_size, ColourMatrix, ColourRange, Step};
+use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{Fourcc, TileLayout};
 
 use crate::resources::buffer::{BufferLocation, GpuBuffer};
@@ -112,7 +113,7 @@ impl Converter {
                 unsafe { self.record_planes_with(cmd, (layout, spec.to.fourcc, (w, h)), (dst, 0), (src, &planes), true, true, until) }
             }
             Step::YuvToRgb { layout, from, to } => {
-                let rgb = LinearPlane { offset: 0, stride: u64::from(w) * 4 };
+                let rgb = PlaneLayout::linear(0, u64::from(w) * 4, h);
                 let d = tiled_yuv_to_rgb_dispatch(layout, from, to, matrix, range, w, h, 0, rgb)?;
                 // SAFETY: the caller's contract; `src` holds the frame the dispatch reads and
                 // `dst` the packed RGB frame it writes (the plan's sizes, checked).
@@ -147,7 +148,7 @@ impl Converter {
     ) -> Result<(), ConvertError> {
         let (matrix, range) = (ColourMatrix::Bt709, ColourRange::Limited);
         let packed = packed_planes(Fourcc::NV12, w, h)?;
-        let rgba = LinearPlane { offset: 0, stride: u64::from(w) * 4 };
+        let rgba = PlaneLayout::linear(0, u64::from(w) * 4, h);
         let rows = [u64::from(h), u64::from(h).div_ceil(2)];
         if w % 4 == 0 {
             let d = rgb_to_nv12_dispatch(from, matrix, range, w, h, rgba, &packed)?;
@@ -155,7 +156,7 @@ impl Converter {
             return unsafe { self.record_colour(cmd, [dst, dst, src], d, until) };
         }
         let stride = u64::from(w).div_ceil(4) * 4;
-        let aligned = [LinearPlane { offset: 0, stride }, LinearPlane { offset: stride * rows[0], stride }];
+        let aligned = [PlaneLayout::linear(0, stride, h), PlaneLayout::linear(stride * rows[0], stride, h.div_ceil(2))];
         let d = rgb_to_nv12_dispatch(from, matrix, range, w, h, rgba, &aligned)?;
         let mid = GpuBuffer::new(self.engine(), stride * (rows[0] + rows[1]), BufferLocation::DeviceLocal)?;
         mid.track(until);

@@ -337,11 +337,10 @@ impl Engine {
             min_size: spec.constraints.min_size,
             disjoint: false,
         })?;
-        let planes: Vec<(u64, u64)> = placement.planes.iter().map(|p| (p.offset, p.stride)).collect();
         let req = ExportRequest::new(spec.fourcc, spec.width, spec.height, spec.image_use);
         let mut buffers = Vec::with_capacity(spec.constraints.buffers as usize);
         for _ in 0..spec.constraints.buffers {
-            let exported = match self.export_image_with_layout(&req, modifier, &planes) {
+            let exported = match self.export_image_with_layout(&req, modifier, &placement.planes) {
                 Ok(e) => e,
                 Err(e) => {
                     tracing::info!(error = %e, "the driver does not take the imposed layout for export");

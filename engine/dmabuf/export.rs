@@ -12,7 +12,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 
 use ash::vk;
 use dmabridge_interop::dmabuf::{DescriptorError, DmaBuf};
-use dmabridge_interop::tiling::LinearPlane;
+use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{Fourcc, Layout, Modifier};
 
 use crate::resources::buffer::GpuBuffer;
@@ -81,8 +81,10 @@ pub enum ExportError {
     #[error("the driver chose modifier {chosen}, which is not in the acceptable list")]
     ModifierNotRequested { chosen: Modifier },
     /// The driver placed a plane elsewhere than the explicit layout asked.
-    #[error("the driver put plane {plane} at offset {} with row pitch {}, not the asked offset {} and pitch {}", .got.0, .got.1, .asked.0, .asked.1)]
-    LayoutNotHonoured { plane: usize, asked: (u64, u64), got: (u64, u64) },
+    /// A plane that spans more bytes than its place is not honoured either: it would run
+    /// into the next plane or past the end of the allocation the layout was sized for.
+    #[error("the driver put plane {plane} at offset {} with row pitch {} spanning {} bytes, not the asked offset {} and pitch {} within {} bytes", .got.offset, .got.stride, .got.size, .asked.offset, .asked.stride, .asked.size)]
+    LayoutNotHonoured { plane: usize, asked: PlaneLayout, got: PlaneLayout },
     /// An explicit layout with the wrong number of memory planes for its modifier.
     #[error("{modifier} has {expected} memory planes, the explicit layout gives {got}")]
     LayoutPlaneCount { modifier: Modifier, expected: usize, got: usize },
@@ -310,7 +312,7 @@ impl ExportedImage {
 
     /// Fills every plane of the image from `src` (planes at `planes`) and releases it to the
     /// consumers' side: a producer's frame, handed to its consumer.
-    pub fn upload_and_release(&self, src: &GpuBuffer, planes: &[LinearPlane], options: SubmitOptions) -> Result<Submission, ExportError> {
+    pub fn upload_and_release(&self, src: &GpuBuffer, planes: &[PlaneLayout], options: SubmitOptions) -> Result<Submission, ExportError> {
         let (fourcc, width, height) = self.frame();
         let regions = plane_regions(fourcc, (width, height), planes, src.len())?;
         let (image, buffer) = (self.image, src.buffer());
@@ -446,13 +448,12 @@ impl Engine {
         }
         let caps = self.format_support(&SupportQuery::new(req.fourcc, req.image_use))?;
         let memory_planes = caps.get(chosen).map_or(1, |c| c.plane_count as usize);
-        let planes: Vec<(u64, u64)> = (0..memory_planes)
+        let planes: Vec<PlaneLayout> = (0..memory_planes)
             .map(|i| {
                 let sub = vk::ImageSubresource { aspect_mask: memory_plane_aspect(i), mip_level: 0, array_layer: 0 };
                 // SAFETY: DRM-modifier images are queried per MEMORY_PLANE_i aspect, i below
                 // the modifier's plane count (VUID-vkGetImageSubresourceLayout-tiling-02271).
-                let l = unsafe { self.device().get_image_subresource_layout(partial.image, sub) };
-                (l.offset, l.row_pitch)
+                plane_layout(unsafe { self.device().get_image_subresource_layout(partial.image, sub) })
             })
             .collect();
         tracing::debug!(fourcc = %req.fourcc, modifier = %chosen, ?planes, "exported with an explicit modifier");
@@ -460,11 +461,12 @@ impl Engine {
     }
 
     /// Allocates and exports an image with `modifier` whose memory planes are where
-    /// `planes` says (`(offset, row pitch)` per memory plane, in one allocation), through
+    /// `planes` says (offset, row pitch and the most bytes it may span, per memory plane, all
+    /// in object 0 of one allocation), through
     /// `VkImageDrmFormatModifierExplicitCreateInfoEXT`. The layout the driver then reports
     /// must be the one asked for, else [`ExportError::LayoutNotHonoured`]: a driver may
     /// accept an explicit layout for an image it allocates and still place it its own way.
-    pub fn export_image_with_layout(&self, req: &ExportRequest, modifier: Modifier, planes: &[(u64, u64)]) -> Result<ExportedImage, ExportError> {
+    pub fn export_image_with_layout(&self, req: &ExportRequest, modifier: Modifier, planes: &[PlaneLayout]) -> Result<ExportedImage, ExportError> {
         let entry = vk_format::to_vk(req.fourcc).ok_or(ExportError::UnknownFourcc(req.fourcc))?;
         if req.width == 0 || req.height == 0 {
             return Err(ExportError::ZeroExtent { width: req.width, height: req.height });
@@ -483,7 +485,7 @@ impl Engine {
         }
         let layouts: Vec<vk::SubresourceLayout> = planes
             .iter()
-            .map(|&(offset, row_pitch)| vk::SubresourceLayout { offset, size: 0, row_pitch, array_pitch: 0, depth_pitch: 0 })
+            .map(|p| vk::SubresourceLayout { offset: p.offset, size: 0, row_pitch: p.stride, array_pitch: 0, depth_pitch: 0 })
             .collect();
         // VUID-VkImageDrmFormatModifierExplicitCreateInfoEXT-size-02267 (size 0), -arrayPitch-02268
         // and -depthPitch-02269 (0 for one 2-D layer), -drmFormatModifierPlaneCount-02265 (checked above).
@@ -491,13 +493,13 @@ impl Engine {
             .drm_format_modifier(modifier.raw())
             .plane_layouts(&layouts);
         let (partial, _) = self.create_exportable(req, entry.vk_format, Tiling::Explicit(&mut explicit))?;
-        for (i, &(offset, pitch)) in planes.iter().enumerate() {
+        for (i, &asked) in planes.iter().enumerate() {
             let sub = vk::ImageSubresource { aspect_mask: memory_plane_aspect(i), mip_level: 0, array_layer: 0 };
             // SAFETY: DRM-modifier images are queried per MEMORY_PLANE_i aspect, i below
             // the modifier's plane count (VUID-vkGetImageSubresourceLayout-tiling-02271).
-            let l = unsafe { self.device().get_image_subresource_layout(partial.image, sub) };
-            if (l.offset, l.row_pitch) != (offset, pitch) {
-                return Err(ExportError::LayoutNotHonoured { plane: i, asked: (offset, pitch), got: (l.offset, l.row_pitch) });
+            let got = plane_layout(unsafe { self.device().get_image_subresource_layout(partial.image, sub) });
+            if (got.offset, got.stride) != (asked.offset, asked.stride) || got.size > asked.size {
+                return Err(ExportError::LayoutNotHonoured { plane: i, asked, got });
             }
         }
         tracing::debug!(fourcc = %req.fourcc, %modifier, ?planes, "exported with an imposed explicit layout");
@@ -506,7 +508,7 @@ impl Engine {
 
     fn export_linear_tiling(&self, req: &ExportRequest, format: vk::Format, layout: Layout) -> Result<ExportedImage, ExportError> {
         let (partial, vk_planes) = self.create_exportable(req, format, Tiling::Linear)?;
-        let planes: Vec<(u64, u64)> = (0..vk_planes as usize)
+        let planes: Vec<PlaneLayout> = (0..vk_planes as usize)
             .map(|i| {
                 let sub = vk::ImageSubresource {
                     aspect_mask: crate::resources::image::plane_aspect(vk_planes, i),
@@ -515,8 +517,7 @@ impl Engine {
                 };
                 // SAFETY: LINEAR images may be queried per plane aspect
                 // (VUID-vkGetImageSubresourceLayout-image-02270).
-                let l = unsafe { self.device().get_image_subresource_layout(partial.image, sub) };
-                (l.offset, l.row_pitch)
+                plane_layout(unsafe { self.device().get_image_subresource_layout(partial.image, sub) })
             })
             .collect();
         self.finish_export(req, format, partial, layout, &planes)
@@ -631,7 +632,7 @@ impl Engine {
         format: vk::Format,
         partial: Partial<'_>,
         layout: Layout,
-        planes: &[(u64, u64)],
+        planes: &[PlaneLayout],
     ) -> Result<ExportedImage, ExportError> {
         let fd = self.memory_fd(partial.memory, vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT)?;
         let dmabuf = DmaBuf::in_one_file(req.fourcc, layout, req.width, req.height, fd, planes)?;
@@ -682,4 +683,9 @@ fn check_extent(req: &ExportRequest, (max_width, max_height): (u32, u32)) -> Res
         });
     }
     Ok(())
+}
+
+/// A plane as the driver reports it: every exported plane lives in the one allocation.
+fn plane_layout(l: vk::SubresourceLayout) -> PlaneLayout {
+    PlaneLayout { object: 0, offset: l.offset, stride: l.row_pitch, size: l.size }
 }

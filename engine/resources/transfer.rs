@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use ash::vk;
-use dmabridge_interop::tiling::{tiled_size, LinearPlane, TilingError};
+use dmabridge_interop::tiling::{tiled_size, TilingError};
+use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{format_info, Fourcc, TileLayout};
 
 use crate::resources::buffer::{BufferError, GpuBuffer};
@@ -56,7 +57,7 @@ pub enum TransferError {
 pub fn plane_regions(
     fourcc: Fourcc,
     (width, height): (u32, u32),
-    planes: &[LinearPlane],
+    planes: &[PlaneLayout],
     buffer_len: u64,
 ) -> Result<Vec<vk::BufferImageCopy>, TransferError> {
     let info = format_info(fourcc).ok_or(TransferError::UnknownFourcc(fourcc))?;
@@ -111,12 +112,12 @@ pub(crate) fn plane_copy(entry: &VkFormatEntry, vk_plane: usize, buffer_offset: 
 
 /// Tightly packed planes of `fourcc`, one after the other, and their total size: the linear
 /// layout of interop's geometry, which the CPU references and `convert` use too.
-pub(crate) fn packed(fourcc: Fourcc, (width, height): (u32, u32)) -> Result<(Vec<LinearPlane>, u64), TransferError> {
+pub(crate) fn packed(fourcc: Fourcc, (width, height): (u32, u32)) -> Result<(Vec<PlaneLayout>, u64), TransferError> {
     let g = tiled_size(TileLayout::Linear, fourcc, width, height).map_err(|e| match e {
         TilingError::UnknownFormat(f) => TransferError::UnknownFourcc(f),
         _ => TransferError::TooLarge(u64::MAX),
     })?;
-    Ok((g.planes.iter().map(|p| LinearPlane { offset: p.offset, stride: p.width_bytes as u64 }).collect(), g.size))
+    Ok((g.planes.iter().map(|p| PlaneLayout::linear(p.offset, p.width_bytes as u64, p.rows)).collect(), g.size))
 }
 
 fn check_image(image: &DeviceImage, fourcc: Fourcc, extent: (u32, u32)) -> Result<(), TransferError> {
@@ -143,7 +144,7 @@ impl Engine {
         image: &DeviceImage,
         fourcc: Fourcc,
         dst: &GpuBuffer,
-        planes: &[LinearPlane],
+        planes: &[PlaneLayout],
         until: Completion,
     ) -> Result<(), TransferError> {
         check_image(image, fourcc, image.extent())?;
@@ -166,7 +167,7 @@ impl Engine {
         &self,
         cmd: vk::CommandBuffer,
         src: &GpuBuffer,
-        planes: &[LinearPlane],
+        planes: &[PlaneLayout],
         image: &DeviceImage,
         fourcc: Fourcc,
         until: Completion,
@@ -187,7 +188,7 @@ impl Engine {
         image: &DeviceImage,
         fourcc: Fourcc,
         dst: &GpuBuffer,
-        planes: &[LinearPlane],
+        planes: &[PlaneLayout],
         options: SubmitOptions,
     ) -> Result<Submission, TransferError> {
         check_image(image, fourcc, image.extent())?;
@@ -203,7 +204,7 @@ impl Engine {
     pub fn copy_linear_to_image(
         &self,
         src: &GpuBuffer,
-        planes: &[LinearPlane],
+        planes: &[PlaneLayout],
         image: &DeviceImage,
         fourcc: Fourcc,
         options: SubmitOptions,

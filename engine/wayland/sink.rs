@@ -15,7 +15,7 @@
 //! old plan are destroyed as the compositor releases them.
 
 use ash::vk;
-use dmabridge_interop::dmabuf::{DescriptorError, DmaBuf};
+use dmabridge_interop::dmabuf::{DescriptorError, DmaBuf, PlaneLayout};
 use dmabridge_interop::negotiate::{AllocationRequest, ImplicitRuleError, Participant};
 use dmabridge_interop::peers::wayland::modifier_to_hi_lo;
 use dmabridge_interop::{format_info, Format, FormatSet, Fourcc, Layout};
@@ -491,7 +491,7 @@ fn own_buffer(fourcc: Fourcc, layout: Layout, width: u32, height: u32) -> Result
     let mut offset = 0u64;
     for i in 0..info.plane_count() {
         let stride = info.min_stride(i, width).div_ceil(COPY_ALIGN) * COPY_ALIGN;
-        planes.push((offset, stride));
+        planes.push(PlaneLayout::linear(offset, stride, info.plane_height(i, height)));
         offset += (stride * u64::from(info.plane_height(i, height))).div_ceil(COPY_ALIGN) * COPY_ALIGN;
     }
     // Sealed: the compositor maps it, and must not be exposed to a shrinking file.

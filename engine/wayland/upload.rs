@@ -1,7 +1,7 @@
 //! Putting a packed frame into a buffer: the Vulkan producer's transfer into an exported
 //! image (zero-copy path), or a copy into the sink's own memfd (copy path).
 
-use dmabridge_interop::tiling::LinearPlane;
+use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{format_info, Fourcc};
 
 use crate::resources::buffer::{BufferLocation, GpuBuffer};
@@ -70,7 +70,7 @@ impl Staging {
         let mut planes = Vec::with_capacity(info.plane_count());
         let mut offset = 0u64;
         for i in 0..info.plane_count() {
-            planes.push(LinearPlane { offset, stride: info.min_stride(i, width) });
+            planes.push(PlaneLayout::linear(offset, info.min_stride(i, width), info.plane_height(i, height)));
             offset += info.packed_plane_size(i, width, height);
         }
         Ok(image.upload_and_release(&self.buffer, &planes, SubmitOptions::default())?)

@@ -299,8 +299,9 @@ pub fn import_checks(data: &[u8]) -> bool {
 pub fn tiling_geometry(data: &[u8]) -> bool {
     use dmabridge_interop::tiling::{
         detile, detile_fast, detile_to_vec, gpu, packed_planes, rgb_to_nv12_vec, tile, tile_fast, tile_to_vec, tiled_size,
-        tiled_yuv_to_rgb_fast, yuv_to_rgb_vec, AddressKind, ColourMatrix, ColourRange, LinearPlane, PlaneAddress, RGB8_FORMATS,
+        tiled_yuv_to_rgb_fast, yuv_to_rgb_vec, AddressKind, ColourMatrix, ColourRange, PlaneAddress, RGB8_FORMATS,
     };
+    use dmabridge_interop::dmabuf::{plane_rows, PlaneLayout};
     use dmabridge_interop::{format_info, Fourcc, TileLayout};
 
     let mut r = Bytes::new(data);
@@ -367,7 +368,7 @@ pub fn tiling_geometry(data: &[u8]) -> bool {
             if fourcc == Fourcc::NV12 || fourcc == Fourcc::P010 {
                 let want = yuv_to_rgb_vec(fourcc, to, m, rg, width, height, &linear).expect("whole NV12/P010 frames convert");
                 let mut got = vec![0u8; want.len()];
-                let plane = LinearPlane { offset: 0, stride: u64::from(width) * 4 };
+                let plane = PlaneLayout::linear(0, u64::from(width) * 4, height);
                 tiled_yuv_to_rgb_fast(layout, fourcc, to, m, rg, width, height, &tiled, &mut got, plane, threads).expect("fused");
                 assert_eq!(got, want, "fused {layout} {fourcc} -> {to} {width}x{height}");
             }
@@ -377,8 +378,8 @@ pub fn tiling_geometry(data: &[u8]) -> bool {
         }
         // Caller-chosen plane placements and buffer lengths: an error or a conversion,
         // never a panic or an out-of-bounds write.
-        let planes: Vec<LinearPlane> = (0..info.plane_count())
-            .map(|_| LinearPlane { offset: u64::from(r.u16()), stride: u64::from(r.u16()) })
+        let planes: Vec<PlaneLayout> = (0..info.plane_count())
+            .map(|i| PlaneLayout::linear(u64::from(r.u16()), u64::from(r.u16()), plane_rows(fourcc, i, height)))
             .collect();
         let (a, b) = (usize::from(r.u16()), usize::from(r.u16()));
         let mut dst = vec![0u8; b];

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 use dmabridge_interop::collection::wire::{self, ImportError, Message, WireError, HEADER_LEN, MAX_MESSAGE_LEN};
 use dmabridge_interop::framing::FrameError;
 use dmabridge_interop::collection::{
-    reconcile, validate, Collection, CollectionError, Event, Failure, Outputs, PlaneOutput,
+    reconcile, validate, Collection, CollectionError, Event, Failure, Outputs,
     Progress, ReconcileOptions, Reconciled, Rights, Server, ServerOutcome, StateError, SystemAllocator, TokenEvent,
 };
-use dmabridge_interop::dmabuf::{fd_count, socketpair};
+use dmabridge_interop::dmabuf::{fd_count, socketpair, PlaneLayout};
 use dmabridge_interop::negotiate::{
     BufferConstraints, Conflict, ConstraintKind, Constraints, CpuAccess, Domain, ExtentRange, Participant, Usage,
 };
@@ -91,7 +91,7 @@ fn allocation_waits_for_the_last_bind() {
     }
     let r = c.reconciled().unwrap();
     let o = r.outputs.as_ref().expect("computed outputs after allocation");
-    assert_eq!(o.planes, vec![PlaneOutput { object: 0, offset: 0, stride: 256 }]);
+    assert_eq!(o.planes, vec![PlaneLayout::linear(0, 256, 48)]);
     assert!(o.size() >= 256 * 48);
     let mine = c.buffers_for(root).unwrap();
     assert_eq!(mine.len(), 4);
@@ -202,7 +202,7 @@ fn validate_names_the_failing_attribute_of_each_list() {
 
     // With computed outputs, the actual pitch is judged: 64 * 4 = 256 is 256-aligned.
     let mut r2 = r.clone();
-    r2.outputs = Some(Outputs { object_sizes: vec![256 * 48], planes: vec![PlaneOutput { object: 0, offset: 0, stride: 256 }] });
+    r2.outputs = Some(Outputs { object_sizes: vec![256 * 48], planes: vec![PlaneLayout::linear(0, 256, 48)] });
     let fits = reader("gpu", Fourcc::XRGB8888, 1).constrain(|c| c.stride_align = 256);
     assert_eq!(validate(&r2, &[fits]), Ok(()));
     let bigger = reader("dec", Fourcc::XRGB8888, 1).constrain(|c| c.min_size = 1 << 20);
@@ -451,7 +451,8 @@ fn sample_reconciled() -> Reconciled {
         participants: vec!["a".into(), "b".into()],
         outputs: Some(Outputs {
             object_sizes: vec![4096, 4096],
-            planes: vec![PlaneOutput { object: 0, offset: 0, stride: 64 }, PlaneOutput { object: 1, offset: 0, stride: 64 }],
+            // NV12 64x48: 48 luma rows and 24 chroma rows of 64 bytes, one object each.
+            planes: vec![PlaneLayout::linear(0, 64, 48), PlaneLayout { object: 1, ..PlaneLayout::linear(0, 64, 24) }],
         }),
     }
 }
@@ -765,7 +766,7 @@ fn a_hostile_server_gets_typed_errors_and_leaks_no_fd() {
         let r = Reconciled { outputs: None, disjoint: false, constraints: BufferConstraints { buffers: 1, ..s.constraints }, ..s };
         raw(&wire::encode(&Message::Allocated { reconciled: r, buffers: 1 }).unwrap());
         let fd = dmabridge_interop::dmabuf::sealed_memfd_of_size("x", 4096).unwrap();
-        let wrong = dmabridge_interop::dmabuf::DmaBuf::in_one_file(Fourcc::R8, dmabridge_interop::Layout::Explicit(Modifier::LINEAR), 8, 8, fd, &[(0, 8)]).unwrap();
+        let wrong = dmabridge_interop::dmabuf::DmaBuf::in_one_file(Fourcc::R8, dmabridge_interop::Layout::Explicit(Modifier::LINEAR), 8, 8, fd, &[PlaneLayout::linear(0, 8, 8)]).unwrap();
         dmabridge_interop::dmabuf::send_buffer(server_end.as_fd(), 0, &wrong).unwrap();
         let err = token.wait_event(T).unwrap_err();
         assert!(matches!(&err, CollectionError::Protocol(m) if m.contains("buffer 0")), "{err}");

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use dmabridge_interop::collection::{Collection, Progress, Rights, SystemAllocator};
 use dmabridge_interop::negotiate::ConstraintKind;
-use dmabridge_interop::dmabuf::{
+use dmabridge_interop::dmabuf::{plane_rows, PlaneLayout, 
     check_read_only, classify, file_size, read_exact_at, write_planes, DescriptorError, DmaBuf, DmaHeap, FdClass, FdTrust,
     NotReadOnly, PlaneMap, ReadError, SystemMemory,
 };
@@ -69,7 +69,7 @@ fn bytes_go_in_and_out_of_a_dma_buf_through_the_guarded_mapping() {
     let Some(heap) = heap() else { return };
     let (w, h, stride, uv) = (6u32, 4u32, 16u64, 128u64);
     let fd = heap.alloc(uv + stride * 2).unwrap();
-    let buf = DmaBuf::in_one_file(Fourcc::NV12, Layout::Explicit(Modifier::LINEAR), w, h, fd, &[(0, stride), (uv, stride)]).unwrap();
+    let buf = DmaBuf::in_one_file(Fourcc::NV12, Layout::Explicit(Modifier::LINEAR), w, h, fd, &[PlaneLayout::linear(0, stride, plane_rows(Fourcc::NV12, 0, h)), PlaneLayout::linear(uv, stride, plane_rows(Fourcc::NV12, 1, h))]).unwrap();
     let frame: Vec<u8> = (1..=36).collect();
     write_planes(&buf, &frame).unwrap();
     let p0 = buf.plane(0).unwrap().fd;
@@ -94,12 +94,12 @@ fn bytes_go_in_and_out_of_a_dma_buf_through_the_guarded_mapping() {
 fn read_only_is_the_kernel_refusing_a_writable_mapping() {
     let Some(heap) = heap() else { return };
     let fd = heap.alloc(4096).unwrap();
-    let buf = DmaBuf::in_one_file(Fourcc::R8, Layout::Explicit(Modifier::LINEAR), 64, 64, fd, &[(0, 64)]).unwrap();
+    let buf = DmaBuf::in_one_file(Fourcc::R8, Layout::Explicit(Modifier::LINEAR), 64, 64, fd, &[PlaneLayout::linear(0, 64, plane_rows(Fourcc::R8, 0, 64))]).unwrap();
     assert!(matches!(check_read_only(&buf), Err(NotReadOnly::Writable { plane: 0 })), "a read-write dma-buf is writable");
     assert!(matches!(buf.reopen_read_only(), Err(DescriptorError::Reopen { plane: 0, .. })), "a dma-buf cannot be reopened read-only");
     // A heap buffer exported read-only: the kernel refuses PROT_WRITE.
     let ro = heap.alloc_read_only(4096).unwrap();
-    let ro = DmaBuf::in_one_file(Fourcc::R8, Layout::Explicit(Modifier::LINEAR), 64, 64, ro, &[(0, 64)]).unwrap();
+    let ro = DmaBuf::in_one_file(Fourcc::R8, Layout::Explicit(Modifier::LINEAR), 64, 64, ro, &[PlaneLayout::linear(0, 64, plane_rows(Fourcc::R8, 0, 64))]).unwrap();
     assert!(ro.read_only());
     check_read_only(&ro).unwrap();
     let mut byte = [9u8];

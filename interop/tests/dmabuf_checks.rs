@@ -5,7 +5,7 @@
 use std::os::fd::OwnedFd;
 use std::sync::{Mutex, MutexGuard};
 
-use dmabridge_interop::dmabuf::{
+use dmabridge_interop::dmabuf::{plane_rows, PlaneLayout, 
     check_import, fd_count, sealed_memfd_of_size, DescriptorError, DmaBuf, FdClassError,
     FileKind, ImportCheckError, ImportFacts, ImportLimits, PlaneDesc,
 };
@@ -100,11 +100,12 @@ fn nv12_in_one_fd_with_a_gap_passes() {
         64,
         48,
         memfd(8192 + 64 * 24),
-        &[(0, 64), (8192, 64)],
-    )
+        &[PlaneLayout::linear(0, 64, plane_rows(Fourcc::NV12, 0, 48)), PlaneLayout::linear(8192, 64, plane_rows(Fourcc::NV12, 1, 48))])
     .unwrap();
     assert!(!buf.disjoint());
     assert_eq!(buf.plane(0).unwrap().file, buf.plane(1).unwrap().file);
+    // One object, each plane sized as the check below spans it.
+    assert_eq!(buf.plane_layouts(), vec![PlaneLayout::linear(0, 64, 48), PlaneLayout::linear(8192, 64, 24)]);
     let checked = check_import(&buf, &device()).unwrap();
     assert_eq!(checked.planes()[1].rows, 24);
     assert_eq!(checked.planes()[1].end, 8192 + 64 * 24);
@@ -134,6 +135,7 @@ fn nv12_with_one_fd_per_plane_is_disjoint_by_inode() {
     )
     .unwrap();
     assert!(buf.disjoint());
+    assert_eq!(buf.plane_layouts(), vec![PlaneLayout::linear(0, 64, 48), PlaneLayout { object: 1, ..PlaneLayout::linear(0, 64, 24) }]);
     let checked = check_import(&buf, &device()).unwrap();
     assert!(checked.disjoint());
     // Both planes at offset 0 is fine: they are in different files.
@@ -222,8 +224,7 @@ fn tiled_modifier_with_a_metadata_plane() {
         64,
         64,
         fd,
-        &[(0, 512), (32768, 16)],
-    )
+        &[PlaneLayout::linear(0, 512, plane_rows(Fourcc::ARGB8888, 0, 64)), PlaneLayout::linear(32768, 16, plane_rows(Fourcc::ARGB8888, 1, 64))])
     .unwrap();
     let checked = check_import(&buf, &device()).unwrap();
     assert_eq!(checked.planes()[1].end, 32768 + 16 * 64);
@@ -309,8 +310,8 @@ fn check_4_subsampled_formats_need_even_extents() {
     let cpu = ImportLimits::linear_cpu(4096);
     let one_file = |fourcc: Fourcc, w: u32, h: u32| {
         let info = dmabridge_interop::format_info(fourcc).unwrap();
-        let planes: Vec<(u64, u64)> = (0..info.plane_count())
-            .map(|i| ((i as u64) << 20, info.min_stride(i, w)))
+        let planes: Vec<PlaneLayout> = (0..info.plane_count())
+            .map(|i| PlaneLayout::linear((i as u64) << 20, info.min_stride(i, w), info.plane_height(i, h)))
             .collect();
         DmaBuf::in_one_file(fourcc, LINEAR, w, h, memfd(4 << 20), &planes).unwrap()
     };
@@ -404,8 +405,7 @@ fn check_6_stride_too_small() {
         34,
         34,
         memfd(1 << 16),
-        &[(0, 64), (4096, 33)],
-    )
+        &[PlaneLayout::linear(0, 64, plane_rows(Fourcc::NV12, 0, 34)), PlaneLayout::linear(4096, 33, plane_rows(Fourcc::NV12, 1, 34))])
     .unwrap();
     assert!(matches!(
         check_import(&nv12, &device()),
@@ -427,8 +427,7 @@ fn check_8_plane_past_the_end_of_the_fd() {
         64,
         48,
         memfd(8192),
-        &[(0, 64), (8192 - 64 * 24 + 1, 64)],
-    )
+        &[PlaneLayout::linear(0, 64, plane_rows(Fourcc::NV12, 0, 48)), PlaneLayout::linear(8192 - 64 * 24 + 1, 64, plane_rows(Fourcc::NV12, 1, 48))])
     .unwrap();
     assert!(matches!(
         check_import(&nv12, &device()),
@@ -495,8 +494,7 @@ fn check_9_overlapping_planes_in_one_file() {
         64,
         48,
         memfd(1 << 16),
-        &[(0, 64), (64 * 47, 64)],
-    )
+        &[PlaneLayout::linear(0, 64, plane_rows(Fourcc::NV12, 0, 48)), PlaneLayout::linear(64 * 47, 64, plane_rows(Fourcc::NV12, 1, 48))])
     .unwrap();
     assert!(matches!(
         check_import(&nv12, &device()),
@@ -509,8 +507,7 @@ fn check_9_overlapping_planes_in_one_file() {
         64,
         48,
         memfd(1 << 16),
-        &[(0, 64), (64 * 48, 64)],
-    )
+        &[PlaneLayout::linear(0, 64, plane_rows(Fourcc::NV12, 0, 48)), PlaneLayout::linear(64 * 48, 64, plane_rows(Fourcc::NV12, 1, 48))])
     .unwrap();
     assert!(check_import(&touching, &device()).is_ok());
     // YUV420 with Y alone and U, V sharing a second file: U and V overlap.
@@ -636,8 +633,7 @@ fn checks_run_in_order() {
         64,
         48,
         memfd(1 << 16),
-        &[(0, 63), (0, 64)],
-    )
+        &[PlaneLayout::linear(0, 63, plane_rows(Fourcc::NV12, 0, 48)), PlaneLayout::linear(0, 64, plane_rows(Fourcc::NV12, 1, 48))])
     .unwrap();
     assert!(matches!(
         check_import(&nv12, &device()),
@@ -710,7 +706,7 @@ fn no_fd_leaks_across_accepted_and_rejected_descriptors() {
                 stride: 4,
             }],
         );
-        let _ = DmaBuf::in_one_file(Fourcc::NV12, LINEAR, 16, 16, memfd(64), &[(0, 16); 5]);
+        let _ = DmaBuf::in_one_file(Fourcc::NV12, LINEAR, 16, 16, memfd(64), &[PlaneLayout::linear(0, 16, 16); 5]);
         // Accepted or rejected by the checks, then dropped with its clones.
         let buf = DmaBuf::in_one_file(
             Fourcc::NV12,
@@ -718,8 +714,7 @@ fn no_fd_leaks_across_accepted_and_rejected_descriptors() {
             64,
             48,
             memfd(8192),
-            &[(0, 64), (4096 + i, 64)],
-        )
+            &[PlaneLayout::linear(0, 64, plane_rows(Fourcc::NV12, 0, 48)), PlaneLayout::linear(4096 + i, 64, plane_rows(Fourcc::NV12, 1, 48))])
         .unwrap();
         let clone = buf.try_clone().unwrap();
         let ro = buf.reopen_read_only().unwrap();

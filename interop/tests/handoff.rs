@@ -14,6 +14,7 @@ use dmabridge_interop::dmabuf::wire::{
 };
 use dmabridge_interop::framing::{FrameError, SocketError};
 use dmabridge_interop::dmabuf::{
+    PlaneLayout,
     check_import, fd_count, recv, send_buffer, send_buffer_read_only, send_release, socketpair,
     DescriptorError, DmaBuf, HandoffError, ImportLimits, PlaneDesc, Received,
 };
@@ -367,7 +368,7 @@ fn buffer_msg(planes: usize) -> BufferMsg {
         height: H,
         read_only: false,
         disjoint: false,
-        planes: vec![(0, u64::from(W)), (4096, u64::from(W))][..planes].to_vec(),
+        planes: vec![PlaneLayout::linear(0, u64::from(W), H), PlaneLayout::linear(4096, u64::from(W), H / 2)][..planes].to_vec(),
         acquire_fence: false,
     }
 }
@@ -679,7 +680,7 @@ fn fd_count_is_unchanged_after_1000_handoffs() {
                         W,
                         H,
                         memfd(8192),
-                        &[(0, 64), (4096, 64)],
+                        &[PlaneLayout::linear(0, 64, H), PlaneLayout::linear(4096, 64, H / 2)],
                     )
                     .unwrap(),
                 };

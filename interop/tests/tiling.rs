@@ -8,8 +8,9 @@ use dmabridge_interop::tiling::colour::{
 };
 use dmabridge_interop::tiling::gpu::{plane_dispatches, TilePushConstants};
 use dmabridge_interop::tiling::{
-    detile, packed_planes, tile, tiled_size, ColourMatrix, ColourRange, LinearPlane, PlaneAddress, TilingError,
+    detile, packed_planes, tile, tiled_size, ColourMatrix, ColourRange, PlaneAddress, TilingError,
 };
+use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{Fourcc, TileLayout};
 
 struct Rng(u64);
@@ -60,7 +61,7 @@ fn cases() -> Vec<(TileLayout, Fourcc)> {
 }
 
 /// A linear layout with `offset` before the first plane and `extra` bytes after each row.
-fn padded_planes(f: Fourcc, w: u32, h: u32, offset: u64, extra: u64) -> (Vec<LinearPlane>, usize) {
+fn padded_planes(f: Fourcc, w: u32, h: u32, offset: u64, extra: u64) -> (Vec<PlaneLayout>, usize) {
     let g = tiled_size(TileLayout::Linear, f, w, h).unwrap();
     let mut at = offset;
     let planes = g
@@ -68,7 +69,7 @@ fn padded_planes(f: Fourcc, w: u32, h: u32, offset: u64, extra: u64) -> (Vec<Lin
         .iter()
         .map(|p| {
             let stride = p.width_bytes as u64 + extra;
-            let plane = LinearPlane { offset: at, stride };
+            let plane = PlaneLayout::linear(at, stride, p.rows);
             at += stride * p.rows as u64 + 3;
             plane
         })
@@ -78,7 +79,7 @@ fn padded_planes(f: Fourcc, w: u32, h: u32, offset: u64, extra: u64) -> (Vec<Lin
 
 /// A linear layout whose offsets and strides are multiples of `align` (4 or 16), with a
 /// gap of `align` bytes after each row: the shaders' row-grid detile path.
-fn aligned_planes(f: Fourcc, w: u32, h: u32, align: u64) -> (Vec<LinearPlane>, usize) {
+fn aligned_planes(f: Fourcc, w: u32, h: u32, align: u64) -> (Vec<PlaneLayout>, usize) {
     let g = tiled_size(TileLayout::Linear, f, w, h).unwrap();
     let mut at = align;
     let planes = g
@@ -86,7 +87,7 @@ fn aligned_planes(f: Fourcc, w: u32, h: u32, align: u64) -> (Vec<LinearPlane>, u
         .iter()
         .map(|p| {
             let stride = (p.width_bytes as u64).div_ceil(align) * align + align;
-            let plane = LinearPlane { offset: at, stride };
+            let plane = PlaneLayout::linear(at, stride, p.rows);
             at = (at + stride * p.rows as u64).div_ceil(align) * align + align;
             plane
         })
@@ -94,7 +95,7 @@ fn aligned_planes(f: Fourcc, w: u32, h: u32, align: u64) -> (Vec<LinearPlane>, u
     (planes, at as usize)
 }
 
-fn visible(f: Fourcc, w: u32, h: u32, planes: &[LinearPlane], len: usize) -> Vec<bool> {
+fn visible(f: Fourcc, w: u32, h: u32, planes: &[PlaneLayout], len: usize) -> Vec<bool> {
     let g = tiled_size(TileLayout::Linear, f, w, h).unwrap();
     let mut mask = vec![false; len];
     for (p, l) in g.planes.iter().zip(planes) {
@@ -523,7 +524,7 @@ fn whole_image_colour_conversions() {
         // NV12 at unaligned offsets -> RGBA, checked against the float reference per pixel.
         let (planes, len) = padded_planes(Fourcc::NV12, w, h, 5, 3);
         let yuv = rng.bytes(len);
-        let rgba_plane = LinearPlane { offset: 16, stride: w as u64 * 4 + 8 };
+        let rgba_plane = PlaneLayout::linear(16, w as u64 * 4 + 8, h);
         let mut rgba = vec![0u8; 16 + (rgba_plane.stride * h as u64) as usize];
         yuv_to_rgb(Fourcc::NV12, Fourcc::ABGR8888, m, r, w, h, &yuv, &planes, &mut rgba, rgba_plane).unwrap();
         for y in 0..h as u64 {
@@ -567,7 +568,29 @@ fn whole_image_colour_conversions() {
         buf[i * 2..i * 2 + 2].copy_from_slice(&(v << 6).to_le_bytes());
     }
     let mut rgba = vec![0u8; 16];
-    let plane = LinearPlane { offset: 0, stride: 8 };
+    let plane = PlaneLayout::linear(0, 8, 2);
     yuv_to_rgb(Fourcc::P010, Fourcc::ABGR8888, ColourMatrix::Bt709, ColourRange::Limited, 2, 2, &buf, &p010, &mut rgba, plane).unwrap();
     assert_eq!(rgba, [255u8; 16]);
+}
+
+/// A linear plane whose declared size ends before its last row contradicts itself: the CPU
+/// conversions and the GPU dispatch parameters refuse it by name, and one byte more is
+/// enough.
+#[test]
+fn a_plane_smaller_than_its_rows_is_refused() {
+    let (w, h) = (64u32, 32u32);
+    let g = tiled_size(TileLayout::Nv12_4L4, Fourcc::NV12, w, h).unwrap();
+    let tiled = vec![7u8; g.size as usize];
+    let mut planes = packed_planes(Fourcc::NV12, w, h).unwrap();
+    let mut dst = vec![0u8; g.size as usize];
+    // The luma rows span 63 x 64 + 64 bytes.
+    let needed = 64 * 32;
+    planes[0].size = needed - 1;
+    let r = detile(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, &tiled, &mut dst, &planes);
+    assert!(matches!(r, Err(TilingError::PlaneSize { offset: 0, stride: 64, size, needed: n }) if size == needed - 1 && n == needed), "{r:?}");
+    let r = plane_dispatches(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, 0, &planes, false);
+    assert!(matches!(r, Err(dmabridge_interop::tiling::gpu::GpuParamError::Layout(TilingError::PlaneSize { .. }))), "{r:?}");
+    planes[0].size = needed;
+    detile(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, &tiled, &mut dst, &planes).expect("a plane exactly its rows");
+    plane_dispatches(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, 0, &planes, false).expect("a plane exactly its rows");
 }

@@ -32,7 +32,8 @@ use dmabridge::{
 };
 use dmabridge_interop::dmabuf::{recv, send_buffer, socketpair, BufferIdentity, DmaBuf, PlaneDesc, Received};
 use dmabridge_interop::negotiate::{negotiate_with, Member, NegotiateOptions};
-use dmabridge_interop::tiling::{FrameConversion, LinearPlane};
+use dmabridge_interop::tiling::{FrameConversion};
+use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{format_info, Fourcc, Layout, Modifier, TileLayout};
 use serde::{Deserialize, Serialize};
 
@@ -391,7 +392,7 @@ fn measure_inner(engine: &Engine, path: &str, fourcc: Fourcc, w: u32, h: u32, op
                 let t = Instant::now();
                 for _ in 0..n {
                     let got = handoff(&a, &b, &source.buf)?;
-                    let planes: Vec<LinearPlane> = got.planes().map(|p| LinearPlane { offset: p.offset, stride: p.stride }).collect();
+                    let planes: Vec<PlaneLayout> = got.plane_layouts();
                     let regions = dmabridge::resources::transfer::plane_regions(fourcc, (w, h), &planes, source.bytes)?;
                     let slot = frame % FRAMES_IN_FLIGHT;
                     frame += 1;

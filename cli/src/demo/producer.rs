@@ -11,7 +11,7 @@ use dmabridge::{
     Binding, BufferLocation, Completion, ComputePipeline, Direction, Engine, EngineOptions, ExportedImage, GpuBuffer, ImportedBuffer,
     ParticipantRequest, SubmitOptions,
 };
-use dmabridge_interop::dmabuf::{fd_count, recv_fenced, send_buffer_with_fence, socketpair, DmaBuf, FencedReceived, PlaneDesc, SystemMemory};
+use dmabridge_interop::dmabuf::{fd_count, recv_fenced, send_buffer_with_fence, socketpair, DmaBuf, FencedReceived, PlaneDesc, PlaneLayout, SystemMemory};
 use dmabridge_interop::sync::{wait_sync_file, SyncMethod, SyncMethods};
 use dmabridge_interop::negotiate::{negotiate_with, ConversionKind, ConversionPlan, Domain, Member, NegotiateOptions, Outcome, Participant, Report, Usage};
 use dmabridge_interop::tiling::{packed_planes, tiled_size};
@@ -64,20 +64,6 @@ pub fn nv12_checksum(frame: &[u8], (w, h): (u32, u32)) -> u32 {
         }
     }
     sum
-}
-
-/// The demo's packed linear layout of a `fourcc` frame: (offset, stride, row bytes, rows) per plane.
-pub fn packed_layout(fourcc: Fourcc, w: u32, h: u32) -> Result<Vec<(u64, u64, u64, u64)>, DemoError> {
-    let info = format_info(fourcc).ok_or_else(|| DemoError::Unavailable(format!("{fourcc} has no plane table")))?;
-    let mut offset = 0;
-    let mut out = Vec::new();
-    for i in 0..info.plane_count() {
-        let stride = info.min_stride(i, w);
-        let rows = info.plane_height(i, h) as u64;
-        out.push((offset, stride, stride, rows));
-        offset += stride * rows;
-    }
-    Ok(out)
 }
 
 /// What the consumer says, as a negotiation participant.
@@ -208,8 +194,8 @@ struct Slot {
     _exported: Option<ExportedImage>,
     dmabuf: DmaBuf,
     set: vk::DescriptorSet,
-    /// (offset, stride) of each plane in the file.
-    planes: Vec<(u64, u64)>,
+    /// Where each plane lies in the file.
+    planes: Vec<PlaneLayout>,
     used: bool,
     /// sync-file: the consumer's release fence, which the next frame's submission waits for
     /// before it writes the buffer again.
@@ -245,12 +231,12 @@ impl Pool {
                     (Some(img), buf)
                 }
                 Mode::Copy => {
-                    let layout = packed_layout(plan.fourcc, w, h)?;
-                    let total = layout.iter().map(|p| p.1 * p.3).sum();
+                    let layout = packed_planes(plan.fourcc, w, h).map_err(dmabridge::ConvertError::from)?;
+                    let total = layout.iter().filter_map(PlaneLayout::end).max().unwrap_or(0);
                     let fd = memory.alloc("dmabridge-demo-frame", total)?;
                     let mut planes = Vec::new();
-                    for &(offset, stride, _, _) in &layout {
-                        planes.push(PlaneDesc { fd: fd.try_clone()?, offset, stride });
+                    for p in &layout {
+                        planes.push(PlaneDesc { fd: fd.try_clone()?, offset: p.offset, stride: p.stride });
                     }
                     drop(fd);
                     (None, DmaBuf::new(plan.fourcc, Layout::Explicit(Modifier::LINEAR), w, h, planes)?)
@@ -259,12 +245,11 @@ impl Pool {
             if dmabuf.disjoint() {
                 return Err(DemoError::Unavailable("the demo writes frames whose planes share one file".into()));
             }
-            let info = format_info(plan.fourcc).ok_or_else(|| DemoError::Unavailable(format!("{} has no plane table", plan.fourcc)))?;
-            let planes: Vec<(u64, u64)> = dmabuf.planes().map(|p| (p.offset, p.stride)).collect();
-            if planes.iter().any(|(o, s)| o % 4 != 0 || s % 4 != 0) {
-                return Err(DemoError::Unavailable(format!("plane offsets/strides {planes:?} are not word-aligned")));
+            let planes = dmabuf.plane_layouts();
+            if planes.iter().any(|p| p.offset % 4 != 0 || p.stride % 4 != 0) {
+                return Err(DemoError::Unavailable(format!("plane layouts {planes:?} are not word-aligned")));
             }
-            let size = planes.iter().enumerate().map(|(i, (o, s))| o + s * info.plane_height(i, h) as u64).max().unwrap_or(0);
+            let size = planes.iter().map(|p| p.end().ok_or_else(|| DemoError::Unavailable(format!("plane {p:?} ends past 2^64")))).try_fold(0, |a, e| e.map(|e| a.max(e)))?;
             let usage = vk::BufferUsageFlags::STORAGE_BUFFER | vk::BufferUsageFlags::TRANSFER_DST | vk::BufferUsageFlags::TRANSFER_SRC;
             let fd = dmabuf.plane(0).map(|p| p.fd).ok_or_else(|| DemoError::Protocol("a frame without planes".into()))?;
             let alias = ImportedBuffer::import(engine, fd, size, usage)?;
@@ -638,11 +623,11 @@ pub fn read_u32(buffer: &GpuBuffer, index: usize) -> Result<u32, DemoError> {
 
 /// The pattern shader's push constants and dispatch extent for a frame whose planes lie at
 /// `planes` (offset, stride) in the bound buffer.
-fn pattern_push(fourcc: Fourcc, (w, h): (u32, u32), planes: &[(u64, u64)], index: u32) -> Result<(Push, (u32, u32)), DemoError> {
+fn pattern_push(fourcc: Fourcc, (w, h): (u32, u32), planes: &[PlaneLayout], index: u32) -> Result<(Push, (u32, u32)), DemoError> {
     let words = |v: u64| u32::try_from(v / 4).map_err(|_| DemoError::Unavailable(format!("a plane offset or stride of {v} bytes is too large")));
-    let (o0, s0) = planes.first().copied().ok_or_else(|| DemoError::Protocol("a frame without planes".into()))?;
+    let (o0, s0) = planes.first().map(|p| (p.offset, p.stride)).ok_or_else(|| DemoError::Protocol("a frame without planes".into()))?;
     if fourcc == Fourcc::NV12 {
-        let (o1, s1) = planes.get(1).copied().ok_or_else(|| DemoError::Protocol("an NV12 frame without its chroma plane".into()))?;
+        let (o1, s1) = planes.get(1).map(|p| (p.offset, p.stride)).ok_or_else(|| DemoError::Protocol("an NV12 frame without its chroma plane".into()))?;
         Ok(([w, h, words(o0)?, words(s0)?, index, words(o1)?, words(s1)?], (w / 4, h / 2)))
     } else {
         Ok(([w, h, words(o0)?, words(s0)?, index, 0, 0], (w, h)))
@@ -706,7 +691,7 @@ fn record_frame(
     }
     if corrupt {
         // A transport fault, after the checksum was taken: 16 pixels in the middle of the frame.
-        let (offset, stride) = slot.planes.first().copied().unwrap_or((0, 0));
+        let (offset, stride) = slot.planes.first().map_or((0, 0), |p| (p.offset, p.stride));
         let bpp = format_info(plan.fourcc).and_then(|i| i.planes.first()).map_or(1, |p| p.cpp as u64);
         let at = offset + (h as u64 / 2) * stride + (w as u64 / 2) * bpp;
         let at = at - at % 4;
@@ -805,7 +790,7 @@ impl<'a> CopyPath<'a> {
         let device = engine.device();
         let (w, h) = (self.w, self.h);
         let ignored = vk::QUEUE_FAMILY_IGNORED;
-        let (push, dims) = pattern_push(Fourcc::ARGB8888, (w, h), &[(0, u64::from(w) * 4)], index)?;
+        let (push, dims) = pattern_push(Fourcc::ARGB8888, (w, h), &[PlaneLayout::linear(0, u64::from(w) * 4, h)], index)?;
         dispatch(self.tools.pipeline, cmd, self.set, &push, dims, until)?;
         let rendered = buffer_barrier(self.linear.buffer(), vk::AccessFlags::SHADER_WRITE, vk::AccessFlags::SHADER_READ | vk::AccessFlags::TRANSFER_READ, ignored, ignored);
         let compute = vk::PipelineStageFlags::COMPUTE_SHADER;

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::os::fd::AsFd;
 
-use crate::dmabuf::{classify, file_size, DmaBuf, FdTrust};
+use crate::dmabuf::{classify, file_size, DmaBuf, FdTrust, PlaneLayout};
 use crate::negotiate::{
     negotiate_with, BufferConstraints, Candidates, Conflict, ConstraintKind, CpuAccess, Domain, Member,
     NegotiateOptions, Outcome, Participant,
@@ -21,23 +21,14 @@ pub fn describe(conflicts: &[Conflict]) -> String {
     conflicts.iter().map(ToString::to_string).collect::<Vec<_>>().join("; ")
 }
 
-/// One plane of the computed outputs: where it lives in which memory object of a buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PlaneOutput {
-    /// Index into [`Outputs::object_sizes`].
-    pub object: u32,
-    pub offset: u64,
-    /// Row pitch in bytes.
-    pub stride: u64,
-}
-
 /// NvSciBuf's output attributes: what the allocator actually made, read back from the
 /// buffers (every buffer of a collection has the same layout).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outputs {
     /// Bytes of each memory object (fd) of one buffer: one for a non-disjoint buffer.
     pub object_sizes: Vec<u64>,
-    pub planes: Vec<PlaneOutput>,
+    /// Where each plane lies: `object` indexes `object_sizes`.
+    pub planes: Vec<PlaneLayout>,
 }
 
 impl Outputs {
@@ -313,24 +304,18 @@ pub fn outputs_of(r: &Reconciled, buffers: &[DmaBuf]) -> Result<Outputs, Outputs
 }
 
 fn outputs_of_one(b: &DmaBuf, index: usize) -> Result<Outputs, OutputsError> {
-    let mut files = Vec::new();
+    let planes = b.plane_layouts();
     let mut object_sizes = Vec::new();
-    let mut planes = Vec::new();
-    for (plane, p) in b.planes().enumerate() {
-        let object = match files.iter().position(|f| *f == p.file) {
-            Some(k) => k,
-            None => {
-                let size = classify(p.fd.as_fd(), FdTrust::Untrusted)
-                    .map_err(|e| std::io::Error::other(e.to_string()))
-                    .and_then(|class| file_size(p.fd, class))
-                    .map_err(|source| OutputsError::Size { index, plane, source })?;
-                files.push(p.file);
-                object_sizes.push(size);
-                files.len() - 1
-            }
-        };
-        // At most MAX_PLANES objects.
-        planes.push(PlaneOutput { object: object as u32, offset: p.offset, stride: p.stride });
+    // Objects are numbered in order of first appearance, so object k's first plane is the
+    // first plane whose object is k.
+    for (plane, (p, layout)) in b.planes().zip(&planes).enumerate() {
+        if layout.object == object_sizes.len() {
+            let size = classify(p.fd.as_fd(), FdTrust::Untrusted)
+                .map_err(|e| std::io::Error::other(e.to_string()))
+                .and_then(|class| file_size(p.fd, class))
+                .map_err(|source| OutputsError::Size { index, plane, source })?;
+            object_sizes.push(size);
+        }
     }
     Ok(Outputs { object_sizes, planes })
 }

@@ -82,7 +82,7 @@ pub mod wire;
 
 pub use alloc::{Allocator, AllocatorError, Holders, SystemAllocator};
 pub use attrs::{
-    outputs_of, reconcile, validate, Outputs, OutputsError, PlaneOutput, ReconcileOptions,
+    outputs_of, reconcile, validate, Outputs, OutputsError, ReconcileOptions,
     Reconciled, ValidateFailure,
 };
 pub use client::{Buffers, CollectionError, Token, TokenEvent};

@@ -34,7 +34,8 @@
 //!         min_size u64, cpu u8, domain u8, reserved u16 = 0, participant count u16
 //!         (<= MAX_TOKENS) and names; with outputs: object count u8 (1..=4), sizes u64 each,
 //!         plane count u8 (1..=4), per plane: object u8 (< object count), reserved u8[3]=0,
-//!         offset u64, stride u64
+//!         offset u64, stride u64 (each plane's size is not sent: the receiver computes
+//!         stride x rows, as `DmaBuf::plane_layouts` does)
 //! conflict list: count u16 (1..=MAX_CONFLICTS), each: attribute u8, name count u8
 //!         (<= 16) and names, detail text
 //! ```
@@ -48,7 +49,8 @@ use crate::{Format, FormatSet, Fourcc, Layout, Modifier};
 
 use crate::framing::{clean as clean_bits, Cursor, FrameError, Protocol, Writer as FrameWriter};
 
-use super::attrs::{validate, Outputs, PlaneOutput, Reconciled, ValidateFailure};
+use super::attrs::{validate, Outputs, Reconciled, ValidateFailure};
+use crate::dmabuf::{plane_rows, PlaneLayout};
 use crate::negotiate::{BufferConstraints, Conflict, ConstraintKind};
 use super::limits::{MAX_BUFFERS, MAX_CONFLICTS, MAX_FORMATS, MAX_NAME_LEN, MAX_TEXT_LEN, MAX_TOKENS};
 use super::state::Failure;
@@ -427,8 +429,8 @@ impl Writer {
             count_ok("planes", o.planes.len(), 1, crate::dmabuf::MAX_PLANES)?;
             self.u8(o.planes.len() as u8);
             for p in &o.planes {
-                if p.object as usize >= o.object_sizes.len() {
-                    return Err(WireError::Value { field: "plane object", value: u64::from(p.object) });
+                if p.object >= o.object_sizes.len() {
+                    return Err(WireError::Value { field: "plane object", value: p.object as u64 });
                 }
                 self.u8(p.object as u8);
                 self.bytes(&[0, 0, 0]);
@@ -582,7 +584,7 @@ impl Reader<'_> {
             let np = usize::from(self.u8()?);
             count_ok("planes", np, 1, crate::dmabuf::MAX_PLANES)?;
             let mut planes = Vec::with_capacity(np);
-            for _ in 0..np {
+            for i in 0..np {
                 let object = self.u8()?;
                 if usize::from(object) >= objects {
                     return Err(WireError::Value { field: "plane object", value: u64::from(object) });
@@ -591,7 +593,11 @@ impl Reader<'_> {
                 if pad != [0; 3] {
                     return Err(FrameError::Reserved { field: "plane reserved", value: u64::from(u32::from_le_bytes([pad[0], pad[1], pad[2], 0])) }.into());
                 }
-                planes.push(PlaneOutput { object: u32::from(object), offset: self.u64()?, stride: self.u64()? });
+                // The size is not on the wire: it is the descriptor's `stride x rows`, as
+                // DmaBuf::plane_layouts computes it on the sending side.
+                let mut plane = PlaneLayout::linear(self.u64()?, self.u64()?, plane_rows(fourcc, i, height));
+                plane.object = usize::from(object);
+                planes.push(plane);
             }
             Some(Outputs { object_sizes, planes })
         } else {

@@ -34,6 +34,7 @@ use std::io;
 use super::descriptor::{DmaBuf, FileId};
 use super::fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, NotFixedReason};
 use super::pread::{read_at, ReadError};
+use super::plane_layout::plane_rows;
 use crate::{format_info, Format, Fourcc, Layout, Modifier, Subsampling};
 
 /// What a device says about importing one format+layout for the usage at hand: from
@@ -382,11 +383,7 @@ fn run_checks<'a>(
     let mut sizes: Vec<(FileId, u64)> = Vec::with_capacity(buf.plane_count());
     let mut planes = Vec::with_capacity(buf.plane_count());
     for ((i, p), &class) in buf.planes().enumerate().zip(&classes) {
-        let rows = if i < info.plane_count() {
-            info.plane_height(i, height)
-        } else {
-            height
-        };
+        let rows = plane_rows(buf.fourcc(), i, height);
         let end = p
             .stride
             .checked_mul(u64::from(rows))

@@ -8,6 +8,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::{fcntl_getfl, fstat, Mode, OFlags};
 
 use crate::{Format, Fourcc, Layout};
+use super::plane_layout::{plane_rows, PlaneLayout};
 
 /// The most memory planes a dma-buf has (the kernel's `DRM_FORMAT_MAX_PLANES`, and
 /// `VK_IMAGE_ASPECT_MEMORY_PLANE_3_BIT_EXT` is the last aspect Vulkan names).
@@ -170,15 +171,16 @@ impl DmaBuf {
     }
 
     /// Builds a descriptor whose planes all live in the one file `fd` (the usual non-disjoint
-    /// export). Takes ownership of `fd`; each plane gets its own dup of it. `planes` lists
-    /// (offset, stride) per plane.
+    /// export). Takes ownership of `fd`; each plane gets its own dup of it. `planes` gives
+    /// each plane's offset and stride; their `object` is 0 by definition here and their
+    /// `size` is the import check's business, so neither is read.
     pub fn in_one_file(
         fourcc: Fourcc,
         layout: Layout,
         width: u32,
         height: u32,
         fd: OwnedFd,
-        planes: &[(u64, u64)],
+        planes: &[PlaneLayout],
     ) -> Result<DmaBuf, DescriptorError> {
         if planes.is_empty() || planes.len() > MAX_PLANES {
             return Err(DescriptorError::PlaneCount(planes.len()));
@@ -193,8 +195,8 @@ impl DmaBuf {
         for (fd, pl) in std::iter::once(fd).chain(dups).zip(planes) {
             descs.push(PlaneDesc {
                 fd,
-                offset: pl.0,
-                stride: pl.1,
+                offset: pl.offset,
+                stride: pl.stride,
             });
         }
         DmaBuf::new(fourcc, layout, width, height, descs)
@@ -246,6 +248,25 @@ impl DmaBuf {
             stride: p.stride,
             file: p.file,
         })
+    }
+
+    /// Where each plane lies, as one [`PlaneLayout`] per plane: `object` numbers the distinct
+    /// files in order of first appearance (0 for every plane of a non-disjoint buffer), and
+    /// `size` is `stride x` [`plane_rows`], the span [`check_import`](super::check_import)
+    /// checks against the file.
+    pub fn plane_layouts(&self) -> Vec<PlaneLayout> {
+        let mut files: Vec<FileId> = Vec::with_capacity(self.planes.len());
+        let mut out = Vec::with_capacity(self.planes.len());
+        for (i, p) in self.planes.iter().enumerate() {
+            let object = files.iter().position(|f| *f == p.file).unwrap_or_else(|| {
+                files.push(p.file);
+                files.len() - 1
+            });
+            let mut layout = PlaneLayout::linear(p.offset, p.stride, plane_rows(self.fourcc, i, self.height));
+            layout.object = object;
+            out.push(layout);
+        }
+        out
     }
 
     /// A new fd for plane `i` (a dup: same open file description, `O_CLOEXEC`), owned by the

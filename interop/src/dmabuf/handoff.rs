@@ -126,7 +126,7 @@ pub fn send_buffer_with_fence(
         height: buf.height(),
         read_only: buf.read_only(),
         disjoint: buf.disjoint(),
-        planes: buf.planes().map(|p| (p.offset, p.stride)).collect(),
+        planes: buf.plane_layouts(),
         acquire_fence: acquire_fence.is_some(),
     });
     let bytes = wire::encode(&msg)?;
@@ -245,7 +245,7 @@ fn assemble(bytes: &[u8], mut fds: Vec<OwnedFd>) -> Result<FencedReceived, Hando
             let planes = fds
                 .into_iter()
                 .zip(&b.planes)
-                .map(|(fd, &(offset, stride))| PlaneDesc { fd, offset, stride })
+                .map(|(fd, p)| PlaneDesc { fd, offset: p.offset, stride: p.stride })
                 .collect();
             let buf = DmaBuf::new(b.fourcc, b.layout, b.width, b.height, planes)?;
             if buf.disjoint() != b.disjoint {

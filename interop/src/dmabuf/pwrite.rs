@@ -151,13 +151,13 @@ pub fn check_read_only(buf: &DmaBuf) -> Result<(), NotReadOnly> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dmabuf::sealed_memfd;
+    use crate::dmabuf::{sealed_memfd, PlaneLayout};
     use crate::{Fourcc, Layout, Modifier};
 
     fn nv12(stride: u64) -> DmaBuf {
         let uv = stride * 4 + 64;
         let fd = sealed_memfd("pwrite-test", &vec![0u8; (uv + stride * 2) as usize]).unwrap();
-        DmaBuf::in_one_file(Fourcc::NV12, Layout::Explicit(Modifier::LINEAR), 6, 4, fd, &[(0, stride), (uv, stride)]).unwrap()
+        DmaBuf::in_one_file(Fourcc::NV12, Layout::Explicit(Modifier::LINEAR), 6, 4, fd, &[PlaneLayout::linear(0, stride, 4), PlaneLayout::linear(uv, stride, 2)]).unwrap()
     }
 
     #[test]

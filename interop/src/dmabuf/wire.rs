@@ -38,6 +38,7 @@ use crate::framing::{clean, Cursor, FrameError, Header, Protocol, Writer};
 use crate::{Fourcc, Layout, Modifier};
 
 use super::descriptor::MAX_PLANES;
+use super::plane_layout::{plane_rows, PlaneLayout};
 
 pub use crate::framing::HEADER_LEN;
 pub const MAGIC: [u8; 4] = *b"DMBF";
@@ -88,8 +89,11 @@ pub struct BufferMsg {
     pub height: u32,
     pub read_only: bool,
     pub disjoint: bool,
-    /// (offset, stride) per plane; 1..=4 entries.
-    pub planes: Vec<(u64, u64)>,
+    /// Where each plane lies; 1..=4 entries. Only offset and stride travel: on decoding,
+    /// `object` is 0 for every plane of a buffer in one file and the plane's own index (its
+    /// fd) for a disjoint one, and `size` is `stride x` [`plane_rows`], as
+    /// [`DmaBuf::plane_layouts`](super::DmaBuf::plane_layouts) gives them on the sending side.
+    pub planes: Vec<PlaneLayout>,
     /// Whether an acquire fence follows the planes' fds.
     pub acquire_fence: bool,
 }
@@ -151,9 +155,9 @@ pub fn encode(msg: &Message) -> Result<Vec<u8>, WireError> {
             // n <= 4, so this cast is exact.
             w.u32(n as u32);
             w.u32(0);
-            for &(offset, stride) in &b.planes {
-                w.u64(offset);
-                w.u64(stride);
+            for p in &b.planes {
+                w.u64(p.offset);
+                w.u64(p.stride);
             }
             KIND_BUFFER
         }
@@ -242,9 +246,12 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             fds(n as u16 + u16::from(fence))?;
             clean("buffer flags", u64::from(flags), u64::from(KNOWN_FLAGS))?;
             clean("buffer reserved", u64::from(reserved), 0)?;
+            let disjoint = flags & FLAG_DISJOINT != 0;
             let mut planes = Vec::with_capacity(n as usize);
-            for _ in 0..n {
-                planes.push((r.u64()?, r.u64()?));
+            for i in 0..n as usize {
+                let mut plane = PlaneLayout::linear(r.u64()?, r.u64()?, plane_rows(fourcc, i, height));
+                plane.object = if disjoint { i } else { 0 };
+                planes.push(plane);
             }
             Ok(Message::Buffer(BufferMsg {
                 id,
@@ -253,7 +260,7 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
                 width,
                 height,
                 read_only: flags & FLAG_READ_ONLY != 0,
-                disjoint: flags & FLAG_DISJOINT != 0,
+                disjoint,
                 planes,
                 acquire_fence: fence,
             }))
@@ -274,7 +281,7 @@ mod tests {
             height: 48,
             read_only: true,
             disjoint: false,
-            planes: vec![(0, 64), (4096, 64)],
+            planes: vec![PlaneLayout::linear(0, 64, 48), PlaneLayout::linear(4096, 64, 24)],
             acquire_fence: false,
         })
     }

@@ -35,7 +35,7 @@
 //! ±1 of it (tested over a grid for all four matrix/range combinations).
 
 use super::geometry::{check_linear, packed_planes, tiled_size};
-use super::{alloc_output, LinearPlane, TilingError};
+use super::{alloc_output, PlaneLayout, TilingError};
 use crate::{Fourcc, TileLayout};
 
 /// YCbCr matrix coefficients.
@@ -415,9 +415,9 @@ pub fn yuv_to_rgb(
     width: u32,
     height: u32,
     src: &[u8],
-    src_planes: &[LinearPlane],
+    src_planes: &[PlaneLayout],
     dst: &mut [u8],
-    dst_plane: LinearPlane,
+    dst_plane: PlaneLayout,
 ) -> Result<(), ColourError> {
     let bits = yuv_bits(from, to)?;
     let pack = packing(to, from, false, false)?;
@@ -454,9 +454,9 @@ pub fn rgb_to_nv12(
     width: u32,
     height: u32,
     src: &[u8],
-    src_plane: LinearPlane,
+    src_plane: PlaneLayout,
     dst: &mut [u8],
-    dst_planes: &[LinearPlane],
+    dst_planes: &[PlaneLayout],
 ) -> Result<(), ColourError> {
     let pack = packing(from, Fourcc::NV12, true, true)?;
     let sg = tiled_size(TileLayout::Linear, from, width, height)?;

@@ -13,7 +13,7 @@
 use super::colour::{packing, yuv_bits, ColourError, ColourMatrix, ColourRange, YuvToRgb};
 use super::fast::{band_quantum, default_threads, detile_bands};
 use super::geometry::{check_linear, tiled_size, PlaneGeometry};
-use super::{LinearPlane, TilingError};
+use super::{PlaneLayout, TilingError};
 use crate::tiling::AddressKind;
 use crate::{Fourcc, TileLayout};
 
@@ -41,7 +41,7 @@ pub fn tiled_yuv_to_rgb_fast(
     height: u32,
     src: &[u8],
     dst: &mut [u8],
-    dst_plane: LinearPlane,
+    dst_plane: PlaneLayout,
     threads: usize,
 ) -> Result<(), ColourError> {
     let bits = yuv_bits(from, to)?;
@@ -208,7 +208,7 @@ mod tests {
                 let planes = packed_planes(Fourcc::NV12, w, h).expect("planes");
                 for to in RGB8_FORMATS.into_iter().chain(RGB10_FORMATS) {
                     for (m, r) in [(ColourMatrix::Bt601, ColourRange::Limited), (ColourMatrix::Bt2020, ColourRange::Full)] {
-                        let plane = LinearPlane { offset: 8, stride: w as u64 * 4 + 12 };
+                        let plane = PlaneLayout::linear(8, w as u64 * 4 + 12, h);
                         let len = 8 + plane.stride as usize * h as usize;
                         let mut want = vec![0x5au8; len];
                         yuv_to_rgb(Fourcc::NV12, to, m, r, w, h, &linear, &planes, &mut want, plane).expect("reference");
@@ -232,7 +232,7 @@ mod tests {
             let linear = detile_to_vec(layout, Fourcc::P010, w, h, &tiled).expect("detile");
             let planes = packed_planes(Fourcc::P010, w, h).expect("planes");
             for to in [Fourcc::XRGB2101010, Fourcc::ABGR8888] {
-                let plane = LinearPlane { offset: 0, stride: w as u64 * 4 };
+                let plane = PlaneLayout::linear(0, w as u64 * 4, h);
                 let mut want = vec![0u8; (w * h * 4) as usize];
                 yuv_to_rgb(Fourcc::P010, to, ColourMatrix::Bt2020, ColourRange::Limited, w, h, &linear, &planes, &mut want, plane).expect("reference");
                 let mut got = vec![0u8; want.len()];
@@ -244,7 +244,7 @@ mod tests {
 
     #[test]
     fn short_buffers_are_refused() {
-        let plane = LinearPlane { offset: 0, stride: 64 };
+        let plane = PlaneLayout::linear(0, 64, 16);
         let mut out = vec![0u8; 64 * 16];
         assert!(tiled_yuv_to_rgb_fast(TileLayout::Nv12_4L4, Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt709, ColourRange::Limited, 16, 16, &[0; 10], &mut out, plane, 2).is_err());
         assert!(tiled_yuv_to_rgb_fast(TileLayout::Linear, Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt709, ColourRange::Limited, 16, 16, &[0; 384], &mut out[..100], plane, 2).is_err());

@@ -6,7 +6,7 @@
 
 use super::address::PlaneAddress;
 use super::geometry::{check_linear, packed_planes, tiled_size, TiledGeometry};
-use super::{alloc_output, LinearPlane, TilingError};
+use super::{alloc_output, PlaneLayout, TilingError};
 use crate::{Fourcc, TileLayout};
 
 /// Which way bytes move between the linear and the tiled buffer.
@@ -19,7 +19,7 @@ pub(super) enum Direction {
 /// Calls `f(linear_offset, tiled_offset, len)` for every contiguous run of visible bytes of
 /// every plane. Offsets are absolute in their buffers; the checks done by the callers keep
 /// them inside the buffers.
-fn for_each_run(geometry: &TiledGeometry, linear: &[LinearPlane], mut f: impl FnMut(usize, usize, usize)) {
+fn for_each_run(geometry: &TiledGeometry, linear: &[PlaneLayout], mut f: impl FnMut(usize, usize, usize)) {
     for (g, l) in geometry.planes.iter().zip(linear) {
         let addr = PlaneAddress::of(g);
         let run = addr.run_bytes().min(g.width_bytes);
@@ -41,7 +41,7 @@ fn for_each_run(geometry: &TiledGeometry, linear: &[LinearPlane], mut f: impl Fn
 pub(super) fn checked_geometry(
     direction: Direction,
     (layout, fourcc, width, height): (TileLayout, Fourcc, u32, u32),
-    linear: &[LinearPlane],
+    linear: &[PlaneLayout],
     linear_len: usize,
     tiled_len: usize,
 ) -> Result<TiledGeometry, TilingError> {
@@ -65,7 +65,7 @@ pub fn tile(
     width: u32,
     height: u32,
     src: &[u8],
-    src_planes: &[LinearPlane],
+    src_planes: &[PlaneLayout],
     dst: &mut [u8],
 ) -> Result<TiledGeometry, TilingError> {
     let g = checked_geometry(Direction::LinearToTiled, (layout, fourcc, width, height), src_planes, src.len(), dst.len())?;
@@ -84,7 +84,7 @@ pub fn detile(
     height: u32,
     src: &[u8],
     dst: &mut [u8],
-    dst_planes: &[LinearPlane],
+    dst_planes: &[PlaneLayout],
 ) -> Result<TiledGeometry, TilingError> {
     let g = checked_geometry(Direction::TiledToLinear, (layout, fourcc, width, height), dst_planes, dst.len(), src.len())?;
     for_each_run(&g, dst_planes, |l, t, n| dst[l..l + n].copy_from_slice(&src[t..t + n]));
@@ -159,12 +159,12 @@ mod tests {
             tile(TileLayout::Nv12_4L4, Fourcc::NV12, 16, 16, &src, &planes, &mut small),
             Err(TilingError::BufferTooSmall { .. })
         ));
-        let bad = [LinearPlane { offset: 0, stride: 15 }, planes[1]];
+        let bad = [PlaneLayout::linear(0, 15, 16), planes[1]];
         assert!(matches!(
             tile(TileLayout::Nv12_4L4, Fourcc::NV12, 16, 16, &src, &bad, &mut dst),
             Err(TilingError::StrideTooSmall { plane: 0, .. })
         ));
-        let huge = [LinearPlane { offset: u64::MAX - 2, stride: 16 }, planes[1]];
+        let huge = [PlaneLayout::linear(u64::MAX - 2, 16, 16), planes[1]];
         assert!(matches!(
             tile(TileLayout::Nv12_4L4, Fourcc::NV12, 16, 16, &src, &huge, &mut dst),
             Err(TilingError::BufferTooSmall { .. })

@@ -17,7 +17,7 @@
 use super::address::{AddressKind, PlaneAddress};
 use super::cpu::{checked_geometry, Direction};
 use super::geometry::{PlaneGeometry, TiledGeometry};
-use super::{LinearPlane, TilingError};
+use super::{PlaneLayout, TilingError};
 use crate::{Fourcc, TileLayout};
 
 /// Threads the fast path uses by default: the machine's parallelism, at most 8 (more
@@ -36,7 +36,7 @@ pub fn detile_fast(
     height: u32,
     src: &[u8],
     dst: &mut [u8],
-    dst_planes: &[LinearPlane],
+    dst_planes: &[PlaneLayout],
     threads: usize,
 ) -> Result<TiledGeometry, TilingError> {
     let g = checked_geometry(Direction::TiledToLinear, (layout, fourcc, width, height), dst_planes, dst.len(), src.len())?;
@@ -55,7 +55,7 @@ pub fn tile_fast(
     width: u32,
     height: u32,
     src: &[u8],
-    src_planes: &[LinearPlane],
+    src_planes: &[PlaneLayout],
     dst: &mut [u8],
     threads: usize,
 ) -> Result<TiledGeometry, TilingError> {
@@ -69,7 +69,7 @@ pub fn tile_fast(
 /// Detiles one plane `p` whose tiled bytes are `tiled` (from the plane's first byte, as a
 /// dma-buf plane is at its offset) into `dst` at `l`, on `threads` threads: the CPU copy
 /// path of a plane that lives in its own file or at its own offset.
-pub fn detile_plane_fast(p: &PlaneGeometry, tiled: &[u8], dst: &mut [u8], l: LinearPlane, threads: usize) -> Result<(), TilingError> {
+pub fn detile_plane_fast(p: &PlaneGeometry, tiled: &[u8], dst: &mut [u8], l: PlaneLayout, threads: usize) -> Result<(), TilingError> {
     if (tiled.len() as u64) < p.size {
         return Err(TilingError::BufferTooSmall { what: "tiled plane", plane: 0, needed: p.size, got: tiled.len() as u64 });
     }
@@ -368,7 +368,7 @@ pub(super) fn detile_bands(p: &PlaneGeometry, tiled: &[u8], (b0, b1): (u32, u32)
     walk_share(p, (b0, b1), stride, &mut Gather { tiled: region, linear: out });
 }
 
-fn plane_detile(p: &PlaneGeometry, tiled: &[u8], dst: &mut [u8], l: LinearPlane, threads: usize) {
+fn plane_detile(p: &PlaneGeometry, tiled: &[u8], dst: &mut [u8], l: PlaneLayout, threads: usize) {
     let (wb, stride) = (p.width_bytes as usize, l.stride as usize);
     if p.kind == AddressKind::Linear {
         let pitch = p.padded_width_bytes as usize;
@@ -394,7 +394,7 @@ fn plane_detile(p: &PlaneGeometry, tiled: &[u8], dst: &mut [u8], l: LinearPlane,
     });
 }
 
-fn plane_tile(p: &PlaneGeometry, src: &[u8], l: LinearPlane, tiled: &mut [u8], threads: usize) {
+fn plane_tile(p: &PlaneGeometry, src: &[u8], l: PlaneLayout, tiled: &mut [u8], threads: usize) {
     let (wb, stride) = (p.width_bytes as usize, l.stride as usize);
     if p.kind == AddressKind::Linear {
         let pitch = p.padded_width_bytes as usize;
@@ -449,10 +449,11 @@ mod tests {
                     let Ok(g) = tiled_size(layout, fourcc, w, h) else { continue };
                     let packed = packed_planes(fourcc, w, h).expect("packed");
                     // Padded strides and a gap, so row ends and plane offsets are exercised.
-                    let planes: Vec<LinearPlane> = packed
+                    let planes: Vec<PlaneLayout> = packed
                         .iter()
                         .enumerate()
-                        .map(|(i, p)| LinearPlane { offset: 64 + i as u64 * (p.offset + 4096 * 3), stride: p.stride + 12 })
+                        .zip(&g.planes)
+                        .map(|((i, p), gp)| PlaneLayout::linear(64 + i as u64 * (p.offset + 4096 * 3), p.stride + 12, gp.rows))
                         .collect();
                     let len = planes.iter().zip(&g.planes).map(|(l, p)| l.offset + l.stride * p.rows as u64).max().unwrap_or(0) as usize;
                     let tiled = pattern(g.size as usize, w ^ h);

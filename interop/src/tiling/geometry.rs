@@ -1,7 +1,7 @@
 //! Tile sizes per layout and plane, and the padded size of every plane of a tiled buffer.
 
 use super::address::AddressKind;
-use super::{LinearPlane, TilingError};
+use super::{PlaneLayout, TilingError};
 use crate::{format_info, FormatInfo, Fourcc, TileLayout};
 
 /// One plane of a tiled buffer.
@@ -106,16 +106,16 @@ pub fn tiled_size(layout: TileLayout, fourcc: Fourcc, width: u32, height: u32) -
 }
 
 /// The tightly packed linear layout (the CLI's): planes back to back, stride = row bytes.
-pub fn packed_planes(fourcc: Fourcc, width: u32, height: u32) -> Result<Vec<LinearPlane>, TilingError> {
+pub fn packed_planes(fourcc: Fourcc, width: u32, height: u32) -> Result<Vec<PlaneLayout>, TilingError> {
     let g = tiled_size(TileLayout::Linear, fourcc, width, height)?;
-    Ok(g.planes.iter().map(|p| LinearPlane { offset: p.offset, stride: p.width_bytes as u64 }).collect())
+    Ok(g.planes.iter().map(|p| PlaneLayout::linear(p.offset, p.width_bytes as u64, p.rows)).collect())
 }
 
 /// Checks that `planes` describe a linear image of `geometry` that fits in `len` bytes,
 /// with rows that do not overlap.
 pub(crate) fn check_linear(
     geometry: &TiledGeometry,
-    planes: &[LinearPlane],
+    planes: &[PlaneLayout],
     len: usize,
     what: &'static str,
 ) -> Result<(), TilingError> {
@@ -131,10 +131,7 @@ pub(crate) fn check_linear(
         if l.stride < row_bytes {
             return Err(TilingError::StrideTooSmall { plane: i, stride: l.stride, row_bytes });
         }
-        let end = (g.rows as u64 - 1)
-            .checked_mul(l.stride)
-            .and_then(|v| v.checked_add(row_bytes))
-            .and_then(|v| v.checked_add(l.offset));
+        let end = rows_end(g, l)?;
         match end {
             Some(end) if end <= len as u64 => {}
             _ => {
@@ -148,6 +145,17 @@ pub(crate) fn check_linear(
         }
     }
     Ok(())
+}
+
+/// The first byte past the last row of linear plane `l` laid out as `p` (`None` when that
+/// overflows), after checking that `l.size` covers those rows: the conversions touch only
+/// the rows, so a size that ends before them is a contradiction, not padding.
+pub(crate) fn rows_end(p: &PlaneGeometry, l: &PlaneLayout) -> Result<Option<u64>, TilingError> {
+    let span = (p.rows as u64).saturating_sub(1).checked_mul(l.stride).and_then(|v| v.checked_add(p.width_bytes as u64));
+    if let Some(needed) = span.filter(|&n| n > l.size) {
+        return Err(TilingError::PlaneSize { offset: l.offset, stride: l.stride, size: l.size, needed });
+    }
+    Ok(span.and_then(|v| v.checked_add(l.offset)))
 }
 
 #[cfg(test)]

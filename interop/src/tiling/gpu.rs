@@ -33,7 +33,8 @@
 
 use super::colour::{ColourError, ColourMatrix, ColourRange, RgbPacking, RgbToYuv, YuvToRgb};
 use super::geometry::{tiled_size, PlaneGeometry};
-use super::{AddressKind, LinearPlane, TilingError};
+use super::geometry::rows_end;
+use super::{AddressKind, PlaneLayout, TilingError};
 use crate::{Fourcc, TileLayout};
 
 /// Why the shaders cannot run a conversion that the CPU reference could.
@@ -160,9 +161,9 @@ fn fits(what: &'static str, end: Option<u64>) -> Result<u32, GpuParamError> {
     }
 }
 
-/// Last byte (exclusive) of a linear plane.
-fn linear_end(p: &PlaneGeometry, l: LinearPlane) -> Option<u64> {
-    (p.rows as u64 - 1).checked_mul(l.stride)?.checked_add(p.width_bytes as u64)?.checked_add(l.offset)
+/// Last byte (exclusive) of a linear plane, which must fit a binding.
+fn linear_end(what: &'static str, p: &PlaneGeometry, l: PlaneLayout) -> Result<u32, GpuParamError> {
+    fits(what, rows_end(p, &l)?)
 }
 
 fn base(p: &PlaneGeometry) -> TilePushConstants {
@@ -194,9 +195,9 @@ fn row_grid(row_bytes: u32, rows: u32) -> Result<[u32; 3], GpuParamError> {
 fn detile_mode(
     mut push: TilePushConstants,
     p: &PlaneGeometry,
-    linear: LinearPlane,
+    linear: PlaneLayout,
 ) -> Result<Dispatch<TilePushConstants>, GpuParamError> {
-    let end = fits("linear plane", linear_end(p, linear))?;
+    let end = linear_end("linear plane", p, linear)?;
     push.linear_offset = fits("linear plane", Some(linear.offset))?;
     push.linear_stride = fits("linear stride", Some(linear.stride))?;
     if linear.offset % 4 == 0 && linear.stride % 4 == 0 {
@@ -214,7 +215,7 @@ fn detile_mode(
 pub fn detile_plane(
     p: &PlaneGeometry,
     tiled_base: u64,
-    linear: LinearPlane,
+    linear: PlaneLayout,
 ) -> Result<Dispatch<TilePushConstants>, GpuParamError> {
     let mut push = base(p);
     let start = tiled_base.checked_add(p.offset);
@@ -230,7 +231,7 @@ pub fn detile_plane(
 /// layout this is a detile-mode copy from the source rows to the packed destination.
 pub fn tile_plane(
     p: &PlaneGeometry,
-    linear: LinearPlane,
+    linear: PlaneLayout,
     tiled_base: u64,
 ) -> Result<Dispatch<TilePushConstants>, GpuParamError> {
     let start = tiled_base.checked_add(p.offset);
@@ -240,8 +241,8 @@ pub fn tile_plane(
         let mut push = base(p);
         push.tiled_offset = fits("linear plane", Some(linear.offset))?;
         push.tiled_pitch = fits("linear stride", Some(linear.stride))?;
-        fits("linear plane", linear_end(p, linear))?;
-        return detile_mode(push, p, LinearPlane { offset: start as u64, stride: p.width_bytes as u64 });
+        linear_end("linear plane", p, linear)?;
+        return detile_mode(push, p, PlaneLayout::linear(start as u64, p.width_bytes as u64, p.rows));
     }
     if start % 4 != 0 {
         return Err(GpuParamError::Unaligned {
@@ -255,7 +256,7 @@ pub fn tile_plane(
     push.tiled_offset = start;
     push.linear_offset = fits("linear plane", Some(linear.offset))?;
     push.linear_stride = fits("linear stride", Some(linear.stride))?;
-    fits("linear plane", linear_end(p, linear))?;
+    linear_end("linear plane", p, linear)?;
     Ok(Dispatch { push, group_counts: row_grid(p.padded_width_bytes, p.padded_rows)? })
 }
 
@@ -266,7 +267,7 @@ pub fn plane_dispatches(
     width: u32,
     height: u32,
     tiled_base: u64,
-    linear: &[LinearPlane],
+    linear: &[PlaneLayout],
     to_tiled: bool,
 ) -> Result<Vec<Dispatch<TilePushConstants>>, GpuParamError> {
     let g = tiled_size(layout, fourcc, width, height)?;
@@ -280,7 +281,7 @@ pub fn plane_dispatches(
         .collect()
 }
 
-fn aligned(what: &'static str, l: LinearPlane) -> Result<(), GpuParamError> {
+fn aligned(what: &'static str, l: PlaneLayout) -> Result<(), GpuParamError> {
     if l.offset % 4 != 0 || l.stride % 4 != 0 {
         return Err(GpuParamError::Unaligned { what, offset: l.offset, stride: l.stride });
     }
@@ -292,17 +293,17 @@ fn colour_common(
     (yuv_fourcc, rgb_fourcc): (Fourcc, Fourcc),
     width: u32,
     height: u32,
-    yuv: &[LinearPlane],
-    rgb: LinearPlane,
+    yuv: &[PlaneLayout],
+    rgb: PlaneLayout,
 ) -> Result<ColourPushConstants, GpuParamError> {
     let yg = tiled_size(TileLayout::Linear, yuv_fourcc, width, height)?;
     let rg = tiled_size(TileLayout::Linear, rgb_fourcc, width, height)?;
     if yuv.len() != 2 {
         return Err(TilingError::PlaneCount { fourcc: yuv_fourcc, expected: 2, got: yuv.len() }.into());
     }
-    fits("Y plane", linear_end(&yg.planes[0], yuv[0]))?;
-    fits("UV plane", linear_end(&yg.planes[1], yuv[1]))?;
-    fits("RGB plane", linear_end(&rg.planes[0], rgb))?;
+    linear_end("Y plane", &yg.planes[0], yuv[0])?;
+    linear_end("UV plane", &yg.planes[1], yuv[1])?;
+    linear_end("RGB plane", &rg.planes[0], rgb)?;
     aligned("RGB plane", rgb)?;
     Ok(ColourPushConstants {
         mode,
@@ -340,8 +341,8 @@ pub fn yuv_to_rgb_dispatch(
     range: ColourRange,
     width: u32,
     height: u32,
-    yuv: &[LinearPlane],
-    rgb: LinearPlane,
+    yuv: &[PlaneLayout],
+    rgb: PlaneLayout,
 ) -> Result<Dispatch<ColourPushConstants>, GpuParamError> {
     let (mode, bits, packing) = yuv_to_rgb_kind(from, to)?;
     let mut push = colour_common(mode, (from, to), width, height, yuv, rgb)?;
@@ -364,15 +365,15 @@ pub fn tiled_yuv_to_rgb_dispatch(
     width: u32,
     height: u32,
     tiled_base: u64,
-    rgb: LinearPlane,
+    rgb: PlaneLayout,
 ) -> Result<Dispatch<ColourPushConstants>, GpuParamError> {
     let g = tiled_size(layout, from, width, height)?;
     if g.planes.len() != 2 {
         return Err(TilingError::PlaneCount { fourcc: from, expected: 2, got: g.planes.len() }.into());
     }
     // As linear planes at their padded pitch; the tiled fields below override the addressing.
-    let planes: Vec<LinearPlane> =
-        g.planes.iter().map(|p| LinearPlane { offset: tiled_base + p.offset, stride: p.padded_width_bytes as u64 }).collect();
+    let planes: Vec<PlaneLayout> =
+        g.planes.iter().map(|p| PlaneLayout::linear(tiled_base + p.offset, p.padded_width_bytes as u64, p.padded_rows)).collect();
     let mut d = yuv_to_rgb_dispatch(from, to, matrix, range, width, height, &planes, rgb)?;
     fits("tiled buffer", tiled_base.checked_add(g.size))?;
     let kind = g.planes[0].kind;
@@ -394,8 +395,8 @@ pub fn rgb_to_nv12_dispatch(
     range: ColourRange,
     width: u32,
     height: u32,
-    rgb: LinearPlane,
-    nv12: &[LinearPlane],
+    rgb: PlaneLayout,
+    nv12: &[PlaneLayout],
 ) -> Result<Dispatch<ColourPushConstants>, GpuParamError> {
     let packing = RgbPacking::of(from).filter(|p| p.bits() == 8).ok_or(ColourError::Unsupported { from, to: Fourcc::NV12 })?;
     let mut push = colour_common(2, (Fourcc::NV12, from), width, height, nv12, rgb)?;

@@ -47,16 +47,8 @@ pub use fast::{default_threads, detile_fast, detile_plane_fast, tile_fast};
 pub use frame::{FrameConversion, FrameConversionError, Step};
 pub use geometry::{packed_planes, tiled_size, PlaneGeometry, TiledGeometry};
 
+use crate::dmabuf::PlaneLayout;
 use crate::{Fourcc, TileLayout};
-
-/// Where one plane of a linear image lives in its buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct LinearPlane {
-    /// Byte offset of the plane's first row from the start of the buffer.
-    pub offset: u64,
-    /// Bytes from the start of one row to the start of the next (at least the row's width).
-    pub stride: u64,
-}
 
 /// The largest output a CPU conversion allocates: 1 GiB, a 16384 x 16384 RGBA8 frame (the
 /// largest extent Vulkan devices commonly allow). Sizes are computed with checked arithmetic
@@ -81,6 +73,10 @@ pub enum TilingError {
     PlaneCount { fourcc: Fourcc, expected: usize, got: usize },
     #[error("plane {plane}: stride {stride} is smaller than the row of {row_bytes} bytes")]
     StrideTooSmall { plane: usize, stride: u64, row_bytes: u64 },
+    /// A linear plane's `size` does not reach the end of its last row: the layout
+    /// contradicts itself, so neither the declared size nor the rows can be trusted.
+    #[error("the linear plane at offset {offset} with stride {stride} declares {size} bytes, but its rows span {needed}")]
+    PlaneSize { offset: u64, stride: u64, size: u64, needed: u64 },
     #[error("{what} buffer is {got} bytes, but plane {plane} needs {needed}")]
     BufferTooSmall { what: &'static str, plane: usize, needed: u64, got: u64 },
     #[error("the {what} would be {bytes} bytes, more than the {max} the CPU path allocates")]

@@ -27,12 +27,11 @@
 
 use std::cell::RefCell;
 use std::ffi::{c_char, c_int, CStr, CString};
-use std::os::fd::BorrowedFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 use dmabridge::ash::vk;
-use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
+use dmabridge::interop::dmabuf::{dup_foreign_fd, DmaBuf, PlaneDesc};
 use dmabridge::interop::tiling::FrameConversion;
 use dmabridge::interop::{Fourcc, Layout, Modifier, TileLayout};
 use dmabridge::{Converter, Engine, EngineOptions, ImportError, ImportedImage};
@@ -412,16 +411,8 @@ fn descriptor(f: &dmb_frame) -> Result<DmaBuf, (dmb_status, String)> {
     let mut planes = Vec::with_capacity(nb_planes);
     for (i, p) in f.planes[..nb_planes].iter().enumerate() {
         let o = usize::try_from(p.object_index).ok().filter(|o| *o < nb_objects).ok_or_else(|| invalid(format!("plane {i}: object_index {} is not below nb_objects {nb_objects}", p.object_index)))?;
-        let raw = f.objects[o].fd;
-        if raw < 0 {
-            return Err(invalid(format!("plane {i}: fd {raw} is negative")));
-        }
-        // A closed fd number must not be borrowed: look it up before treating it as an fd.
-        if std::fs::symlink_metadata(format!("/proc/self/fd/{raw}")).is_err() {
-            return Err(invalid(format!("plane {i}: fd {raw} is not open")));
-        }
-        // SAFETY: open (checked just above) and the caller's for the duration of this call.
-        let fd = unsafe { BorrowedFd::borrow_raw(raw) }.try_clone_to_owned().map_err(|e| invalid(format!("plane {i}: cannot dup fd {raw}: {e}")))?;
+        // The caller's for the duration of this call; we keep a dup.
+        let fd = dup_foreign_fd(f.objects[o].fd).map_err(|e| invalid(format!("plane {i}: {e}")))?;
         planes.push(PlaneDesc { fd, offset: p.offset, stride: p.pitch });
     }
     DmaBuf::new(Fourcc::from_code(f.drm_format), Layout::from_wire(Modifier::from_raw(modifier)), f.width, f.height, planes).map_err(|e| invalid(e.to_string()))

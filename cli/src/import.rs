@@ -3,11 +3,10 @@
 //! tiled layout no driver samples, by detiling it on the GPU), read it back through the GPU and write each plane's visible rows, tightly packed, planes
 //! concatenated. The fds are inherited from the parent process.
 
-use std::os::fd::{BorrowedFd, OwnedFd};
 use std::process::ExitCode;
 
 use dmabridge::ash::vk;
-use dmabridge::interop::dmabuf::{plane_rows, DmaBuf, FdTrust, PlaneDesc, PlaneLayout};
+use dmabridge::interop::dmabuf::{dup_foreign_fd, plane_rows, DmaBuf, FdTrust, PlaneDesc, PlaneLayout};
 use dmabridge::interop::Fourcc;
 use dmabridge::{Converter, Engine, EngineOptions, ImageUse, ImportError, ImportOptions};
 
@@ -73,19 +72,6 @@ fn parse_plane(s: &str, index: usize, rows: u32) -> Result<(i32, PlaneLayout), S
     Ok((fd, PlaneLayout { object: index, offset, stride, size }))
 }
 
-/// A dup of inherited fd `n`, after checking that `n` is open in this process.
-fn dup_inherited(n: i32) -> Result<OwnedFd, String> {
-    // An fd number from argv may be anything: confirm it names an open fd before treating
-    // it as one.
-    if std::fs::symlink_metadata(format!("/proc/self/fd/{n}")).is_err() {
-        return Err(format!("fd {n} is not open in this process (was it inherited?)"));
-    }
-    // SAFETY: fd `n` is open (checked just above) and nothing in this process closes it
-    // while it is borrowed here; the dup is an independent fd we own.
-    let borrowed = unsafe { BorrowedFd::borrow_raw(n) };
-    borrowed.try_clone_to_owned().map_err(|e| format!("cannot dup fd {n}: {e}"))
-}
-
 fn build(args: &ImportArgs) -> Result<DmaBuf, String> {
     let fourcc: Fourcc = args.frame.fourcc()?;
     let layout = args.frame.layout_with(args.modifier.as_deref())?;
@@ -95,7 +81,8 @@ fn build(args: &ImportArgs) -> Result<DmaBuf, String> {
     let mut planes = Vec::with_capacity(args.planes.len());
     for (i, p) in args.planes.iter().enumerate() {
         let (fd, p) = parse_plane(p, i, plane_rows(fourcc, i, args.frame.height))?;
-        planes.push(PlaneDesc { fd: dup_inherited(fd)?, offset: p.offset, stride: p.stride });
+        let fd = dup_foreign_fd(fd).map_err(|e| format!("plane {i}: {e} (was it inherited?)"))?;
+        planes.push(PlaneDesc { fd, offset: p.offset, stride: p.stride });
     }
     DmaBuf::new(fourcc, layout, args.frame.width, args.frame.height, planes).map_err(|e| e.to_string())
 }

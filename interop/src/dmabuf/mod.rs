@@ -32,6 +32,7 @@
 mod checks;
 mod descriptor;
 pub mod fd_kind;
+mod foreign_fd;
 pub mod handoff;
 pub mod heap;
 pub mod map;
@@ -46,6 +47,7 @@ pub use checks::{
     check_import, check_import_with, CheckedImport, CheckedPlane, DeviceFacts, ImportCheckError,
     ImportFacts, ImportLimits, ImportOptions,
 };
+pub use foreign_fd::{dup_foreign_fd, ForeignFdError};
 pub use fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, FileKind, NotFixedReason};
 pub use heap::{DmaHeap, HeapError, SystemMemory, SYSTEM_HEAP};
 pub use map::{MapError, PlaneMap};

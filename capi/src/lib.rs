@@ -8,7 +8,7 @@
 //! Contract of every function:
 //! - No Rust panic crosses the boundary: each body runs under `catch_unwind`; a panic
 //!   returns `DMB_ERR_DEVICE` with the message in `dmb_last_error`.
-//! - Null pointers, negative or closed fds, counts out of range and frames the layout checks
+//! - Null pointers, negative, closed or write-only fds, counts out of range and frames the layout checks
 //!   refuse return `DMB_ERR_INVALID` with a message; nothing is read through a bad pointer.
 //! - fds in a `dmb_frame` are borrowed: dmabridge dups what it keeps and never closes the
 //!   caller's.

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use dmabridge_interop::collection::wire::{self, ImportError, Message, WireError, HEADER_LEN, MAX_MESSAGE_LEN};
 use dmabridge_interop::framing::FrameError;
 use dmabridge_interop::collection::{
-    reconcile, validate, Collection, CollectionError, Event, Failure, Outputs,
+    reconcile, validate, Collection, CollectionError, Event, Failure, Outputs, MAX_BUFFER_BYTES,
     Progress, ReconcileOptions, Reconciled, Rights, Server, ServerOutcome, StateError, SystemAllocator, TokenEvent,
 };
 use dmabridge_interop::dmabuf::{fd_count, socketpair, PlaneLayout};
@@ -218,7 +218,7 @@ fn system_allocator_honours_alignments_min_size_and_disjoint() {
     let _g = lock();
     let before = fd_count().unwrap();
     {
-        let opts = ReconcileOptions { disjoint: true };
+        let opts = ReconcileOptions { disjoint: true, ..ReconcileOptions::default() };
         let (mut c, root) = Collection::with_options("nv12", opts).unwrap();
         let d = c.duplicate(root, Rights { read_only: true }, false, "display").unwrap();
         c.bind(root, part("decoder", Fourcc::NV12, 2).constrain(|c| c.offset_align = 4096)).unwrap();
@@ -837,4 +837,28 @@ fn holders_bound_read_only_get_fds_they_cannot_write_through() {
         }
     }
     assert!(c.buffers_for(root).unwrap().iter().all(|b| !b.read_only()));
+}
+
+/// A holder cannot make the collection ask for more memory than one buffer may take: its
+/// own min size over the limit is a conflict naming it; alignments that blow one buffer up
+/// past the limit are a conflict naming the limit; both before anything is allocated. The
+/// limit is the collection's to set.
+#[test]
+fn buffer_sizes_are_bounded_before_allocation() {
+    let greedy = part("greedy", Fourcc::XRGB8888, 1).constrain(|c| c.min_size = 1 << 40);
+    let errs = reconcile(&[part("producer", Fourcc::XRGB8888, 2), greedy], ReconcileOptions::default()).unwrap_err();
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].constraint, ConstraintKind::MinSize);
+    assert_eq!(errs[0].participants, vec!["greedy".to_string()]);
+    assert!(errs[0].detail.contains(&MAX_BUFFER_BYTES.to_string()), "{}", errs[0].detail);
+
+    let wide = part("wide", Fourcc::XRGB8888, 1).constrain(|c| c.stride_align = 1 << 31);
+    let errs = reconcile(&[part("producer", Fourcc::XRGB8888, 2), wide], ReconcileOptions::default()).unwrap_err();
+    assert_eq!(errs[0].constraint, ConstraintKind::Other, "{errs:?}");
+    assert!(errs[0].detail.contains("limit of one buffer"), "{}", errs[0].detail);
+
+    // 64 x 48 XRGB is 12288 bytes: over a 4096-byte limit, within the default.
+    let small = ReconcileOptions { max_buffer_bytes: 4096, ..ReconcileOptions::default() };
+    assert!(reconcile(&[part("producer", Fourcc::XRGB8888, 2)], small).is_err());
+    assert!(reconcile(&[part("producer", Fourcc::XRGB8888, 2)], ReconcileOptions::default()).is_ok());
 }

@@ -729,3 +729,16 @@ fn no_fd_leaks_across_accepted_and_rejected_descriptors() {
     );
     assert_eq!(before, after);
 }
+
+/// A write-only fd is refused when the descriptor is made: every consumer reads a frame.
+#[test]
+fn a_write_only_fd_is_refused() {
+    let _g = lock();
+    let fd = memfd(4096);
+    let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+    let wronly = rustix::fs::open(path.as_str(), rustix::fs::OFlags::WRONLY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty()).expect("reopen write-only");
+    let r = DmaBuf::new(Fourcc::R8, LINEAR, 64, 64, vec![PlaneDesc { fd: wronly, offset: 0, stride: 64 }]);
+    assert!(matches!(r, Err(DescriptorError::WriteOnly { plane: 0 })), "{r:?}");
+    let ok = DmaBuf::new(Fourcc::R8, LINEAR, 64, 64, vec![PlaneDesc { fd, offset: 0, stride: 64 }]);
+    assert!(ok.is_ok(), "{ok:?}");
+}

@@ -75,6 +75,17 @@ int main(void) {
     bad = f;
     bad.objects[0].fd = 987;
     CHECK(dmb_import(e, &bad, &img) == DMB_ERR_INVALID, "a closed fd");
+    {
+        /* The same memfd, reopened write-only: nothing can read a frame through it. */
+        char path[64];
+        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        int wronly = open(path, O_WRONLY | O_CLOEXEC);
+        CHECK(wronly >= 0, "reopen the memfd write-only");
+        bad = f;
+        bad.objects[0].fd = wronly;
+        CHECK(dmb_import(e, &bad, &img) == DMB_ERR_INVALID && strstr(dmb_last_error(), "write-only") != NULL, "a write-only fd: %s", dmb_last_error());
+        close(wronly);
+    }
     bad = f;
     bad.planes[1].object_index = 3;
     CHECK(dmb_import(e, &bad, &img) == DMB_ERR_INVALID, "an object index out of range");

@@ -7,14 +7,14 @@
 use std::fmt;
 use std::os::fd::AsFd;
 
-use crate::dmabuf::{classify, file_size, DmaBuf, FdTrust, PlaneLayout};
+use crate::dmabuf::{classify, file_size, place, DmaBuf, FdTrust, PlacementError, PlacementRequest, PlaneLayout};
 use crate::negotiate::{
     negotiate_with, BufferConstraints, Candidates, Conflict, ConstraintKind, CpuAccess, Domain, Member,
     NegotiateOptions, Outcome, Participant,
 };
 use crate::{Format, Layout};
 
-use super::limits::{MAX_BUFFERS, MAX_EXTENT, MAX_TOKENS};
+use super::limits::{MAX_BUFFERS, MAX_BUFFER_BYTES, MAX_EXTENT, MAX_TOKENS};
 
 /// Joins conflicts into one line, for a failure reason.
 pub fn describe(conflicts: &[Conflict]) -> String {
@@ -60,10 +60,19 @@ pub struct Reconciled {
 }
 
 /// Collection-wide choices that are not any participant's constraint.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ReconcileOptions {
     /// Put each plane in its own memory object (ignored for single-plane formats).
     pub disjoint: bool,
+    /// The most bytes one buffer may take, all its files together (default
+    /// [`MAX_BUFFER_BYTES`]).
+    pub max_buffer_bytes: u64,
+}
+
+impl Default for ReconcileOptions {
+    fn default() -> Self {
+        ReconcileOptions { disjoint: false, max_buffer_bytes: MAX_BUFFER_BYTES }
+    }
 }
 
 /// Reconciles `lists`. Every constraint (formats, extents, buffer counts and their maximum,
@@ -120,17 +129,54 @@ pub fn reconcile(lists: &[Participant], opts: ReconcileOptions) -> Result<Reconc
             ));
         }
     }
+    // Size: each holder's own min size first (naming the holder), then the layout the
+    // merged alignments give.
+    let limit = opts.max_buffer_bytes;
+    for p in lists.iter().filter(|p| p.constraints.min_size > limit) {
+        conflicts.push(Conflict::new(
+            [p.name.clone()],
+            ConstraintKind::MinSize,
+            format!("min size {} is more than the {limit}-byte limit of one buffer", p.constraints.min_size),
+            format!("ask for at most {limit} bytes, or raise the collection's max_buffer_bytes"),
+        ));
+    }
     if !conflicts.is_empty() {
         return Err(conflicts);
     }
     let format = Format { fourcc: alloc.fourcc, layout: choose_layout(lists, &alloc) };
     let planes = crate::format_info(alloc.fourcc).map_or(1, |i| i.plane_count());
+    let disjoint = opts.disjoint && planes > 1;
+    // A layout place() cannot compute (an implicit or opaque modifier) is the allocator's
+    // to size; only a computed one is judged here.
+    let placed = place(&PlacementRequest {
+        fourcc: alloc.fourcc,
+        layout: format.layout,
+        width: alloc.width.min,
+        height: alloc.height.min,
+        stride_align: alloc.constraints.stride_align,
+        offset_align: alloc.constraints.offset_align,
+        min_size: alloc.constraints.min_size,
+        disjoint,
+    });
+    let bytes = match placed {
+        Ok(p) => Some(p.object_sizes.iter().fold(0u64, |a, s| a.saturating_add(*s))),
+        Err(PlacementError::Overflow) => Some(u64::MAX),
+        Err(_) => None,
+    };
+    if let Some(bytes) = bytes.filter(|&b| b > limit) {
+        return Err(vec![Conflict::new(
+            names,
+            ConstraintKind::Other,
+            format!("one {} buffer of {}x{} with stride-align {} and offset-align {} takes {bytes} bytes, more than the {limit}-byte limit of one buffer", alloc.fourcc, alloc.width.min, alloc.height.min, alloc.constraints.stride_align, alloc.constraints.offset_align),
+            "lower the alignments or the extent, or raise the collection's max_buffer_bytes",
+        )]);
+    }
     Ok(Reconciled {
         format,
         width: alloc.width.min,
         height: alloc.height.min,
         constraints: BufferConstraints { buffers, ..alloc.constraints },
-        disjoint: opts.disjoint && planes > 1,
+        disjoint,
         participants: names,
         outputs: None,
     })

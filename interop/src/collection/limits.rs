@@ -16,3 +16,10 @@ pub const MAX_TEXT_LEN: usize = 1024;
 pub const MAX_FORMATS: usize = 256;
 /// Most conflicts in one refusal on the wire.
 pub const MAX_CONFLICTS: usize = 16;
+/// Largest buffer (all its files together) a collection allocates unless its
+/// [`ReconcileOptions::max_buffer_bytes`](super::ReconcileOptions::max_buffer_bytes) says
+/// otherwise: 1 GiB, a 16384 x 16384 RGBA8 frame. A holder's min size over it, or a layout
+/// its alignments blow up past it, is a conflict at reconcile time, before any memory is
+/// asked for (memfds are sparse, so an oversized one would only fail later; a dma-heap or
+/// device allocation of that size takes the machine's memory).
+pub const MAX_BUFFER_BYTES: u64 = 1 << 30;

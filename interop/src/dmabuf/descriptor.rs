@@ -27,6 +27,10 @@ pub enum DescriptorError {
     Stat { plane: usize, source: io::Error },
     #[error("plane {plane}: reading the fd's access mode failed: {source}")]
     AccessMode { plane: usize, source: io::Error },
+    /// Every consumer of a frame reads it (a mapping, a device import, a copy), which an
+    /// `O_WRONLY` fd cannot give.
+    #[error("plane {plane}: the fd is open write-only (O_WRONLY); a frame's fd must be readable")]
+    WriteOnly { plane: usize },
     #[error("plane {plane}: duplicating its fd failed: {source}")]
     Dup { plane: usize, source: io::Error },
     #[error("plane {plane}: re-opening its fd read-only through /proc/self/fd failed (real dma-bufs are anonymous inodes and cannot be re-opened; export them read-only at the source): {source}")]
@@ -151,8 +155,9 @@ impl DmaBuf {
         for (i, p) in planes.into_iter().enumerate() {
             let file = FileId::of(p.fd.as_fd())
                 .map_err(|source| DescriptorError::Stat { plane: i, source })?;
-            let read_only = is_read_only(p.fd.as_fd())
-                .map_err(|source| DescriptorError::AccessMode { plane: i, source })?;
+            let read_only = access_mode(p.fd.as_fd())
+                .map_err(|source| DescriptorError::AccessMode { plane: i, source })?
+                .ok_or(DescriptorError::WriteOnly { plane: i })?;
             out.push(Plane {
                 fd: p.fd,
                 offset: p.offset,
@@ -372,9 +377,17 @@ impl DmaBuf {
     }
 }
 
-fn is_read_only(fd: BorrowedFd<'_>) -> io::Result<bool> {
-    let fl = fcntl_getfl(fd)?;
-    Ok((fl & OFlags::ACCMODE) == OFlags::RDONLY)
+/// The fd's access mode: `Some(true)` read-only, `Some(false)` read-write, `None`
+/// write-only (`O_WRONLY`).
+fn access_mode(fd: BorrowedFd<'_>) -> io::Result<Option<bool>> {
+    let mode = fcntl_getfl(fd)? & OFlags::ACCMODE;
+    Ok(if mode == OFlags::RDONLY {
+        Some(true)
+    } else if mode == OFlags::WRONLY {
+        None
+    } else {
+        Some(false)
+    })
 }
 
 impl fmt::Debug for DmaBuf {

@@ -22,7 +22,7 @@
 //! layout disjoint (`VK_FORMAT_FEATURE_2_DISJOINT_BIT` on its modifier), and one fd
 //! otherwise; [`Allocated::disjoint_reason`] says which and why.
 
-use dmabridge_interop::dmabuf::{classify, file_size, place, DmaBuf, FdTrust, PlacementError, PlacementRequest, SystemMemory};
+use dmabridge_interop::dmabuf::{classify, file_size, place, DmaBuf, FdTrust, PlacementError, PlacementRequest, SystemMemory, BASE_ALIGN};
 use dmabridge_interop::collection::{Allocator, AllocatorError, Holders, Reconciled};
 use dmabridge_interop::negotiate::{Allocation, BufferConstraints, ChainLayout, ConstraintKind, Domain};
 use dmabridge_interop::{format_info, Fourcc, Layout, Modifier};
@@ -196,6 +196,9 @@ pub enum AllocateError {
     /// The spec lists no layout.
     #[error("no acceptable layout was given")]
     NoLayout,
+    /// A base alignment beyond the page every memfd and dma-buf starts on.
+    #[error("{constraint} {align} is more than the {guaranteed} bytes a buffer's start is aligned to")]
+    Align { constraint: ConstraintKind, align: u64, guaranteed: u64 },
     /// The fourcc is not in dmabridge's format table.
     #[error("{0} is not a format dmabridge knows")]
     UnknownFourcc(Fourcc),
@@ -221,6 +224,10 @@ impl Engine {
     pub fn allocate(&self, spec: &AllocationSpec) -> Result<Allocated, AllocateError> {
         if spec.constraints.buffers > MAX_BUFFERS {
             return Err(AllocateError::TooManyBuffers { count: spec.constraints.buffers, max: MAX_BUFFERS, constraint: ConstraintKind::MinBuffers });
+        }
+        // Every buffer starts a page, imposed or exported; more than that nobody can promise.
+        if spec.constraints.align > BASE_ALIGN {
+            return Err(AllocateError::Align { constraint: ConstraintKind::Align, align: spec.constraints.align, guaranteed: BASE_ALIGN });
         }
         let info = format_info(spec.fourcc).ok_or(AllocateError::UnknownFourcc(spec.fourcc))?;
         let placeable = spec.layouts.iter().copied().find(|l| match l {

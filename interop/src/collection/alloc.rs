@@ -3,7 +3,7 @@
 //! where the kernel has a heap, sealed memfds elsewhere: [`SystemMemory`]); the engine
 //! brings a device allocator.
 
-use crate::dmabuf::{place, DmaBuf, PlacementError, PlacementRequest, SystemMemory};
+use crate::dmabuf::{place, DmaBuf, PlacementError, PlacementRequest, SystemMemory, BASE_ALIGN};
 
 use super::attrs::Reconciled;
 use super::limits::MAX_BUFFERS;
@@ -19,7 +19,7 @@ pub enum AllocatorError {
     #[error("{0} buffers are more than the {MAX_BUFFERS} a collection holds")]
     TooManyBuffers(u32),
     /// A base alignment beyond what a memfd's mapping guarantees (its page).
-    #[error("base alignment {0} is more than the {PAGE} bytes a memfd mapping guarantees")]
+    #[error("base alignment {0} is more than the {BASE_ALIGN} bytes a buffer's start guarantees")]
     Align(u64),
     /// The list asks for memory this allocator does not have.
     #[error("this allocator has no {0} memory")]
@@ -46,8 +46,6 @@ pub trait Allocator: Send {
     fn allocate(&mut self, r: &Reconciled, holders: Holders) -> Result<Vec<DmaBuf>, AllocatorError>;
 }
 
-/// The alignment every mapping of a memfd has: its first byte starts a page.
-const PAGE: u64 = 4096;
 
 /// System memory ([`SystemMemory::detect`]: the system dma-heap, else sealed memfds), laid
 /// out by [`place`]: linear and the tiled layouts interop knows. Refuses device-local lists.
@@ -78,7 +76,7 @@ impl Allocator for SystemAllocator {
         if r.constraints.buffers > MAX_BUFFERS {
             return Err(AllocatorError::TooManyBuffers(r.constraints.buffers));
         }
-        if r.constraints.align > PAGE {
+        if r.constraints.align > BASE_ALIGN {
             return Err(AllocatorError::Align(r.constraints.align));
         }
         if r.constraints.domain == crate::negotiate::Domain::DeviceLocal {

@@ -52,6 +52,12 @@ pub struct Placement {
 }
 
 /// Why a layout could not be placed or allocated.
+/// The base alignment of every buffer dmabridge allocates: a memfd's or a dma-buf's first
+/// byte starts a page wherever it is mapped or imported (4096 bytes, the smallest page of
+/// the targets dmabridge runs on). A collection's `align` above it is refused by every
+/// allocator, never silently dropped.
+pub const BASE_ALIGN: u64 = 4096;
+
 #[derive(Debug, thiserror::Error)]
 pub enum PlacementError {
     /// Only the driver knows where this modifier's planes go.

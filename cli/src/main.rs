@@ -15,8 +15,22 @@ mod probe;
 mod view;
 mod wayland_demo;
 
+/// What `dmabridge --help` says after the commands: the limits and the access rights.
+const AFTER_HELP: &str = "\
+Limits (checked before anything is allocated or read):
+  collections: 64 tokens, 64 buffers, 16384 pixels a side, 1 GiB per buffer (a holder's
+  min-size over it is refused naming the holder); base alignment at most 4096 (the page a
+  memfd or dma-buf starts on), refused by every allocator above it
+  cost cache: a regular file only, opened without blocking, at most 1 MiB
+  reports: at most 16 MiB of JSON, 1024 entries, dimensions up to 65536
+Access rights:
+  a read-only holder gets O_RDONLY fds: the kernel refuses it write(2), writable mappings and
+  mprotect. Real dma-bufs cannot be reopened; memfds are mode 0600, so another user cannot
+  reopen one writable through /proc/self/fd (the same user can: one trust domain).
+  A write-only fd is refused wherever a frame is described.";
+
 #[derive(Parser)]
-#[command(name = "dmabridge", version, about = "Share images between GPUs, codecs, displays and compositors without copying")]
+#[command(name = "dmabridge", version, about = "Share images between GPUs, codecs, displays and compositors without copying", after_help = AFTER_HELP)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

@@ -17,16 +17,28 @@
 //!   it sends read-only fds instead ([`DmaBuf::reopen_read_only`](super::DmaBuf::reopen_read_only)).
 //!
 //! Writing stays possible: the seals fix the size, not the contents.
+//!
+//! And the file's mode, 0600 (a memfd is made 0777): a read-only holder's fd refuses writes,
+//! writable mappings and `mprotect` by its access mode, but `open("/proc/self/fd/N",
+//! O_RDWR)` opens the file anew, checked against the file's mode only. 0600 makes that
+//! reopen fail (`EACCES`) for every other user, so a holder of another uid that was given a
+//! read-only fd keeps to it. A process of the creator's own uid can still reopen: the same
+//! user is one trust domain on Linux (it may ptrace the writer as well), which the README's
+//! "Access rights" states; a kernel that could do better would need a seal that a writer's
+//! fd escapes, and Linux has none (`F_SEAL_FUTURE_WRITE` binds every later writer too).
 
 use std::io;
 use std::os::fd::OwnedFd;
 
-use rustix::fs::{fcntl_add_seals, ftruncate, memfd_create, MemfdFlags, SealFlags};
+use rustix::fs::{fchmod, fcntl_add_seals, ftruncate, memfd_create, MemfdFlags, Mode, SealFlags};
 use rustix::io::{pwrite, Errno};
 
 /// The seals every dmabridge memfd carries (see the module docs).
 pub const MEMFD_SEALS: SealFlags =
     SealFlags::SHRINK.union(SealFlags::GROW).union(SealFlags::SEAL);
+
+/// The mode of every dmabridge memfd: the owner's only (see the module docs).
+pub const MEMFD_MODE: Mode = Mode::RUSR.union(Mode::WUSR);
 
 /// Longest memfd name the kernel takes (`MFD_NAME_MAX_LEN`: 249 bytes, without the NUL).
 pub const MAX_MEMFD_NAME: usize = 249;
@@ -46,6 +58,9 @@ pub enum MemfdError {
     /// Writing the contents failed (out of memory in tmpfs, typically).
     #[error("writing {len} bytes into the memfd failed at byte {at}: {source}")]
     Write { len: usize, at: usize, source: io::Error },
+    /// Setting the file's mode ([`MEMFD_MODE`]) failed.
+    #[error("setting the memfd's mode to 0600 failed: {0}")]
+    Mode(io::Error),
     /// Adding the seals failed.
     #[error("sealing the memfd failed: {0}")]
     Seal(io::Error),
@@ -55,8 +70,10 @@ fn create(name: &str) -> Result<OwnedFd, MemfdError> {
     if name.len() > MAX_MEMFD_NAME || name.contains('\0') {
         return Err(MemfdError::Name { name: crate::peers::clip(name) });
     }
-    memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
-        .map_err(|e| MemfdError::Create(e.into()))
+    let fd = memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+        .map_err(|e| MemfdError::Create(e.into()))?;
+    fchmod(&fd, MEMFD_MODE).map_err(|e| MemfdError::Mode(e.into()))?;
+    Ok(fd)
 }
 
 fn seal(fd: OwnedFd) -> Result<OwnedFd, MemfdError> {

@@ -418,3 +418,79 @@ pub fn collection_wire(data: &[u8]) -> bool {
     assert!(msg.fd_count() <= 1);
     true
 }
+
+/// A forged collection server: `data` is what the server side of a token's socket sends in
+/// answer to a bind, as packets of `[length u16 LE][fds u8][bytes]` (at most 16), each
+/// packet sent with the fds its byte picks (low 3 bits: none, a sealed 12288-byte memfd, a
+/// sealed 4096-byte memfd, a memfd that can shrink, a pipe, a read-only sealed memfd; bits
+/// 3-4: one to four of them). The server then stops sending. The token's bind must return
+/// buffers or a typed error, never panic or hang, and every buffer it does return passes
+/// the client's checks (`collection::check_received`). (The fuzz target also counts the
+/// process's fds around each input: every fd sent that is not returned is closed.)
+pub fn forged_server(data: &[u8]) -> bool {
+    use std::os::fd::{AsFd, OwnedFd};
+    use std::time::Duration;
+    use dmabridge_interop::collection::{check_received, transport, Token};
+    use dmabridge_interop::dmabuf::{sealed_memfd_of_size, socketpair};
+    use dmabridge_interop::negotiate::{Constraints, ExtentRange, Participant};
+    use dmabridge_interop::{Format, Fourcc};
+
+    fn fd(kind: u8) -> Option<OwnedFd> {
+        Some(match kind {
+            1 => sealed_memfd_of_size("forged", 12288).ok()?,
+            2 => sealed_memfd_of_size("forged", 4096).ok()?,
+            3 => {
+                let fd = rustix::fs::memfd_create("forged", rustix::fs::MemfdFlags::CLOEXEC).ok()?;
+                rustix::fs::ftruncate(&fd, 12288).ok()?;
+                fd
+            }
+            4 => rustix::pipe::pipe().ok()?.0,
+            5 => {
+                let fd = sealed_memfd_of_size("forged", 12288).ok()?;
+                let path = format!("/proc/self/fd/{}", std::os::fd::AsRawFd::as_raw_fd(&fd));
+                rustix::fs::open(path.as_str(), rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC, rustix::fs::Mode::empty()).ok()?
+            }
+            _ => return None,
+        })
+    }
+
+    let read_only = data.first().is_some_and(|b| b & 1 == 1);
+    let accepted = {
+        let (ours, theirs) = socketpair().expect("socketpair");
+        let mut rest = data.get(1..).unwrap_or_default();
+        for _ in 0..16 {
+            let [lo, hi, pick, tail @ ..] = rest else { break };
+            let len = usize::from(u16::from_le_bytes([*lo, *hi])).min(tail.len());
+            let fds: Vec<OwnedFd> = (0..=((pick >> 3) & 3)).filter_map(|_| fd(pick & 7)).collect();
+            let borrowed: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+            // A packet the socket refuses (too long, the buffer full) is simply not sent.
+            let _ = transport::send_raw(theirs.as_fd(), &tail[..len], &borrowed);
+            rest = &tail[len..];
+        }
+        // The server stops sending: the bind ends at the end of what was sent.
+        let _ = rustix::net::shutdown(&theirs, rustix::net::Shutdown::Write);
+        let holder = Participant::new("holder", [Format::linear(Fourcc::XRGB8888)].into_iter().collect()).with_constraints(Constraints {
+            width: ExtentRange::exactly(64),
+            height: ExtentRange::exactly(48),
+            min_buffers: 1,
+            read_only,
+            ..Default::default()
+        });
+        let mut token = Token::from_fd(ours);
+        let got = token.bind(&holder, Duration::from_secs(2));
+        let accepted = match &got {
+            Ok(b) => {
+                for (i, buf) in b.buffers.iter().enumerate() {
+                    check_received(i as u32, buf, &b.reconciled, read_only).expect("a returned buffer passes the client's checks");
+                }
+                true
+            }
+            Err(_) => false,
+        };
+        drop(got);
+        drop(token);
+        drop(theirs);
+        accepted
+    };
+    accepted
+}

@@ -23,6 +23,7 @@ const TARGETS: &[(&str, Check)] = &[
     ("import_checks", checks::import_checks),
     ("tiling_geometry", checks::tiling_geometry),
     ("collection_wire", checks::collection_wire),
+    ("forged_server", checks::forged_server),
 ];
 
 fn fuzz_dir() -> PathBuf {

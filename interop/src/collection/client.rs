@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
-use crate::dmabuf::{recv as recv_buffer, DmaBuf, HandoffError, Received};
+use crate::dmabuf::{classify, file_size, recv as recv_buffer, DmaBuf, FdClass, FdTrust, HandoffError, Received};
 use crate::negotiate::Participant;
 
 use super::attrs::{describe, Reconciled};
@@ -47,6 +47,74 @@ pub enum CollectionError {
     /// The server sent something it should not have: the connection is not trusted further.
     #[error("protocol error: {0}")]
     Protocol(String),
+    /// A buffer the server sent fails the client's own check ([`check_received`]): the
+    /// server is broken or forged, and the buffers are not handed to the holder.
+    #[error("buffer {buffer} from the server: {field}: {detail}")]
+    BadBuffer { buffer: u32, field: BufferField, detail: String },
+}
+
+/// What about a received buffer the client refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BufferField {
+    /// The fd is not a dma-buf or a sealed memfd (a pipe, a directory, a file that can shrink).
+    FdKind,
+    /// The fd's size is not what the reconciled list's outputs say.
+    Size,
+    /// A plane's bytes run past the end of its fd.
+    PlaneExtent,
+    /// The plane layout is not the reconciled list's outputs.
+    Layout,
+    /// A writable fd for a holder that bound read-only.
+    AccessMode,
+}
+
+impl fmt::Display for BufferField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            BufferField::FdKind => "fd kind",
+            BufferField::Size => "size",
+            BufferField::PlaneExtent => "plane extent",
+            BufferField::Layout => "layout",
+            BufferField::AccessMode => "access mode",
+        })
+    }
+}
+
+/// Checks buffer `index` as received from a collection server before the holder sees it,
+/// trusting nothing the server said: every fd is a dma-buf or a memfd sealed against
+/// shrinking; each file's real size is the one the outputs give; every plane lies where the
+/// outputs put it and inside its file; and a holder that bound read-only got only read-only
+/// fds.
+pub fn check_received(index: u32, buf: &DmaBuf, reconciled: &Reconciled, read_only: bool) -> Result<(), CollectionError> {
+    let bad = |field, detail: String| CollectionError::BadBuffer { buffer: index, field, detail };
+    if read_only && !buf.read_only() {
+        return Err(bad(BufferField::AccessMode, "a writable fd for a holder bound read-only".into()));
+    }
+    let layouts = buf.plane_layouts();
+    let mut sizes: Vec<u64> = Vec::new();
+    for (i, p) in buf.planes().enumerate() {
+        let class = classify(p.fd, FdTrust::Untrusted).map_err(|e| bad(BufferField::FdKind, format!("plane {i}: {e}")))?;
+        if !matches!(class, FdClass::DmaBuf | FdClass::SealedMemfd) {
+            return Err(bad(BufferField::FdKind, format!("plane {i}: {class:?}, not a dma-buf or a sealed memfd")));
+        }
+        let size = file_size(p.fd, class).map_err(|e| bad(BufferField::Size, format!("plane {i}: {e}")))?;
+        if layouts[i].object == sizes.len() {
+            sizes.push(size);
+        }
+        match layouts[i].end() {
+            Some(end) if end <= size => {}
+            end => return Err(bad(BufferField::PlaneExtent, format!("plane {i}: bytes {}..{} of a {size}-byte fd", layouts[i].offset, end.map_or("2^64".into(), |e| e.to_string())))),
+        }
+    }
+    if let Some(o) = &reconciled.outputs {
+        if o.planes != layouts {
+            return Err(bad(BufferField::Layout, format!("planes {layouts:?}, the outputs say {:?}", o.planes)));
+        }
+        if o.object_sizes != sizes {
+            return Err(bad(BufferField::Size, format!("files of {sizes:?} bytes, the outputs say {:?}", o.object_sizes)));
+        }
+    }
+    Ok(())
 }
 
 impl From<SocketError> for CollectionError {
@@ -92,6 +160,8 @@ pub struct Token {
     sock: OwnedFd,
     name: String,
     pending: VecDeque<TokenEvent>,
+    /// Whether this token bound read-only constraints: its buffers must come read-only.
+    read_only: bool,
 }
 
 impl fmt::Debug for Token {
@@ -104,11 +174,11 @@ impl Token {
     /// A token from its socket, which the token now owns (inherited from a parent process,
     /// say).
     pub fn from_fd(sock: OwnedFd) -> Token {
-        Token { sock, name: String::new(), pending: VecDeque::new() }
+        Token { sock, name: String::new(), pending: VecDeque::new(), read_only: false }
     }
 
     pub(crate) fn named(sock: OwnedFd, name: &str) -> Token {
-        Token { sock, name: name.to_owned(), pending: VecDeque::new() }
+        Token { sock, name: name.to_owned(), pending: VecDeque::new(), read_only: false }
     }
 
     /// Gives up the token's socket to the caller.
@@ -167,6 +237,7 @@ impl Token {
     /// once every token has bound, or at once for a late joiner that fits.
     pub fn bind(&mut self, p: &Participant, timeout: Duration) -> Result<Buffers, CollectionError> {
         let deadline = Instant::now() + timeout;
+        self.read_only = p.constraints.read_only;
         transport::send(self.sock.as_fd(), &Message::Bind(p.clone()), None)?;
         let e = match self.pending.pop_front() {
             Some(e) => e,
@@ -221,7 +292,7 @@ impl Token {
     /// Receives a token that [`Token::send_token_over`] sent on `socket`, waiting at most `timeout`.
     pub fn recv_token(socket: BorrowedFd<'_>, timeout: Duration) -> Result<Token, CollectionError> {
         match transport::recv_timeout(socket, timeout)? {
-            (Message::NewToken { name }, Some(sock)) => Ok(Token { sock, name, pending: VecDeque::new() }),
+            (Message::NewToken { name }, Some(sock)) => Ok(Token { sock, name, pending: VecDeque::new(), read_only: false }),
             (other, _) => Err(CollectionError::Protocol(format!("expected a token, got {}", other.kind_name()))),
         }
     }
@@ -235,7 +306,7 @@ impl Token {
         })?;
         let (msg, fd) = transport::recv(self.sock.as_fd())?;
         Ok(match (msg, fd) {
-            (Message::NewToken { name }, Some(sock)) => Incoming::Token(Token { sock, name, pending: VecDeque::new() }),
+            (Message::NewToken { name }, Some(sock)) => Incoming::Token(Token { sock, name, pending: VecDeque::new(), read_only: false }),
             (Message::Allocated { reconciled, buffers }, None) => {
                 if buffers > MAX_BUFFERS {
                     return Err(CollectionError::Protocol(format!("{buffers} buffers announced")));
@@ -250,6 +321,8 @@ impl Token {
                             if shape != (reconciled.format, reconciled.width, reconciled.height) {
                                 return Err(CollectionError::Protocol(format!("buffer {i} is {shape:?}, not what the list says")));
                             }
+                            // i < buffers <= MAX_BUFFERS, so the cast is exact.
+                            check_received(i as u32, &buf, &reconciled, self.read_only)?;
                             out.push(buf)
                         }
                         _ => return Err(CollectionError::Protocol(format!("expected buffer {i}"))),

@@ -85,7 +85,7 @@ pub use attrs::{
     outputs_of, reconcile, validate, Outputs, OutputsError, ReconcileOptions,
     Reconciled, ValidateFailure,
 };
-pub use client::{Buffers, CollectionError, Token, TokenEvent};
+pub use client::{check_received, BufferField, Buffers, CollectionError, Token, TokenEvent};
 pub use limits::{MAX_BUFFERS, MAX_BUFFER_BYTES, MAX_EXTENT, MAX_NAME_LEN, MAX_TOKENS};
 pub use server::{Server, ServerError, ServerOutcome};
 pub use state::{BufferSet, Collection, Event, Failure, Progress, Rights, StateError, TokenId, WeakBuffers};

@@ -862,3 +862,44 @@ fn buffer_sizes_are_bounded_before_allocation() {
     assert!(reconcile(&[part("producer", Fourcc::XRGB8888, 2)], small).is_err());
     assert!(reconcile(&[part("producer", Fourcc::XRGB8888, 2)], ReconcileOptions::default()).is_ok());
 }
+
+/// A dispensable holder that floods the server with token requests fails only itself: past
+/// MAX_TOKENS_PER_SUBTREE its sub-tree is dropped (naming the quota), and the other holders
+/// still get tokens and buffers.
+#[test]
+fn a_dispensable_flood_of_tokens_sinks_only_the_flooder() {
+    let _g = lock();
+    let before = fd_count().unwrap();
+    {
+        let (serving, mut root) = server();
+        let mut flooder = root.duplicate(Rights::default(), true, "flooder", T).unwrap();
+        let mut made = Vec::new();
+        let err = loop {
+            match flooder.duplicate(Rights::default(), false, "spawn", T) {
+                Ok(t) => made.push(t),
+                Err(e) => break e,
+            }
+            assert!(made.len() < dmabridge_interop::collection::MAX_TOKENS, "the flood was never stopped");
+        };
+        assert_eq!(made.len(), dmabridge_interop::collection::MAX_TOKENS_PER_SUBTREE - 1, "{err}");
+        match err {
+            CollectionError::Failed(f) => assert!(f.reason.contains("at most 8 tokens"), "{f:?}"),
+            other => panic!("expected the flooder's failure, got {other}"),
+        }
+        // The others go on: a new holder, and the allocation.
+        let mut display = root.duplicate(Rights { read_only: true }, false, "display", T).unwrap();
+        let th = std::thread::spawn(move || {
+            let got = display.bind(&reader("display", Fourcc::XRGB8888, 1), T).map(|b| b.buffers.len());
+            display.close().unwrap();
+            got
+        });
+        let mine = root.bind(&part("camera", Fourcc::XRGB8888, 1), T).unwrap();
+        assert_eq!(th.join().unwrap().unwrap(), mine.buffers.len());
+        drop(made);
+        drop(flooder);
+        root.close().unwrap();
+        drop(mine);
+        assert_eq!(serving.join().unwrap().unwrap(), ServerOutcome::Released);
+    }
+    assert_eq!(fd_count().unwrap(), before);
+}

@@ -4,6 +4,11 @@
 
 /// Most tokens alive at once in one collection (sysmem tracks a few dozen participants).
 pub const MAX_TOKENS: usize = 64;
+/// Most tokens one isolated sub-tree (a dispensable token or a late joiner, with everything
+/// made from it) may hold at once. Past it, the request fails that sub-tree, which is
+/// dropped as any failure of it is; so a dispensable holder cannot fill the collection's
+/// [`MAX_TOKENS`] and make the next holder's request fail everyone.
+pub const MAX_TOKENS_PER_SUBTREE: usize = 8;
 /// Most buffers in one collection.
 pub const MAX_BUFFERS: u32 = 64;
 /// Largest width or height a collection allocates.

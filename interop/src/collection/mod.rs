@@ -86,7 +86,7 @@ pub use attrs::{
     Reconciled, ValidateFailure,
 };
 pub use client::{check_received, BufferField, Buffers, CollectionError, Token, TokenEvent};
-pub use limits::{MAX_BUFFERS, MAX_BUFFER_BYTES, MAX_EXTENT, MAX_NAME_LEN, MAX_TOKENS};
+pub use limits::{MAX_BUFFERS, MAX_BUFFER_BYTES, MAX_EXTENT, MAX_NAME_LEN, MAX_TOKENS, MAX_TOKENS_PER_SUBTREE};
 pub use server::{Server, ServerError, ServerOutcome};
 pub use state::{BufferSet, Collection, Event, Failure, Progress, Rights, StateError, TokenId, WeakBuffers};
 pub use transport::TransportError;

@@ -15,7 +15,7 @@ use crate::negotiate::Participant;
 use super::alloc::{Allocator, Holders};
 use super::attrs::{describe, outputs_of, reconcile, validate_holder, ReconcileOptions, Reconciled};
 use crate::negotiate::{Conflict, ConstraintKind};
-use super::limits::{MAX_NAME_LEN, MAX_TOKENS};
+use super::limits::{MAX_NAME_LEN, MAX_TOKENS, MAX_TOKENS_PER_SUBTREE};
 
 /// A token's number within its collection. Numbers are never reused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -102,6 +102,10 @@ pub enum StateError {
     Failed(Failure),
     #[error("the collection holds at most {max} live tokens")]
     TooManyTokens { max: usize },
+    /// The requesting token's isolated sub-tree (under dispensable or late token `holder`)
+    /// already holds [`MAX_TOKENS_PER_SUBTREE`] tokens.
+    #[error("{holder}'s sub-tree holds at most {max} tokens")]
+    SubtreeQuota { holder: String, max: usize },
     #[error("token name {0:?} must be 1 to {MAX_NAME_LEN} bytes without NUL")]
     BadName(String),
     #[error("no allocation is due")]
@@ -253,11 +257,31 @@ impl Collection {
         }
     }
 
-    fn room(&self) -> Result<(), StateError> {
+    /// Whether a token made from `parent` fits: within [`MAX_TOKENS`], and within
+    /// [`MAX_TOKENS_PER_SUBTREE`] of the isolated sub-tree `parent` is in, if any.
+    fn room(&self, parent: TokenId) -> Result<(), StateError> {
         if self.nodes.len() >= MAX_TOKENS {
             return Err(StateError::TooManyTokens { max: MAX_TOKENS });
         }
+        if let Some(stop) = self.isolating_ancestor(parent) {
+            if self.subtree(stop).len() >= MAX_TOKENS_PER_SUBTREE {
+                let holder = self.nodes.get(&stop).map_or_else(String::new, Node::label);
+                return Err(StateError::SubtreeQuota { holder, max: MAX_TOKENS_PER_SUBTREE });
+            }
+        }
         Ok(())
+    }
+
+    /// The nearest token at or above `token` whose failure stays its own sub-tree's.
+    fn isolating_ancestor(&self, token: TokenId) -> Option<TokenId> {
+        let mut at = token;
+        loop {
+            let n = self.nodes.get(&at)?;
+            if n.isolates() {
+                return Some(at);
+            }
+            at = n.parent?;
+        }
     }
 
     /// A new token from `token` (sysmem Duplicate), before `token` binds and before
@@ -280,7 +304,7 @@ impl Collection {
             late: parent.late,
             bind: Bind::Unbound,
         };
-        self.room()?;
+        self.room(token)?;
         let id = self.insert(node);
         debug!(collection = %self.name, %id, name, dispensable, "duplicated a token");
         Ok(id)
@@ -300,7 +324,7 @@ impl Collection {
             late: true,
             bind: Bind::Unbound,
         };
-        self.room()?;
+        self.room(parent)?;
         let id = self.insert(node);
         debug!(collection = %self.name, %id, name, "attached a late token");
         Ok(id)
@@ -506,18 +530,8 @@ impl Collection {
     pub fn fail(&mut self, token: TokenId, reason: &str) -> Result<Progress, StateError> {
         let node = self.live(token)?;
         let who = node.label();
-        // Walk up to the node where the failure stops, if any.
-        let mut at = token;
-        let stop = loop {
-            let Some(n) = self.nodes.get(&at) else { break None };
-            if n.isolates() {
-                break Some(at);
-            }
-            match n.parent {
-                Some(p) => at = p,
-                None => break None,
-            }
-        };
+        // The node where the failure stops, if any.
+        let stop = self.isolating_ancestor(token);
         let f = Failure { participant: who, reason: reason.to_owned() };
         let Some(stop) = stop else {
             return Ok(self.fail_all(f));

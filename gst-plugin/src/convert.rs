@@ -21,6 +21,7 @@ pub(crate) mod imp {
     use gst::prelude::*;
     use gst::subclass::prelude::*;
     use gst_base::subclass::prelude::*;
+    use gst_video::prelude::*;
     use gst_video::VideoFormat;
 
     static CAT: LazyLock<gst::DebugCategory> =
@@ -592,16 +593,30 @@ pub(crate) mod imp {
     }
 
     /// The input frame as dmabridge's packed buffer: a tiled frame as GStreamer lays it out
-    /// (which is dmabridge's layout), a linear one with its rows gathered from GStreamer's
-    /// strides (which pad rows to 4 bytes).
+    /// (which is dmabridge's layout), a linear one with its rows gathered plane by plane
+    /// where the buffer's `GstVideoMeta` puts them (padded strides, planes at any offset),
+    /// or the caps' standard layout without one: GStreamer's frame mapping reads the meta.
     fn packed_input(state: &State, inbuf: &gst::Buffer) -> Result<Vec<u8>, String> {
         let (in_size, _) = state.conversion.sizes().map_err(|e| e.to_string())?;
-        let map = inbuf.map_readable().map_err(|_| "the input buffer cannot be mapped".to_owned())?;
         if state.conversion.from_layout != TileLayout::Linear {
+            let map = inbuf.map_readable().map_err(|_| "the input buffer cannot be mapped".to_owned())?;
             let bytes = map.as_slice().get(..in_size as usize).ok_or_else(|| format!("the input buffer holds {} bytes, the tiled frame {in_size}", map.size()))?;
             return Ok(bytes.to_vec());
         }
-        gather(&state.in_info, map.as_slice(), state.conversion.from, in_size)
+        let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(inbuf.as_ref(), &state.in_info)
+            .map_err(|_| "the input buffer does not hold the frame its caps and video meta describe".to_owned())?;
+        let fi = dmabridge::interop::format_info(state.conversion.from).ok_or("no plane table")?;
+        let mut out = Vec::with_capacity(in_size as usize);
+        for p in 0..fi.plane_count() {
+            let data = frame.plane_data(p as u32).map_err(|_| format!("the input frame has no plane {p}"))?;
+            let stride = usize::try_from(frame.plane_stride()[p]).map_err(|_| format!("plane {p} has a negative stride"))?;
+            let row = fi.min_stride(p, state.in_info.width()) as usize;
+            for y in 0..fi.plane_height(p, state.in_info.height()) as usize {
+                let at = y * stride;
+                out.extend_from_slice(data.get(at..at + row).ok_or_else(|| format!("plane {p} is shorter than its rows"))?);
+            }
+        }
+        Ok(out)
     }
 
     /// The frame read from its dma-buf, when the buffer is one dma-buf memory: described to
@@ -722,26 +737,6 @@ pub(crate) mod imp {
             at += row * fi.plane_height(p, info.height()) as usize;
         }
         true
-    }
-
-    /// Rows of each plane from GStreamer's offsets and strides into a packed buffer.
-    fn gather(info: &gst_video::VideoInfo, bytes: &[u8], fourcc: Fourcc, size: u64) -> Result<Vec<u8>, String> {
-        gather_at(info, bytes, fourcc, size, 0)
-    }
-
-    /// [`gather`] with GStreamer's offsets shifted back by `base` bytes.
-    fn gather_at(info: &gst_video::VideoInfo, bytes: &[u8], fourcc: Fourcc, size: u64, base: usize) -> Result<Vec<u8>, String> {
-        let fi = dmabridge::interop::format_info(fourcc).ok_or("no plane table")?;
-        let mut out = Vec::with_capacity(size as usize);
-        for p in 0..fi.plane_count() {
-            let (offset, stride) = (info.offset()[p].saturating_sub(base), info.stride()[p] as usize);
-            let row = fi.min_stride(p, info.width()) as usize;
-            for y in 0..fi.plane_height(p, info.height()) as usize {
-                let at = offset + y * stride;
-                out.extend_from_slice(bytes.get(at..at + row).ok_or("the input buffer is shorter than its caps say")?);
-            }
-        }
-        Ok(out)
     }
 
     /// The packed output into GStreamer's planes, at its offsets and strides.

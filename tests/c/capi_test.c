@@ -76,15 +76,20 @@ int main(void) {
     bad.objects[0].fd = 987;
     CHECK(dmb_import(e, &bad, &img) == DMB_ERR_INVALID, "a closed fd");
     {
-        /* The same memfd, reopened write-only: nothing can read a frame through it. */
+        /* A memfd of the frame's size, reopened write-only: nothing can read a frame
+         * through it. (Its own memfd: the frame's fd is a dma-buf in the kernel lab, and a
+         * dma-buf cannot be reopened.) */
+        int mem = memfd_create("capi-write-only", MFD_CLOEXEC);
+        CHECK(mem >= 0 && ftruncate(mem, (off_t)len) == 0, "a memfd");
         char path[64];
-        snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
+        snprintf(path, sizeof path, "/proc/self/fd/%d", mem);
         int wronly = open(path, O_WRONLY | O_CLOEXEC);
         CHECK(wronly >= 0, "reopen the memfd write-only");
         bad = f;
         bad.objects[0].fd = wronly;
         CHECK(dmb_import(e, &bad, &img) == DMB_ERR_INVALID && strstr(dmb_last_error(), "write-only") != NULL, "a write-only fd: %s", dmb_last_error());
         close(wronly);
+        close(mem);
     }
     bad = f;
     bad.planes[1].object_index = 3;

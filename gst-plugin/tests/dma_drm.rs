@@ -8,10 +8,9 @@
 mod common;
 
 use common::{dmabuf_buffer, pipeline};
-use dmabridge_interop::tiling::{test_pattern, tile_to_vec, yuv_to_rgb_vec, ColourMatrix, ColourRange};
+use dmabridge_interop::tiling::{test_pattern, tile_to_vec};
 use dmabridge_interop::{Fourcc, TileLayout};
 use gst::prelude::*;
-use gst_video::prelude::*;
 
 #[test]
 fn the_templates_list_drm_formats() {
@@ -70,41 +69,16 @@ fn a_linear_frame_is_read_at_the_pitches_its_video_meta_gives() {
     let (w, h) = (128u32, 64u32);
     // Pitch 192 (not GStreamer's 128) and the chroma plane 4 KiB past the luma: only the meta says so.
     let (pitch, uv_offset) = (192usize, 192 * 64 + 4096);
-    let packed = test_pattern((w * h * 3 / 2) as usize, 31);
-    let mut file = vec![0u8; uv_offset + pitch * 32];
-    for y in 0..64 {
-        file[y * pitch..y * pitch + 128].copy_from_slice(&packed[y * 128..(y + 1) * 128]);
-    }
-    for y in 0..32 {
-        let src = 128 * 64 + y * 128;
-        file[uv_offset + y * pitch..uv_offset + y * pitch + 128].copy_from_slice(&packed[src..src + 128]);
-    }
+    let (packed, file) = common::padded_nv12(w, h, pitch, uv_offset, 31);
     let mut buffer = dmabuf_buffer(&file);
-    gst_video::VideoMeta::add_full(
-        buffer.get_mut().expect("writable"),
-        gst_video::VideoFrameFlags::empty(),
-        gst_video::VideoFormat::Nv12,
-        w,
-        h,
-        &[0, uv_offset],
-        &[pitch as i32, pitch as i32],
-    )
-    .expect("meta");
+    common::add_nv12_meta(buffer.get_mut().expect("writable"), (w, h), pitch, uv_offset);
     let run = pipeline(&format!(
         "appsrc name=src format=time caps=video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=NV12,width={w},height={h},framerate=0/1,colorimetry=bt709 ! \
          dmabridgeconvert ! video/x-raw,format=BGRx ! appsink name=sink sync=false"
     ));
     run.src.push_buffer(buffer).expect("push");
     run.src.end_of_stream().expect("eos");
-    let sample = run.sink.pull_sample().expect("a frame");
-    let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(sample.buffer().expect("buffer"), &gst_video::VideoInfo::from_caps(sample.caps().expect("caps")).expect("info")).expect("frame");
-    let expected = yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt709, ColourRange::Limited, w, h, &packed).expect("reference");
-    let stride = frame.plane_stride()[0] as usize;
-    let data = frame.plane_data(0).expect("plane");
-    for y in 0..h as usize {
-        assert!(data[y * stride..y * stride + w as usize * 4] == expected[y * w as usize * 4..(y + 1) * w as usize * 4], "row {y}");
-    }
-    drop(frame);
+    common::assert_bgrx_is_reference(&run, &packed, (w, h));
     run.pipeline.set_state(gst::State::Null).expect("stop");
 }
 

@@ -69,3 +69,44 @@ pub fn pipeline(description: &str) -> Run {
     pipeline.set_state(gst::State::Playing).expect("playing");
     Run { pipeline, src, sink }
 }
+
+/// An NV12 `w`x`h` frame (even extents) whose rows are `pitch` bytes apart and whose chroma
+/// plane starts `uv_offset` bytes in: the tightly packed frame (`test_pattern(seed)`), and
+/// the bytes laid out so (the gaps are 0x5a).
+pub fn padded_nv12(w: u32, h: u32, pitch: usize, uv_offset: usize, seed: u32) -> (Vec<u8>, Vec<u8>) {
+    let (w, h) = (w as usize, h as usize);
+    let packed = dmabridge_interop::tiling::test_pattern(w * h * 3 / 2, seed);
+    let mut bytes = vec![0x5au8; uv_offset + pitch * (h / 2)];
+    for y in 0..h {
+        bytes[y * pitch..y * pitch + w].copy_from_slice(&packed[y * w..(y + 1) * w]);
+    }
+    for y in 0..h / 2 {
+        let src = w * h + y * w;
+        bytes[uv_offset + y * pitch..uv_offset + y * pitch + w].copy_from_slice(&packed[src..src + w]);
+    }
+    (packed, bytes)
+}
+
+/// The video meta that says where [`padded_nv12`]'s planes are.
+pub fn add_nv12_meta(buffer: &mut gst::BufferRef, (w, h): (u32, u32), pitch: usize, uv_offset: usize) {
+    gst_video::VideoMeta::add_full(buffer, gst_video::VideoFrameFlags::empty(), gst_video::VideoFormat::Nv12, w, h, &[0, uv_offset], &[pitch as i32, pitch as i32])
+        .expect("meta");
+}
+
+/// Asserts that the one frame `run` gives (BGRx, at its caps' stride) is `packed` converted
+/// by dmabridge's BT.709 limited-range reference, row by row.
+pub fn assert_bgrx_is_reference(run: &Run, packed: &[u8], (w, h): (u32, u32)) {
+    use dmabridge_interop::tiling::{yuv_to_rgb_vec, ColourMatrix, ColourRange};
+    use dmabridge_interop::Fourcc;
+    use gst_video::prelude::*;
+    let sample = run.sink.pull_sample().expect("a frame");
+    let info = gst_video::VideoInfo::from_caps(sample.caps().expect("caps")).expect("info");
+    let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(sample.buffer().expect("buffer"), &info).expect("frame");
+    let expected = yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt709, ColourRange::Limited, w, h, packed).expect("reference");
+    let stride = frame.plane_stride()[0] as usize;
+    let data = frame.plane_data(0).expect("plane");
+    let row = w as usize * 4;
+    for y in 0..h as usize {
+        assert!(data[y * stride..y * stride + row] == expected[y * row..(y + 1) * row], "row {y}");
+    }
+}

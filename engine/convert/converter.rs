@@ -390,13 +390,8 @@ impl Converter {
         let end = rgb.stride.saturating_mul(u64::from(height).saturating_sub(1)).saturating_add(rgb.offset).saturating_add(row);
         need(&format!("{to} {width}x{height} destination"), end, dst.byte_len())?;
         let d = tiled_yuv_to_rgb_dispatch(layout, from, to, matrix, range, width, height, tiled_base, rgb)?;
-        let ctx = self.take_context()?;
-        let result = self.set(&ctx, &self.colour, &[src.vk_buffer(), src.vk_buffer(), dst.vk_buffer()]).and_then(|set| {
-            // SAFETY: the caller's contract; the buffers hold the frame (checked above).
-            unsafe { self.record(cmd, &self.colour, set, &[d], until) }
-        });
-        self.return_context(ctx, until);
-        result
+        // SAFETY: the caller's contract; the buffers hold the frame (checked above).
+        unsafe { self.record_colour(cmd, [src.vk_buffer(), src.vk_buffer(), dst.vk_buffer()], d, until) }
     }
 
     /// Records the conversion of every plane between a tiled buffer (`tiled`, starting at

@@ -349,7 +349,9 @@ pub fn outputs_of(r: &Reconciled, buffers: &[DmaBuf]) -> Result<Outputs, Outputs
     first.ok_or(OutputsError::Count { want: r.constraints.buffers, got: 0 })
 }
 
-fn outputs_of_one(b: &DmaBuf, index: usize) -> Result<Outputs, OutputsError> {
+/// One buffer's outputs as its files say: its planes ([`DmaBuf::plane_layouts`]) and each
+/// memory object's real size. `index` only names the buffer in an error.
+pub(crate) fn outputs_of_one(b: &DmaBuf, index: usize) -> Result<Outputs, OutputsError> {
     let planes = b.plane_layouts();
     let mut object_sizes = Vec::new();
     // Objects are numbered in order of first appearance, so object k's first plane is the

@@ -9,10 +9,10 @@ use std::time::{Duration, Instant};
 
 use tracing::debug;
 
-use crate::dmabuf::{classify, file_size, recv as recv_buffer, DmaBuf, FdClass, FdTrust, HandoffError, Received};
+use crate::dmabuf::{classify, recv as recv_buffer, DmaBuf, FdClass, FdTrust, HandoffError, Received};
 use crate::negotiate::Participant;
 
-use super::attrs::{describe, Reconciled};
+use super::attrs::{describe, outputs_of_one, Reconciled};
 use crate::negotiate::Conflict;
 use super::limits::{MAX_BUFFERS, MAX_NAME_LEN};
 use super::state::{Failure, Rights};
@@ -90,28 +90,29 @@ pub fn check_received(index: u32, buf: &DmaBuf, reconciled: &Reconciled, read_on
     if read_only && !buf.read_only() {
         return Err(bad(BufferField::AccessMode, "a writable fd for a holder bound read-only".into()));
     }
-    let layouts = buf.plane_layouts();
-    let mut sizes: Vec<u64> = Vec::new();
     for (i, p) in buf.planes().enumerate() {
         let class = classify(p.fd, FdTrust::Untrusted).map_err(|e| bad(BufferField::FdKind, format!("plane {i}: {e}")))?;
         if !matches!(class, FdClass::DmaBuf | FdClass::SealedMemfd) {
             return Err(bad(BufferField::FdKind, format!("plane {i}: {class:?}, not a dma-buf or a sealed memfd")));
         }
-        let size = file_size(p.fd, class).map_err(|e| bad(BufferField::Size, format!("plane {i}: {e}")))?;
-        if layouts[i].object == sizes.len() {
-            sizes.push(size);
-        }
-        match layouts[i].end() {
+    }
+    // The buffer as its files say: its planes, and each object's real size.
+    let actual = outputs_of_one(buf, index as usize).map_err(|e| bad(BufferField::Size, e.to_string()))?;
+    for (i, p) in actual.planes.iter().enumerate() {
+        // Every object has its size (outputs_of_one numbers them as it sizes them); a
+        // missing one reads as 0 bytes, which no plane fits.
+        let size = actual.object_sizes.get(p.object).copied().unwrap_or(0);
+        match p.end() {
             Some(end) if end <= size => {}
-            end => return Err(bad(BufferField::PlaneExtent, format!("plane {i}: bytes {}..{} of a {size}-byte fd", layouts[i].offset, end.map_or("2^64".into(), |e| e.to_string())))),
+            end => return Err(bad(BufferField::PlaneExtent, format!("plane {i}: bytes {}..{} of a {size}-byte fd", p.offset, end.map_or("2^64".into(), |e| e.to_string())))),
         }
     }
     if let Some(o) = &reconciled.outputs {
-        if o.planes != layouts {
-            return Err(bad(BufferField::Layout, format!("planes {layouts:?}, the outputs say {:?}", o.planes)));
+        if o.planes != actual.planes {
+            return Err(bad(BufferField::Layout, format!("planes {:?}, the outputs say {:?}", actual.planes, o.planes)));
         }
-        if o.object_sizes != sizes {
-            return Err(bad(BufferField::Size, format!("files of {sizes:?} bytes, the outputs say {:?}", o.object_sizes)));
+        if o.object_sizes != actual.object_sizes {
+            return Err(bad(BufferField::Size, format!("files of {:?} bytes, the outputs say {:?}", actual.object_sizes, o.object_sizes)));
         }
     }
     Ok(())

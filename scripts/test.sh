@@ -26,8 +26,9 @@ done
 # Lints first: every warning, in every target of every crate, fails the run.
 cargo clippy --workspace --all-targets --quiet -- -D warnings
 # The made-up tiled layout (feature test-layout: one table row plus its address function,
-# see DEVELOPERS.md "Adding a tiled layout") is linted too.
+# see DEVELOPERS.md "Adding a tiled layout") is linted too, in the CLI and the element.
 cargo clippy -p dmabridge-cli --features test-layout --all-targets --quiet -- -D warnings
+cargo clippy -p gst-plugin-dmabridge --features test-layout --all-targets --quiet -- -D warnings
 
 # Build once (tests, benches and the examples), without the preload, so that cargo and
 # rustc never run under it.
@@ -104,6 +105,16 @@ count() {
 echo "=== configuration 1/3: plain lavapipe (no udmabuf) ==="
 step plain env DMABRIDGE_TEST_CONFIG=plain cargo test --workspace --quiet -- --test-threads=2
 step plain env DMABRIDGE_TEST_CONFIG=plain cargo test -p dmabridge-cli --features test-layout --test test_layout --quiet -- --test-threads=2
+# The made-up layout in the element: the plugin the test loads is built with the feature for
+# this test only, and built again without it for everything after.
+made_up_layout_in_the_element() {
+    local rc=0
+    cargo build -p gst-plugin-dmabridge --features test-layout --quiet
+    DMABRIDGE_TEST_CONFIG=plain cargo test -p gst-plugin-dmabridge --features test-layout --test test_layout --quiet -- --test-threads=2 || rc=$?
+    cargo build -p gst-plugin-dmabridge --quiet
+    return $rc
+}
+step plain made_up_layout_in_the_element
 step plain run_examples env DMABRIDGE_TEST_CONFIG=plain
 
 echo "=== configuration 2/3: udmabuf ($( [ -e /dev/udmabuf ] && echo real || echo emulation )) ==="

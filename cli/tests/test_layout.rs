@@ -12,11 +12,13 @@ mod common;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use dmabridge::interop::tile_layout::TEST_MODIFIER;
 use dmabridge::interop::tiling::{tile_to_vec, tiled_size};
-use dmabridge::interop::{Fourcc, TileLayout};
+use dmabridge::interop::{Fourcc, Modifier, TileLayout};
 
 const NAME: &str = "test-interlaced-16x16";
+
+/// The made-up layout's modifier, as its row gives it.
+const TEST_MODIFIER: Modifier = Modifier::from_vendor(0x7f, 0x7e57);
 
 fn scratch(test: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("dmabridge-test-layout-{}-{test}", std::process::id()));

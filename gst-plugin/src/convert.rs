@@ -322,17 +322,15 @@ pub(crate) mod imp {
         /// One frame in, one frame out, whatever the input buffer's size (a tiled frame may be
         /// shorter than GStreamer's padded estimate of it; its own size is checked per buffer).
         fn transform_size(&self, _direction: gst::PadDirection, _caps: &gst::Caps, _size: usize, othercaps: &gst::Caps) -> Option<usize> {
-            crate::dma_drm::info_of(othercaps).ok().map(|i| i.size())
+            crate::dma_drm::frame_of(othercaps).ok().map(|f| f.info.size())
         }
 
         fn set_caps(&self, incaps: &gst::Caps, outcaps: &gst::Caps) -> Result<(), gst::LoggableError> {
-            // DMA_DRM caps stand for the GStreamer format their drm-format names.
-            let in_info = crate::dma_drm::info_of(incaps).map_err(|e| gst::loggable_error!(CAT, "input caps: {e}"))?;
-            let out_info = crate::dma_drm::info_of(outcaps).map_err(|e| gst::loggable_error!(CAT, "output caps: {e}"))?;
-            let (from, to) = (layout_of(in_info.format()), layout_of(out_info.format()));
-            let (Some(from), Some(to)) = (from, to) else {
-                return Err(gst::loggable_error!(CAT, "{} -> {} is not a conversion dmabridge has", in_info.format(), out_info.format()));
-            };
+            // DMA_DRM caps name their layout by modifier, through dmabridge's layout table.
+            let input = crate::dma_drm::frame_of(incaps).map_err(|e| gst::loggable_error!(CAT, "input caps: {e}"))?;
+            let output = crate::dma_drm::frame_of(outcaps).map_err(|e| gst::loggable_error!(CAT, "output caps: {e}"))?;
+            let (from, to) = ((input.layout, input.fourcc), (output.layout, output.fourcc));
+            let (in_info, out_info) = (input.info, output.info);
             let settings = *self.settings.lock().unwrap_or_else(PoisonError::into_inner);
             // The YUV side's colorimetry decides the colour arithmetic.
             let yuv = if from.1 == Fourcc::NV12 || from.1 == Fourcc::P010 { &in_info } else { &out_info };
@@ -427,7 +425,7 @@ pub(crate) mod imp {
             if query.allocation_pools().is_empty() {
                 let (caps, _) = query.get();
                 let system = caps.is_some_and(|c| c.features(0).map_or(true, |f| !f.contains(gst_allocators::CAPS_FEATURE_MEMORY_DMABUF)));
-                if let (true, Some(info)) = (system, caps.and_then(|c| crate::dma_drm::info_of(c).ok())) {
+                if let (true, Some(info)) = (system, caps.and_then(|c| crate::dma_drm::frame_of(c).ok()).map(|f| f.info)) {
                     query.add_allocation_pool(None::<&gst::BufferPool>, info.size() as u32, 2, 0);
                 }
             }

@@ -2,8 +2,9 @@
 //! `DMABRIDGE_GST_DMA_DRM=1` (the caps are plain structures to the core; `appsrc` and
 //! `appsink` pass them as they are): a tiled frame named by its DRM format and modifier is
 //! read from its dma-buf and detiled into a DMA_DRM linear frame carrying a video meta; a
-//! linear frame whose pitches only its video meta knows is converted to BGRx; a modifier the
-//! element cannot read does not negotiate.
+//! linear frame whose pitches only its video meta knows is converted to BGRx; layouts
+//! GStreamer has no format name for (i915, NVIDIA block linear) are read by their modifier,
+//! on the CPU and on the GPU; a modifier the element cannot read does not negotiate.
 
 mod common;
 
@@ -20,7 +21,9 @@ fn the_templates_list_drm_formats() {
     let element = gst::ElementFactory::make("dmabridgeconvert").build().expect("element");
     let caps = |name: &str| element.pad_template(name).map(|t| t.caps().to_string()).expect("template");
     let (sink, src) = (caps("sink"), caps("src"));
-    for wanted in ["format=(string)DMA_DRM", "NV12:0x0400000000000001", "NV12:0x0900000000000001", "AR24", "P010"] {
+    // Samsung and Allwinner NV12 (GStreamer names them), i915 Y-tiled NV12 and NVIDIA block
+    // linear XRGB (it names neither: read from dmabridge's layout table).
+    for wanted in ["format=(string)DMA_DRM", "NV12:0x0400000000000001", "NV12:0x0900000000000001", "NV12:0x0100000000000002", "XR24:0x0300000000000012", "AR24", "P010"] {
         assert!(sink.contains(wanted), "sink lacks {wanted}: {sink}");
     }
     assert!(src.contains("format=(string)DMA_DRM") && src.contains("XR24") && !src.contains("NV12:0x"), "the source writes linear: {src}");
@@ -61,6 +64,17 @@ fn a_tiled_dma_drm_frame_detiles_into_a_linear_dma_drm_frame_with_a_video_meta()
     drop(map);
     assert_eq!(run.pipeline.by_name("conv").expect("conv").property::<u64>("dmabuf-imports"), 1);
     run.pipeline.set_state(gst::State::Null).expect("stop");
+}
+
+#[test]
+fn layouts_gstreamer_has_no_name_for_are_read_by_their_modifier() {
+    common::init(true);
+    for (layout, fourcc, gst_format) in [(TileLayout::I915Y, Fourcc::NV12, "NV12"), (TileLayout::NvidiaBlockLinear(2), Fourcc::XRGB8888, "BGRx")] {
+        for path in ["cpu", "gpu"] {
+            let conv = common::detile_by_modifier(layout, fourcc, gst_format, path, (192, 96));
+            assert_eq!(conv.property::<u64>("gpu-dmabuf-frames"), u64::from(path == "gpu"), "{layout} on the {path}");
+        }
+    }
 }
 
 #[test]

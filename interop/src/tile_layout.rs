@@ -20,34 +20,6 @@ use drm_fourcc::DrmModifier;
 use crate::tiling::AddressKind;
 use crate::{Fourcc, Modifier};
 
-/// A layout dmabridge knows the addressing of. Its data is its row of [`TILE_LAYOUTS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum TileLayout {
-    Linear,
-    /// `I915_FORMAT_MOD_X_TILED`.
-    I915X,
-    /// `I915_FORMAT_MOD_Y_TILED`.
-    I915Y,
-    /// `DRM_FORMAT_MOD_VIVANTE_TILED`.
-    VivanteTiled,
-    /// `DRM_FORMAT_MOD_SAMSUNG_64_32_TILE` (V4L2 NV12MT, GStreamer NV12_64Z32).
-    Samsung64x32,
-    /// `DRM_FORMAT_MOD_ALLWINNER_TILED` (V4L2/GStreamer NV12_32L32).
-    Allwinner32x32,
-    /// V4L2 NV12_4L4 (Hantro). No DRM modifier.
-    Nv12_4L4,
-    /// V4L2 MM21 / GStreamer NV12_16L32S (MediaTek). No DRM modifier.
-    Nv12_16L32S,
-    /// V4L2 NV12_8L128 (Amphion). No DRM modifier.
-    Nv12_8L128,
-    /// `DRM_FORMAT_MOD_NVIDIA_16BX2_BLOCK(n)`, blocks 2^n GOBs tall, n in 0..=5.
-    NvidiaBlockLinear(u8),
-    /// The made-up layout of the `test-layout` feature (see [`TEST_MODIFIER`]): the proof
-    /// that a layout is one row plus an address function.
-    #[cfg(feature = "test-layout")]
-    TestInterlaced16x16,
-}
-
 /// How wide a tile is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TileWidth {
@@ -119,139 +91,127 @@ pub struct LayoutInfo {
     pub v4l2: &'static [V4l2Name],
 }
 
+/// A row of the table as written: a [`LayoutInfo`] but for its `layout`, which
+/// [`tile_layouts!`] gives it (the variant named beside the row).
+#[derive(Debug, Clone, Copy)]
+struct LayoutRow {
+    name: &'static str,
+    drm: Option<DrmModifier>,
+    address: AddressKind,
+    tiles: [Tile; 2],
+    only: Option<Fourcc>,
+    gst: Option<&'static str>,
+    v4l2: &'static [V4l2Name],
+}
+
+impl LayoutRow {
+    const fn of(self, layout: TileLayout) -> LayoutInfo {
+        let LayoutRow { name, drm, address, tiles, only, gst, v4l2 } = self;
+        LayoutInfo { layout, name, drm, address, tiles, only, gst, v4l2 }
+    }
+
+    /// A layout defined for every fourcc, with no GStreamer or V4L2 name.
+    const fn any_format(name: &'static str, drm: DrmModifier, address: AddressKind, tiles: [Tile; 2]) -> LayoutRow {
+        LayoutRow { name, drm: Some(drm), address, tiles, only: None, gst: None, v4l2: &[] }
+    }
+}
+
 const fn same(t: Tile) -> [Tile; 2] {
     [t, t]
 }
 
 const fn nvidia(n: u8, name: &'static str, drm: DrmModifier) -> LayoutInfo {
-    LayoutInfo {
-        layout: TileLayout::NvidiaBlockLinear(n),
-        name,
-        drm: Some(drm),
-        address: AddressKind::NvidiaBlock,
-        tiles: same(Tile::bytes(64, 8 << n)),
-        only: None,
-        gst: None,
-        v4l2: &[],
-    }
+    LayoutRow::any_format(name, drm, AddressKind::NvidiaBlock, same(Tile::bytes(64, 8 << n))).of(TileLayout::NvidiaBlockLinear(n))
 }
 
-const fn nv12_decoder(layout: TileLayout, name: &'static str, drm: Option<DrmModifier>, tiles: [Tile; 2], gst: &'static str, v4l2: &'static [V4l2Name]) -> LayoutInfo {
-    LayoutInfo { layout, name, drm, address: AddressKind::RowMajorTiles, tiles, only: Some(Fourcc::NV12), gst: Some(gst), v4l2 }
+const fn nv12_decoder(name: &'static str, drm: Option<DrmModifier>, tiles: [Tile; 2], gst: &'static str, v4l2: &'static [V4l2Name]) -> LayoutRow {
+    LayoutRow { name, drm, address: AddressKind::RowMajorTiles, tiles, only: Some(Fourcc::NV12), gst: Some(gst), v4l2 }
 }
 
 const fn v4l2(name: &'static str, code: &[u8; 4], mem_planes: u8) -> V4l2Name {
     V4l2Name { name, code: *code, mem_planes }
 }
 
-/// The made-up modifier of the `test-layout` feature's layout: vendor 0x7f, which the
-/// kernel has not assigned.
-#[cfg(feature = "test-layout")]
-pub const TEST_MODIFIER: Modifier = Modifier::from_vendor(0x7f, 0x7e57);
+/// Declares [`TileLayout`] and [`TILE_LAYOUTS`] from one list, so that a layout is its row
+/// and nothing else: `Variant => row`, the row being the [`LayoutInfo`] but for its
+/// `layout` (the variant beside it), with the variant's doc (and `cfg`) above it. The one
+/// layout with a parameter, NVIDIA's block height, is written out once, after the rows
+/// (in their brackets).
+macro_rules! tile_layouts {
+    (
+        [ $( $(#[doc = $doc:literal])* $(#[cfg($cfg:meta)])? $variant:ident => $row:expr, )* ]
+        $(#[doc = $pdoc:literal])* $pvariant:ident($arg:ty) => [ $($prow:expr,)* ]
+    ) => {
+        /// A layout dmabridge knows the addressing of. Its data is its row of [`TILE_LAYOUTS`].
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum TileLayout {
+            $( $(#[doc = $doc])* $(#[cfg($cfg)])? $variant, )*
+            $(#[doc = $pdoc])* $pvariant($arg),
+        }
 
-/// Every layout dmabridge converts, in a stable order (that of [`TileLayout::ALL`]).
-/// Every modifier comes from drm-fourcc; it lacks none of these. The three V4L2 decoder
-/// layouts have no modifier at all, and V4L2 tile alignments are from the kernel's
-/// pixfmt-yuv-planar documentation.
-pub const TILE_LAYOUTS: &[LayoutInfo] = &[
-    LayoutInfo {
-        layout: TileLayout::Linear,
-        name: "linear",
-        drm: Some(DrmModifier::Linear),
-        address: AddressKind::Linear,
-        tiles: same(Tile::bytes(1, 1)),
-        only: None,
-        gst: None,
-        v4l2: &[],
-    },
-    LayoutInfo {
-        layout: TileLayout::I915X,
-        name: "i915-x",
-        drm: Some(DrmModifier::I915_x_tiled),
-        address: AddressKind::RowMajorTiles,
-        tiles: same(Tile::bytes(512, 8)),
-        only: None,
-        gst: None,
-        v4l2: &[],
-    },
-    LayoutInfo {
-        layout: TileLayout::I915Y,
-        name: "i915-y",
-        drm: Some(DrmModifier::I915_y_tiled),
-        address: AddressKind::I915Y,
-        tiles: same(Tile::bytes(128, 32)),
-        only: None,
-        gst: None,
-        v4l2: &[],
-    },
-    LayoutInfo {
-        layout: TileLayout::VivanteTiled,
-        name: "vivante-tiled",
-        drm: Some(DrmModifier::Vivante_tiled),
-        address: AddressKind::RowMajorTiles,
-        // 4x4 pixels: the tile is as wide in bytes as four samples of the plane.
-        tiles: same(Tile { width: TileWidth::Samples(4), height: 4, row_tiles: 1 }),
-        only: None,
-        gst: None,
-        v4l2: &[],
-    },
-    LayoutInfo {
-        address: AddressKind::SamsungZFlipZ,
-        // 64x32 tiles in Z order; the row is a whole number of Z shapes (2 tiles).
-        ..nv12_decoder(
-            TileLayout::Samsung64x32,
-            "samsung-64x32",
-            Some(DrmModifier::Samsung_64_32_tile),
-            same(Tile { width: TileWidth::Bytes(64), height: 32, row_tiles: 2 }),
-            "NV12_64Z32",
-            &[v4l2("NV12MT", b"TM12", 2)],
-        )
-    },
-    nv12_decoder(
-        TileLayout::Allwinner32x32,
-        "allwinner-32x32",
-        Some(DrmModifier::Allwinner_tiled),
-        same(Tile::bytes(32, 32)),
-        "NV12_32L32",
-        &[v4l2("NV12_32L32", b"ST12", 1)],
-    ),
-    nv12_decoder(TileLayout::Nv12_4L4, "nv12-4l4", None, same(Tile::bytes(4, 4)), "NV12_4L4", &[v4l2("NV12_4L4", b"VT12", 1)]),
-    // MediaTek: 16x32 luma tiles, 16x16 chroma tiles (as many as luma has), planes in two
-    // buffers.
-    nv12_decoder(
-        TileLayout::Nv12_16L32S,
-        "nv12-16l32s",
-        None,
-        [Tile::bytes(16, 32), Tile::bytes(16, 16)],
-        "NV12_16L32S",
-        &[v4l2("MM21", b"MM21", 2)],
-    ),
-    nv12_decoder(
-        TileLayout::Nv12_8L128,
-        "nv12-8l128",
-        None,
-        same(Tile::bytes(8, 128)),
-        "NV12_8L128",
-        &[v4l2("NV12_8L128", b"AT12", 1), v4l2("NV12M_8L128", b"NA12", 2)],
-    ),
-    nvidia(0, "nvidia-block-linear-v0", DrmModifier::Nvidia_16bx2_block_one_gob),
-    nvidia(1, "nvidia-block-linear-v1", DrmModifier::Nvidia_16bx2_block_two_gob),
-    nvidia(2, "nvidia-block-linear-v2", DrmModifier::Nvidia_16bx2_block_four_gob),
-    nvidia(3, "nvidia-block-linear-v3", DrmModifier::Nvidia_16bx2_block_eight_gob),
-    nvidia(4, "nvidia-block-linear-v4", DrmModifier::Nvidia_16bx2_block_sixteen_gob),
-    nvidia(5, "nvidia-block-linear-v5", DrmModifier::Nvidia_16bx2_block_thirtytwo_gob),
-    #[cfg(feature = "test-layout")]
-    LayoutInfo {
-        layout: TileLayout::TestInterlaced16x16,
-        name: "test-interlaced-16x16",
-        drm: Some(DrmModifier::Unrecognized(TEST_MODIFIER.raw())),
-        address: AddressKind::InterlacedTiles,
-        tiles: same(Tile::bytes(16, 16)),
-        only: None,
-        gst: None,
-        v4l2: &[],
-    },
-];
+        /// Every layout dmabridge converts, in a stable order (that of [`TileLayout::ALL`]).
+        /// Every modifier comes from drm-fourcc; it lacks none of these. The three V4L2
+        /// decoder layouts have no modifier at all, and V4L2 tile alignments are from the
+        /// kernel's pixfmt-yuv-planar documentation.
+        pub const TILE_LAYOUTS: &[LayoutInfo] = &[
+            $( $(#[cfg($cfg)])? LayoutRow::of($row, TileLayout::$variant), )*
+            $($prow,)*
+        ];
+    };
+}
+
+tile_layouts! {
+    [
+        Linear => LayoutRow::any_format("linear", DrmModifier::Linear, AddressKind::Linear, same(Tile::bytes(1, 1))),
+        /// `I915_FORMAT_MOD_X_TILED`.
+        I915X => LayoutRow::any_format("i915-x", DrmModifier::I915_x_tiled, AddressKind::RowMajorTiles, same(Tile::bytes(512, 8))),
+        /// `I915_FORMAT_MOD_Y_TILED`.
+        I915Y => LayoutRow::any_format("i915-y", DrmModifier::I915_y_tiled, AddressKind::I915Y, same(Tile::bytes(128, 32))),
+        /// `DRM_FORMAT_MOD_VIVANTE_TILED`: 4x4 pixels, so the tile is as wide in bytes as four
+        /// samples of the plane.
+        VivanteTiled => LayoutRow::any_format("vivante-tiled", DrmModifier::Vivante_tiled, AddressKind::RowMajorTiles, same(Tile { width: TileWidth::Samples(4), height: 4, row_tiles: 1 })),
+        /// `DRM_FORMAT_MOD_SAMSUNG_64_32_TILE` (V4L2 NV12MT, GStreamer NV12_64Z32): 64x32 tiles
+        /// in Z order; the row is a whole number of Z shapes (2 tiles).
+        Samsung64x32 => LayoutRow {
+            address: AddressKind::SamsungZFlipZ,
+            ..nv12_decoder(
+                "samsung-64x32",
+                Some(DrmModifier::Samsung_64_32_tile),
+                same(Tile { width: TileWidth::Bytes(64), height: 32, row_tiles: 2 }),
+                "NV12_64Z32",
+                &[v4l2("NV12MT", b"TM12", 2)],
+            )
+        },
+        /// `DRM_FORMAT_MOD_ALLWINNER_TILED` (V4L2/GStreamer NV12_32L32).
+        Allwinner32x32 => nv12_decoder("allwinner-32x32", Some(DrmModifier::Allwinner_tiled), same(Tile::bytes(32, 32)), "NV12_32L32", &[v4l2("NV12_32L32", b"ST12", 1)]),
+        /// V4L2 NV12_4L4 (Hantro). No DRM modifier.
+        Nv12_4L4 => nv12_decoder("nv12-4l4", None, same(Tile::bytes(4, 4)), "NV12_4L4", &[v4l2("NV12_4L4", b"VT12", 1)]),
+        /// V4L2 MM21 / GStreamer NV12_16L32S (MediaTek). No DRM modifier. 16x32 luma tiles,
+        /// 16x16 chroma tiles (as many as luma has), planes in two buffers.
+        Nv12_16L32S => nv12_decoder("nv12-16l32s", None, [Tile::bytes(16, 32), Tile::bytes(16, 16)], "NV12_16L32S", &[v4l2("MM21", b"MM21", 2)]),
+        /// V4L2 NV12_8L128 (Amphion). No DRM modifier.
+        Nv12_8L128 => nv12_decoder(
+            "nv12-8l128",
+            None,
+            same(Tile::bytes(8, 128)),
+            "NV12_8L128",
+            &[v4l2("NV12_8L128", b"AT12", 1), v4l2("NV12M_8L128", b"NA12", 2)],
+        ),
+        /// The made-up layout of the `test-layout` feature, the proof that a layout is its row
+        /// plus an address function: modifier vendor 0x7f, which the kernel has not assigned.
+        #[cfg(feature = "test-layout")]
+        TestInterlaced16x16 => LayoutRow::any_format("test-interlaced-16x16", DrmModifier::Unrecognized(0x7f00_0000_0000_7e57), AddressKind::InterlacedTiles, same(Tile::bytes(16, 16))),
+    ]
+    /// `DRM_FORMAT_MOD_NVIDIA_16BX2_BLOCK(n)`, blocks 2^n GOBs tall, n in 0..=5.
+    NvidiaBlockLinear(u8) => [
+        nvidia(0, "nvidia-block-linear-v0", DrmModifier::Nvidia_16bx2_block_one_gob),
+        nvidia(1, "nvidia-block-linear-v1", DrmModifier::Nvidia_16bx2_block_two_gob),
+        nvidia(2, "nvidia-block-linear-v2", DrmModifier::Nvidia_16bx2_block_four_gob),
+        nvidia(3, "nvidia-block-linear-v3", DrmModifier::Nvidia_16bx2_block_eight_gob),
+        nvidia(4, "nvidia-block-linear-v4", DrmModifier::Nvidia_16bx2_block_sixteen_gob),
+        nvidia(5, "nvidia-block-linear-v5", DrmModifier::Nvidia_16bx2_block_thirtytwo_gob),
+    ]
+}
 
 /// Why a string names no layout.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

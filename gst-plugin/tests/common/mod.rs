@@ -5,6 +5,8 @@
 
 use std::path::{Path, PathBuf};
 
+use dmabridge_interop::{Fourcc, TileLayout};
+
 /// The directory holding libgstdmabridge.so (target/debug or target/release, beside this
 /// test's deps/).
 pub fn plugin_dir() -> PathBuf {
@@ -109,4 +111,29 @@ pub fn assert_bgrx_is_reference(run: &Run, packed: &[u8], (w, h): (u32, u32)) {
     for y in 0..h as usize {
         assert!(data[y * stride..y * stride + row] == expected[y * row..(y + 1) * row], "row {y}");
     }
+}
+
+/// A `w`x`h` frame in `layout` as one dma-buf, through `dmabridgeconvert path=PATH` into
+/// linear system memory of the same fourcc (`gst_format`): asserts the frame detiles to the
+/// original (the width must be one GStreamer does not pad: a multiple of 4), and returns
+/// the element.
+pub fn detile_by_modifier(layout: TileLayout, fourcc: Fourcc, gst_format: &str, path: &str, (w, h): (u32, u32)) -> gst::Element {
+    use gst::prelude::*;
+    let linear = dmabridge_interop::tiling::test_pattern(dmabridge_interop::tiling::tiled_size(TileLayout::Linear, fourcc, w, h).expect("linear size").size as usize, 37);
+    let tiled = dmabridge_interop::tiling::tile_to_vec(layout, fourcc, w, h, &linear).expect("tile");
+    let modifier = layout.modifier().expect("a layout with a modifier").to_hex();
+    let run = pipeline(&format!(
+        "appsrc name=src format=time caps=video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format={fourcc}:{modifier},width={w},height={h},framerate=0/1 ! \
+         dmabridgeconvert name=conv path={path} ! video/x-raw,format={gst_format} ! appsink name=sink sync=false"
+    ));
+    run.src.push_buffer(dmabuf_buffer(&tiled)).expect("push");
+    run.src.end_of_stream().expect("eos");
+    let sample = run.sink.pull_sample().unwrap_or_else(|_| panic!("{layout} {fourcc}: a frame, so the caps negotiated"));
+    let map = sample.buffer().expect("buffer").map_readable().expect("map");
+    assert!(map.as_slice().get(..linear.len()) == Some(&linear[..]), "{layout} {fourcc} on the {path}: the frame detiles to the original");
+    drop(map);
+    let conv = run.pipeline.by_name("conv").expect("conv");
+    assert_eq!(conv.property::<u64>("dmabuf-imports"), 1, "{layout}: read from its dma-buf");
+    run.pipeline.set_state(gst::State::Null).expect("stop");
+    conv
 }

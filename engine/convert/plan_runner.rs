@@ -1,24 +1,30 @@
 //! Copy plans on the device: [`Converter::record_plan`] records a
 //! [`ConversionPlan`]'s steps one after the other (the steps the negotiation derived, checked
 //! again here), [`Converter::run_plan`] submits them, and [`Converter::convert_plan`] is the
-//! bytes-in, bytes-out convenience that waits. Each step runs on the GPU pipeline
+//! bytes-in, bytes-out convenience that waits. [`Converter::run_conversion`] runs a whole
+//! frame conversion's plan buffer to buffer in the conversion's own colour matrix and range
+//! (the GStreamer element's zero-copy path from an imported dma-buf). Each step runs on the GPU pipeline
 //! [`Converter::convert_frame`]'s GPU paths use for it (copy commands where a layout's tiles
 //! are wide row-major blocks, the compute shaders otherwise); the frames between steps are
 //! device-local buffers made here, tracked until the submission is done and then freed by
 //! the engine.
 
 use ash::vk;
-use dmabridge_interop::negotiate::{ConversionPlan, PlanStep};
+use dmabridge_interop::negotiate::{ConversionPlan, PlanError, PlanStep};
 use dmabridge_interop::tiling::gpu::{rgb_to_nv12_dispatch, tiled_yuv_to_rgb_dispatch};
-use dmabridge_interop::tiling::{packed_planes, tiled_size, ColourMatrix, ColourRange, Step};
+use dmabridge_interop::tiling::{packed_planes, tiled_size, ColourMatrix, ColourRange, FrameConversion, Step};
 use dmabridge_interop::dmabuf::PlaneLayout;
-use dmabridge_interop::{Fourcc, TileLayout};
+use dmabridge_interop::{Format, Fourcc, TileLayout};
 
 use crate::resources::buffer::{BufferLocation, GpuBuffer};
 use crate::convert::converter::{ConversionBuffer, ConvertError, Converter};
 use crate::resources::image::record_barrier;
 use crate::resources::submit::{Completion, SubmitOptions, Submission};
 use crate::resources::transfer::READBACK_TIMEOUT;
+
+/// A plan's colour steps: BT.709, limited range (what a video pipeline assumes when nothing
+/// says otherwise; see [`ConversionPlan`]).
+const PLAN_COLOUR: (ColourMatrix, ColourRange) = (ColourMatrix::Bt709, ColourRange::Limited);
 
 impl Converter {
     /// Records `plan`'s steps from `src` (the plan's input frame from byte 0, by the
@@ -43,6 +49,23 @@ impl Converter {
         &self,
         cmd: vk::CommandBuffer,
         plan: &ConversionPlan,
+        src: &dyn ConversionBuffer,
+        dst: &dyn ConversionBuffer,
+        until: Completion,
+    ) -> Result<(), ConvertError> {
+        // SAFETY: the caller's contract, passed on.
+        unsafe { self.record_plan_in(cmd, plan, PLAN_COLOUR, src, dst, until) }
+    }
+
+    /// [`Converter::record_plan`], its colour steps in `colour`'s matrix and range.
+    ///
+    /// # Safety
+    /// As [`Converter::record_plan`].
+    unsafe fn record_plan_in(
+        &self,
+        cmd: vk::CommandBuffer,
+        plan: &ConversionPlan,
+        colour: (ColourMatrix, ColourRange),
         src: &dyn ConversionBuffer,
         dst: &dyn ConversionBuffer,
         until: Completion,
@@ -76,7 +99,7 @@ impl Converter {
             };
             // SAFETY: the caller's contract for `cmd`, `src` and `dst`; intermediate frames
             // are this engine's buffers with every usage, tracked until `until`.
-            unsafe { self.record_step(cmd, *step, spec, input, output, &mut intermediates, until) }.map_err(named)?;
+            unsafe { self.record_step(cmd, *step, spec, colour, input, output, &mut intermediates, until) }.map_err(named)?;
             input = output;
         }
         Ok(())
@@ -93,13 +116,13 @@ impl Converter {
         cmd: vk::CommandBuffer,
         step: Step,
         spec: &PlanStep,
+        (matrix, range): (ColourMatrix, ColourRange),
         src: vk::Buffer,
         dst: vk::Buffer,
         scratch: &mut Vec<GpuBuffer>,
         until: Completion,
     ) -> Result<(), ConvertError> {
         let (w, h) = (spec.width, spec.height);
-        let (matrix, range) = (ColourMatrix::Bt709, ColourRange::Limited);
         match step {
             Step::Detile(layout) => {
                 let planes = packed_planes(spec.from.fourcc, w, h)?;
@@ -120,7 +143,7 @@ impl Converter {
                 unsafe { self.record_colour(cmd, [src, src, dst], d, until) }
             }
             // SAFETY: the caller's contract.
-            Step::RgbToNv12 { from } => unsafe { self.record_rgb_to_nv12(cmd, from, (w, h), src, dst, scratch, until) },
+            Step::RgbToNv12 { from } => unsafe { self.record_rgb_to_nv12(cmd, from, (matrix, range), (w, h), src, dst, scratch, until) },
             Step::Copy => {
                 let size = tiled_size(TileLayout::Linear, spec.from.fourcc, w, h)?.size;
                 // SAFETY: as above; both buffers hold `size` bytes (checked by the plan's sizes).
@@ -140,13 +163,13 @@ impl Converter {
         &self,
         cmd: vk::CommandBuffer,
         from: Fourcc,
+        (matrix, range): (ColourMatrix, ColourRange),
         (w, h): (u32, u32),
         src: vk::Buffer,
         dst: vk::Buffer,
         scratch: &mut Vec<GpuBuffer>,
         until: Completion,
     ) -> Result<(), ConvertError> {
-        let (matrix, range) = (ColourMatrix::Bt709, ColourRange::Limited);
         let packed = packed_planes(Fourcc::NV12, w, h)?;
         let rgba = PlaneLayout::linear(0, u64::from(w) * 4, h);
         let rows = [u64::from(h), u64::from(h).div_ceil(2)];
@@ -213,6 +236,25 @@ impl Converter {
             // record_plan needs (the ConversionBuffer contract), and the host wrote `src`
             // before this submission.
             unsafe { self.record_plan(cmd, plan, src, dst, until) }
+        })?;
+        Ok(s)
+    }
+
+    /// Runs the whole conversion `c` on the GPU from `src` into `dst` (buffers by the
+    /// tiled-buffer conventions, as [`Converter::record_plan`]'s), in `c`'s colour matrix and
+    /// range, and returns at once: the same steps as its plan ([`ConversionPlan::derive`]),
+    /// with the compute pipelines. This is how a frame imported from its dma-buf (an
+    /// [`crate::ImportedBuffer`]) is converted with no copy on the way in. Both ends need a
+    /// DRM modifier (a plan names its formats by it).
+    pub fn run_conversion(&self, c: &FrameConversion, src: &dyn ConversionBuffer, dst: &dyn ConversionBuffer, options: SubmitOptions) -> Result<Submission, ConvertError> {
+        let format = |layout: TileLayout, fourcc: Fourcc| -> Result<Format, ConvertError> {
+            let modifier = layout.modifier().ok_or(PlanError::NoModifier(layout))?;
+            Ok(Format::new(fourcc, modifier))
+        };
+        let plan = ConversionPlan::derive(format(c.from_layout, c.from)?, format(c.to_layout, c.to)?, (c.width, c.height))?;
+        let (_, s) = self.engine().submit(options, |cmd, until| {
+            // SAFETY: as in run_plan.
+            unsafe { self.record_plan_in(cmd, &plan, (c.matrix, c.range), src, dst, until) }
         })?;
         Ok(s)
     }

@@ -5,9 +5,10 @@
 //! knows the conversion (measured before, in this process or the disk cache) its choice is
 //! taken; otherwise the element converts on the CPU and calibrates the conversion on a
 //! worker thread, switching to the measured path at the first frame after it is done
-//! (`stop` waits for the worker). A tiled dma-buf whose conversion runs on the GPU is read
-//! by the GPU straight from its fd (imported as a storage buffer after the layout checks)
-//! into a readback buffer the element keeps from frame to frame.
+//! (`stop` waits for the worker). A tiled dma-buf whose conversion runs on the GPU (a
+//! detile, or a detile fused with YUV -> RGB) is read by the GPU straight from its fd
+//! (imported as a storage buffer after the layout checks) into a readback buffer the element
+//! keeps from frame to frame.
 
 pub(crate) mod imp {
     use std::sync::atomic::{AtomicU64, Ordering};
@@ -458,7 +459,7 @@ pub(crate) mod imp {
                 state.calibrated = None;
             }
             if state.path != ConvertPath::Cpu {
-                match self.gpu_dmabuf_detile(state, inbuf, outbuf) {
+                match self.gpu_dmabuf_convert(state, inbuf, outbuf) {
                     Some(Ok(())) => {
                         self.dmabuf_imports.fetch_add(1, Ordering::Relaxed);
                         self.gpu_dmabuf_frames.fetch_add(1, Ordering::Relaxed);
@@ -530,21 +531,26 @@ pub(crate) mod imp {
             cell
         }
 
-        /// A tiled dma-buf detiled by the GPU straight from its fd, into the element's
+        /// A tiled dma-buf converted by the GPU straight from its fd, into the element's
         /// readback buffer, then into `outbuf`. A frame at the start of its fd (planes where
         /// the tiled geometry puts them, which the element describes itself) goes through the
         /// import cache: the fd, checked as fixed-size and long enough, imported once as a
-        /// storage buffer. Elsewhere in its fd, through the converter's own dma-buf detile
-        /// (the full layout checks, an import per frame). `None`: not a detile of one
-        /// dma-buf memory.
-        fn gpu_dmabuf_detile(&self, state: &mut State, inbuf: &gst::Buffer, outbuf: &mut gst::BufferRef) -> Option<Result<(), String>> {
+        /// storage buffer, then detiled, or detiled and converted to RGB in the one fused
+        /// shader ([`Converter::run_conversion`]). A detile elsewhere in its fd goes through
+        /// the converter's own dma-buf detile (the full layout checks, an import per frame).
+        /// `None`: not a tiled frame in one dma-buf memory, or a colour conversion whose frame
+        /// does not start its fd (read on the CPU, converted where `path` says).
+        fn gpu_dmabuf_convert(&self, state: &mut State, inbuf: &gst::Buffer, outbuf: &mut gst::BufferRef) -> Option<Result<(), String>> {
             let c = state.conversion;
             let conv = state.converter?;
-            let detile = c.from_layout != TileLayout::Linear && c.to_layout == TileLayout::Linear && c.from == c.to;
-            if !detile {
+            let detile = c.to_layout == TileLayout::Linear && c.from == c.to;
+            if c.from_layout == TileLayout::Linear || c.to_layout != TileLayout::Linear {
                 return None;
             }
             let buf = describe_dmabuf(state, inbuf)?;
+            if !detile && buf.as_ref().is_ok_and(|(b, _)| b.plane(0).is_some_and(|p| p.offset != 0)) {
+                return None;
+            }
             Some((|| {
                 let (buf, geometry) = buf?;
                 let planes = dmabridge::interop::tiling::packed_planes(c.to, c.width, c.height).map_err(|e| e.to_string())?;
@@ -558,8 +564,12 @@ pub(crate) mod imp {
                     let done = if plane0.offset == 0 {
                         let cache = state.imports.get_or_insert_with(|| BufferImportCache::new(conv.engine(), IMPORTS));
                         let src = cache.import(plane0.fd, geometry.size, dmabridge::ash::vk::BufferUsageFlags::STORAGE_BUFFER).map_err(|e| e.to_string())?;
-                        let frame = TiledFrame { layout: c.from_layout, fourcc: c.from, extent: (c.width, c.height) };
-                        conv.detile(frame, &*src, &readback, &planes, SubmitOptions::default()).map_err(|e| e.to_string())?
+                        if detile {
+                            let frame = TiledFrame { layout: c.from_layout, fourcc: c.from, extent: (c.width, c.height) };
+                            conv.detile(frame, &*src, &readback, &planes, SubmitOptions::default()).map_err(|e| e.to_string())?
+                        } else {
+                            conv.run_conversion(&c, &*src, &readback, SubmitOptions::default()).map_err(|e| e.to_string())?
+                        }
                     } else {
                         conv.detile_dmabuf_into(&buf, &readback, &planes, SubmitOptions::default()).map_err(|e| e.to_string())?.1
                     };

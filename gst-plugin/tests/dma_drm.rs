@@ -77,6 +77,36 @@ fn layouts_gstreamer_has_no_name_for_are_read_by_their_modifier() {
     }
 }
 
+/// Zero-copy colour: a tiled NV12 dma-buf on the GPU path is imported and converted to RGB
+/// by the fused shader straight from its fd (no CPU read, no upload), in the element's
+/// matrix (BT.601 here, not the plan default), exactly as dmabridge's CPU reference.
+#[test]
+fn a_tiled_dma_buf_is_converted_to_rgb_by_the_gpu_from_its_fd() {
+    use dmabridge_interop::tiling::{yuv_to_rgb_vec, ColourMatrix, ColourRange};
+    common::init(true);
+    let (w, h) = (192u32, 96u32);
+    let linear = test_pattern((w * h * 3 / 2) as usize, 41);
+    let tiled = tile_to_vec(TileLayout::I915Y, Fourcc::NV12, w, h, &linear).expect("tile");
+    let run = pipeline(&format!(
+        "appsrc name=src format=time caps=video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=NV12:0x0100000000000002,width={w},height={h},framerate=0/1 ! \
+         dmabridgeconvert name=conv path=gpu matrix=bt601 ! video/x-raw,format=BGRx ! appsink name=sink sync=false"
+    ));
+    for _ in 0..3 {
+        run.src.push_buffer(dmabuf_buffer(&tiled)).expect("push");
+    }
+    run.src.end_of_stream().expect("eos");
+    let want = yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt601, ColourRange::Limited, w, h, &linear).expect("reference");
+    for i in 0..3 {
+        let sample = run.sink.pull_sample().expect("a frame");
+        let map = sample.buffer().expect("buffer").map_readable().expect("map");
+        assert!(map.as_slice().get(..want.len()) == Some(&want[..]), "frame {i}: the GPU's RGB is the BT.601 reference");
+    }
+    let conv = run.pipeline.by_name("conv").expect("conv");
+    assert_eq!(conv.property::<u64>("gpu-dmabuf-frames"), 3, "the GPU read every frame from its dma-buf");
+    assert_eq!(conv.property::<String>("current-path"), "gpu");
+    run.pipeline.set_state(gst::State::Null).expect("stop");
+}
+
 #[test]
 fn a_linear_frame_is_read_at_the_pitches_its_video_meta_gives() {
     common::init(true);

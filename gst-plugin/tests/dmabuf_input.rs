@@ -232,3 +232,57 @@ fn measure_dmabuf_input_against_system_memory() {
         gbps_element(dmabuf) / gbps(memcpy)
     );
 }
+
+/// Frames per second of `frames` copies of `bytes` pushed through `appsrc caps=CAPS !
+/// ELEMENT ! video/x-raw,format=BGRx ! appsink`, as dma-bufs or system memory; the first
+/// frame (negotiation, device, pipelines) is not timed.
+fn bgrx_fps(caps: &str, element: &str, bytes: &[u8], dmabuf: bool, frames: usize) -> f64 {
+    let common::Run { pipeline, src, sink } =
+        common::pipeline(&format!("appsrc name=src caps={caps} format=time ! {element} ! video/x-raw,format=BGRx ! appsink name=sink sync=false max-buffers=4"));
+    let buffers: Vec<gst::Buffer> = (0..frames).map(|_| if dmabuf { common::dmabuf_buffer(bytes) } else { gst::Buffer::from_slice(bytes.to_vec()) }).collect();
+    let mut buffers = buffers.into_iter();
+    src.push_buffer(buffers.next().expect("a frame")).expect("push");
+    sink.pull_sample().expect("the first frame");
+    let t = std::time::Instant::now();
+    let pusher = std::thread::spawn(move || {
+        for b in buffers {
+            src.push_buffer(b).expect("push");
+        }
+        src.end_of_stream().expect("eos");
+    });
+    for _ in 1..frames {
+        sink.pull_sample().expect("a frame");
+    }
+    let took = t.elapsed();
+    pusher.join().expect("pusher");
+    pipeline.set_state(gst::State::Null).expect("stop");
+    (frames - 1) as f64 / took.as_secs_f64()
+}
+
+/// A measurement, not a check (`cargo test --release -p gst-plugin-dmabridge --test
+/// dmabuf_input measure_zero_copy_colour -- --ignored --nocapture`): 1080p samsung-64x32
+/// NV12 to BGRx (detile and BT.709 fused), in the same run: the element on the GPU path
+/// from dma-bufs (imported, converted from the fd: zero copies in) and from system memory
+/// (uploaded), on the CPU path from dma-bufs (read from the mapping), and GStreamer's
+/// `videoconvert` (which detiles NV12_64Z32 itself) from system memory.
+#[test]
+#[ignore]
+fn measure_zero_copy_colour() {
+    common::init(false);
+    let (w, h, frames) = (1920u32, 1088u32, 30usize);
+    let linear = test_pattern((w * h * 3 / 2) as usize, 7);
+    let tiled = tile_to_vec(TileLayout::Samsung64x32, Fourcc::NV12, w, h, &linear).expect("tile");
+    let caps = |features: &str| format!("video/x-raw{features},format=NV12_64Z32,width={w},height={h},framerate=0/1,colorimetry=bt709");
+    let dmabuf = caps("(memory:DMABuf)");
+    let system = caps("");
+    let gpu_dmabuf = bgrx_fps(&dmabuf, "dmabridgeconvert path=gpu", &tiled, true, frames);
+    let gpu_system = bgrx_fps(&system, "dmabridgeconvert path=gpu", &tiled, false, frames);
+    let cpu_dmabuf = bgrx_fps(&dmabuf, "dmabridgeconvert path=cpu", &tiled, true, frames);
+    let videoconvert = bgrx_fps(&system, "videoconvert", &tiled, false, frames);
+    println!(
+        "1080p samsung-64x32 NV12 -> BGRx, {frames} frames: dmabridgeconvert gpu from dma-bufs {gpu_dmabuf:.1} fps, gpu from system memory {gpu_system:.1} fps ({:.2}x), cpu from dma-bufs {cpu_dmabuf:.1} fps ({:.2}x); videoconvert {videoconvert:.1} fps ({:.2}x); ratios are zero-copy gpu / that",
+        gpu_dmabuf / gpu_system,
+        gpu_dmabuf / cpu_dmabuf,
+        gpu_dmabuf / videoconvert
+    );
+}

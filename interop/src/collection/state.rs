@@ -112,8 +112,10 @@ pub enum StateError {
     NotAllocating,
     #[error("{0} has no buffers (not allocated, or a refused late joiner)")]
     NoBuffers(TokenId),
-    #[error("giving {token} its buffers failed: {source}")]
-    Descriptor { token: TokenId, source: DescriptorError },
+    /// Copying buffer `buffer`'s fds for `token`'s holder failed: the server's side (its fd
+    /// table full, the system's file table full, memory), not the holder's.
+    #[error("giving {token} buffer {buffer} failed: {source}")]
+    Descriptor { token: TokenId, buffer: usize, source: DescriptorError },
 }
 
 /// Observes a collection's buffers without keeping them: [`WeakBuffers::alive`] stays true
@@ -619,7 +621,11 @@ impl Collection {
             return Err(StateError::NoBuffers(token));
         }
         let copy = |b: &DmaBuf| if node.rights.read_only { b.reopen_read_only() } else { b.try_clone() };
-        set.buffers.iter().map(copy).collect::<Result<_, _>>().map_err(|source| StateError::Descriptor { token, source })
+        set.buffers
+            .iter()
+            .enumerate()
+            .map(|(buffer, b)| copy(b).map_err(|source| StateError::Descriptor { token, buffer, source }))
+            .collect()
     }
 
     /// Whether `token` is a live token of this collection.

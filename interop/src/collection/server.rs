@@ -5,6 +5,11 @@
 //!
 //! The server's ends are non-blocking: a holder that stops reading cannot stall the
 //! server; once its socket buffer is full, a send to it fails and so does that holder.
+//!
+//! What the server itself cannot do for a holder (copy its buffers' fds, make a token's
+//! socket pair: out of fds, EMFILE/ENFILE, or memory) fails that holder as
+//! [`Collection::fail`] does, with a reason naming the errno, sent in a Failed message
+//! before its socket is closed; the others are served on.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};

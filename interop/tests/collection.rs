@@ -863,6 +863,104 @@ fn buffer_sizes_are_bounded_before_allocation() {
     assert!(reconcile(&[part("producer", Fourcc::XRGB8888, 2)], ReconcileOptions::default()).is_ok());
 }
 
+/// A dispensable holder whose constraints break the rules is dropped alone and the others
+/// allocate without it (sysmem's failure domains): one asks for a buffer over the size
+/// limit, another (bound first, so its format leads) for a format nobody else has. Each
+/// hears Failed naming what it broke (the limit, for the size); the lists left are
+/// reconciled and allocated. A non-dispensable holder asking the same still fails everyone.
+#[test]
+fn a_dispensable_holder_that_breaks_the_rules_is_dropped_and_the_others_allocate() {
+    let _g = lock();
+    let (mut c, root) = Collection::new("frames").unwrap();
+    let display = c.duplicate(root, Rights { read_only: true }, false, "display").unwrap();
+    let greedy = c.duplicate(root, Rights::default(), true, "greedy").unwrap();
+    let odd = c.duplicate(root, Rights { read_only: true }, true, "odd").unwrap();
+    // A non-dispensable token made from a dispensable one is in its sub-tree.
+    let under = c.duplicate(greedy, Rights::default(), false, "under-greedy").unwrap();
+    c.bind(odd, reader("odd", Fourcc::NV12, 4)).unwrap();
+    c.bind(under, part("under-greedy", Fourcc::XRGB8888, 1)).unwrap();
+    c.bind(greedy, part("greedy", Fourcc::XRGB8888, 1).constrain(|c| c.min_size = 1 << 40)).unwrap();
+    c.bind(display, reader("display", Fourcc::XRGB8888, 2)).unwrap();
+    let Progress::Allocate(r) = c.bind(root, part("camera", Fourcc::XRGB8888, 1)).unwrap() else {
+        panic!("the others allocate: {:?}", c.progress());
+    };
+    assert_eq!(r.participants, ["display", "camera"], "reconciled without the dropped lists");
+    assert_eq!(r.constraints.buffers, 3);
+    let evs = c.take_events();
+    let Event::Failed(f) = &events_for(&evs, greedy)[0] else { panic!("{evs:?}") };
+    assert_eq!(f.participant, "greedy, under-greedy");
+    assert!(f.reason.contains("min size") && f.reason.contains(&format!("{MAX_BUFFER_BYTES}-byte limit")), "{f}");
+    assert_eq!(events_for(&evs, under), events_for(&evs, greedy), "its whole sub-tree");
+    let Event::Failed(f) = &events_for(&evs, odd)[0] else { panic!("{evs:?}") };
+    assert_eq!(f.participant, "odd");
+    assert!(f.reason.contains("format") && f.reason.contains("NV12"), "{f}");
+    assert_eq!(evs.len(), 3, "nobody else hears: {evs:?}");
+    assert!(!c.is_live(greedy) && !c.is_live(under) && !c.is_live(odd));
+    assert_eq!(c.allocate_with(&mut SystemAllocator::new("t")), Progress::Allocated);
+    for t in [root, display] {
+        assert_eq!(c.buffers_for(t).unwrap().len(), 3);
+    }
+
+    // Alone with the root, bound first (its format leads) and under the root's own name:
+    // still only the dispensable one fails.
+    let (mut c, root) = Collection::new("frames").unwrap();
+    let odd = c.duplicate(root, Rights::default(), true, "odd").unwrap();
+    c.bind(odd, part("camera", Fourcc::NV12, 1)).unwrap();
+    let Progress::Allocate(r) = c.bind(root, part("camera", Fourcc::XRGB8888, 1)).unwrap() else { panic!("{:?}", c.progress()) };
+    assert_eq!(r.format, Format::linear(Fourcc::XRGB8888));
+    let evs = c.take_events();
+    assert_eq!(evs.len(), 1, "{evs:?}");
+    assert!(matches!(&events_for(&evs, odd)[..], [Event::Failed(_)]), "{evs:?}");
+
+    // The same list from a non-dispensable holder is everyone's failure.
+    let (mut c, root) = Collection::new("frames").unwrap();
+    let greedy = c.duplicate(root, Rights::default(), false, "greedy").unwrap();
+    c.bind(greedy, part("greedy", Fourcc::XRGB8888, 1).constrain(|c| c.min_size = 1 << 40)).unwrap();
+    let Progress::Failed(f) = c.bind(root, part("camera", Fourcc::XRGB8888, 1)).unwrap() else { panic!("fails all") };
+    assert_eq!(f.participant, "greedy");
+    assert!(f.reason.contains(&format!("{MAX_BUFFER_BYTES}-byte limit")), "{f}");
+    assert_eq!(c.take_events().len(), 2, "both hear");
+}
+
+/// The same over sockets: a dispensable holder over a collection's own (lower) size limit
+/// gets a typed Failed naming the limit at its bind; the others get their buffers.
+#[test]
+fn a_dispensable_holder_over_the_size_limit_fails_alone_over_sockets() {
+    let _g = lock();
+    let before = fd_count().unwrap();
+    {
+        let options = ReconcileOptions { max_buffer_bytes: 1 << 20, ..ReconcileOptions::default() };
+        let (s, mut root) = Server::with_options("frames", Box::new(SystemAllocator::new("frames")), options).unwrap();
+        let serving = s.spawn();
+        let mut greedy = root.duplicate(Rights::default(), true, "greedy", T).unwrap();
+        let mut display = root.duplicate(Rights { read_only: true }, false, "display", T).unwrap();
+        let th = std::thread::spawn(move || {
+            let got = display.bind(&reader("display", Fourcc::XRGB8888, 1), T).map(|b| b.buffers.len());
+            display.close().unwrap();
+            got
+        });
+        let greedy = std::thread::spawn(move || {
+            let got = greedy.bind(&part("greedy", Fourcc::XRGB8888, 1).constrain(|c| c.min_size = 2 << 20), T);
+            (greedy, got)
+        });
+        let mine = root.bind(&part("camera", Fourcc::XRGB8888, 1), T).unwrap();
+        assert_eq!(mine.buffers.len(), 2);
+        assert_eq!(th.join().unwrap().unwrap(), 2);
+        let (greedy, got) = greedy.join().unwrap();
+        match got {
+            Err(CollectionError::Failed(f)) => {
+                assert_eq!(f.participant, "greedy");
+                assert!(f.reason.contains("min size 2097152 is more than the 1048576-byte limit"), "{f}");
+            }
+            other => panic!("expected greedy's own failure, got {other:?}"),
+        }
+        drop((greedy, mine));
+        root.close().unwrap();
+        assert_eq!(serving.join().unwrap().unwrap(), ServerOutcome::Released);
+    }
+    assert_eq!(fd_count().unwrap(), before);
+}
+
 /// A dispensable holder that floods the server with token requests fails only itself: past
 /// MAX_TOKENS_PER_SUBTREE its sub-tree is dropped (naming the quota), and the other holders
 /// still get tokens and buffers.

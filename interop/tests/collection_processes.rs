@@ -8,6 +8,9 @@
 //! - A dispensable participant, or a late joiner (attached to the allocated collection),
 //!   killed halfway: nothing happens to the others; they go on sharing the same buffers and
 //!   close normally.
+//! - A server that runs out of fds (its process's `RLIMIT_NOFILE`, lowered in its child
+//!   only) while it hands a late joiner its buffers, or makes a token for one: that holder
+//!   hears `Failed` naming EMFILE at once; the others hear nothing and are still served.
 //! - Every surviving process ends with the fds it started with.
 //!
 //! Every wait has a timeout; nothing sleeps in place of waiting for a message.
@@ -19,10 +22,11 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use dmabridge_interop::collection::transport::wait_readable;
-use dmabridge_interop::collection::{Rights, Server, ServerOutcome, SystemAllocator, Token, TokenEvent};
+use dmabridge_interop::collection::{CollectionError, Rights, Server, ServerOutcome, SystemAllocator, Token, TokenEvent};
 use dmabridge_interop::dmabuf::{fd_count, socketpair, DmaBuf};
 use dmabridge_interop::negotiate::{Constraints, ExtentRange, Participant, Usage};
 use dmabridge_interop::{Format, FormatSet, Fourcc};
+use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
 
 const ROLE_ENV: &str = "DMABRIDGE_COLLECTION_ROLE";
 const FD_ENV: &str = "DMABRIDGE_COLLECTION_CTL_FD";
@@ -113,6 +117,7 @@ fn collection_child() {
         "consumer-a" | "spare-b" | "joiner-c" => victim(ctl.as_fd()),
         "joiner-a" => joiner_a(ctl.as_fd()),
         "consumer-b" => consumer_b(ctl.as_fd()),
+        "producer-d" => producer_out_of_fds(ctl.as_fd()),
         other => panic!("unknown role {other}"),
     }
     let after = fd_count().expect("fd count");
@@ -202,6 +207,72 @@ fn consumer_b(ctl: BorrowedFd<'_>) {
     assert_eq!(hear(ctl, WAIT), "close");
     drop(bufs);
     t.close().unwrap();
+}
+
+/// Scenario D: how many buffers the collection has, and how many fds the server may still
+/// open when the first late joiner binds (fewer, so its copies run out at this buffer).
+const D_BUFFERS: u32 = 8;
+const D_FREE: usize = 3;
+
+/// Caps this process's fd numbers (`RLIMIT_NOFILE`) so that exactly `free` more fds can be
+/// opened, and returns the limit to restore. Only the children call it.
+fn cap_fds(free: usize) -> Rlimit {
+    let old = getrlimit(Resource::Nofile);
+    let mut open: Vec<usize> = Vec::new();
+    for entry in std::fs::read_dir("/proc/self/fd").expect("list my fds") {
+        let entry = entry.expect("an fd entry");
+        // The listing's own fd, closed once read, is the one that links to this directory.
+        let target = std::fs::read_link(entry.path()).unwrap_or_default();
+        if target.starts_with("/proc/") && target.ends_with("fd") {
+            continue;
+        }
+        open.push(entry.file_name().to_string_lossy().parse().expect("an fd number"));
+    }
+    // A new fd takes the lowest free number below the limit: find the limit below which
+    // exactly `free` numbers are free.
+    let limit = (0..).find(|&l| l - open.iter().filter(|&&o| o < l).count() == free).expect("some limit");
+    setrlimit(Resource::Nofile, Rlimit { current: Some(limit as u64), maximum: old.maximum }).expect("lower RLIMIT_NOFILE");
+    old
+}
+
+fn producer_of(buffers: u32) -> Participant {
+    producer().constrain(|c| c.min_buffers = buffers)
+}
+
+/// Scenario D's producer, whose process runs the server: it binds (holding the buffers), and
+/// hands out two late joiners' tokens; then it caps its fds so that the first joiner's
+/// copies run out (at buffer D_FREE), and, once that joiner has heard, so that the second
+/// joiner's token request cannot get a socket pair. Then it lifts the cap: it heard nothing
+/// of the joiners' failures, and a third joiner gets the same buffers.
+fn producer_out_of_fds(ctl: BorrowedFd<'_>) {
+    let (server, mut root) = Server::new("frames", Box::new(SystemAllocator::new("frames"))).unwrap();
+    let serving = server.spawn();
+    let mine = root.bind(&producer_of(D_BUFFERS), WAIT).unwrap();
+    assert_eq!(mine.buffers.len(), D_BUFFERS as usize);
+    write_buffer(&mine.buffers[0], 5);
+    root.attach_token("hungry", WAIT).unwrap().send_token_over(ctl).unwrap();
+    root.attach_token("greedy", WAIT).unwrap().send_token_over(ctl).unwrap();
+    // The server closes its copy of a token's fd after sending it, maybe after this thread
+    // has the token. A round trip that carries no fd (a refused late joiner) settles that:
+    // the server serves one message at a time, so it is done with every earlier request.
+    let mut probe = root.attach_token("probe", WAIT).unwrap();
+    let nv12: FormatSet = [Format::linear(Fourcc::NV12)].into_iter().collect();
+    let refused = probe.bind(&Participant::new("probe", nv12), WAIT);
+    assert!(matches!(refused, Err(CollectionError::LateJoinRefused(_))), "{refused:?}");
+    let lifted = cap_fds(D_FREE);
+    say(ctl, "capped");
+    assert_eq!(hear(ctl, WAIT), "recap");
+    cap_fds(1);
+    say(ctl, "capped");
+    assert_eq!(hear(ctl, WAIT), "lift");
+    setrlimit(Resource::Nofile, lifted).unwrap();
+    assert!(root.wait_event(Duration::from_millis(300)).unwrap().is_none(), "the joiners' failures are not ours");
+    root.attach_token("second", WAIT).unwrap().send_token_over(ctl).unwrap();
+    assert_eq!(hear(ctl, WAIT), "close");
+    probe.close().unwrap();
+    drop(mine);
+    root.close().unwrap();
+    assert_eq!(serving.join().unwrap().unwrap(), ServerOutcome::Released);
 }
 
 // ---- the parent ---------------------------------------------------------------------------
@@ -352,4 +423,56 @@ fn killing_a_dispensable_participant_changes_nothing_for_the_others() {
 #[test]
 fn killing_a_late_joiner_halfway_changes_nothing_for_the_others() {
     kill_one_that_does_not_matter("producer-c", "joiner-c");
+}
+
+/// The server's process runs out of fds: while it copies a late joiner's buffers, and while
+/// it makes a token's socket pair. Each time the holder concerned hears a Failed naming
+/// EMFILE (and, for the buffers, which one) at once, instead of a closed socket or its
+/// timeout; the producer hears nothing, and a joiner that comes once fds are free again gets
+/// the same buffers.
+#[test]
+fn a_server_out_of_fds_says_so_to_the_holder_and_serves_the_others() {
+    let _g = lock();
+    let before = fd_count().unwrap();
+    let producer = spawn("producer-d");
+    let joiner = |name: &str| Participant::new(name, formats()).with_usage(Usage::SAMPLE).with_constraints(Constraints { min_buffers: 1, ..Default::default() });
+    let mut hungry = Token::recv_token(producer.ctl.as_fd(), WAIT).unwrap();
+    let mut greedy = Token::recv_token(producer.ctl.as_fd(), WAIT).unwrap();
+    assert_eq!(producer.hear(), "capped");
+
+    match hungry.bind(&joiner("hungry"), WAIT) {
+        Err(CollectionError::Failed(f)) => {
+            println!("hungry heard: {f}");
+            assert_eq!(f.participant, "hungry");
+            assert!(f.reason.starts_with(&format!("the server ran out of file descriptors (EMFILE) while handing out buffer {D_FREE}")), "{}", f.reason);
+        }
+        other => panic!("expected Failed naming EMFILE, got {other:?}"),
+    }
+    // The server closes a failed holder's socket after telling it (and so frees that fd
+    // before the next cap is measured).
+    assert!(matches!(hungry.wait_event(WAIT), Err(CollectionError::Closed)));
+    producer.say("recap");
+    assert_eq!(producer.hear(), "capped");
+
+    match greedy.attach_token("more", WAIT) {
+        Err(CollectionError::Failed(f)) => {
+            println!("greedy heard: {f}");
+            assert_eq!(f.participant, "greedy");
+            assert!(f.reason.starts_with("the server ran out of file descriptors (EMFILE) while making token \"more\""), "{}", f.reason);
+        }
+        other => panic!("expected Failed naming EMFILE, got {other:?}"),
+    }
+    assert!(matches!(greedy.wait_event(WAIT), Err(CollectionError::Closed)));
+    producer.say("lift");
+
+    let mut second = Token::recv_token(producer.ctl.as_fd(), WAIT).unwrap();
+    let bufs = second.bind(&joiner("second"), WAIT).unwrap();
+    assert_eq!(bufs.buffers.len(), D_BUFFERS as usize);
+    assert_eq!(read_buffer(&bufs.buffers[0]), pattern(5), "the producer's buffers");
+    drop(bufs);
+    second.close().unwrap();
+    drop((hungry, greedy));
+    producer.say("close");
+    producer.finish();
+    assert_eq!(fd_count().unwrap(), before, "this process too");
 }

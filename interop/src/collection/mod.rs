@@ -15,7 +15,10 @@
 //! Failure domains: a holder that fails (its process exits without closing, it sends garbage,
 //! it binds what its rights forbid) fails the whole collection, and every live holder is told
 //! who and why, unless the failure is inside a dispensable or late-attached sub-tree, which is
-//! then dropped alone. A late joiner ([`Collection::attach_token`]) is judged against the
+//! then dropped alone. So are its lists: when the bound lists conflict and those outside
+//! every dispensable sub-tree reconcile alone, each dispensable sub-tree whose lists break
+//! the reconcile (a size over [`ReconcileOptions::max_buffer_bytes`], a format nobody else
+//! has) fails alone, told the conflict, and the rest allocate. A late joiner ([`Collection::attach_token`]) is judged against the
 //! buffers that exist and accepted or refused with the conflicts; nothing is reallocated.
 //! Buffers are released when the last holder closes ([`WeakBuffers`] observes it).
 //!

@@ -5,6 +5,11 @@
 //!
 //! The server's ends are non-blocking: a holder that stops reading cannot stall the
 //! server; once its socket buffer is full, a send to it fails and so does that holder.
+//!
+//! What the server itself cannot do for a holder (copy its buffers' fds, make a token's
+//! socket pair: out of fds, EMFILE/ENFILE, or memory) fails that holder as
+//! [`Collection::fail`] does, with a reason naming the errno, sent in a Failed message
+//! before its socket is closed; the others are served on.
 
 use std::collections::BTreeMap;
 use std::os::fd::{AsFd, OwnedFd};
@@ -193,19 +198,37 @@ impl Server {
         }
     }
 
-    /// Makes the socket pair of token `new` and sends its client end to `requester`.
+    /// Makes the socket pair of token `new` and sends its client end to `requester`. If the
+    /// server cannot make the pair (out of fds), the requester, who waits for the token,
+    /// fails with that cause (as any refused request does) rather than wait out its timeout.
     fn hand_out(&mut self, requester: TokenId, new: TokenId, name: &str) {
-        let sent = server_pair().map_err(|e| e.to_string()).and_then(|(ours, theirs)| {
-            let sock = self.sockets.get(&requester).ok_or_else(|| "requester gone".to_owned())?;
-            let msg = Message::NewToken { name: name.to_owned() };
-            transport::send(sock.as_fd(), &msg, Some(theirs.as_fd())).map_err(|e| e.to_string())?;
-            // `theirs` closes here: the requester holds the only client end now.
-            self.sockets.insert(new, ours);
-            Ok(())
-        });
-        if let Err(e) = sent {
-            warn!(%new, error = %e, "could not hand out a token");
+        let pair = match server_pair() {
+            Ok(pair) => pair,
+            Err(e) => {
+                let reason = format!("{} while making token {name:?}: {e}", cause(e.raw_os_error().map(Errno::from_raw_os_error), "could not make a socket pair"));
+                warn!(%new, %reason, "could not hand out a token");
+                let _ = self.collection.close(new);
+                if self.collection.is_live(requester) {
+                    let _ = self.collection.fail(requester, &reason);
+                }
+                return;
+            }
+        };
+        let (ours, theirs) = pair;
+        let Some(sock) = self.sockets.get(&requester) else {
             let _ = self.collection.close(new);
+            return;
+        };
+        match transport::send(sock.as_fd(), &Message::NewToken { name: name.to_owned() }, Some(theirs.as_fd())) {
+            // `theirs` closes here: the requester holds the only client end now.
+            Ok(()) => {
+                self.sockets.insert(new, ours);
+            }
+            // The requester is gone or not reading; its own socket's state says which.
+            Err(e) => {
+                warn!(%new, error = %e, "could not hand out a token");
+                let _ = self.collection.close(new);
+            }
         }
     }
 
@@ -228,13 +251,26 @@ impl Server {
                     r
                 }
             };
-            if let Err(e) = sent {
-                warn!(%t, error = %e.0, "could not deliver an event");
-                // A holder that cannot be told cannot take part: it is gone, or it stopped
-                // reading and its socket buffer is full. Either way the server lets go of it.
-                self.sockets.remove(&t);
-                if self.collection.is_live(t) {
-                    let _ = self.collection.fail(t, e.reason());
+            match sent {
+                Ok(()) => {}
+                Err(Delivery::Server(reason)) if self.collection.is_live(t) => {
+                    warn!(%t, %reason, "could not hand out what a holder is owed");
+                    // The holder is still listening: failing it queues a Failed that names
+                    // the cause, delivered below before its socket is closed. Nothing else
+                    // was sent to it (its copies are made before the first message).
+                    let _ = self.collection.fail(t, &reason);
+                }
+                // A token leaves the collection by Close (its socket is gone already) or by a
+                // failure, whose queued Failed tells it and closes its socket.
+                Err(Delivery::Server(reason)) => debug!(%t, %reason, "nothing handed out to a token that has left"),
+                Err(Delivery::Peer(e)) => {
+                    warn!(%t, error = %e, "could not deliver an event");
+                    // A holder that cannot be told cannot take part: it is gone, or it stopped
+                    // reading and its socket buffer is full. Either way the server lets go of it.
+                    self.sockets.remove(&t);
+                    if self.collection.is_live(t) {
+                        let _ = self.collection.fail(t, Delivery::peer_reason(&e));
+                    }
                 }
             }
         }
@@ -245,16 +281,19 @@ impl Server {
         }
     }
 
+    /// Sends `t` its buffers: the Allocated message, then each buffer with its fds. The
+    /// holder's copies of every fd are made first, so that a server out of fds (or memory)
+    /// says so in a Failed message instead of breaking off halfway through the buffers.
     fn send_buffers(&self, t: TokenId) -> Result<(), Delivery> {
-        let sock = self.sockets.get(&t).ok_or_else(|| Delivery::other("no socket"))?;
-        let bufs = self.collection.buffers_for(t).map_err(|e| Delivery::other(e.to_string()))?;
-        let reconciled = self.collection.reconciled().cloned().ok_or_else(|| Delivery::other("no reconciled list"))?;
+        let sock = self.sockets.get(&t).ok_or(Delivery::Peer(TransportError::Socket(SocketError::Closed)))?;
+        let bufs = self.collection.buffers_for(t).map_err(|e| Delivery::Server(server_side(&e)))?;
+        let reconciled = self.collection.reconciled().cloned().ok_or_else(|| Delivery::Server("the server has no reconciled list to send".into()))?;
         let n = reconciled.constraints.buffers;
         transport::send(sock.as_fd(), &Message::Allocated { reconciled, buffers: n }, None)?;
         for (i, b) in bufs.iter().enumerate() {
             send_buffer(sock.as_fd(), i as u64, b).map_err(|e| match e {
-                HandoffError::Socket(e @ SocketError::Send(_)) => Delivery(TransportError::Socket(e)),
-                other => Delivery::other(other.to_string()),
+                HandoffError::Socket(e) => Delivery::Peer(TransportError::Socket(e)),
+                other => Delivery::Server(format!("the server could not encode buffer {i}: {other}")),
             })?;
         }
         // `bufs` (dups or read-only re-opens) close here; the holder has its own copies.
@@ -262,19 +301,22 @@ impl Server {
     }
 }
 
-/// Why a holder could not be sent what concerns it.
-struct Delivery(TransportError);
+/// Why a holder was not sent what concerns it.
+enum Delivery {
+    /// The server could not make what it owes the holder (its copies of the fds: the
+    /// process's or the system's file table is full, or memory ran out). The holder is
+    /// still there and is told this reason.
+    Server(String),
+    /// The holder cannot be sent its messages: it is gone, or it stopped reading.
+    Peer(TransportError),
+}
 
 impl Delivery {
-    fn other(s: impl Into<String>) -> Delivery {
-        Delivery(TransportError::Socket(SocketError::Send(std::io::Error::other(s.into()))))
-    }
-
-    /// The failure reason the collection records for the holder.
-    fn reason(&self) -> &'static str {
-        if self.0.is_would_block() {
+    /// The failure reason the collection records for a holder that cannot be sent to.
+    fn peer_reason(e: &TransportError) -> &'static str {
+        if e.is_would_block() {
             "stopped reading its messages (its socket buffer is full)"
-        } else if self.0.is_hangup() {
+        } else if e.is_hangup() {
             "process exited"
         } else {
             "could not be sent its messages"
@@ -284,7 +326,36 @@ impl Delivery {
 
 impl From<TransportError> for Delivery {
     fn from(e: TransportError) -> Self {
-        Delivery(e)
+        Delivery::Peer(e)
+    }
+}
+
+/// A holder's failure reason when the server could not copy its buffers: the cause by its
+/// errno's name (the one a reader looks up), then which buffer, then the full error.
+fn server_side(e: &StateError) -> String {
+    let StateError::Descriptor { buffer, source, .. } = e else {
+        return format!("the server could not hand out the buffers: {e}");
+    };
+    // The io::Error at the bottom of the chain (DescriptorError's source) carries the errno.
+    let mut at: Option<&(dyn std::error::Error + 'static)> = Some(source);
+    let mut errno = None;
+    while let Some(err) = at {
+        if let Some(io) = err.downcast_ref::<std::io::Error>() {
+            errno = io.raw_os_error().map(Errno::from_raw_os_error);
+        }
+        at = err.source();
+    }
+    format!("{} while handing out buffer {buffer}: {source}", cause(errno, "could not copy its fds"))
+}
+
+/// What ran out on the server's side, by the errno's name; `otherwise` when it was not a
+/// shortage.
+fn cause(errno: Option<Errno>, otherwise: &str) -> String {
+    match errno {
+        Some(Errno::MFILE) => "the server ran out of file descriptors (EMFILE)".into(),
+        Some(Errno::NFILE) => "the system ran out of open files (ENFILE)".into(),
+        Some(Errno::NOMEM) => "the server ran out of memory (ENOMEM)".into(),
+        _ => format!("the server {otherwise}"),
     }
 }
 

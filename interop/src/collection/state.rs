@@ -112,8 +112,10 @@ pub enum StateError {
     NotAllocating,
     #[error("{0} has no buffers (not allocated, or a refused late joiner)")]
     NoBuffers(TokenId),
-    #[error("giving {token} its buffers failed: {source}")]
-    Descriptor { token: TokenId, source: DescriptorError },
+    /// Copying buffer `buffer`'s fds for `token`'s holder failed: the server's side (its fd
+    /// table full, the system's file table full, memory), not the holder's.
+    #[error("giving {token} buffer {buffer} failed: {source}")]
+    Descriptor { token: TokenId, buffer: usize, source: DescriptorError },
 }
 
 /// Observes a collection's buffers without keeping them: [`WeakBuffers::alive`] stays true
@@ -334,7 +336,8 @@ impl Collection {
     ///
     /// An initial read-only token whose list asks to write fails that token (as
     /// [`Collection::fail`] would); a late joiner doing so is refused. An initial token's bind may complete the set ([`Progress::Allocate`]) or make
-    /// the lists conflict (the collection fails, naming who and which attribute). A late
+    /// the lists conflict (the collection fails, naming who and which attribute, unless the
+    /// conflict is only a dispensable sub-tree's: that sub-tree fails alone). A late
     /// joiner's bind is judged against the buffers once they exist.
     pub fn bind(&mut self, token: TokenId, p: Participant) -> Result<Progress, StateError> {
         let node = self.live(token)?;
@@ -419,14 +422,7 @@ impl Collection {
         if !unbound.is_empty() {
             return Progress::Waiting { unbound };
         }
-        let lists: Vec<Participant> = self
-            .bound_order
-            .iter()
-            .filter_map(|t| match self.nodes.get(t).map(|n| &n.bind) {
-                Some(Bind::Bound(p)) => Some(p.clone()),
-                _ => None,
-            })
-            .collect();
+        let lists = self.lists_of(|_| true);
         if lists.is_empty() {
             if self.nodes.is_empty() {
                 return self.progress();
@@ -438,7 +434,11 @@ impl Collection {
             };
             return self.fail_all(f);
         }
-        match reconcile(&lists, self.options) {
+        let reconciled = match reconcile(&lists, self.options) {
+            Ok(r) => Ok(r),
+            Err(conflicts) => self.reconcile_without_breakers(conflicts),
+        };
+        match reconciled {
             Ok(r) => {
                 info!(collection = %self.name, format = %r.format, buffers = r.constraints.buffers, "allocation due");
                 self.phase = Phase::Allocating(r.clone());
@@ -452,6 +452,68 @@ impl Collection {
                 self.fail_all(f)
             }
         }
+    }
+
+    /// The bound initial lists, in bind order, of the live tokens `keep` accepts.
+    fn lists_of(&self, keep: impl Fn(TokenId) -> bool) -> Vec<Participant> {
+        self.bound_order
+            .iter()
+            .filter(|t| keep(**t))
+            .filter_map(|t| match self.nodes.get(t).map(|n| &n.bind) {
+                Some(Bind::Bound(p)) => Some(p.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The bound lists conflict (`conflicts`): sysmem's rule for failure domains. If the
+    /// lists outside every isolated (dispensable) sub-tree reconcile alone, each isolated
+    /// sub-tree is added in turn (outer ones first, by token number) and one whose lists
+    /// break the reconcile fails alone, told the conflicts its lists cause (a size over the
+    /// limit names the limit). So a dispensable holder cannot sink the others by what it
+    /// binds, whatever its name or its place in the bind order. If the others do not
+    /// reconcile alone, the conflict is theirs and `conflicts` fail the whole collection.
+    /// At most two reconciles more than there are isolated sub-trees.
+    fn reconcile_without_breakers(&mut self, conflicts: Vec<Conflict>) -> Result<Reconciled, Vec<Conflict>> {
+        let mut groups: BTreeMap<TokenId, Vec<TokenId>> = BTreeMap::new();
+        for t in &self.bound_order {
+            if let Some(stop) = self.isolating_ancestor(*t) {
+                groups.entry(stop).or_default().push(*t);
+            }
+        }
+        if groups.is_empty() {
+            return Err(conflicts);
+        }
+        let isolated: Vec<TokenId> = groups.values().flatten().copied().collect();
+        let mut accepted: Vec<TokenId> = self.bound_order.iter().copied().filter(|t| !isolated.contains(t)).collect();
+        let base = self.lists_of(|t| accepted.contains(&t));
+        if base.is_empty() || reconcile(&base, self.options).is_err() {
+            return Err(conflicts);
+        }
+        for (stop, members) in groups {
+            // An outer sub-tree that failed took this one with it.
+            if !self.nodes.contains_key(&stop) {
+                continue;
+            }
+            // Its lists last: where a choice names who is in the way (a format only some
+            // have), the lists that reconcile without it go first.
+            let mut trial = self.lists_of(|t| accepted.contains(&t));
+            trial.extend(self.lists_of(|t| members.contains(&t)));
+            match reconcile(&trial, self.options) {
+                Ok(_) => accepted.extend(members),
+                Err(theirs) => {
+                    // Named from the sub-tree's root down (token numbers follow creation).
+                    let mut named = members.clone();
+                    named.sort();
+                    let names: Vec<String> = named.iter().filter_map(|t| self.token_name(*t)).collect();
+                    let f = Failure { participant: names.join(", "), reason: format!("constraints conflict: {}", describe(&theirs)) };
+                    warn!(collection = %self.name, participant = %f.participant, reason = %f.reason, "a dispensable sub-tree's constraints conflict: dropped");
+                    self.drop_subtree(stop, &f);
+                }
+            }
+        }
+        // The survivors in bind order (whose first list's preferences choose the format).
+        reconcile(&self.lists_of(|t| accepted.contains(&t)), self.options)
     }
 
     /// Where the collection stands, without changing it.
@@ -537,11 +599,16 @@ impl Collection {
             return Ok(self.fail_all(f));
         };
         warn!(collection = %self.name, participant = %f.participant, reason, "dispensable sub-tree dropped");
+        self.drop_subtree(stop, &f);
+        Ok(self.after_removal())
+    }
+
+    /// Removes the isolated sub-tree under `stop`, telling each of its tokens `f`.
+    fn drop_subtree(&mut self, stop: TokenId, f: &Failure) {
         for t in self.subtree(stop) {
             self.nodes.remove(&t);
             self.events.push_back((t, Event::Failed(f.clone())));
         }
-        Ok(self.after_removal())
     }
 
     fn subtree(&self, root: TokenId) -> Vec<TokenId> {
@@ -619,7 +686,11 @@ impl Collection {
             return Err(StateError::NoBuffers(token));
         }
         let copy = |b: &DmaBuf| if node.rights.read_only { b.reopen_read_only() } else { b.try_clone() };
-        set.buffers.iter().map(copy).collect::<Result<_, _>>().map_err(|source| StateError::Descriptor { token, source })
+        set.buffers
+            .iter()
+            .enumerate()
+            .map(|(buffer, b)| copy(b).map_err(|source| StateError::Descriptor { token, buffer, source }))
+            .collect()
     }
 
     /// Whether `token` is a live token of this collection.

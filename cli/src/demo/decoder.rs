@@ -35,7 +35,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use dmabridge::ash::vk;
-use dmabridge::interop::collection::{Rights, Server, ServerError, ServerOutcome, Token};
+use dmabridge::interop::collection::{CollectionError, Rights, Server, ServerError, ServerOutcome, Token};
 use dmabridge::interop::dmabuf::{fd_count, socketpair, write_all_at, write_planes, DmaBuf};
 use dmabridge::interop::negotiate::{Constraints, CpuAccess, Domain, ExtentRange, Participant};
 use dmabridge::interop::{Format, FormatSet, Fourcc};
@@ -43,7 +43,7 @@ use dmabridge::{DeviceAllocator, Engine, EngineOptions, ImageUse};
 use rustix::event::{poll, PollFd, PollFlags};
 use serde_json::json;
 
-use super::control::{recv_msg, send_msg, Peer};
+use super::control::{recv_msg, send_msg, Ending, Peer};
 use super::decoder_peer::Role;
 use super::decoder_stream::{frame_bytes, header_of, FromPeer, PeerReport, ToPeer, DPB, REFERENCES, SIZES};
 use super::DemoError;
@@ -274,12 +274,24 @@ impl Decoder {
         self.peers.iter().map(|p| p.role).collect()
     }
 
-    /// The stream's error: a hang-up from a peer that then ended is named by how it ended.
+    /// The stream's error, named by how a peer ended where that is the cause: a peer that
+    /// hung up and then ended, or a peer killed by a signal that failed a collection (its
+    /// token closed with its process while the decoder waited on the collection). A peer
+    /// that exited with a status after a collection failed is a consequence, not the cause:
+    /// the collection's error stays.
     fn explain(&mut self, e: DemoError) -> DemoError {
-        let DemoError::PeerHungUp { peer, .. } = &e else { return e };
-        let Some(i) = self.peers.iter().position(|p| p.role.name() == *peer) else { return e };
+        let (named, any_ending) = match &e {
+            DemoError::PeerHungUp { peer, .. } => (*peer, true),
+            DemoError::Collection(CollectionError::Failed(f)) => (f.participant.as_str(), false),
+            _ => return e,
+        };
+        let Some(i) = self.peers.iter().position(|p| p.role.name() == named) else { return e };
         let peer = self.peer(self.peers[i].role);
-        peer.reap(&mut self.peers[i].child, e)
+        match peer.reap(&mut self.peers[i].child, peer.hung_up()) {
+            died @ DemoError::PeerDied { .. } if any_ending => died,
+            died @ DemoError::PeerDied { how: Ending::Killed(_), .. } => died,
+            _ => e,
+        }
     }
 
     /// A late joiner's failure is its own: it is let go ([`Decoder::lose`]) and `Ok(None)`

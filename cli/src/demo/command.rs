@@ -45,7 +45,8 @@ pub struct DemoArgs {
     #[arg(long, value_name = "N")]
     resolution_change_at: Option<u32>,
     /// Decoder only: a read-only recorder process attaches to the running collection at this
-    /// frame and verifies every frame after it.
+    /// frame and verifies every frame after it (if it dies, the loss is reported and the
+    /// stream goes on).
     #[arg(long, value_name = "N")]
     late_join_at: Option<u32>,
     /// Frames per mode.

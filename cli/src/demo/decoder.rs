@@ -560,7 +560,7 @@ impl Decoder {
                 }
             }
             FromPeer::Final(r) => self.peers[i].report = Some(r.clone()),
-            FromPeer::Failed { error } => return Err(DemoError::Consumer(format!("{}: {error}", role.name()))),
+            FromPeer::Failed { error } => return Err(DemoError::PeerFailed { peer: role.name(), pid: Some(self.peers[i].child.id()), error: error.clone() }),
             FromPeer::Bound { .. } | FromPeer::Closed { .. } => {}
         }
         Ok(msg)

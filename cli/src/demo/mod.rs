@@ -164,8 +164,9 @@ pub enum DemoError {
     /// it hung up, or after it exited with a failure).
     #[error("the {peer} (pid {pid}) {how}")]
     PeerDied { peer: &'static str, pid: u32, how: control::Ending },
-    #[error("the consumer process failed: {0}")]
-    Consumer(String),
+    /// The other process failed and said why (its own error, sent before it exited).
+    #[error("{} failed: {error}", control::who(peer, *pid))]
+    PeerFailed { peer: &'static str, pid: Option<u32>, error: String },
     #[error("cannot write {path}: {detail}")]
     Output { path: String, detail: String },
     #[error("{0}")]

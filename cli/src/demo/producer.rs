@@ -376,7 +376,7 @@ fn consumer_reason(control: BorrowedFd<'_>, peer: &Peer) -> Option<DemoError> {
     rustix::io::ioctl_fionbio(control, true).ok()?;
     loop {
         match recv_msg::<ToProducer>(control, peer) {
-            Ok(ToProducer::Failed { error }) => return Some(DemoError::Consumer(error)),
+            Ok(ToProducer::Failed { error }) => return Some(DemoError::PeerFailed { peer: peer.name, pid: peer.pid, error }),
             Ok(_) => continue,
             Err(_) => return None,
         }
@@ -386,7 +386,7 @@ fn consumer_reason(control: BorrowedFd<'_>, peer: &Peer) -> Option<DemoError> {
 fn drive(engine: &Engine, config: &DemoConfig, peer: &Peer, buffers: BorrowedFd<'_>, control: BorrowedFd<'_>) -> Result<(DemoOutcome, i64), DemoError> {
     let consumer_wire = match recv_msg::<ToProducer>(control, peer)? {
         ToProducer::Caps { participant } => participant,
-        ToProducer::Failed { error } => return Err(DemoError::Consumer(error)),
+        ToProducer::Failed { error } => return Err(DemoError::PeerFailed { peer: peer.name, pid: peer.pid, error }),
         other => return Err(DemoError::Protocol(format!("expected the consumer's capabilities, got {other:?}"))),
     };
     let consumer = participant_from_wire(&consumer_wire)?;
@@ -450,7 +450,7 @@ fn drive(engine: &Engine, config: &DemoConfig, peer: &Peer, buffers: BorrowedFd<
     send_msg(control, peer, &ToConsumer::Bye { out_dir: config.out_dir.to_string_lossy().into_owned() })?;
     let (consumer_leaked, sheet, c_before, c_after) = match recv_msg::<ToProducer>(control, peer)? {
         ToProducer::Final { leaked_fds, contact_sheet, fds_before, fds_after } => (leaked_fds, contact_sheet, fds_before, fds_after),
-        ToProducer::Failed { error } => return Err(DemoError::Consumer(error)),
+        ToProducer::Failed { error } => return Err(DemoError::PeerFailed { peer: peer.name, pid: peer.pid, error }),
         other => return Err(DemoError::Protocol(format!("expected the consumer's final report, got {other:?}"))),
     };
     summary.insert("consumer_fds".into(), json!({"before": c_before, "after": c_after, "leaked": consumer_leaked}));
@@ -577,7 +577,7 @@ fn run_mode(
     send_msg(control, peer, &ToConsumer::End)?;
     let (report, consumer_timing): (ConsumerReport, Percentiles) = match recv_msg::<ToProducer>(control, peer)? {
         ToProducer::ModeDone { report, timing } => (report, timing),
-        ToProducer::Failed { error } => return Err(DemoError::Consumer(error)),
+        ToProducer::Failed { error } => return Err(DemoError::PeerFailed { peer: peer.name, pid: peer.pid, error }),
         other => return Err(DemoError::Protocol(format!("expected a mode report, got {other:?}"))),
     };
     let frame_us: Vec<f64> = producer_us.iter().zip(report.frame_us.iter().chain(std::iter::repeat(&0.0))).map(|(p, c)| p + c).collect();

@@ -404,7 +404,7 @@ fn the_decoder_names_its_killed_consumer() {
 #[test]
 fn a_killed_late_joiner_is_reported_and_the_stream_goes_on() {
     let out = out_dir("decoder-late-loss");
-    let frames = 200;
+    let frames = 120;
     let mut demo = start(decoder_command(&out, &["--late-join-at", "2", "--frames", &frames.to_string(), "--peer-timeout", "120"]));
     // Kill the recorder once it has bound the collection and holds its buffers.
     let recorder = peer_process(&mut demo, &["--role", "recorder"], holds_buffers);

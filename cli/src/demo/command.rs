@@ -45,7 +45,8 @@ pub struct DemoArgs {
     #[arg(long, value_name = "N")]
     resolution_change_at: Option<u32>,
     /// Decoder only: a read-only recorder process attaches to the running collection at this
-    /// frame and verifies every frame after it.
+    /// frame and verifies every frame after it (if it dies, the loss is reported and the
+    /// stream goes on).
     #[arg(long, value_name = "N")]
     late_join_at: Option<u32>,
     /// Frames per mode.
@@ -188,14 +189,25 @@ fn run_decoder(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
     println!();
     println!("consumer: {}/{} frames verified through the device ({})", s["verified_frames"], args.frames, s["consumer"]["import_path"].as_str().unwrap_or("?"));
     if let Some(l) = s["late_joiner"].as_object() {
-        println!(
-            "late joiner (read-only recorder, attached at frame {}): {}/{} frames verified, writes through its fds refused: {}",
-            l["joined_at"], l["frames_verified"], l["frames"], l["writes_refused"]
-        );
+        match l["lost"].as_object() {
+            Some(lost) => println!(
+                "late joiner (read-only recorder, attached at frame {}): lost at frame {}: {}",
+                l["joined_at"],
+                lost["at_frame"],
+                lost["reason"].as_str().unwrap_or("?")
+            ),
+            None => println!(
+                "late joiner (read-only recorder, attached at frame {}): {}/{} frames verified, writes through its fds refused: {}",
+                l["joined_at"], l["frames_verified"], l["frames"], l["writes_refused"]
+            ),
+        }
     }
     println!("dropped frames: {}; reference frames broken: {}", s["dropped_frames"], s["reference_errors"]);
     println!("leaked fds: {}", s["leaked_fds"]);
     println!("summary: {}", summary_path.display());
+    for w in &outcome.warnings {
+        eprintln!("dmabridge demo: warning: {w}");
+    }
     if !outcome.ok {
         for p in &outcome.problems {
             eprintln!("dmabridge demo: {p}");

@@ -39,7 +39,7 @@ pub fn consumer_formats(engine: &Engine) -> Result<FormatSet, DemoError> {
 /// Runs the consumer process over the inherited sockets. Failures are reported to the
 /// producer on the control socket before they are returned.
 pub fn run(buffers: OwnedFd, control: OwnedFd, validation: bool, peer_timeout: std::time::Duration) -> Result<(), DemoError> {
-    let peer = Peer { name: "producer", timeout: peer_timeout };
+    let peer = Peer::parent("producer", peer_timeout);
     peer.apply(&buffers)?;
     peer.apply(&control)?;
     let result = serve(buffers.as_fd(), control.as_fd(), validation, &peer);

@@ -4,10 +4,15 @@
 //! The other process is not trusted: every message is decoded with a size cap and then
 //! range-checked ([`ControlMessage::check`]) before anything uses it, and both sockets have
 //! receive and send timeouts, so that a peer that stops answering gives an error naming it
-//! ([`DemoError::PeerStalled`]) instead of a hang.
+//! ([`DemoError::PeerStalled`]) instead of a hang. A peer that hangs up (its sockets reach
+//! end of file, or a send or receive is refused with `EPIPE`/`ECONNRESET`) is named too
+//! ([`DemoError::PeerHungUp`]); when the peer is this process's child, [`Peer::reap`] turns
+//! that into how it ended ([`DemoError::PeerDied`]: its wait status).
 
 use std::os::fd::AsFd;
-use std::time::Duration;
+use std::os::unix::process::ExitStatusExt;
+use std::process::{Child, ExitStatus};
+use std::time::{Duration, Instant};
 
 use dmabridge_interop::sync::SyncMethod;
 use rustix::io::Errno;
@@ -34,14 +39,96 @@ pub const MAX_FORMATS: usize = 256;
 /// The default of `--peer-timeout`: how long either process waits for the other.
 pub const DEFAULT_PEER_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// How long a child that hung up is given to be seen exiting before it is taken to be
+/// alive: the kernel closes a dying process's files a moment before its wait status is
+/// ready, and a process that closed its sockets and lives on is not waited for longer.
+pub const EXIT_GRACE: Duration = Duration::from_secs(5);
+
 /// The process at the other end of the sockets, for errors that name it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Peer {
+    /// Its role: "consumer", "producer", "decoder", "recorder".
     pub name: &'static str,
+    /// Its process id: a child's from its spawn, the parent's from `getppid` at start-up
+    /// (taken then: once the parent dies the child is re-parented). `None` where unknown.
+    pub pid: Option<u32>,
     pub timeout: Duration,
 }
 
+/// How a child process ended, from its wait status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ending {
+    /// It exited with this status.
+    Exited(i32),
+    /// This signal killed it.
+    Killed(i32),
+}
+
+impl Ending {
+    /// The ending `status` records (a status that is neither, as a stop is, reads as exit 0:
+    /// `wait` reports none for a child that has not ended).
+    pub fn of(status: ExitStatus) -> Ending {
+        match (status.code(), status.signal()) {
+            (Some(code), _) => Ending::Exited(code),
+            (None, Some(signal)) => Ending::Killed(signal),
+            (None, None) => Ending::Exited(0),
+        }
+    }
+}
+
+impl std::fmt::Display for Ending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match *self {
+            Ending::Exited(code) => write!(f, "exited with status {code}"),
+            Ending::Killed(signal) => {
+                // rustix's Debug names the signals it knows ("Signal::KILL", quoted by some
+                // versions); a number it does not know (a real-time signal) stays a number.
+                let name = rustix::process::Signal::from_named_raw(signal).map(|s| format!("{s:?}"));
+                match name.as_deref().and_then(|n| n.trim_matches('"').strip_prefix("Signal::")) {
+                    Some(n) => write!(f, "was killed by signal {signal} (SIG{n})"),
+                    None => write!(f, "was killed by signal {signal}"),
+                }
+            }
+        }
+    }
+}
+
 impl Peer {
+    /// This process's parent, which started it, as `name`: its pid is taken now, since a
+    /// child whose parent dies is re-parented.
+    pub fn parent(name: &'static str, timeout: Duration) -> Peer {
+        let pid = rustix::process::getppid().and_then(|p| u32::try_from(p.as_raw_pid()).ok());
+        Peer { name, pid, timeout }
+    }
+
+    /// This peer's role and pid as errors name them: "the consumer (pid 1234)".
+    pub fn who(&self) -> String {
+        who(self.name, self.pid)
+    }
+
+    /// The error for this peer having hung up.
+    pub fn hung_up(&self) -> DemoError {
+        DemoError::PeerHungUp { peer: self.name, pid: self.pid }
+    }
+
+    /// What `error` means once this peer, `child`, may have ended: after a hang-up, a child
+    /// that ends within [`EXIT_GRACE`] is reaped and named with its wait status
+    /// ([`DemoError::PeerDied`]); one still running keeps the hang-up error (the caller
+    /// kills it). Any other error is returned as it is, and the child left alone.
+    pub fn reap(&self, child: &mut Child, error: DemoError) -> DemoError {
+        if !matches!(error, DemoError::PeerHungUp { .. }) {
+            return error;
+        }
+        let start = Instant::now();
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => return DemoError::PeerDied { peer: self.name, pid: child.id(), how: Ending::of(status) },
+                Ok(None) if start.elapsed() < EXIT_GRACE => std::thread::sleep(Duration::from_millis(10)),
+                Ok(None) | Err(_) => return error,
+            }
+        }
+    }
+
     /// Sets the receive and send timeouts of `socket` to this peer's.
     pub fn apply(&self, socket: impl AsFd) -> Result<(), DemoError> {
         use rustix::net::sockopt::{set_socket_timeout, Timeout};
@@ -51,10 +138,13 @@ impl Peer {
         Ok(())
     }
 
-    /// What a failed receive or send from this peer means: a timeout names the peer.
+    /// What a failed receive or send from this peer means: a timeout or a hang-up names the
+    /// peer.
     pub fn error(&self, e: Errno) -> DemoError {
         if e == Errno::AGAIN || e == Errno::WOULDBLOCK {
             DemoError::PeerStalled { peer: self.name, after: self.timeout }
+        } else if e == Errno::PIPE || e == Errno::CONNRESET {
+            self.hung_up()
         } else {
             DemoError::Io(e.into())
         }
@@ -68,8 +158,26 @@ impl Peer {
             HandoffError::Socket(SocketError::Recv(io) | SocketError::Send(io)) if io.kind() == std::io::ErrorKind::WouldBlock => {
                 DemoError::PeerStalled { peer: self.name, after: self.timeout }
             }
+            HandoffError::Socket(s) if s.is_hangup() => self.hung_up(),
             _ => DemoError::Handoff(e),
         }
+    }
+
+    /// [`Peer::error`] for a collection token sent over this peer's socket.
+    pub fn collection_error(&self, e: dmabridge_interop::collection::CollectionError) -> DemoError {
+        use dmabridge_interop::collection::CollectionError;
+        match &e {
+            CollectionError::Transport(t) if t.is_hangup() => self.hung_up(),
+            _ => DemoError::Collection(e),
+        }
+    }
+}
+
+/// A peer's role and pid as errors name them: "the consumer (pid 1234)", "the producer".
+pub fn who(name: &str, pid: Option<u32>) -> String {
+    match pid {
+        Some(pid) => format!("the {name} (pid {pid})"),
+        None => format!("the {name}"),
     }
 }
 
@@ -274,7 +382,7 @@ pub fn recv_msg<T: ControlMessage>(socket: impl AsFd, peer: &Peer) -> Result<T, 
         }
     };
     if n == 0 {
-        return Err(DemoError::Protocol(format!("the {} closed the control socket", peer.name)));
+        return Err(peer.hung_up());
     }
     if n > MAX_CONTROL_LEN {
         return Err(DemoError::Protocol("control message too long".into()));
@@ -285,6 +393,16 @@ pub fn recv_msg<T: ControlMessage>(socket: impl AsFd, peer: &Peer) -> Result<T, 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_ending_names_its_signal_or_its_status() {
+        assert_eq!(Ending::Killed(9).to_string(), "was killed by signal 9 (SIGKILL)");
+        assert_eq!(Ending::Killed(11).to_string(), "was killed by signal 11 (SIGSEGV)");
+        assert_eq!(Ending::Killed(40).to_string(), "was killed by signal 40");
+        assert_eq!(Ending::Exited(3).to_string(), "exited with status 3");
+        assert_eq!(Ending::of(ExitStatus::from_raw(9)), Ending::Killed(9));
+        assert_eq!(Ending::of(ExitStatus::from_raw(3 << 8)), Ending::Exited(3));
+    }
 
     #[test]
     fn out_of_range_messages_are_refused() {

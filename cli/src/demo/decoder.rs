@@ -18,7 +18,11 @@
 //!   reports its buffers released once the last one has.
 //! - `--late-join-at N`: a third process, a read-only recorder, is started at frame N; its
 //!   token is attached to the running collection (sysmem AttachToken), judged against the
-//!   existing buffers, and it verifies every frame from then on.
+//!   existing buffers, and it verifies every frame from then on. A late joiner's failure is
+//!   its own: if the recorder dies, hangs up or breaks the protocol, the decoder reaps it,
+//!   takes back the buffers it held (its tokens fail with its process, and the collection
+//!   drops a late-attached sub-tree alone), reports the loss (`late_joiner.lost` and a
+//!   warning) and decodes on with the consumer.
 //! - End of stream: the peers release and close everything and report.
 //!
 //! `summary.json` has `collections` (size, buffer count, modifier, layout, frames carried,
@@ -31,7 +35,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use dmabridge::ash::vk;
-use dmabridge::interop::collection::{Rights, Server, ServerError, ServerOutcome, Token};
+use dmabridge::interop::collection::{CollectionError, Rights, Server, ServerError, ServerOutcome, Token};
 use dmabridge::interop::dmabuf::{fd_count, socketpair, write_all_at, write_planes, DmaBuf};
 use dmabridge::interop::negotiate::{Constraints, CpuAccess, Domain, ExtentRange, Participant};
 use dmabridge::interop::{Format, FormatSet, Fourcc};
@@ -39,7 +43,7 @@ use dmabridge::{DeviceAllocator, Engine, EngineOptions, ImageUse};
 use rustix::event::{poll, PollFd, PollFlags};
 use serde_json::json;
 
-use super::control::{recv_msg, send_msg, Peer};
+use super::control::{recv_msg, send_msg, Ending, Peer};
 use super::decoder_peer::Role;
 use super::decoder_stream::{frame_bytes, header_of, FromPeer, PeerReport, ToPeer, DPB, REFERENCES, SIZES};
 use super::DemoError;
@@ -62,6 +66,25 @@ pub struct DecoderOutcome {
     pub summary: serde_json::Value,
     pub ok: bool,
     pub problems: Vec<String>,
+    /// What went wrong without failing the stream (a late joiner lost).
+    pub warnings: Vec<String>,
+}
+
+/// A late joiner the stream went on without.
+struct Lost {
+    pid: u32,
+    /// The frame being decoded when the loss was seen (the frame count: at the end).
+    at_frame: u32,
+    /// How it ended, or what it did wrong.
+    reason: String,
+}
+
+/// What [`Decoder::poll_message`] heard.
+enum Heard {
+    /// A message from a peer, applied.
+    Message(Role, FromPeer),
+    /// A late joiner failed and was let go ([`Decoder::lose`]).
+    Lost(Role),
 }
 
 struct PeerProc {
@@ -116,8 +139,8 @@ fn decoder_participant(width: u32, height: u32) -> Participant {
 pub fn run(config: &DecoderConfig, exe: &std::path::Path) -> Result<DecoderOutcome, DemoError> {
     let engine = Engine::new(&EngineOptions { validation: config.validation, ..EngineOptions::from_env() })?;
     let before = fd_count()?;
-    let mut d = Decoder { config: config.clone(), engine, exe: exe.to_owned(), peers: Vec::new(), colls: Vec::new(), reference_errors: 0, problems: Vec::new() };
-    let result = d.stream();
+    let mut d = Decoder { config: config.clone(), engine, exe: exe.to_owned(), peers: Vec::new(), colls: Vec::new(), reference_errors: 0, problems: Vec::new(), frame: 0, lost: None };
+    let result = d.stream().map_err(|e| d.explain(e));
     if result.is_err() {
         for p in &mut d.peers {
             let _ = p.child.kill();
@@ -142,6 +165,7 @@ pub fn run(config: &DecoderConfig, exe: &std::path::Path) -> Result<DecoderOutco
     let report_of = |role: Role| reports.iter().find(|(r, _)| *r == role).and_then(|(_, rep)| rep.clone());
     let consumer = report_of(Role::Consumer).unwrap_or_default();
     let recorder = report_of(Role::Recorder);
+    let lost = d.lost.take();
     let mut problems = std::mem::take(&mut d.problems);
     problems.extend(validation.iter().map(|v| format!("validation: {v}")));
     if consumer.verified != config.frames {
@@ -155,7 +179,8 @@ pub fn run(config: &DecoderConfig, exe: &std::path::Path) -> Result<DecoderOutco
         problems.push("a collection's buffers were not released".into());
     }
     let expected_late = config.late_join_at.filter(|&n| n < config.frames).map(|n| config.frames - n);
-    if let Some(want) = expected_late {
+    // A lost late joiner is reported as such, not counted against the stream.
+    if let Some(want) = expected_late.filter(|_| lost.is_none()) {
         match &recorder {
             Some(r) if r.verified == want && r.mismatches.is_empty() && r.writes_refused == Some(true) => {}
             Some(r) => problems.push(format!(
@@ -196,19 +221,28 @@ pub fn run(config: &DecoderConfig, exe: &std::path::Path) -> Result<DecoderOutco
             "mismatches": consumer.mismatches,
             "leaked_fds": consumer.leaked_fds,
         },
-        "late_joiner": recorder.as_ref().map(|r| json!({
-            "joined_at": config.late_join_at,
-            "frames": r.frames,
-            "frames_verified": r.verified,
-            "writes_refused": r.writes_refused,
-            "mismatches": r.mismatches,
-            "leaked_fds": r.leaked_fds,
-        })),
+        "late_joiner": match (&recorder, &lost) {
+            (_, Some(l)) => json!({
+                "joined_at": config.late_join_at,
+                "lost": {"at_frame": l.at_frame, "pid": l.pid, "reason": l.reason},
+            }),
+            (Some(r), None) => json!({
+                "joined_at": config.late_join_at,
+                "frames": r.frames,
+                "frames_verified": r.verified,
+                "writes_refused": r.writes_refused,
+                "mismatches": r.mismatches,
+                "leaked_fds": r.leaked_fds,
+                "lost": null,
+            }),
+            (None, None) => serde_json::Value::Null,
+        },
         "leaked_fds": leaked,
         "total_leaked_fds": total_leaked,
         "problems": problems,
     });
-    Ok(DecoderOutcome { ok: problems.is_empty(), problems, summary })
+    let warnings = lost.iter().map(|l| format!("the late joiner was lost at frame {}: {}; the stream went on without it", l.at_frame, l.reason)).collect();
+    Ok(DecoderOutcome { ok: problems.is_empty(), problems, warnings, summary })
 }
 
 struct Decoder {
@@ -219,6 +253,9 @@ struct Decoder {
     colls: Vec<Coll>,
     reference_errors: u32,
     problems: Vec<String>,
+    /// The frame being decoded (the frame count once the stream ends).
+    frame: u32,
+    lost: Option<Lost>,
 }
 
 impl Decoder {
@@ -226,8 +263,72 @@ impl Decoder {
         self.config.peer_timeout
     }
 
+    /// The peer in `role`, with its pid once it runs.
     fn peer(&self, role: Role) -> Peer {
-        Peer { name: role.name(), timeout: self.timeout() }
+        let pid = self.peers.iter().find(|p| p.role == role).map(|p| p.child.id());
+        Peer { name: role.name(), pid, timeout: self.timeout() }
+    }
+
+    /// The roles of the peers that run now (a lost late joiner is gone).
+    fn roles(&self) -> Vec<Role> {
+        self.peers.iter().map(|p| p.role).collect()
+    }
+
+    /// The stream's error, named by how a peer ended where that is the cause: a peer that
+    /// hung up and then ended, or a peer killed by a signal that failed a collection (its
+    /// token closed with its process while the decoder waited on the collection). A peer
+    /// that exited with a status after a collection failed is a consequence, not the cause:
+    /// the collection's error stays.
+    fn explain(&mut self, e: DemoError) -> DemoError {
+        let (named, any_ending) = match &e {
+            DemoError::PeerHungUp { peer, .. } => (*peer, true),
+            DemoError::Collection(CollectionError::Failed(f)) => (f.participant.as_str(), false),
+            _ => return e,
+        };
+        let Some(i) = self.peers.iter().position(|p| p.role.name() == named) else { return e };
+        let peer = self.peer(self.peers[i].role);
+        match peer.reap(&mut self.peers[i].child, peer.hung_up()) {
+            died @ DemoError::PeerDied { .. } if any_ending => died,
+            died @ DemoError::PeerDied { how: Ending::Killed(_), .. } => died,
+            _ => e,
+        }
+    }
+
+    /// A late joiner's failure is its own: it is let go ([`Decoder::lose`]) and `Ok(None)`
+    /// says so; any other peer's failure is the stream's.
+    fn survive<T>(&mut self, role: Role, r: Result<T, DemoError>) -> Result<Option<T>, DemoError> {
+        match r {
+            Ok(v) => Ok(Some(v)),
+            Err(e) if role == Role::Recorder => {
+                self.lose(role, e);
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Lets the late joiner in `role` go after `error`: reaps it (killing one that still
+    /// runs), takes back every buffer it held, and records the loss. Its collection tokens
+    /// fail with its process; the collection drops its late-attached sub-tree alone.
+    fn lose(&mut self, role: Role, error: DemoError) {
+        let Some(i) = self.peers.iter().position(|p| p.role == role) else { return };
+        let peer = self.peer(role);
+        let mut p = self.peers.remove(i);
+        let error = peer.reap(&mut p.child, error);
+        if !matches!(error, DemoError::PeerDied { .. }) {
+            // It hung up and lives on, or broke the protocol: it is ended here.
+            let _ = p.child.kill();
+            let _ = p.child.wait();
+        }
+        for c in &mut self.colls {
+            for s in &mut c.slots {
+                s.held[peer_index(role)] = false;
+            }
+        }
+        let reason = error.to_string();
+        tracing::info!(role = role.name(), pid = p.child.id(), frame = self.frame, %reason, "late joiner lost; the stream goes on");
+        self.lost = Some(Lost { pid: p.child.id(), at_frame: self.frame, reason });
+        // `p` goes here, and its control socket with it.
     }
 
     fn spawn(&mut self, role: Role) -> Result<(), DemoError> {
@@ -247,15 +348,26 @@ impl Decoder {
         Ok(())
     }
 
-    fn send(&self, i: usize, msg: &ToPeer) -> Result<(), DemoError> {
-        let p = &self.peers[i];
-        send_msg(&p.control, &self.peer(p.role), msg)
+    /// Sends `msg` to the peer in `role`, unless it was lost.
+    fn send(&mut self, role: Role, msg: &ToPeer) -> Result<(), DemoError> {
+        let Some(p) = self.peers.iter().find(|p| p.role == role) else { return Ok(()) };
+        let r = send_msg(&p.control, &self.peer(role), msg);
+        self.survive(role, r).map(|_| ())
+    }
+
+    /// Sends `token` to the peer in `role`; to a lost one it is dropped, which closes it.
+    fn send_token(&mut self, role: Role, token: Token) -> Result<(), DemoError> {
+        let Some(p) = self.peers.iter().find(|p| p.role == role) else { return Ok(()) };
+        let peer = self.peer(role);
+        let r = token.send_token_over(p.control.as_fd()).map_err(|e| peer.collection_error(e));
+        self.survive(role, r).map(|_| ())
     }
 
     fn stream(&mut self) -> Result<(), DemoError> {
         self.spawn(Role::Consumer)?;
         let change = self.config.resolution_change_at.filter(|&n| n > 0 && n < self.config.frames);
         for n in 0..self.config.frames {
+            self.frame = n;
             let seg = usize::from(change.is_some_and(|c| n >= c));
             if self.colls.len() <= seg {
                 self.open_collection(seg as u32, n)?;
@@ -266,8 +378,9 @@ impl Decoder {
             self.decode(seg, n)?;
             self.retire_old(seg)?;
         }
-        for i in 0..self.peers.len() {
-            self.send(i, &ToPeer::End)?;
+        self.frame = self.config.frames;
+        for role in self.roles() {
+            self.send(role, &ToPeer::End)?;
         }
         while self.peers.iter().any(|p| p.report.is_none()) {
             self.wait_message()?;
@@ -292,17 +405,14 @@ impl Decoder {
         let (server, mut root) = Server::new(&format!("stream-{index}"), Box::new(DeviceAllocator::new(&self.engine, image_use)))?;
         let serving = server.spawn();
         let t = self.timeout();
-        for i in 0..self.peers.len() {
-            let role = self.peers[i].role;
+        for role in self.roles() {
             // The recorder is optional: its failure must not fail the stream.
             let token = root.duplicate(Rights { read_only: true }, role == Role::Recorder, role.name(), t)?;
-            self.send(i, &ToPeer::Collection { index, width, height, late: false })?;
-            token.send_token_over(self.peers[i].control.as_fd())?;
+            self.send(role, &ToPeer::Collection { index, width, height, late: false })?;
+            self.send_token(role, token)?;
         }
         let got = root.bind(&decoder_participant(width, height), t)?;
-        for _ in 0..self.peers.len() {
-            self.expect_bound(index)?;
-        }
+        self.expect_bound(index, &self.roles())?;
         let outputs = got.reconciled.outputs.clone();
         let first_buf = got.buffers.first().ok_or_else(|| DemoError::Protocol("a collection with no buffers".into()))?;
         let summary = json!({
@@ -321,28 +431,30 @@ impl Decoder {
         Ok(())
     }
 
-    fn expect_bound(&mut self, index: u32) -> Result<(), DemoError> {
-        loop {
-            if let Some((_, FromPeer::Bound { collection, .. })) = self.wait_message()? {
-                if collection == index {
-                    return Ok(());
-                }
+    /// Waits until each peer in `roles` has bound collection `index` (or was lost).
+    fn expect_bound(&mut self, index: u32, roles: &[Role]) -> Result<(), DemoError> {
+        let mut waiting: Vec<Role> = roles.iter().copied().filter(|r| self.peers.iter().any(|p| p.role == *r)).collect();
+        while !waiting.is_empty() {
+            match self.wait_message()? {
+                Heard::Message(role, FromPeer::Bound { collection, .. }) if collection == index => waiting.retain(|r| *r != role),
+                Heard::Lost(role) => waiting.retain(|r| *r != role),
+                Heard::Message(..) => {}
             }
         }
+        Ok(())
     }
 
     /// Starts the recorder and attaches its token to the running collection.
     fn late_join(&mut self, seg: usize) -> Result<(), DemoError> {
         self.spawn(Role::Recorder)?;
-        let i = self.peers.len() - 1;
         let t = self.timeout();
         let c = &mut self.colls[seg];
         let (index, width, height) = (c.index, c.width, c.height);
         let root = c.token.as_mut().ok_or_else(|| DemoError::Protocol("the running collection has no root token".into()))?;
         let token = root.attach_token("recorder", t)?;
-        self.send(i, &ToPeer::Collection { index, width, height, late: true })?;
-        token.send_token_over(self.peers[i].control.as_fd())?;
-        self.expect_bound(index)
+        self.send(Role::Recorder, &ToPeer::Collection { index, width, height, late: true })?;
+        self.send_token(Role::Recorder, token)?;
+        self.expect_bound(index, &[Role::Recorder])
     }
 
     fn decode(&mut self, seg: usize, n: u32) -> Result<(), DemoError> {
@@ -377,10 +489,9 @@ impl Decoder {
         c.slots[target].frame = Some(n);
         c.frames_carried += 1;
         let index = c.index;
-        for i in 0..self.peers.len() {
-            let role = self.peers[i].role;
+        for role in self.roles() {
             self.colls[seg].slots[target].held[peer_index(role)] = true;
-            self.send(i, &ToPeer::Frame { collection: index, buffer: target as u32, frame: n })?;
+            self.send(role, &ToPeer::Frame { collection: index, buffer: target as u32, frame: n })?;
         }
         // Take what has arrived without waiting, so releases do not pile up.
         while self.poll_message(Duration::ZERO)?.is_some() {}
@@ -402,9 +513,9 @@ impl Decoder {
     }
 
     /// Waits (at most the peer timeout) for the next message from any peer and applies it.
-    fn wait_message(&mut self) -> Result<Option<(Role, FromPeer)>, DemoError> {
+    fn wait_message(&mut self) -> Result<Heard, DemoError> {
         match self.poll_message(self.timeout())? {
-            Some(m) => Ok(Some(m)),
+            Some(m) => Ok(m),
             None => {
                 let waiting: Vec<&str> = self.peers.iter().map(|p| p.role.name()).collect();
                 Err(DemoError::PeerStalled { peer: if waiting.len() > 1 { "consumer or recorder" } else { "consumer" }, after: self.timeout() })
@@ -412,7 +523,7 @@ impl Decoder {
         }
     }
 
-    fn poll_message(&mut self, timeout: Duration) -> Result<Option<(Role, FromPeer)>, DemoError> {
+    fn poll_message(&mut self, timeout: Duration) -> Result<Option<Heard>, DemoError> {
         let ready = {
             let mut fds: Vec<PollFd<'_>> = self.peers.iter().filter(|p| p.report.is_none()).map(|p| PollFd::new(&p.control, PollFlags::IN)).collect();
             if fds.is_empty() {
@@ -430,7 +541,16 @@ impl Decoder {
         let Some(k) = ready else { return Ok(None) };
         let i = self.peers.iter().enumerate().filter(|(_, p)| p.report.is_none()).nth(k).map(|(i, _)| i).ok_or_else(|| DemoError::Protocol("poll".into()))?;
         let role = self.peers[i].role;
-        let msg = recv_msg::<FromPeer>(&self.peers[i].control, &self.peer(role))?;
+        let applied = recv_msg::<FromPeer>(&self.peers[i].control, &self.peer(role)).and_then(|msg| self.apply(i, msg));
+        Ok(Some(match self.survive(role, applied)? {
+            Some(msg) => Heard::Message(role, msg),
+            None => Heard::Lost(role),
+        }))
+    }
+
+    /// Applies `msg` from the peer at `i`.
+    fn apply(&mut self, i: usize, msg: FromPeer) -> Result<FromPeer, DemoError> {
+        let role = self.peers[i].role;
         match &msg {
             FromPeer::Release { collection, buffer, frame } => {
                 let slot = self.colls.iter_mut().find(|c| c.index == *collection).and_then(|c| c.slots.get_mut(*buffer as usize));
@@ -440,10 +560,10 @@ impl Decoder {
                 }
             }
             FromPeer::Final(r) => self.peers[i].report = Some(r.clone()),
-            FromPeer::Failed { error } => return Err(DemoError::Consumer(format!("{}: {error}", role.name()))),
+            FromPeer::Failed { error } => return Err(DemoError::PeerFailed { peer: role.name(), pid: Some(self.peers[i].child.id()), error: error.clone() }),
             FromPeer::Bound { .. } | FromPeer::Closed { .. } => {}
         }
-        Ok(Some((role, msg)))
+        Ok(msg)
     }
 }
 

@@ -83,7 +83,7 @@ const USE: vk::ImageUsageFlags = vk::ImageUsageFlags::from_raw(vk::ImageUsageFla
 
 /// Runs one peer until the end of the stream; `control` is the inherited socket.
 pub fn run(role: Role, control: OwnedFd, validation: bool, timeout: Duration) -> Result<(), DemoError> {
-    let peer = Peer { name: "decoder", timeout };
+    let peer = Peer::parent("decoder", timeout);
     peer.apply(&control)?;
     let result = serve(role, control.as_fd(), validation, peer);
     if let Err(e) = &result {

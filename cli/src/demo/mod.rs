@@ -156,8 +156,17 @@ pub enum DemoError {
     /// The other process did not answer within its timeout (stopped, or hung).
     #[error("the {peer} did not answer within {after:?} (stopped or hung?)")]
     PeerStalled { peer: &'static str, after: std::time::Duration },
-    #[error("the consumer process failed: {0}")]
-    Consumer(String),
+    /// The other process closed its sockets or reset them (it died, or closed them and
+    /// lives on); `pid` where it is known.
+    #[error("{} hung up", control::who(peer, *pid))]
+    PeerHungUp { peer: &'static str, pid: Option<u32> },
+    /// The other process, this one's child, ended before its work was done (reaped after
+    /// it hung up, or after it exited with a failure).
+    #[error("the {peer} (pid {pid}) {how}")]
+    PeerDied { peer: &'static str, pid: u32, how: control::Ending },
+    /// The other process failed and said why (its own error, sent before it exited).
+    #[error("{} failed: {error}", control::who(peer, *pid))]
+    PeerFailed { peer: &'static str, pid: Option<u32>, error: String },
     #[error("cannot write {path}: {detail}")]
     Output { path: String, detail: String },
     #[error("{0}")]

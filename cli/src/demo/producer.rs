@@ -18,7 +18,7 @@ use dmabridge_interop::tiling::{packed_planes, tiled_size};
 use dmabridge_interop::{format_info, Format, FormatSet, Fourcc, Layout, Modifier, TileLayout};
 use serde_json::{json, Value};
 
-use super::control::{recv_msg, send_msg, ConsumerReport, Peer, ToConsumer, ToProducer, WireFormat, WireParticipant};
+use super::control::{recv_msg, send_msg, ConsumerReport, Ending, Peer, ToConsumer, ToProducer, WireFormat, WireParticipant};
 use dmabridge::resources::image::buffer_barrier;
 
 use super::{DemoConfig, DemoError, Mode, Percentiles, Push, DEMO_FORMATS, FRAME_TIMEOUT, PATTERN_NV12_SPV, PATTERN_SPV};
@@ -326,27 +326,31 @@ pub fn run(
 ) -> Result<DemoOutcome, DemoError> {
     let engine = Engine::new(&EngineOptions { validation: config.validation, ..EngineOptions::from_env() })?;
     let fds_before = fd_count()?;
-    let peer = Peer { name: "consumer", timeout: config.peer_timeout };
-    let (outcome, child) = {
+    let peer = Peer { name: "consumer", pid: None, timeout: config.peer_timeout };
+    let (outcome, status, pid) = {
         let (buf_ours, buf_theirs) = socketpair()?;
         let (ctl_ours, ctl_theirs) = socketpair()?;
         peer.apply(&buf_ours)?;
         peer.apply(&ctl_ours)?;
         let mut child = spawn(buf_theirs.as_fd(), ctl_theirs.as_fd())?;
+        let peer = Peer { pid: Some(child.id()), ..peer };
         drop((buf_theirs, ctl_theirs));
+        // The consumer's own account of a failure comes first; a consumer that hung up
+        // without one is named by how it ended.
         let result = drive(&engine, config, &peer, buf_ours.as_fd(), ctl_ours.as_fd())
-            .map_err(|e| consumer_reason(ctl_ours.as_fd(), &peer).unwrap_or(e));
+            .map_err(|e| consumer_reason(ctl_ours.as_fd(), &peer).unwrap_or(e))
+            .map_err(|e| peer.reap(&mut child, e));
         drop((buf_ours, ctl_ours));
         if result.is_err() {
             // A consumer that stopped or misbehaves is not waited for.
             let _ = child.kill();
         }
         let status = child.wait()?;
-        (result, status)
+        (result, status, child.id())
     };
     let (mut outcome, consumer_leaked) = outcome?;
-    if !child.success() {
-        return Err(DemoError::Consumer(format!("exited with {child}")));
+    if !status.success() {
+        return Err(DemoError::PeerDied { peer: "consumer", pid, how: Ending::of(status) });
     }
     let fds_after = fd_count()?;
     let producer_leaked = fds_after as i64 - fds_before as i64;
@@ -372,7 +376,7 @@ fn consumer_reason(control: BorrowedFd<'_>, peer: &Peer) -> Option<DemoError> {
     rustix::io::ioctl_fionbio(control, true).ok()?;
     loop {
         match recv_msg::<ToProducer>(control, peer) {
-            Ok(ToProducer::Failed { error }) => return Some(DemoError::Consumer(error)),
+            Ok(ToProducer::Failed { error }) => return Some(DemoError::PeerFailed { peer: peer.name, pid: peer.pid, error }),
             Ok(_) => continue,
             Err(_) => return None,
         }
@@ -382,7 +386,7 @@ fn consumer_reason(control: BorrowedFd<'_>, peer: &Peer) -> Option<DemoError> {
 fn drive(engine: &Engine, config: &DemoConfig, peer: &Peer, buffers: BorrowedFd<'_>, control: BorrowedFd<'_>) -> Result<(DemoOutcome, i64), DemoError> {
     let consumer_wire = match recv_msg::<ToProducer>(control, peer)? {
         ToProducer::Caps { participant } => participant,
-        ToProducer::Failed { error } => return Err(DemoError::Consumer(error)),
+        ToProducer::Failed { error } => return Err(DemoError::PeerFailed { peer: peer.name, pid: peer.pid, error }),
         other => return Err(DemoError::Protocol(format!("expected the consumer's capabilities, got {other:?}"))),
     };
     let consumer = participant_from_wire(&consumer_wire)?;
@@ -446,7 +450,7 @@ fn drive(engine: &Engine, config: &DemoConfig, peer: &Peer, buffers: BorrowedFd<
     send_msg(control, peer, &ToConsumer::Bye { out_dir: config.out_dir.to_string_lossy().into_owned() })?;
     let (consumer_leaked, sheet, c_before, c_after) = match recv_msg::<ToProducer>(control, peer)? {
         ToProducer::Final { leaked_fds, contact_sheet, fds_before, fds_after } => (leaked_fds, contact_sheet, fds_before, fds_after),
-        ToProducer::Failed { error } => return Err(DemoError::Consumer(error)),
+        ToProducer::Failed { error } => return Err(DemoError::PeerFailed { peer: peer.name, pid: peer.pid, error }),
         other => return Err(DemoError::Protocol(format!("expected the consumer's final report, got {other:?}"))),
     };
     summary.insert("consumer_fds".into(), json!({"before": c_before, "after": c_after, "leaked": consumer_leaked}));
@@ -573,7 +577,7 @@ fn run_mode(
     send_msg(control, peer, &ToConsumer::End)?;
     let (report, consumer_timing): (ConsumerReport, Percentiles) = match recv_msg::<ToProducer>(control, peer)? {
         ToProducer::ModeDone { report, timing } => (report, timing),
-        ToProducer::Failed { error } => return Err(DemoError::Consumer(error)),
+        ToProducer::Failed { error } => return Err(DemoError::PeerFailed { peer: peer.name, pid: peer.pid, error }),
         other => return Err(DemoError::Protocol(format!("expected a mode report, got {other:?}"))),
     };
     let frame_us: Vec<f64> = producer_us.iter().zip(report.frame_us.iter().chain(std::iter::repeat(&0.0))).map(|(p, c)| p + c).collect();

@@ -28,8 +28,10 @@ pkg_ok() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok i
 
 PKGS=(libvulkan1 vulkan-validationlayers gcc libc6-dev libegl1 libgles2 glslc spirv-tools gstreamer1.0-tools gstreamer1.0-plugins-base pkgconf)
 # The bench report's text (DejaVu, for the PNGs) and its check (headless Chromium renders
-# the page in the tests); without their recommends, which are a desktop's worth.
-LEAN=(fonts-dejavu-core chromium)
+# the page in the tests); the CPU libraries `bench` measures dmabridge's conversions beside
+# (libyuv, FFmpeg's swscale: loaded at run time, see cli/src/demo/cpu_peers.rs); all without
+# their recommends, which are a desktop's worth.
+LEAN=(fonts-dejavu-core chromium libyuv-dev libswscale-dev)
 missing=()
 for p in "${PKGS[@]}"; do pkg_ok "$p" || missing+=("$p"); done
 missing_lean=()

@@ -162,6 +162,23 @@ pub fn run(args: &BenchArgs) -> ExitCode {
             );
         }
     }
+    let peered: Vec<&bench::ConvertResult> = report.convert.iter().filter(|c| !c.peers.is_empty()).collect();
+    if !peered.is_empty() {
+        println!();
+        println!("CPU libraries on the same frames (GB/s of output; dmabridge / peer in total and per thread):");
+        println!("{:<28} {:<34} {:>7} {:>8} {:>11} {:>12}", "conversion", "peer", "threads", "GB/s", "x in total", "x per thread");
+        for c in peered {
+            let what = format!("{} {} -> {}", c.format, c.layout, c.to_format);
+            for p in &c.peers {
+                let f = |v: Option<f64>, digits: usize| v.map_or("-".to_owned(), |v| format!("{v:.digits$}"));
+                match &p.missing {
+                    Some(why) => println!("{what:<28} {:<34} missing: {why}", p.name),
+                    None => println!("{what:<28} {:<34} {:>7} {:>8} {:>11} {:>12}", p.name, p.threads, f(p.gbps, 2), f(p.ratio_total, 2), f(p.ratio_per_thread, 2)),
+                }
+            }
+            println!("{what:<28} {:<34} {:>7} {:>8.2}", "dmabridge (this run)", c.threads, c.gbps);
+        }
+    }
     println!();
     println!("negotiation: {:.1} µs; descriptor handoff: {:.1} µs", report.negotiate_us, report.handoff_us);
     println!();

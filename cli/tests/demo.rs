@@ -339,7 +339,7 @@ fn a_stopped_consumer_is_named_within_the_timeout() {
         signal(&mut demo, consumer, rustix::process::Signal::KILL);
         panic!("the producer hung on a stopped consumer");
     };
-    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(status.code(), Some(1), "{status}: {stderr}");
     assert!(stderr.contains("the consumer did not answer within 2s"), "{stderr}");
     assert!(took < Duration::from_secs(15), "{took:?}");
     // The producer killed the stopped consumer on its way out.
@@ -367,7 +367,7 @@ fn killed_consumer_is_named(cmd: Command, args: &[&str], ready: impl Fn(i32) -> 
     let Some((status, stderr, took)) = finish(&mut demo, Duration::from_secs(180)) else {
         panic!("the demo hung on a killed consumer");
     };
-    assert_eq!(status.code(), Some(1), "{stderr}");
+    assert_eq!(status.code(), Some(1), "{status}: {stderr}");
     assert!(stderr.contains(&format!("the consumer (pid {peer}) was killed by signal 9 (SIGKILL)")), "{stderr}");
     assert!(took < named_within(), "{took:?}: {stderr}");
 }
@@ -490,6 +490,27 @@ fn bench_json_follows_the_contract() {
             (Some(g), Some(vs)) => assert!((vs - c["gbps"].as_f64().unwrap_or(0.0) / g).abs() < 1e-9, "{c}"),
             (None, None) => {}
             other => panic!("gstreamer_gbps and vs_gstreamer disagree: {other:?} in {c}"),
+        }
+        // The CPU libraries beside it (set-up installs them): measured, never a zero, with
+        // dmabridge's ratio to each; per thread where dmabridge ran on the CPU.
+        let peers: Vec<&str> = c["peers"].as_array().expect("peers").iter().filter_map(|p| p["name"].as_str()).collect();
+        let want: &[&str] = match (c["layout"].as_str(), c["to_format"].as_str()) {
+            (Some("linear"), Some("XR24")) => &["libyuv NV12ToARGBMatrix (BT.709)", "libyuv NV12ToARGB (BT.601)", "swscale NV12 -> BGRA (BT.709)"],
+            (Some("nv12-16l32s"), Some("NV12")) => &["libyuv MM21ToNV12"],
+            _ => &[],
+        };
+        assert_eq!(peers, want, "{c}");
+        for p in c["peers"].as_array().into_iter().flatten() {
+            let g = p["gbps"].as_f64().unwrap_or_else(|| panic!("{} was not measured: {p}", p["name"]));
+            assert!(g > 0.0 && p["missing"].is_null() && p["threads"] == 1, "{p}");
+            let ratio = p["ratio_total"].as_f64().expect("ratio_total");
+            assert!((ratio - c["gbps"].as_f64().unwrap_or(0.0) / g).abs() < 1e-9, "{p}");
+            let threads = c["threads"].as_f64().expect("threads");
+            match (c["path"].as_str(), p["ratio_per_thread"].as_f64()) {
+                (Some("cpu"), Some(r)) => assert!(threads >= 1.0 && (r - ratio / threads).abs() < 1e-9, "{p}"),
+                (Some("cpu"), None) => panic!("no per-thread ratio on the CPU path: {p}"),
+                (_, r) => assert!(r.is_none() && threads == 0.0, "{p}"),
+            }
         }
     }
 }

@@ -37,6 +37,7 @@ use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{format_info, Fourcc, Layout, Modifier, TileLayout};
 use serde::{Deserialize, Serialize};
 
+use super::cpu_peers;
 use super::gst_baseline::{self, gst_format, GstCase};
 use super::{DemoError, Mode, FRAME_TIMEOUT};
 
@@ -93,6 +94,29 @@ pub struct ConvertResult {
     /// The repetitions' interquartile range relative to their median.
     #[serde(default)]
     pub spread: f64,
+    /// Threads the conversion ran on: the CPU path's workers (0 on a GPU path).
+    #[serde(default)]
+    pub threads: u32,
+    /// The CPU libraries that do the same conversion, on the same frames in this run
+    /// ([`super::cpu_peers`]).
+    #[serde(default)]
+    pub peers: Vec<PeerResult>,
+}
+
+/// One CPU library's figure beside a conversion.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PeerResult {
+    /// What ran: `libyuv NV12ToARGBMatrix (BT.709)`.
+    pub name: String,
+    /// Threads it ran on (1: the libraries are called single-threaded).
+    pub threads: u32,
+    /// Output GB/s; `None` when it was not measured (`missing` says why).
+    pub gbps: Option<f64>,
+    pub missing: Option<String>,
+    /// dmabridge's GB/s over the peer's.
+    pub ratio_total: Option<f64>,
+    /// The same per thread (dmabridge's CPU path only).
+    pub ratio_per_thread: Option<f64>,
 }
 
 /// The whole report; serialises to exactly the contract's JSON, and reads it back
@@ -604,6 +628,24 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
             },
             None => None,
         };
+        let threads = if choice.path == dmabridge::ConvertPath::Cpu { dmabridge_interop::tiling::default_threads() as u32 } else { 0 };
+        let peers = cpu_peers::PeerCase::of(&c)
+            .into_iter()
+            .map(|peer| {
+                progress(&format!("{} on the same frames", peer.name()));
+                let mut out = vec![0u8; c.sizes().map_or(0, |s| s.1) as usize];
+                let measured = cpu_peers::measure(peer, &c, &input, &mut out, if opts.quick { 3 } else { 8 });
+                let theirs = measured.as_ref().ok().copied();
+                PeerResult {
+                    name: peer.name().to_owned(),
+                    threads: 1,
+                    gbps: theirs,
+                    missing: measured.err().map(|e| e.to_string()),
+                    ratio_total: theirs.map(|g| gbps / g),
+                    ratio_per_thread: theirs.filter(|_| threads > 0).map(|g| gbps / f64::from(threads) / g),
+                }
+            })
+            .collect();
         convert.push(ConvertResult {
             layout: c.from_layout.name(),
             format: c.from.trimmed().to_owned(),
@@ -616,6 +658,8 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
             gstreamer_gbps,
             vs_gstreamer: gstreamer_gbps.map(|g| gbps / g),
             spread: noise,
+            threads,
+            peers,
         });
     }
     Ok(BenchReport {

@@ -31,6 +31,8 @@
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{Child, Command};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -106,12 +108,38 @@ struct Coll {
     width: u32,
     height: u32,
     token: Option<Token>,
-    server: Option<JoinHandle<Result<ServerOutcome, ServerError>>>,
+    server: Serving,
     outcome: Option<String>,
     buffers: Vec<DmaBuf>,
     slots: Vec<Slot>,
     frames_carried: u32,
     summary: serde_json::Value,
+}
+
+/// A collection's server thread. One the demo lets go of while it still runs (an error
+/// ended the demo, maybe before the collection was allocated) is stopped and joined when
+/// dropped: otherwise the process would exit with that thread freeing the collection's
+/// device memory while the driver tears itself down (the kernel lab saw the decoder die by
+/// a signal after printing its error).
+struct Serving {
+    handle: Option<JoinHandle<Result<ServerOutcome, ServerError>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Serving {
+    fn spawn(server: Server) -> Serving {
+        let stop = server.stop_flag();
+        Serving { handle: Some(server.spawn()), stop }
+    }
+}
+
+impl Drop for Serving {
+    fn drop(&mut self) {
+        if let Some(h) = self.handle.take() {
+            self.stop.store(true, Ordering::Relaxed);
+            let _ = h.join();
+        }
+    }
 }
 
 fn peer_index(role: Role) -> usize {
@@ -403,7 +431,7 @@ impl Decoder {
         let (width, height) = SIZES[index as usize];
         let image_use = ImageUse::new(vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC);
         let (server, mut root) = Server::new(&format!("stream-{index}"), Box::new(DeviceAllocator::new(&self.engine, image_use)))?;
-        let serving = server.spawn();
+        let serving = Serving::spawn(server);
         let t = self.timeout();
         for role in self.roles() {
             // The recorder is optional: its failure must not fail the stream.
@@ -427,7 +455,7 @@ impl Decoder {
         });
         tracing::info!(index, width, height, buffers = got.buffers.len(), "collection allocated");
         let slots = vec![Slot::default(); got.buffers.len()];
-        self.colls.push(Coll { index, width, height, token: Some(root), server: Some(serving), outcome: None, buffers: got.buffers, slots, frames_carried: 0, summary });
+        self.colls.push(Coll { index, width, height, token: Some(root), server: serving, outcome: None, buffers: got.buffers, slots, frames_carried: 0, summary });
         Ok(())
     }
 
@@ -569,7 +597,7 @@ impl Decoder {
 
 /// Waits for a collection's server to finish (every token closed) and records how.
 fn finish_server(c: &mut Coll) -> Result<(), DemoError> {
-    if let Some(h) = c.server.take() {
+    if let Some(h) = c.server.handle.take() {
         let outcome = h.join().map_err(|_| DemoError::Protocol(format!("collection {}'s server thread panicked", c.index)))??;
         let name = match outcome {
             ServerOutcome::Released => "released".to_owned(),

@@ -137,13 +137,27 @@ pub struct Figures {
     pub paths: Vec<(String, String, f64, f64)>,
     /// (name, GB/s, GStreamer GB/s, path chosen).
     pub conversions: Vec<(String, f64, Option<f64>, String)>,
+    /// The CPU libraries beside the conversions, measured.
+    pub peers: Vec<PeerFigure>,
+}
+
+/// One CPU library's figure beside one of dmabridge's conversions.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PeerFigure {
+    /// The conversion's name in [`Figures::conversions`].
+    pub conversion: String,
+    pub peer: String,
+    pub gbps: f64,
+    /// dmabridge's GB/s over the peer's, in total and (CPU path) per thread.
+    pub ratio_total: f64,
+    pub ratio_per_thread: Option<f64>,
 }
 
 impl Figures {
     /// The figures of a bench run, checked: every figure finite and in range, every
     /// dimension at most [`MAX_DIMENSION`], at most [`MAX_ENTRIES`] entries.
     pub fn from_report(r: &BenchReport) -> Result<Figures, ReportError> {
-        let count = r.results.len() + r.convert.len();
+        let count = r.results.len() + r.convert.len() + r.convert.iter().map(|c| c.peers.len()).sum::<usize>();
         if count > MAX_ENTRIES {
             return Err(ReportError::TooManyEntries { count });
         }
@@ -180,6 +194,17 @@ impl Figures {
             let gbps = figure(|| what("gbps"), c.gbps)?;
             let gst = c.gstreamer_gbps.map(|g| figure(|| what("gstreamer_gbps"), g)).transpose()?;
             out.conversions.push((name.clone(), gbps, gst, c.path.name().to_owned()));
+            for (j, p) in c.peers.iter().enumerate() {
+                let Some(g) = p.gbps else { continue };
+                let what = |field: &str| format!("convert[{i}].peers[{j}].{field}");
+                let g = figure(|| what("gbps"), g)?;
+                if g <= 0.0 {
+                    return Err(ReportError::OutOfRange { what: what("gbps"), value: g.to_string(), range: "above 0".into() });
+                }
+                let per_thread = p.ratio_per_thread.map(|r| figure(|| what("ratio_per_thread"), r)).transpose()?;
+                out.peers.push(PeerFigure { conversion: name.clone(), peer: p.name.clone(), gbps: g, ratio_total: gbps / g, ratio_per_thread: per_thread });
+                out.figures.push(Figure { name: format!("{} beside {name}", p.name), value: g, unit: "GB/s", normalised: g / memcpy, spread: 0.0 });
+            }
             out.figures.push(Figure { name, value: gbps, unit: "GB/s", normalised: gbps / memcpy, spread: figure(|| what("spread"), c.spread)? });
         }
         for (us, name) in [(r.negotiate_us, "negotiation"), (r.handoff_us, "descriptor handoff")] {
@@ -210,6 +235,12 @@ impl Figures {
         out.push(("slowest detile ÷ GStreamer videoconvert".into(), vs, "≥ 3".into(), vs.is_some_and(|r| r >= 3.0)));
         let bgrx = self.conversions.iter().find(|c| c.0 == "convert NV12 linear -> XR24").and_then(|c| c.2.map(|g| c.1 / g));
         out.push(("NV12 -> XR24 (BGRx) ÷ GStreamer videoconvert".into(), bgrx, "≥ 1".into(), bgrx.is_some_and(|r| r >= 1.0)));
+        // Issue 23's per-thread goals against libyuv, one thread each.
+        let per_thread = |conversion: &str, peer: &str| self.peers.iter().find(|p| p.conversion == conversion && p.peer.starts_with(peer)).and_then(|p| p.ratio_per_thread);
+        let yuv = per_thread("convert NV12 linear -> XR24", "libyuv NV12ToARGBMatrix");
+        out.push(("NV12 -> XR24 BT.709 per thread ÷ libyuv NV12ToARGBMatrix (1 thread)".into(), yuv, "≥ 1".into(), yuv.is_some_and(|r| r >= 1.0)));
+        let mm21 = per_thread("convert NV12 nv12-16l32s -> NV12", "libyuv MM21ToNV12");
+        out.push(("nv12-16l32s detile per thread ÷ libyuv MM21ToNV12 (1 thread)".into(), mm21, "≥ 1".into(), mm21.is_some_and(|r| r >= 1.0)));
         out
     }
 }
@@ -478,6 +509,11 @@ pub fn render(fig: &Figures, json_name: &str, changes: Option<&[Change]>) -> Res
         let gs = gst.map_or("-".to_owned(), |v| format!("{v:.2}"));
         let vs = gst.map_or("-".to_owned(), |v| format!("{:.1}", g / v));
         let _ = write!(h, "<tr><td>{}</td><td>{}</td><td class=\"n\">{g:.2}</td><td class=\"n\">{:.2}</td><td class=\"n\">{gs}</td><td class=\"n\">{vs}</td></tr>", esc(name), esc(path), g / fig.memcpy_gbps);
+    }
+    h.push_str("</table><h2>CPU libraries on the same frames</h2><table><tr><th>conversion</th><th>peer (1 thread)</th><th>GB/s</th><th>dmabridge ÷ peer</th><th>per thread</th></tr>");
+    for p in &fig.peers {
+        let per = p.ratio_per_thread.map_or("-".to_owned(), |v| format!("{v:.2}"));
+        let _ = write!(h, "<tr><td>{}</td><td>{}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td><td class=\"n\">{per}</td></tr>", esc(&p.conversion), esc(&p.peer), p.gbps, p.ratio_total);
     }
     h.push_str("</table></body></html>\n");
     Ok(h)

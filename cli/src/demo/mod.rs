@@ -73,6 +73,7 @@
 pub mod bench;
 pub mod command;
 pub mod consumer;
+pub mod cpu_peers;
 pub mod control;
 pub mod decoder;
 pub mod decoder_peer;

@@ -167,40 +167,12 @@ fn measure_dmabuf_input_against_system_memory() {
         std::hint::black_box(&outs);
         t.elapsed()
     };
+    // The element's time for the frames after the first, as frames per second.
     let run = |dmabuf: bool| {
         let features = if dmabuf { "(memory:DMABuf)" } else { "" };
-        let common::Run { pipeline, src, sink } = common::pipeline(&format!(
-            "appsrc name=src caps=video/x-raw{features},format=NV12_64Z32,width={w},height={h},framerate=0/1 format=time ! \
-             dmabridgeconvert path=cpu ! video/x-raw,format=NV12 ! appsink name=sink sync=false max-buffers=4"
-        ));
-        // Buffers made before the clock starts: the measurement is the element, not the source.
-        let buffers: Vec<gst::Buffer> = (0..frames)
-            .map(|_| {
-                if dmabuf {
-                    common::dmabuf_buffer(&tiled)
-                } else {
-                    gst::Buffer::from_slice(tiled.clone())
-                }
-            })
-            .collect::<Vec<_>>();
-        // One frame first, untimed: negotiation opens the device and builds the converter.
-        let mut buffers = buffers.into_iter();
-        src.push_buffer(buffers.next().expect("a frame")).expect("push");
-        sink.pull_sample().expect("the first frame");
-        let t = std::time::Instant::now();
-        let pusher = std::thread::spawn(move || {
-            for b in buffers {
-                src.push_buffer(b).expect("push");
-            }
-            src.end_of_stream().expect("eos");
-        });
-        for _ in 1..frames {
-            sink.pull_sample().expect("a frame");
-        }
-        let took = t.elapsed();
-        pusher.join().expect("pusher");
-        pipeline.set_state(gst::State::Null).expect("stop");
-        took
+        let caps = format!("video/x-raw{features},format=NV12_64Z32,width={w},height={h},framerate=0/1");
+        let fps = element_fps(&caps, "dmabridgeconvert path=cpu", "video/x-raw,format=NV12", &tiled, dmabuf, frames);
+        std::time::Duration::from_secs_f64((frames - 1) as f64 / fps)
     };
     // The engine's conversion called directly: the element's floor.
     let direct = {
@@ -234,11 +206,12 @@ fn measure_dmabuf_input_against_system_memory() {
 }
 
 /// Frames per second of `frames` copies of `bytes` pushed through `appsrc caps=CAPS !
-/// ELEMENT ! video/x-raw,format=BGRx ! appsink`, as dma-bufs or system memory; the first
-/// frame (negotiation, device, pipelines) is not timed.
-fn bgrx_fps(caps: &str, element: &str, bytes: &[u8], dmabuf: bool, frames: usize) -> f64 {
+/// ELEMENT ! OUT_CAPS ! appsink`, as dma-bufs or system memory. The buffers are made before
+/// the clock starts (the measurement is the element, not the source), and the first frame
+/// (negotiation, device, pipelines) is not timed.
+fn element_fps(caps: &str, element: &str, out_caps: &str, bytes: &[u8], dmabuf: bool, frames: usize) -> f64 {
     let common::Run { pipeline, src, sink } =
-        common::pipeline(&format!("appsrc name=src caps={caps} format=time ! {element} ! video/x-raw,format=BGRx ! appsink name=sink sync=false max-buffers=4"));
+        common::pipeline(&format!("appsrc name=src caps={caps} format=time ! {element} ! {out_caps} ! appsink name=sink sync=false max-buffers=4"));
     let buffers: Vec<gst::Buffer> = (0..frames).map(|_| if dmabuf { common::dmabuf_buffer(bytes) } else { gst::Buffer::from_slice(bytes.to_vec()) }).collect();
     let mut buffers = buffers.into_iter();
     src.push_buffer(buffers.next().expect("a frame")).expect("push");
@@ -275,10 +248,11 @@ fn measure_zero_copy_colour() {
     let caps = |features: &str| format!("video/x-raw{features},format=NV12_64Z32,width={w},height={h},framerate=0/1,colorimetry=bt709");
     let dmabuf = caps("(memory:DMABuf)");
     let system = caps("");
-    let gpu_dmabuf = bgrx_fps(&dmabuf, "dmabridgeconvert path=gpu", &tiled, true, frames);
-    let gpu_system = bgrx_fps(&system, "dmabridgeconvert path=gpu", &tiled, false, frames);
-    let cpu_dmabuf = bgrx_fps(&dmabuf, "dmabridgeconvert path=cpu", &tiled, true, frames);
-    let videoconvert = bgrx_fps(&system, "videoconvert", &tiled, false, frames);
+    const BGRX: &str = "video/x-raw,format=BGRx";
+    let gpu_dmabuf = element_fps(&dmabuf, "dmabridgeconvert path=gpu", BGRX, &tiled, true, frames);
+    let gpu_system = element_fps(&system, "dmabridgeconvert path=gpu", BGRX, &tiled, false, frames);
+    let cpu_dmabuf = element_fps(&dmabuf, "dmabridgeconvert path=cpu", BGRX, &tiled, true, frames);
+    let videoconvert = element_fps(&system, "videoconvert", BGRX, &tiled, false, frames);
     println!(
         "1080p samsung-64x32 NV12 -> BGRx, {frames} frames: dmabridgeconvert gpu from dma-bufs {gpu_dmabuf:.1} fps, gpu from system memory {gpu_system:.1} fps ({:.2}x), cpu from dma-bufs {cpu_dmabuf:.1} fps ({:.2}x); videoconvert {videoconvert:.1} fps ({:.2}x); ratios are zero-copy gpu / that",
         gpu_dmabuf / gpu_system,

@@ -33,6 +33,7 @@
 pub mod address;
 pub mod colour;
 pub mod colour_fast;
+mod colour_simd;
 pub mod cpu;
 pub mod fast;
 pub mod frame;

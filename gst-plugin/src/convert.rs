@@ -14,6 +14,7 @@ pub(crate) mod imp {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
 
+    use dmabridge::interop::dmabuf::MapCache;
     use dmabridge::interop::tiling::{ColourMatrix, ColourRange, FrameConversion};
     use dmabridge::interop::tile_layout::TILE_LAYOUTS;
     use dmabridge::interop::{Fourcc, TileLayout};
@@ -66,6 +67,8 @@ pub(crate) mod imp {
 
     /// The output dma-buf memories each element recycles (a downstream pool's worth).
     const OUT_MEMORIES: usize = 8;
+    /// Input dma-bufs kept mapped for the CPU path: a decoder's pool, typically 4 to 16.
+    const MAPS: usize = 8;
 
     /// Vulkan devices opened by this process's elements: at most one, shared by all.
     static ENGINES_OPENED: AtomicU64 = AtomicU64::new(0);
@@ -119,6 +122,9 @@ pub(crate) mod imp {
         /// The dma-buf memories output so far (at most [`OUT_MEMORIES`]): one no buffer holds
         /// any more is written again rather than a new memfd made.
         out_memories: Vec<gst::Memory>,
+        /// The upstream pool's dma-bufs, each mapped once for the CPU path (an mmap, its
+        /// page faults and a munmap every frame halved the element's speed on dma-bufs).
+        maps: std::cell::RefCell<MapCache>,
     }
 
     pub struct DmabridgeConvert {
@@ -365,7 +371,7 @@ pub(crate) mod imp {
             gst::info!(CAT, imp = self, "{conversion} on {path}{}", if calibrated.is_some() { " while it is calibrated" } else { "" });
             let out_dmabuf = outcaps.features(0).is_some_and(|f| f.contains(gst_allocators::CAPS_FEATURE_MEMORY_DMABUF));
             *self.state.lock().unwrap_or_else(PoisonError::into_inner) =
-                Some(State { conversion, in_info, out_info, converter, path, calibrated, readback, imports, out_dmabuf, out_memories: Vec::new() });
+                Some(State { conversion, in_info, out_info, converter, path, calibrated, readback, imports, out_dmabuf, out_memories: Vec::new(), maps: std::cell::RefCell::new(MapCache::new(MAPS)) });
             Ok(())
         }
 
@@ -477,7 +483,7 @@ pub(crate) mod imp {
             if from_dmabuf.is_some() {
                 self.dmabuf_imports.fetch_add(1, Ordering::Relaxed);
             }
-            let input = from_dmabuf.map_or_else(|| packed_input(state, inbuf).map(Input::Owned), Ok).map_err(|e| {
+            let input = from_dmabuf.map_or_else(|| packed_input(state, inbuf), Ok).map_err(|e| {
                 gst::element_imp_error!(self, gst::StreamError::Format, ["{e}"]);
                 gst::FlowError::Error
             })?;
@@ -604,12 +610,19 @@ pub(crate) mod imp {
     /// (which is dmabridge's layout), a linear one with its rows gathered plane by plane
     /// where the buffer's `GstVideoMeta` puts them (padded strides, planes at any offset),
     /// or the caps' standard layout without one: GStreamer's frame mapping reads the meta.
-    fn packed_input(state: &State, inbuf: &gst::Buffer) -> Result<Vec<u8>, String> {
+    fn packed_input<'a>(state: &State, inbuf: &'a gst::Buffer) -> Result<Input<'a>, String> {
         let (in_size, _) = state.conversion.sizes().map_err(|e| e.to_string())?;
-        if state.conversion.from_layout != TileLayout::Linear {
+        // A tiled frame, or a linear one in the packed layout with no meta saying otherwise,
+        // is read where it lies: a copy into fresh memory every frame cost a third of the
+        // element's time (the copy, and the page faults of memory the kernel must zero).
+        let packed = state.conversion.from_layout != TileLayout::Linear
+            || (inbuf.meta::<gst_video::VideoMeta>().is_none() && packed_layout(&state.in_info, state.conversion.from));
+        if packed {
             let map = inbuf.map_readable().map_err(|_| "the input buffer cannot be mapped".to_owned())?;
-            let bytes = map.as_slice().get(..in_size as usize).ok_or_else(|| format!("the input buffer holds {} bytes, the tiled frame {in_size}", map.size()))?;
-            return Ok(bytes.to_vec());
+            if (map.size() as u64) < in_size {
+                return Err(format!("the input buffer holds {} bytes, the frame {in_size}", map.size()));
+            }
+            return Ok(Input::Gst(map, in_size as usize));
         }
         let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(inbuf.as_ref(), &state.in_info)
             .map_err(|_| "the input buffer does not hold the frame its caps and video meta describe".to_owned())?;
@@ -624,7 +637,7 @@ pub(crate) mod imp {
                 out.extend_from_slice(data.get(at..at + row).ok_or_else(|| format!("plane {p} is shorter than its rows"))?);
             }
         }
-        Ok(out)
+        Ok(Input::Owned(out))
     }
 
     /// The frame read from its dma-buf, when the buffer is one dma-buf memory: described to
@@ -634,15 +647,18 @@ pub(crate) mod imp {
     /// GStreamer's mapping instead).
     /// The input frame: the dma-buf's own mapping (a tiled frame is read by the conversion
     /// straight from it: zero copies), or bytes gathered into dmabridge's packed layout.
-    enum Input {
-        Mapped(dmabridge::interop::dmabuf::PlaneMap),
+    enum Input<'a> {
+        Mapped(dmabridge::interop::dmabuf::CachedView),
+        /// GStreamer's own mapping of the input buffer, and the frame's length in it.
+        Gst(gst::BufferMap<'a, gst::buffer::Readable>, usize),
         Owned(Vec<u8>),
     }
 
-    impl Input {
+    impl Input<'_> {
         fn bytes(&self) -> &[u8] {
             match self {
                 Input::Mapped(m) => m.bytes(),
+                Input::Gst(m, len) => &m.as_slice()[..*len],
                 Input::Owned(v) => v,
             }
         }
@@ -690,7 +706,7 @@ pub(crate) mod imp {
         })())
     }
 
-    fn dmabuf_input(state: &State, inbuf: &gst::Buffer) -> Option<Result<Input, String>> {
+    fn dmabuf_input(state: &State, inbuf: &gst::Buffer) -> Option<Result<Input<'static>, String>> {
         use dmabridge::interop::dmabuf::{check_import_with, ImportFacts, ImportOptions};
         let described = describe_dmabuf(state, inbuf)?;
         let c = &state.conversion;
@@ -725,7 +741,7 @@ pub(crate) mod imp {
                 return Ok(Input::Owned(out));
             }
             if checked.zero_copy_safe() {
-                Ok(Input::Mapped(checked.map_plane(0, end_of_frame).map_err(|e| e.to_string())?))
+                Ok(Input::Mapped(state.maps.borrow_mut().map_plane(&checked, 0, end_of_frame).map_err(|e| e.to_string())?))
             } else {
                 dmabridge::interop::dmabuf::read_at(fd, base, end_of_frame, 1 << 30).map(Input::Owned).map_err(|e| e.to_string())
             }

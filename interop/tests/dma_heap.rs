@@ -156,3 +156,42 @@ fn collections_use_the_heap_unless_a_holder_is_read_only() {
     }
     assert_eq!(c.buffers_for(root).unwrap().len(), 2, "the collection carries on");
 }
+
+/// A consumer that sees the same buffers again maps each once: the second view of a file is
+/// a hit, shows what was written since (the mapping is shared and each view begins its own
+/// CPU access), the cache holds no more than its capacity (the oldest goes first), and a
+/// file that can shrink is refused as by `map_plane`. System memory: real dma-bufs in the
+/// kernel lab, sealed memfds elsewhere.
+#[test]
+fn a_map_cache_maps_each_file_once_and_sees_new_bytes() {
+    use dmabridge_interop::dmabuf::{check_import_with, write_all_at, ImportFacts, ImportOptions, MapCache, MapError};
+    let memory = SystemMemory::detect();
+    let buffer = |fill: u8| {
+        let fd = memory.alloc("map-cache-test", 4096).unwrap();
+        write_all_at(fd.as_fd(), 0, &[fill; 4096]).unwrap();
+        DmaBuf::in_one_file(Fourcc::R8, Layout::Explicit(Modifier::LINEAR), 64, 64, fd, &[PlaneLayout::linear(0, 64, 64)]).unwrap()
+    };
+    let facts = |f: Format| (f.fourcc == Fourcc::R8).then_some(ImportFacts { memory_plane_count: 1, max_width: 64, max_height: 64, disjoint: false });
+    let (a, b, c) = (buffer(1), buffer(2), buffer(3));
+    let mut cache = MapCache::new(2);
+    let view = |cache: &mut MapCache, buf: &DmaBuf| {
+        let checked = check_import_with(buf, &facts, ImportOptions::default()).unwrap();
+        cache.map_plane(&checked, 0, 4096).map(|v| v.bytes().to_vec())
+    };
+    assert!(view(&mut cache, &a).unwrap().iter().all(|x| *x == 1));
+    assert_eq!((cache.len(), cache.hits()), (1, 0));
+    write_all_at(a.plane(0).unwrap().fd, 100, &[9; 8]).unwrap();
+    let again = view(&mut cache, &a).unwrap();
+    assert_eq!((cache.len(), cache.hits()), (1, 1), "the second view of a file is a hit");
+    assert_eq!(&again[98..110], &[1, 1, 9, 9, 9, 9, 9, 9, 9, 9, 1, 1], "a hit sees the bytes written since");
+    assert!(view(&mut cache, &b).unwrap().iter().all(|x| *x == 2));
+    assert!(view(&mut cache, &c).unwrap().iter().all(|x| *x == 3));
+    assert_eq!(cache.len(), 2, "at most its capacity");
+    assert!(view(&mut cache, &a).unwrap()[100] == 9);
+    assert_eq!(cache.hits(), 1, "a was evicted first, so it is mapped again");
+    // A plain memfd can shrink: never mapped, cached or not.
+    let loose = rustix::fs::memfd_create("map-cache-loose", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
+    rustix::fs::ftruncate(&loose, 4096).unwrap();
+    let loose = DmaBuf::in_one_file(Fourcc::R8, Layout::Explicit(Modifier::LINEAR), 64, 64, loose, &[PlaneLayout::linear(0, 64, 64)]).unwrap();
+    assert!(matches!(view(&mut cache, &loose), Err(MapError::Shrinkable(0))));
+}

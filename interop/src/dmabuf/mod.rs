@@ -50,7 +50,7 @@ pub use checks::{
 pub use foreign_fd::{dup_foreign_fd, ForeignFdError};
 pub use fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, FileKind, NotFixedReason};
 pub use heap::{DmaHeap, HeapError, SystemMemory, SYSTEM_HEAP};
-pub use map::{MapError, PlaneMap};
+pub use map::{CachedView, MapCache, MapError, PlaneMap};
 pub use placement::{place, Placement, PlacementError, PlacementRequest, BASE_ALIGN};
 pub use plane_layout::{plane_rows, PlaneLayout};
 pub use memfd::{sealed_memfd, sealed_memfd_of_size, MemfdError, MEMFD_SEALS};

@@ -65,10 +65,6 @@ fn finish(args: &BenchArgs, new: &BenchReport) -> Result<(), String> {
     Ok(())
 }
 
-fn find<'a>(r: &'a BenchReport, path: &str, format: &str, w: u32) -> Option<&'a bench::PathResult> {
-    r.results.iter().find(|x| x.path == path && x.format == format && x.width == w)
-}
-
 pub fn run(args: &BenchArgs) -> ExitCode {
     if let [_, new] = args.compare.as_slice() {
         // Two files: compare (and report) without measuring.
@@ -182,34 +178,20 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     println!();
     println!("negotiation: {:.1} µs; descriptor handoff: {:.1} µs", report.negotiate_us, report.handoff_us);
     println!();
-    println!("ratios (goal in brackets):");
-    match (find(&report, "zero-copy", "AR24", 3840), find(&report, "copy-gpu", "AR24", 3840)) {
-        (Some(z), Some(c)) => println!("  zero-copy / copy-gpu µs at 4K AR24: {:.4} (<= 0.01)", z.us_per_frame / c.us_per_frame),
-        _ => println!("  zero-copy / copy-gpu at 4K: not measured here (no zero-copy import)"),
-    }
-    let big = if args.quick { 3840 } else { 7680 };
-    match (find(&report, "zero-copy", "AR24", big), find(&report, "zero-copy", "AR24", 1280)) {
-        (Some(b), Some(s)) => println!("  zero-copy {}p / 720p: {:.2} (<= 1.2)", if args.quick { "2160" } else { "4320" }, b.us_per_frame / s.us_per_frame),
-        _ => println!("  zero-copy flatness: not measured here (no zero-copy import)"),
-    }
-    let detiles: Vec<&bench::ConvertResult> = report.convert.iter().filter(|c| c.format == c.to_format).collect();
-    if let Some(worst) = detiles.iter().map(|c| c.gbps).reduce(f64::min) {
-        println!("  slowest 4K detile GB/s / memcpy GB/s: {:.2} (>= 0.5)", worst / report.memcpy_gbps.max(1e-9));
-    }
-    if let Some(worst) = detiles.iter().filter_map(|c| c.vs_gstreamer).reduce(f64::min) {
-        println!("  slowest detile vs GStreamer videoconvert: {worst:.1}x (>= 3)");
-    }
-    if let Some(c) = report.convert.iter().find(|c| c.layout == "linear" && c.to_format == "XR24") {
-        match c.vs_gstreamer {
-            Some(v) => println!("  NV12 -> XR24 (BGRx) vs GStreamer videoconvert: {v:.1}x (>= 1)"),
-            None => println!("  NV12 -> XR24 vs GStreamer: not measured (no GStreamer)"),
+    // The goals as the report states them (one list, html_report::Figures::goals).
+    let figures = dmabridge_cli::demo::html_report::Figures::from_report(&report);
+    if let Ok(f) = &figures {
+        println!("goals (measured, goal, met):");
+        for (name, value, goal, met) in f.goals() {
+            let value = value.map_or("not measured here".to_owned(), |v| format!("{v:.3}"));
+            println!("  {name}: {value} ({goal}) {}", if met { "met" } else { "unmet" });
         }
     }
 
     if let Some(dir) = args.plot.parent().filter(|d| !d.as_os_str().is_empty()) {
         let _ = std::fs::create_dir_all(dir);
     }
-    let plotted = dmabridge_cli::demo::html_report::Figures::from_report(&report)
+    let plotted = figures
         .map_err(|e| e.to_string())
         .and_then(|f| write_plot(&args.plot, &f).map_err(|e| e.to_string()));
     match plotted {

@@ -537,7 +537,8 @@ pub const CONVERT_LAYOUTS: [TileLayout; 5] =
     [TileLayout::Samsung64x32, TileLayout::Allwinner32x32, TileLayout::Nv12_4L4, TileLayout::Nv12_16L32S, TileLayout::Nv12_8L128];
 
 /// Every frame conversion the bench measures at 4K: the decoder layouts' detiles, NV12 ->
-/// XR24 (GStreamer's BGRx), and the fused tiled NV12 -> XR24 a display fed by a decoder needs.
+/// XR24 (GStreamer's BGRx), the fused tiled NV12 -> XR24 a display fed by a decoder needs, and
+/// XR24 -> NV12 (what an encoder fed by a renderer needs).
 pub fn conversions(w: u32, h: u32) -> Vec<FrameConversion> {
     let mut out: Vec<FrameConversion> = CONVERT_LAYOUTS
         .iter()
@@ -545,6 +546,7 @@ pub fn conversions(w: u32, h: u32) -> Vec<FrameConversion> {
         .collect();
     out.push(FrameConversion::new((TileLayout::Linear, Fourcc::NV12), (TileLayout::Linear, Fourcc::XRGB8888), w, h));
     out.push(FrameConversion::new((TileLayout::Samsung64x32, Fourcc::NV12), (TileLayout::Linear, Fourcc::XRGB8888), w, h));
+    out.push(FrameConversion::new((TileLayout::Linear, Fourcc::XRGB8888), (TileLayout::Linear, Fourcc::NV12), w, h));
     out
 }
 

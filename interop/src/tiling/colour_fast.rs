@@ -1,7 +1,8 @@
 //! The CPU fast path of colour conversion, with detiling fused in: tiled (or linear)
-//! NV12/P010 -> any RGB format of [`super::colour`] in one pass over memory, on several
-//! threads. The same bytes as the reference ([`super::colour::yuv_to_rgb`] after
-//! [`super::detile`]); the tests compare the two.
+//! NV12/P010 -> any RGB format of [`super::colour`] in one pass over memory, and 8-bit RGB
+//! -> NV12 ([`rgb_to_nv12_fast`]), on several threads. The same bytes as the reference
+//! ([`super::colour::yuv_to_rgb`] after [`super::detile`], [`super::colour::rgb_to_nv12`]);
+//! the tests compare the two.
 //!
 //! Why it is fast where the reference is not:
 //! - Rows are produced a group at a time (a few tile rows of luma and their chroma), detiled
@@ -13,8 +14,8 @@
 //!   arithmetic in 32-bit lanes); the scalar loop does the rest of a row, and all of it
 //!   elsewhere.
 
-use super::colour_simd::Kernel;
-use super::colour::{packing, yuv_bits, ColourError, ColourMatrix, ColourRange, YuvToRgb};
+use super::colour_simd::{Kernel, RgbKernel};
+use super::colour::{packing, yuv_bits, ColourError, ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};
 use super::fast::{band_quantum, default_threads, detile_bands};
 use super::geometry::{check_linear, tiled_size, PlaneGeometry};
 use super::{PlaneLayout, TilingError};
@@ -82,6 +83,124 @@ pub fn tiled_yuv_to_rgb_fast(
         }
     });
     Ok(())
+}
+
+/// 8-bit RGB `from` (at `src_plane`) -> NV12 (at `dst_planes`), on `threads` threads (0:
+/// [`default_threads`]): the same bytes as [`super::rgb_to_nv12`], which the tests compare,
+/// a row pair at a time (sixteen pixels at a time where the CPU has AVX2).
+#[allow(clippy::too_many_arguments)]
+pub fn rgb_to_nv12_fast(
+    from: Fourcc,
+    matrix: ColourMatrix,
+    range: ColourRange,
+    width: u32,
+    height: u32,
+    src: &[u8],
+    src_plane: PlaneLayout,
+    dst: &mut [u8],
+    dst_planes: &[PlaneLayout],
+    threads: usize,
+) -> Result<(), ColourError> {
+    let pack = packing(from, Fourcc::NV12, true, true)?;
+    let sg = tiled_size(TileLayout::Linear, from, width, height)?;
+    check_linear(&sg, &[src_plane], src.len(), "RGB source")?;
+    let dg = tiled_size(TileLayout::Linear, Fourcc::NV12, width, height)?;
+    check_linear(&dg, dst_planes, dst.len(), "NV12 destination")?;
+    let (yp, cp) = (dst_planes[0], dst_planes[1]);
+    let (w, h) = (width as usize, height as usize);
+    let (y_end, c_end) = (yp.offset as usize + (h - 1) * yp.stride as usize + w, cp.offset as usize + (h.div_ceil(2) - 1) * cp.stride as usize + w.div_ceil(2) * 2);
+    if y_end > cp.offset as usize && c_end > yp.offset as usize {
+        // Planes that interleave cannot be split between threads: the reference does it.
+        return super::rgb_to_nv12(from, matrix, range, width, height, src, src_plane, dst, dst_planes);
+    }
+    let (luma, chroma) = if yp.offset < cp.offset {
+        let (a, b) = dst.split_at_mut(cp.offset as usize);
+        (&mut a[yp.offset as usize..y_end], &mut b[..c_end - cp.offset as usize])
+    } else {
+        let (a, b) = dst.split_at_mut(yp.offset as usize);
+        (&mut b[..y_end - yp.offset as usize], &mut a[cp.offset as usize..c_end])
+    };
+    let [sr, sg, sb, _] = pack.shifts();
+    let k = RgbToYuv::new(matrix, range);
+    let job = RgbJob { k, simd: RgbKernel::detect(k, [sr, sg, sb]), pack, width: w, height: h, src, src_plane, ystride: yp.stride as usize, cstride: cp.stride as usize };
+    let pairs = h.div_ceil(2);
+    let threads = if threads == 0 { default_threads() } else { threads }.clamp(1, pairs);
+    let per = pairs.div_ceil(threads);
+    let (mut luma, mut chroma) = (luma, chroma);
+    let job = &job;
+    std::thread::scope(|scope| {
+        let mut p0 = 0;
+        while p0 < pairs {
+            let p1 = (p0 + per).min(pairs);
+            let (ytake, ctake) = if p1 == pairs { (luma.len(), chroma.len()) } else { ((p1 - p0) * 2 * job.ystride, (p1 - p0) * job.cstride) };
+            let (ymine, yrest) = std::mem::take(&mut luma).split_at_mut(ytake);
+            let (cmine, crest) = std::mem::take(&mut chroma).split_at_mut(ctake);
+            (luma, chroma) = (yrest, crest);
+            scope.spawn(move || job.run(p0..p1, ymine, cmine));
+            p0 = p1;
+        }
+    });
+    Ok(())
+}
+
+/// What every thread of one RGB -> NV12 conversion shares.
+struct RgbJob<'a> {
+    k: RgbToYuv,
+    simd: Option<RgbKernel>,
+    pack: super::RgbPacking,
+    width: usize,
+    height: usize,
+    src: &'a [u8],
+    src_plane: PlaneLayout,
+    ystride: usize,
+    cstride: usize,
+}
+
+impl RgbJob<'_> {
+    /// Row pairs `pairs` into `luma` and `chroma` (their rows from the first pair's).
+    fn run(&self, pairs: std::ops::Range<usize>, luma: &mut [u8], chroma: &mut [u8]) {
+        let w = self.width;
+        let row = |y: usize| {
+            let o = self.src_plane.offset as usize + y * self.src_plane.stride as usize;
+            &self.src[o..o + 4 * w]
+        };
+        let mut spare = vec![0u8; w];
+        for p in pairs.clone() {
+            let (a, b) = (2 * p, (2 * p + 1).min(self.height - 1));
+            let at = (p - pairs.start) * 2 * self.ystride;
+            let split = self.ystride.min(luma.len() - at);
+            let (y0, rest) = luma[at..].split_at_mut(split);
+            let y0 = &mut y0[..w];
+            let y1 = if b != a { &mut rest[..w] } else { &mut spare[..] };
+            let co = (p - pairs.start) * self.cstride;
+            let uv = &mut chroma[co..co + w.div_ceil(2) * 2];
+            let done = self.simd.map_or(0, |k| k.rows([row(a), row(b)], [&mut *y0, &mut *y1], &mut *uv, w));
+            self.tail([row(a), row(b)], [y0, y1], uv, done);
+        }
+    }
+
+    /// Pixels `from..` of a row pair, one 2x2 block at a time (the last column, for an odd
+    /// width, replicated), as the reference.
+    fn tail(&self, [r0, r1]: [&[u8]; 2], [y0, y1]: [&mut [u8]; 2], uv: &mut [u8], from: usize) {
+        let w = self.width;
+        let px = |r: &[u8], x: usize| self.pack.unpack8(&r[4 * x..4 * x + 4]).unwrap_or_default();
+        for x in from..w {
+            let [r, g, b] = px(r0, x);
+            y0[x] = self.k.luma(r, g, b);
+            let [r, g, b] = px(r1, x);
+            y1[x] = self.k.luma(r, g, b);
+        }
+        for cx in from / 2..w.div_ceil(2) {
+            let mut s = [0i32; 3];
+            for r in [r0, r1] {
+                for x in [2 * cx, (2 * cx + 1).min(w - 1)] {
+                    let p = px(r, x);
+                    (0..3).for_each(|i| s[i] += p[i]);
+                }
+            }
+            uv[2 * cx..2 * cx + 2].copy_from_slice(&self.k.chroma(s[0], s[1], s[2]));
+        }
+    }
 }
 
 /// What every thread of one conversion shares.
@@ -291,6 +410,38 @@ mod tests {
                 let mut got = vec![0u8; want.len()];
                 tiled_yuv_to_rgb_fast(layout, Fourcc::P010, to, ColourMatrix::Bt2020, ColourRange::Limited, w, h, &tiled, &mut got, plane, 2).expect("fast");
                 assert!(got == want, "{layout} P010 -> {to}");
+            }
+        }
+    }
+
+    /// Every 8-bit packing, matrix and range, odd sizes, padded rows, NV12 planes in either
+    /// order, 1 and 3 threads: the fast RGB -> NV12 writes what the reference writes.
+    #[test]
+    fn rgb_to_nv12_fast_equals_the_reference() {
+        for (w, h) in [(1u32, 1u32), (2, 2), (17, 3), (33, 17), (130, 66), (320, 250)] {
+            let src_plane = PlaneLayout::linear(4, w as u64 * 4 + 8, h);
+            let src = pattern(4 + src_plane.stride as usize * h as usize, w + 3 * h);
+            let (ystride, cstride) = (w as u64 + 5, w.div_ceil(2) as u64 * 2 + 3);
+            let (ysize, csize) = (ystride * h as u64, cstride * h.div_ceil(2) as u64);
+            let layouts = [
+                [PlaneLayout::linear(0, ystride, h), PlaneLayout::linear(ysize + 16, cstride, h.div_ceil(2))],
+                [PlaneLayout::linear(csize + 32, ystride, h), PlaneLayout::linear(8, cstride, h.div_ceil(2))],
+            ];
+            for planes in layouts {
+                let len = (ysize + csize + 64) as usize;
+                for from in RGB8_FORMATS {
+                    for m in ColourMatrix::ALL {
+                        for r in [ColourRange::Limited, ColourRange::Full] {
+                            let mut want = vec![0x5au8; len];
+                            crate::tiling::rgb_to_nv12(from, m, r, w, h, &src, src_plane, &mut want, &planes).expect("reference");
+                            for threads in [1, 3] {
+                                let mut got = vec![0x5au8; len];
+                                rgb_to_nv12_fast(from, m, r, w, h, &src, src_plane, &mut got, &planes, threads).expect("fast");
+                                assert!(got == want, "{from} {w}x{h} {m:?} {r:?} on {threads} threads, planes {planes:?}");
+                            }
+                        }
+                    }
+                }
             }
         }
     }

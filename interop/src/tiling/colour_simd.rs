@@ -11,7 +11,7 @@
 //! Used through [`Kernel::detect`]: `None` where the CPU has no AVX2 (or is not x86_64),
 //! and the caller's scalar loop does the row.
 
-use super::colour::YuvToRgb;
+use super::colour::{RgbToYuv, YuvToRgb};
 
 /// What one conversion's rows share: the coefficients, the packing's bit positions and the
 /// sample depth. Made only by [`Kernel::detect`], which checked for AVX2.
@@ -154,6 +154,108 @@ impl Kernel {
                     };
                     _mm256_storeu_si256(out.add(64 * i + 32 * half).cast(), word);
                 }
+            }
+        }
+    }
+}
+
+/// The AVX2 loop of RGB -> NV12, in the reference's arithmetic ([`RgbToYuv::luma`],
+/// [`RgbToYuv::chroma`]): sixteen pixels of two rows at a time, their sixteen luma samples
+/// each and their eight chroma pairs. Made only by [`RgbKernel::detect`].
+#[derive(Debug, Clone, Copy)]
+pub(super) struct RgbKernel {
+    k: RgbToYuv,
+    /// Bit positions of R, G, B in the little-endian pixel word.
+    shifts: [u32; 3],
+}
+
+impl RgbKernel {
+    /// A kernel for `k` and an 8-bit packing with R, G, B at bit positions `shifts`; `None`
+    /// without AVX2.
+    pub(super) fn detect(k: RgbToYuv, shifts: [u32; 3]) -> Option<RgbKernel> {
+        #[cfg(target_arch = "x86_64")]
+        if std::is_x86_feature_detected!("avx2") {
+            return Some(RgbKernel { k, shifts });
+        }
+        let _ = (k, shifts);
+        None
+    }
+
+    /// The leading pixels of a row pair: RGB rows `r0`, `r1` (the same row twice for the
+    /// last row of an odd height) to luma rows `y0`, `y1` and the chroma row `uv`. Returns
+    /// the pixels done (a multiple of 16, at most `width`); the rest are the caller's.
+    pub(super) fn rows(&self, [r0, r1]: [&[u8]; 2], [y0, y1]: [&mut [u8]; 2], uv: &mut [u8], width: usize) -> usize {
+        let blocks = width.min(r0.len() / 4).min(r1.len() / 4).min(y0.len()).min(y1.len()).min(uv.len()) / 16;
+        if blocks == 0 {
+            return 0;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            // SAFETY: a kernel exists only where `detect` found AVX2; each block reads 64
+            // bytes of each RGB row and writes 16 bytes of each luma row and of `uv`, all
+            // inside the slices by the minimum above.
+            unsafe { self.blocks_avx2([r0.as_ptr(), r1.as_ptr()], [y0.as_mut_ptr(), y1.as_mut_ptr()], uv.as_mut_ptr(), blocks) };
+            16 * blocks
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (r0, r1, y0, y1, uv);
+            0
+        }
+    }
+
+    /// # Safety
+    /// The CPU has AVX2; `r` are readable for `64 * blocks` bytes, `y` and `uv` writable
+    /// for `16 * blocks`.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn blocks_avx2(&self, r: [*const u8; 2], y: [*mut u8; 2], uv: *mut u8, blocks: usize) {
+        use std::arch::x86_64::*;
+        let k = &self.k;
+        // SAFETY: the caller guarantees AVX2 and the bounds of every load and store below;
+        // loadu/storeu take any alignment.
+        unsafe {
+            let [sr, sg, sb] = self.shifts.map(|s| _mm_cvtsi32_si128(s as i32));
+            let byte = _mm256_set1_epi32(0xff);
+            let (yr, yg, yb) = (_mm256_set1_epi32(k.y_r), _mm256_set1_epi32(k.y_g), _mm256_set1_epi32(k.y_b));
+            let (ur, ug, ub) = (_mm256_set1_epi32(k.u_r), _mm256_set1_epi32(k.u_g), _mm256_set1_epi32(k.u_b));
+            let (vr, vg, vb) = (_mm256_set1_epi32(k.v_r), _mm256_set1_epi32(k.v_g), _mm256_set1_epi32(k.v_b));
+            let ybias = _mm256_set1_epi32((k.y_off << 16) + (1 << 15));
+            let cbias = _mm256_set1_epi32((k.c_off << 18) + (1 << 17));
+            let (zero, max) = (_mm256_setzero_si256(), _mm256_set1_epi32(255));
+            // hadd leaves the chroma samples as 0 1 4 5 | 2 3 6 7; this puts them in order.
+            let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+            for i in 0..blocks {
+                // [row][half]: R, G, B of eight pixels.
+                let mut rgb = [[[zero; 3]; 2]; 2];
+                for row in 0..2 {
+                    for (half, channels) in rgb[row].iter_mut().enumerate() {
+                        let px = _mm256_loadu_si256(r[row].add(64 * i + 32 * half).cast());
+                        *channels = [sr, sg, sb].map(|s| _mm256_and_si256(_mm256_srl_epi32(px, s), byte));
+                    }
+                    let luma = rgb[row].map(|[cr, cg, cb]| {
+                        let sum = _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(cr, yr), _mm256_mullo_epi32(cg, yg)), _mm256_mullo_epi32(cb, yb));
+                        _mm256_srai_epi32::<16>(_mm256_add_epi32(sum, ybias))
+                    });
+                    // Saturating packs clamp to 0..=255; the permutes undo their lane order.
+                    let words = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(luma[0], luma[1]));
+                    let bytes = _mm256_permute4x64_epi64::<0b00_00_10_00>(_mm256_packus_epi16(words, words));
+                    _mm_storeu_si128(y[row].add(16 * i).cast(), _mm256_castsi256_si128(bytes));
+                }
+                // Sums of each 2x2 block, per component: the two rows, then pixel pairs.
+                let sums: [__m256i; 3] = std::array::from_fn(|c| {
+                    let h0 = _mm256_add_epi32(rgb[0][0][c], rgb[1][0][c]);
+                    let h1 = _mm256_add_epi32(rgb[0][1][c], rgb[1][1][c]);
+                    _mm256_hadd_epi32(h0, h1)
+                });
+                let chroma = |kr: __m256i, kg: __m256i, kb: __m256i| {
+                    let t = _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(sums[0], kr), _mm256_mullo_epi32(sums[1], kg)), _mm256_mullo_epi32(sums[2], kb));
+                    _mm256_min_epi32(_mm256_max_epi32(_mm256_srai_epi32::<18>(_mm256_add_epi32(t, cbias)), zero), max)
+                };
+                let (u, v) = (chroma(ur, ug, ub), chroma(vr, vg, vb));
+                let pairs = _mm256_permutevar8x32_epi32(_mm256_or_si256(u, _mm256_slli_epi32::<8>(v)), order);
+                let bytes = _mm256_permute4x64_epi64::<0b00_00_10_00>(_mm256_packus_epi32(pairs, pairs));
+                _mm_storeu_si128(uv.add(16 * i).cast(), _mm256_castsi256_si128(bytes));
             }
         }
     }

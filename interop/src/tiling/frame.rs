@@ -8,8 +8,8 @@
 
 use std::fmt;
 
-use super::colour::{rgb_to_nv12, ColourError, ColourMatrix, ColourRange, RgbPacking};
-use super::colour_fast::tiled_yuv_to_rgb_fast;
+use super::colour::{ColourError, ColourMatrix, ColourRange, RgbPacking};
+use super::colour_fast::{rgb_to_nv12_fast, tiled_yuv_to_rgb_fast};
 use super::fast::{detile_fast, tile_fast};
 use super::geometry::{packed_planes, tiled_size};
 use super::{alloc_output, TilingError};
@@ -213,7 +213,7 @@ impl FrameConversion {
                 }
                 Step::RgbToNv12 { from } => {
                     let planes = packed_planes(Fourcc::NV12, w, h)?;
-                    rgb_to_nv12(from, self.matrix, self.range, w, h, src, packed_planes(from, w, h)?[0], dst, &planes)?;
+                    rgb_to_nv12_fast(from, self.matrix, self.range, w, h, src, packed_planes(from, w, h)?[0], dst, &planes, threads)?;
                 }
             }
             if mid.is_some() {

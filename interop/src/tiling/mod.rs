@@ -19,7 +19,9 @@
 //!   limited/full range, with the rounding documented there (and `_vec` forms that
 //!   allocate their output the same way).
 //! - [`colour_fast`]: the CPU fast path of colour conversion, detiling fused in
-//!   ([`tiled_yuv_to_rgb_fast`]): tiled NV12 -> XR24 in one pass, on several threads.
+//!   ([`tiled_yuv_to_rgb_fast`]): tiled NV12/P010 -> RGB in one pass, and
+//!   [`rgb_to_nv12_fast`], on several threads, with AVX2 loops (`colour_simd`) in the
+//!   reference's own arithmetic where the CPU has it.
 //! - [`frame`]: one whole-frame conversion ([`FrameConversion`]): its steps, fused where
 //!   they can be, and its CPU fast path.
 //! - [`gpu`]: the push constants and dispatch sizes of the shaders, computed from the same
@@ -43,7 +45,7 @@ pub mod gpu;
 pub use address::{AddressKind, PlaneAddress};
 pub use colour::{rgb_to_nv12, rgb_to_nv12_vec, yuv_to_rgb, yuv_to_rgb_vec, ColourError, ColourMatrix, RgbPacking, RGB10_FORMATS, RGB8_FORMATS, ColourRange};
 pub use cpu::{detile, detile_to_vec, tile, tile_to_vec};
-pub use colour_fast::tiled_yuv_to_rgb_fast;
+pub use colour_fast::{rgb_to_nv12_fast, tiled_yuv_to_rgb_fast};
 pub use fast::{default_threads, detile_fast, detile_plane_fast, tile_fast};
 pub use frame::{FrameConversion, FrameConversionError, Step};
 pub use geometry::{packed_planes, tiled_size, PlaneGeometry, TiledGeometry};

@@ -374,41 +374,57 @@ fn walk_share(p: &PlaneGeometry, (b0, b1): (u32, u32), stride: usize, m: &mut im
     }
 }
 
+/// Whether [`detile_bands`] reads `p` tile by tile, which lets it start at any band: tiles
+/// whose rows are whole runs of 16, 32 or 64 bytes.
+pub(super) fn tile_by_tile(p: &PlaneGeometry) -> bool {
+    let ba = BandAddress::of(p);
+    matches!(p.kind, AddressKind::RowMajorTiles | AddressKind::SamsungZFlipZ) && ba.run == ba.tile_width && matches!(ba.tile_width, 16 | 32 | 64)
+}
+
 /// Detiles bands `b0..b1` of plane `p` (`tiled`: the whole plane's tiled bytes) into `out`,
 /// rows `stride` bytes apart starting at the first row of band `b0`: what the fused
-/// detile+colour path works on, a few bands at a time. `b0` must be a multiple of
-/// [`band_quantum`] (Z-flip-Z pairs bands); `out` must hold the rows.
+/// detile+colour path works on, a band or a few at a time. Unless [`tile_by_tile`], `b0`
+/// must be a multiple of [`band_quantum`] (Z-flip-Z pairs bands); `out` must hold the rows.
 pub(super) fn detile_bands(p: &PlaneGeometry, tiled: &[u8], (b0, b1): (u32, u32), out: &mut [u8], stride: usize) {
     let ba = BandAddress::of(p);
-    let region = &tiled[b0 as usize * ba.band_bytes..(b1 as usize * ba.band_bytes).min(tiled.len())];
-    let mut m = Gather { tiled: region, linear: out };
-    // Tiles whose rows are whole runs are read tile by tile: each tile's bytes in one
-    // sequential sweep, its rows scattered into `out`, which the caller keeps in cache. Row
-    // by row, every row would touch every tile of the band, and the reads stall on memory.
-    let row_major_inside = matches!(p.kind, AddressKind::RowMajorTiles | AddressKind::SamsungZFlipZ);
-    if !(row_major_inside && ba.run == ba.tile_width && matches!(ba.tile_width, 16 | 32 | 64)) {
-        return walk_share(p, (b0, b1), stride, &mut m);
+    if !tile_by_tile(p) {
+        let region = &tiled[b0 as usize * ba.band_bytes..(b1 as usize * ba.band_bytes).min(tiled.len())];
+        return walk_share(p, (b0, b1), stride, &mut Gather { tiled: region, linear: out });
     }
-    let (tw, wb) = (ba.tile_width, p.width_bytes as usize);
+    // Tile by tile: each tile's bytes in one sequential sweep, its rows scattered into
+    // `out`, which the caller keeps in cache. Row by row, every row would touch every tile
+    // of the band, and the reads stall on memory. The region starts at the band pair a
+    // Z-flip-Z band belongs to, whose tiles it holds.
+    let q = band_quantum(p);
+    let first = b0 / q * q;
+    let region = &tiled[first as usize * ba.band_bytes..((b1.div_ceil(q) * q) as usize * ba.band_bytes).min(tiled.len())];
+    let mut m = Gather { tiled: region, linear: out };
     let mut bases = Vec::with_capacity(p.tiles_x as usize);
     for band in b0..b1 {
-        ba.tile_bases(band, b0, p.tiles_x, &mut bases);
-        let y0 = band * p.tile_height;
-        let rows = p.tile_height.min(p.rows.saturating_sub(y0)) as usize;
-        let row0 = (y0 - b0 * p.tile_height) as usize * stride;
-        for (tx, &base) in bases.iter().enumerate() {
-            let x = tx * tw;
-            if x >= wb {
-                break;
-            }
-            for iy in 0..rows {
-                let (t, l) = (base + iy * tw, row0 + iy * stride + x);
-                match tw.min(wb - x) {
-                    16 => m.copy_n::<16>(t, l),
-                    32 => m.copy_n::<32>(t, l),
-                    64 => m.copy_n::<64>(t, l),
-                    n => m.copy(t, l, n),
-                }
+        ba.tile_bases(band, first, p.tiles_x, &mut bases);
+        let row0 = ((band - b0) * p.tile_height) as usize * stride;
+        band_tiles(p, &ba, &bases, band, (0, p.tiles_x), &mut m, row0, stride);
+    }
+}
+
+/// Tiles `tx0..tx1` of one band, whose tile offsets in the region are `bases`, into rows
+/// from `row0`.
+#[allow(clippy::too_many_arguments)]
+fn band_tiles(p: &PlaneGeometry, ba: &BandAddress, bases: &[usize], band: u32, (tx0, tx1): (u32, u32), m: &mut Gather<'_>, row0: usize, stride: usize) {
+    let (tw, wb) = (ba.tile_width, p.width_bytes as usize);
+    let rows = p.tile_height.min(p.rows.saturating_sub(band * p.tile_height)) as usize;
+    for (tx, &base) in bases.iter().enumerate().take(tx1 as usize).skip(tx0 as usize) {
+        let x = tx * tw;
+        if x >= wb {
+            break;
+        }
+        for iy in 0..rows {
+            let (t, l) = (base + iy * tw, row0 + iy * stride + x);
+            match tw.min(wb - x) {
+                16 => m.copy_n::<16>(t, l),
+                32 => m.copy_n::<32>(t, l),
+                64 => m.copy_n::<64>(t, l),
+                n => m.copy(t, l, n),
             }
         }
     }

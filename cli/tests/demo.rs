@@ -494,9 +494,10 @@ fn bench_json_follows_the_contract() {
         // The CPU libraries beside it (set-up installs them): measured, never a zero, with
         // dmabridge's ratio to each; per thread where dmabridge ran on the CPU.
         let peers: Vec<&str> = c["peers"].as_array().expect("peers").iter().filter_map(|p| p["name"].as_str()).collect();
-        let want: &[&str] = match (c["layout"].as_str(), c["to_format"].as_str()) {
-            (Some("linear"), Some("XR24")) => &["libyuv NV12ToARGBMatrix (BT.709)", "libyuv NV12ToARGB (BT.601)", "swscale NV12 -> BGRA (BT.709)"],
-            (Some("nv12-16l32s"), Some("NV12")) => &["libyuv MM21ToNV12"],
+        let want: &[&str] = match (c["layout"].as_str(), c["format"].as_str(), c["to_format"].as_str()) {
+            (Some("linear"), Some("NV12"), Some("XR24")) => &["libyuv NV12ToARGBMatrix (BT.709)", "libyuv NV12ToARGB (BT.601)", "swscale NV12 -> BGRA (BT.709)"],
+            (Some("nv12-16l32s"), Some("NV12"), Some("NV12")) => &["libyuv MM21ToNV12"],
+            (Some("linear"), Some("XR24"), Some("NV12")) => &["libyuv ARGBToNV12 (BT.601)"],
             _ => &[],
         };
         assert_eq!(peers, want, "{c}");
@@ -522,7 +523,11 @@ fn bench_human_output_has_the_table_ratios_and_the_plot() {
     let o = bench(&["--plot", plot.to_str().expect("utf-8 temp path")]);
     let stdout = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&o.stderr));
-    assert!(stdout.contains("memcpy baseline") && stdout.contains("copy-gpu") && stdout.contains("ratios"), "{stdout}");
+    assert!(stdout.contains("memcpy baseline") && stdout.contains("copy-gpu") && stdout.contains("goals (measured, goal, met):"), "{stdout}");
+    // The report's goals, each with its measure, or said to be unmeasured.
+    for goal in ["slowest detile ÷ GStreamer videoconvert", "slowest fused tiled -> XR24 ÷ linear NV12 -> XR24", "per thread ÷ libyuv NV12ToARGBMatrix"] {
+        assert!(stdout.lines().any(|l| l.contains(goal) && (l.ends_with(" met") || l.ends_with(" unmet"))), "no goal line for {goal:?}: {stdout}");
+    }
     let decoder = png::Decoder::new(std::io::BufReader::new(std::fs::File::open(&plot).expect("the plot")));
     assert!(decoder.read_info().is_ok());
     let _ = std::fs::remove_dir_all(&dir);

@@ -458,11 +458,7 @@ pub fn rgb_to_nv12(
     dst: &mut [u8],
     dst_planes: &[PlaneLayout],
 ) -> Result<(), ColourError> {
-    let pack = packing(from, Fourcc::NV12, true, true)?;
-    let sg = tiled_size(TileLayout::Linear, from, width, height)?;
-    check_linear(&sg, &[src_plane], src.len(), "RGB source")?;
-    let dg = tiled_size(TileLayout::Linear, Fourcc::NV12, width, height)?;
-    check_linear(&dg, dst_planes, dst.len(), "NV12 destination")?;
+    let pack = check_rgb_to_nv12(from, (width, height), (src.len(), src_plane), (dst.len(), dst_planes))?;
     let k = RgbToYuv::new(matrix, range);
     let px = |x: u64, y: u64| {
         let o = (src_plane.offset + y * src_plane.stride + x * 4) as usize;
@@ -488,6 +484,21 @@ pub fn rgb_to_nv12(
         }
     }
     Ok(())
+}
+
+/// The checks of an RGB -> NV12 conversion, before a byte is read: an 8-bit RGB `from`
+/// (its packing, returned), the source's and the NV12 destination's planes inside their
+/// buffers.
+pub(super) fn check_rgb_to_nv12(
+    from: Fourcc,
+    (width, height): (u32, u32),
+    (src_len, src_plane): (usize, PlaneLayout),
+    (dst_len, dst_planes): (usize, &[PlaneLayout]),
+) -> Result<RgbPacking, ColourError> {
+    let pack = packing(from, Fourcc::NV12, true, true)?;
+    check_linear(&tiled_size(TileLayout::Linear, from, width, height)?, &[src_plane], src_len, "RGB source")?;
+    check_linear(&tiled_size(TileLayout::Linear, Fourcc::NV12, width, height)?, dst_planes, dst_len, "NV12 destination")?;
+    Ok(pack)
 }
 
 /// [`yuv_to_rgb`] from a tightly packed NV12/P010 image ([`packed_planes`]) into a new,

@@ -15,7 +15,7 @@
 //!   elsewhere.
 
 use super::colour_simd::{Kernel, RgbKernel};
-use super::colour::{packing, yuv_bits, ColourError, ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};
+use super::colour::{check_rgb_to_nv12, packing, yuv_bits, ColourError, ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};
 use super::fast::{band_quantum, default_threads, detile_bands, tile_by_tile};
 use super::geometry::{check_linear, tiled_size, PlaneGeometry};
 use super::{PlaneLayout, TilingError};
@@ -88,24 +88,15 @@ pub fn tiled_yuv_to_rgb_fast(
 /// 8-bit RGB `from` (at `src_plane`) -> NV12 (at `dst_planes`), on `threads` threads (0:
 /// [`default_threads`]): the same bytes as [`super::rgb_to_nv12`], which the tests compare,
 /// a row pair at a time (sixteen pixels at a time where the CPU has AVX2).
-#[allow(clippy::too_many_arguments)]
 pub fn rgb_to_nv12_fast(
     from: Fourcc,
-    matrix: ColourMatrix,
-    range: ColourRange,
-    width: u32,
-    height: u32,
-    src: &[u8],
-    src_plane: PlaneLayout,
-    dst: &mut [u8],
-    dst_planes: &[PlaneLayout],
+    (matrix, range): (ColourMatrix, ColourRange),
+    (width, height): (u32, u32),
+    (src, src_plane): (&[u8], PlaneLayout),
+    (dst, dst_planes): (&mut [u8], &[PlaneLayout]),
     threads: usize,
 ) -> Result<(), ColourError> {
-    let pack = packing(from, Fourcc::NV12, true, true)?;
-    let sg = tiled_size(TileLayout::Linear, from, width, height)?;
-    check_linear(&sg, &[src_plane], src.len(), "RGB source")?;
-    let dg = tiled_size(TileLayout::Linear, Fourcc::NV12, width, height)?;
-    check_linear(&dg, dst_planes, dst.len(), "NV12 destination")?;
+    let pack = check_rgb_to_nv12(from, (width, height), (src.len(), src_plane), (dst.len(), dst_planes))?;
     let (yp, cp) = (dst_planes[0], dst_planes[1]);
     let (w, h) = (width as usize, height as usize);
     let (y_end, c_end) = (yp.offset as usize + (h - 1) * yp.stride as usize + w, cp.offset as usize + (h.div_ceil(2) - 1) * cp.stride as usize + w.div_ceil(2) * 2);
@@ -475,7 +466,7 @@ mod tests {
                             crate::tiling::rgb_to_nv12(from, m, r, w, h, &src, src_plane, &mut want, &planes).expect("reference");
                             for threads in [1, 3] {
                                 let mut got = vec![0x5au8; len];
-                                rgb_to_nv12_fast(from, m, r, w, h, &src, src_plane, &mut got, &planes, threads).expect("fast");
+                                rgb_to_nv12_fast(from, (m, r), (w, h), (&src, src_plane), (&mut got, &planes), threads).expect("fast");
                                 assert!(got == want, "{from} {w}x{h} {m:?} {r:?} on {threads} threads, planes {planes:?}");
                             }
                         }

@@ -213,7 +213,7 @@ impl FrameConversion {
                 }
                 Step::RgbToNv12 { from } => {
                     let planes = packed_planes(Fourcc::NV12, w, h)?;
-                    rgb_to_nv12_fast(from, self.matrix, self.range, w, h, src, packed_planes(from, w, h)?[0], dst, &planes, threads)?;
+                    rgb_to_nv12_fast(from, (self.matrix, self.range), (w, h), (src, packed_planes(from, w, h)?[0]), (dst, &planes), threads)?;
                 }
             }
             if mid.is_some() {

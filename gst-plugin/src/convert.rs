@@ -640,14 +640,11 @@ pub(crate) mod imp {
         Ok(Input::Owned(out))
     }
 
-    /// The frame read from its dma-buf, when the buffer is one dma-buf memory: described to
-    /// dmabridge (fd, the layout's modifier, the planes' offsets and strides), put through the
-    /// layout checks, and mapped read-only where the fd cannot shrink (else read with
-    /// pread). `None`: not a dma-buf, or a layout with no DRM modifier (it is read through
-    /// GStreamer's mapping instead).
     /// The input frame: the dma-buf's own mapping (a tiled frame is read by the conversion
-    /// straight from it: zero copies), or bytes gathered into dmabridge's packed layout.
+    /// straight from it: zero copies), GStreamer's, or bytes gathered into dmabridge's
+    /// packed layout.
     enum Input<'a> {
+        /// The dma-buf, through the element's [`MapCache`].
         Mapped(dmabridge::interop::dmabuf::CachedView),
         /// GStreamer's own mapping of the input buffer, and the frame's length in it.
         Gst(gst::BufferMap<'a, gst::buffer::Readable>, usize),
@@ -706,6 +703,11 @@ pub(crate) mod imp {
         })())
     }
 
+    /// The frame read from its dma-buf, when the buffer is one dma-buf memory: described to
+    /// dmabridge (fd, the layout's modifier, the planes' offsets and strides), put through the
+    /// layout checks, and mapped read-only (once per file, kept in `state.maps`) where the fd
+    /// cannot shrink, else read with pread. `None`: not a dma-buf, or a layout with no DRM
+    /// modifier (it is read through GStreamer's mapping instead).
     fn dmabuf_input(state: &State, inbuf: &gst::Buffer) -> Option<Result<Input<'static>, String>> {
         use dmabridge::interop::dmabuf::{check_import_with, ImportFacts, ImportOptions};
         let described = describe_dmabuf(state, inbuf)?;

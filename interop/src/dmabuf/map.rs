@@ -15,7 +15,7 @@ use std::os::fd::BorrowedFd;
 use std::ptr::NonNull;
 use std::time::Duration;
 
-use super::checks::CheckedImport;
+use super::checks::{CheckedImport, CheckedPlane};
 use super::fd_kind::{classify, file_size, FdTrust};
 use crate::sync::{CpuAccess, CpuAccessError, SyncAccess, CPU_ACCESS_TIMEOUT};
 
@@ -241,11 +241,7 @@ impl MapCache {
     /// checks measured, a dma-buf's fences waited for), through a mapping kept for the
     /// next frames.
     pub fn map_plane(&mut self, checked: &CheckedImport<'_>, plane: usize, len: u64) -> Result<CachedView, MapError> {
-        let p = checked.planes().get(plane).ok_or(MapError::NoPlane(plane))?;
-        if !p.class.is_fixed_size() {
-            return Err(MapError::Shrinkable(plane));
-        }
-        let fd: BorrowedFd<'_> = checked.dmabuf().plane(plane).ok_or(MapError::NoPlane(plane))?.fd;
+        let (p, fd) = checked.mappable_plane(plane)?;
         let (start, mapped, in_map, len) = page_range(p.offset, len, p.file_size).map_err(|e| e.of_plane(plane))?;
         let st = rustix::fs::fstat(fd).map_err(|e| MapError::NotMappable { plane, reason: format!("fstat: {e}") })?;
         let file = (st.st_dev as u64, st.st_ino as u64);
@@ -275,6 +271,15 @@ impl MapCache {
 }
 
 impl CheckedImport<'_> {
+    /// Plane `plane`'s checks and fd, if its file may be mapped (it cannot shrink).
+    fn mappable_plane(&self, plane: usize) -> Result<(&CheckedPlane, BorrowedFd<'_>), MapError> {
+        let p = self.planes().get(plane).ok_or(MapError::NoPlane(plane))?;
+        if !p.class.is_fixed_size() {
+            return Err(MapError::Shrinkable(plane));
+        }
+        Ok((p, self.dmabuf().plane(plane).ok_or(MapError::NoPlane(plane))?.fd))
+    }
+
     /// Maps `len` bytes of plane `plane` from its offset, read-only: only for a plane whose
     /// file cannot shrink, and only inside what the checks measured of the file. A dma-buf's
     /// fences are waited for ([`CPU_ACCESS_TIMEOUT`]).
@@ -284,11 +289,7 @@ impl CheckedImport<'_> {
 
     /// [`CheckedImport::map_plane`], waiting at most `timeout` for a dma-buf's fences.
     pub fn map_plane_within(&self, plane: usize, len: u64, timeout: Duration) -> Result<PlaneMap, MapError> {
-        let p = self.planes().get(plane).ok_or(MapError::NoPlane(plane))?;
-        if !p.class.is_fixed_size() {
-            return Err(MapError::Shrinkable(plane));
-        }
-        let fd: BorrowedFd<'_> = self.dmabuf().plane(plane).ok_or(MapError::NoPlane(plane))?.fd;
+        let (p, fd) = self.mappable_plane(plane)?;
         PlaneMap::checked(fd, p.offset, len, p.file_size, SyncAccess::Read, timeout).map_err(|e| e.of_plane(plane))
     }
 }

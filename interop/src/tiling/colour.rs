@@ -178,6 +178,15 @@ impl RgbPacking {
         }
     }
 
+    /// The pixel word's alpha (or padding) bits, all ones: what [`RgbPacking::pack`]
+    /// writes there.
+    pub fn alpha_bits(self) -> u32 {
+        match self {
+            RgbPacking::Bytes { a, .. } => 255 << (u32::from(a) * 8),
+            RgbPacking::Argb2101010 => 3 << 30,
+        }
+    }
+
     /// The bit position of R, G, B and alpha in the little-endian pixel word.
     pub fn shifts(self) -> [u32; 4] {
         match self {

@@ -22,8 +22,9 @@ use super::{PlaneLayout, TilingError};
 use crate::tiling::AddressKind;
 use crate::{Fourcc, TileLayout};
 
-/// Luma rows converted together: one row pair for linear input, else enough rows that
-/// both planes' bands (Z-flip-Z pairs included) end on the group's edge.
+/// The rows a thread's share is counted in: 16 for linear input, else enough rows that both
+/// planes' windows (a band, or a Z-flip-Z pair) end on the group's edge, so each thread
+/// starts on a window of its own.
 fn group_rows(y: &PlaneGeometry, uv: &PlaneGeometry) -> u32 {
     if y.kind == AddressKind::Linear {
         return 16;
@@ -66,10 +67,8 @@ pub fn tiled_yuv_to_rgb_fast(
     let stride = dst_plane.stride as usize;
     let end = dst_plane.offset as usize + (height as usize - 1) * stride + width as usize * 4;
     let mut rest = &mut dst[dst_plane.offset as usize..end];
-    let shifts = pack.shifts();
-    let alpha = if shifts[3] == 30 { 3 << 30 } else { 255 << shifts[3] };
-    let simd = Kernel::detect(k, shifts, alpha, bits == 10);
-    let job = Job { k, simd, shifts, alpha, bits, width, height, py, pc, group, stride, src };
+    let simd = Kernel::detect(k, pack, bits == 10);
+    let job = Job { k, simd, shifts: pack.shifts(), alpha: pack.alpha_bits(), bits, width, height, py, pc, group, stride, src };
     let job = &job;
     std::thread::scope(|scope| {
         let mut g0 = 0;
@@ -111,9 +110,8 @@ pub fn rgb_to_nv12_fast(
         let (a, b) = dst.split_at_mut(yp.offset as usize);
         (&mut b[..y_end - yp.offset as usize], &mut a[cp.offset as usize..c_end])
     };
-    let [sr, sg, sb, _] = pack.shifts();
     let k = RgbToYuv::new(matrix, range);
-    let job = RgbJob { k, simd: RgbKernel::detect(k, [sr, sg, sb]), pack, width: w, height: h, src, src_plane, ystride: yp.stride as usize, cstride: cp.stride as usize };
+    let job = RgbJob { k, simd: RgbKernel::detect(k, pack), pack, width: w, height: h, src, src_plane, ystride: yp.stride as usize, cstride: cp.stride as usize };
     let pairs = h.div_ceil(2);
     let threads = if threads == 0 { default_threads() } else { threads }.clamp(1, pairs);
     let per = pairs.div_ceil(threads);

@@ -1,17 +1,17 @@
-//! The AVX2 inner loop of YUV -> RGB: sixteen pixels at a time, in exactly the reference's
-//! arithmetic ([`super::colour`]: Q16 coefficients, 32-bit products, round half up, clamp),
-//! so its bytes equal the scalar path's and the GPU's and the ±1 contract is the
-//! reference's.
+//! The AVX2 inner loops of colour conversion, YUV -> RGB ([`Kernel`]) and RGB -> NV12
+//! ([`RgbKernel`]), sixteen pixels at a time, in exactly the reference's arithmetic
+//! ([`super::colour`]: Q16 coefficients, 32-bit products, round half up, clamp), so their
+//! bytes equal the scalar path's and the GPU's and the ±1 contract is the reference's.
 //!
 //! Why 32-bit lanes and not libyuv's 16-bit ones: a 16-bit product needs coefficients of
-//! 6 to 8 bits, which is what puts libyuv a code value or two off the formula; 32-bit
-//! multiplies keep the 16-bit fraction, and on the AVX2 machines this runs on they still
-//! leave the loop bound by memory on large frames.
+//! 6 to 8 bits, which puts libyuv up to 6 code values off the formula (`cpu_peers`' tests).
+//! The price is measured: about 44 vector operations per sixteen pixels, compute-bound, at
+//! roughly half libyuv's speed per core (the README's numbers).
 //!
-//! Used through [`Kernel::detect`]: `None` where the CPU has no AVX2 (or is not x86_64),
-//! and the caller's scalar loop does the row.
+//! Used through [`Kernel::detect`] and [`RgbKernel::detect`]: `None` where the CPU has no
+//! AVX2 (or is not x86_64), and the caller's scalar loop does the row.
 
-use super::colour::{RgbToYuv, YuvToRgb};
+use super::colour::{RgbPacking, RgbToYuv, YuvToRgb};
 
 /// What one conversion's rows share: the coefficients, the packing's bit positions and the
 /// sample depth. Made only by [`Kernel::detect`], which checked for AVX2.
@@ -24,15 +24,14 @@ pub(super) struct Kernel {
 }
 
 impl Kernel {
-    /// A kernel for `k` and the packing `shifts` (R, G, B, alpha bit positions, as
-    /// [`super::RgbPacking::shifts`]), with `alpha` the word's all-ones alpha bits, for
-    /// 8-bit (NV12) or 10-bit (P010, `ten_bit`) samples; `None` without AVX2.
-    pub(super) fn detect(k: YuvToRgb, shifts: [u32; 4], alpha: u32, ten_bit: bool) -> Option<Kernel> {
+    /// A kernel for `k` and the packing `pack`, for 8-bit (NV12) or 10-bit (P010,
+    /// `ten_bit`) samples; `None` without AVX2.
+    pub(super) fn detect(k: YuvToRgb, pack: RgbPacking, ten_bit: bool) -> Option<Kernel> {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") {
-            return Some(Kernel { k, shifts, alpha, ten_bit });
+            return Some(Kernel { k, shifts: pack.shifts(), alpha: pack.alpha_bits(), ten_bit });
         }
-        let _ = (k, shifts, alpha, ten_bit);
+        let _ = (k, pack, ten_bit);
         None
     }
 
@@ -170,14 +169,14 @@ pub(super) struct RgbKernel {
 }
 
 impl RgbKernel {
-    /// A kernel for `k` and an 8-bit packing with R, G, B at bit positions `shifts`; `None`
-    /// without AVX2.
-    pub(super) fn detect(k: RgbToYuv, shifts: [u32; 3]) -> Option<RgbKernel> {
+    /// A kernel for `k` and the 8-bit packing `pack`; `None` without AVX2.
+    pub(super) fn detect(k: RgbToYuv, pack: RgbPacking) -> Option<RgbKernel> {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") {
-            return Some(RgbKernel { k, shifts });
+            let [r, g, b, _] = pack.shifts();
+            return Some(RgbKernel { k, shifts: [r, g, b] });
         }
-        let _ = (k, shifts);
+        let _ = (k, pack);
         None
     }
 
@@ -279,12 +278,10 @@ mod tests {
             let sample = |s: &[u8], i: usize| if ten_bit { (u16::from_le_bytes([s[2 * i], s[2 * i + 1]]) >> 6) as i32 } else { s[i] as i32 };
             for to in RGB8_FORMATS.into_iter().chain(RGB10_FORMATS) {
                 let pack = RgbPacking::of(to).expect("packing");
-                let shifts = pack.shifts();
-                let alpha = if shifts[3] == 30 { 3 << 30 } else { 255 << shifts[3] };
                 for m in ColourMatrix::ALL {
                     for r in [ColourRange::Limited, ColourRange::Full] {
                         let k = YuvToRgb::new(m, r, if ten_bit { 10 } else { 8 }, pack.bits());
-                        let Some(kernel) = Kernel::detect(k, shifts, alpha, ten_bit) else {
+                        let Some(kernel) = Kernel::detect(k, pack, ten_bit) else {
                             eprintln!("no AVX2 on this CPU: the scalar path is the only one");
                             return;
                         };
@@ -311,7 +308,7 @@ mod tests {
     #[test]
     fn short_rows_and_slices_are_the_callers() {
         let k = YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 8, 8);
-        let Some(kernel) = Kernel::detect(k, [16, 8, 0, 24], 255 << 24, false) else { return };
+        let Some(kernel) = Kernel::detect(k, RgbPacking::of(crate::Fourcc::XRGB8888).expect("XR24"), false) else { return };
         let mut out = vec![0u8; 64 * 4];
         assert_eq!(kernel.row(&[0; 15], &[128; 16], &mut out, 64), 0);
         assert_eq!(kernel.row(&[0; 64], &[128; 40], &mut out, 64), 32);

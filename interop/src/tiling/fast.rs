@@ -403,17 +403,15 @@ pub(super) fn detile_bands(p: &PlaneGeometry, tiled: &[u8], (b0, b1): (u32, u32)
     for band in b0..b1 {
         ba.tile_bases(band, first, p.tiles_x, &mut bases);
         let row0 = ((band - b0) * p.tile_height) as usize * stride;
-        band_tiles(p, &ba, &bases, band, (0, p.tiles_x), &mut m, row0, stride);
+        band_tiles(p, &ba, &bases, band, &mut m, row0, stride);
     }
 }
 
-/// Tiles `tx0..tx1` of one band, whose tile offsets in the region are `bases`, into rows
-/// from `row0`.
-#[allow(clippy::too_many_arguments)]
-fn band_tiles(p: &PlaneGeometry, ba: &BandAddress, bases: &[usize], band: u32, (tx0, tx1): (u32, u32), m: &mut Gather<'_>, row0: usize, stride: usize) {
+/// The tiles of one band, whose offsets in the region are `bases`, into rows from `row0`.
+fn band_tiles(p: &PlaneGeometry, ba: &BandAddress, bases: &[usize], band: u32, m: &mut Gather<'_>, row0: usize, stride: usize) {
     let (tw, wb) = (ba.tile_width, p.width_bytes as usize);
     let rows = p.tile_height.min(p.rows.saturating_sub(band * p.tile_height)) as usize;
-    for (tx, &base) in bases.iter().enumerate().take(tx1 as usize).skip(tx0 as usize) {
+    for (tx, &base) in bases.iter().enumerate() {
         let x = tx * tw;
         if x >= wb {
             break;

@@ -1,8 +1,9 @@
 #version 450
 // NV12/P010 (linear, or NV12 in any tiled layout: detile and colour fused in one pass) ->
 // any 8-bit RGB byte order or 2:10:10:10, and 8-bit RGB -> NV12. Bit-exact with the CPU
-// reference interop/src/tiling/colour.rs (same Q16 integers, received as push constants,
-// same order of operations, arithmetic right shift = round half up, clamp to 0..max).
+// reference interop/src/tiling/colour.rs (the same integers, received as push constants,
+// the same operations in the same order: its 16-bit YUV -> RGB arithmetic, its Q16 RGB ->
+// NV12, arithmetic right shift = round half up, clamp to 0..max).
 //
 // Bindings (all arrays of 32-bit words): 0 = Y plane buffer, 1 = UV plane buffer (may be
 // the same buffer as 0), 2 = RGB buffer.
@@ -44,7 +45,7 @@ layout(push_constant) uniform PushConstants {
     uint uv_tiles;
     uint uv_tiles_x;
     uint uv_tiles_y;
-    // modes 0/1: ym, rv, gu, gv, bu, yo, co, max (YuvToRgb::words)
+    // modes 0/1: ym, rv, gu, gv, bu, bias, co, max, shift, lift (YuvToRgb::words)
     // mode 2:    yr, yg, yb, ur, ug, ub, vr, vg, vb, yo, co (RgbToYuv::words)
     int k[11];
 } pc;
@@ -84,11 +85,18 @@ uint pack_rgb(int r, int g, int b) {
          | (uint(b) << (((pc.packing >> 4) & 3u) * 8u)) | (255u << (((pc.packing >> 6) & 3u) * 8u));
 }
 
+// The reference's 16-bit arithmetic (colour.rs, "The arithmetic"): k = ym, rv, gu, gv, bu,
+// bias, co, max, shift, lift. u and v arrive less the chroma offset.
+int mulhrs(int a, int b) { return (a * b + 16384) >> 15; }
+int sat16(int v) { return clamp(v, -32768, 32767); }
+
 uint yuv_to_rgb_word(int luma, int u, int v) {
-    int yy = pc.k[0] * (luma - pc.k[5]) + 32768;
-    int r = clamp((yy + pc.k[1] * v) >> 16, 0, pc.k[7]);
-    int g = clamp((yy + pc.k[2] * u + pc.k[3] * v) >> 16, 0, pc.k[7]);
-    int b = clamp((yy + pc.k[4] * u) >> 16, 0, pc.k[7]);
+    int lift = pc.k[9];
+    int l = int((uint(luma << lift) * uint(pc.k[0])) >> 16) + pc.k[5];
+    int cu = u << lift, cv = v << lift;
+    int r = clamp(sat16(l + mulhrs(cv, pc.k[1])) >> pc.k[8], 0, pc.k[7]);
+    int g = clamp(sat16(l + mulhrs(cu, pc.k[2]) + mulhrs(cv, pc.k[3])) >> pc.k[8], 0, pc.k[7]);
+    int b = clamp(sat16(l + mulhrs(cu, pc.k[4])) >> pc.k[8], 0, pc.k[7]);
     return pack_rgb(r, g, b);
 }
 

@@ -11,14 +11,22 @@
 //!   0.2627/0.0593) and the
 //!   range (ITU-T H.273: limited Y = 16..235, C = 16..240, scaled by 2^(bits-8); full
 //!   Y = 0..2^bits-1, C centred on 2^(bits-1), both scaled by 2^bits-1). They are
-//!   turned into signed fixed point with a 16-bit fraction (Q16) by rounding to nearest,
-//!   once, on the host ([`YuvToRgb::new`], [`RgbToYuv::new`]); the shader receives those
-//!   same integers as push constants, so CPU and GPU cannot disagree on a coefficient.
-//!   10-bit RGB output (AR30) uses coefficients scaled to 1023 instead of 255.
-//! - Every result is `(sum + half) >> shift` with an arithmetic shift: round half up
+//!   turned into fixed point by rounding to nearest, once, on the host
+//!   ([`YuvToRgb::new`], [`RgbToYuv::new`]); the shader receives those same integers as
+//!   push constants, so CPU and GPU cannot disagree on a coefficient.
+//! - YUV -> RGB is 16-bit arithmetic, so that a SIMD register holds sixteen pixels (libyuv's
+//!   speed) while the coefficients keep 14 to 16 significant bits (libyuv's 6 to 8 put it
+//!   up to 6 code values off the formula). Each sample is first lifted to fill a 16-bit
+//!   word (`<< 8` for NV12; P010's top 10 bits already do). With `s` fraction bits in the
+//!   sums (6 for 8-bit output, 4 for AR30's 10-bit):
+//!   `L = ((Y << lift) * ym >> 16) + bias` (unsigned product; `bias` holds `-ym * yo` and
+//!   the half that rounds), each chroma term `t = ((C - co) << lift) * k` rounded by 15
+//!   bits (`(p + 2^14) >> 15`), and `R = sat16(L + t_rv) >> s`, `G` from `t_gu + t_gv`,
+//!   `B` from `t_bu`, arithmetic shifts, then clamped to 0..=max. `sat16` saturates to
+//!   the i16 range; it only ever fires on a pixel that clamps to `max` anyway.
+//! - Every other result is `(sum + half) >> shift` with an arithmetic shift: round half up
 //!   (towards +infinity), then clamped to 0..=255.
-//! - YUV -> RGB: `R = (ym*(Y-yo) + rv*(V-co) + 2^15) >> 16`, `G` uses `gu, gv`, `B` uses
-//!   `bu`. P010 samples are the top 10 bits of each little-endian 16-bit word (`w >> 6`).
+//! - P010 samples are the top 10 bits of each little-endian 16-bit word (`w >> 6`).
 //! - Chroma siting on upsampling: sample replication, pixel (x, y) uses chroma sample
 //!   (x/2, y/2). That is exact for co-sited top-left chroma (H.273 chroma_sample_loc_type
 //!   2) and the nearest sample for the MPEG-2/H.264 default (type 0: co-sited horizontally,
@@ -233,18 +241,44 @@ fn ranges(range: ColourRange, bits: u32) -> (f64, f64, f64, f64) {
     }
 }
 
-/// Q16 coefficients for `bits`-bit YUV samples to 8- or 10-bit RGB.
+/// Fixed-point coefficients for `bits`-bit YUV samples to 8- or 10-bit RGB, in the
+/// 16-bit arithmetic the module docs define (what a 16-bit SIMD lane holds: sixteen
+/// pixels to an AVX2 register).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct YuvToRgb {
     /// The largest output value: 255 or 1023.
     pub max: i32,
+    /// Fraction bits of the 16-bit sums: 6 for 8-bit output, 4 for 10-bit (so that a sum
+    /// above `max` still fits, or saturates, in 16 bits).
+    pub shift: u32,
+    /// How far a sample is shifted to fill a 16-bit word: 8 (NV12) or 6 (P010, whose
+    /// samples sit in the top 10 bits of their words already).
+    pub lift: u32,
+    /// Unsigned: the luma term is `(Y << lift) * y_mul >> 16`.
     pub y_mul: i32,
+    /// Signed, at most 32767 in magnitude: a chroma term is
+    /// `((C - c_off) << lift) * coefficient`, rounded by 15 bits.
     pub r_v: i32,
     pub g_u: i32,
     pub g_v: i32,
     pub b_u: i32,
-    pub y_off: i32,
+    /// Added to the luma term: `-y_mul * y_off` and the half that rounds the final shift.
+    pub bias: i32,
     pub c_off: i32,
+}
+
+/// The rounded high half of a signed 16-bit product (x86's `pmulhrsw`): what a chroma
+/// term is.
+#[inline(always)]
+fn mulhrs(a: i32, b: i32) -> i32 {
+    (a * b + (1 << 14)) >> 15
+}
+
+/// A 16-bit saturating sum (x86's `paddsw`): where a sum would not fit, its pixel is past
+/// `max` anyway and clamps the same.
+#[inline(always)]
+fn adds(a: i32, b: i32) -> i32 {
+    (a + b).clamp(i16::MIN as i32, i16::MAX as i32)
 }
 
 impl YuvToRgb {
@@ -255,14 +289,21 @@ impl YuvToRgb {
         let kg = 1.0 - kr - kb;
         let (yo, yr, co, cr) = ranges(range, bits);
         let m = ((1u32 << out_bits) - 1) as f64;
+        let shift = if out_bits == 8 { 6 } else { 4 };
+        // Luma: (Y << (16 - bits)) * y_mul >> 16 = Y * ym * 2^shift.
+        let y_mul = m / yr * f64::from(1u32 << (shift + bits));
+        // Chroma: ((C - co) << (16 - bits)) * c >> 15 = (C - co) * coefficient * 2^shift.
+        let c = |v: f64| (v * f64::from(1u32 << (shift + bits - 1))).round() as i32;
         YuvToRgb {
             max: m as i32,
-            y_mul: q16(m / yr),
-            r_v: q16(m * 2.0 * (1.0 - kr) / cr),
-            g_u: q16(-m * 2.0 * kb * (1.0 - kb) / kg / cr),
-            g_v: q16(-m * 2.0 * kr * (1.0 - kr) / kg / cr),
-            b_u: q16(m * 2.0 * (1.0 - kb) / cr),
-            y_off: yo as i32,
+            shift,
+            lift: 16 - bits,
+            y_mul: y_mul.round() as i32,
+            r_v: c(m * 2.0 * (1.0 - kr) / cr),
+            g_u: c(-m * 2.0 * kb * (1.0 - kb) / kg / cr),
+            g_v: c(-m * 2.0 * kr * (1.0 - kr) / kg / cr),
+            b_u: c(m * 2.0 * (1.0 - kb) / cr),
+            bias: (1 << (shift - 1)) - (m / yr * yo * f64::from(1u32 << shift)).round() as i32,
             c_off: co as i32,
         }
     }
@@ -270,16 +311,16 @@ impl YuvToRgb {
     /// The chroma terms of one sample, shared by the pixels that use it: (R, G, B) addends.
     #[inline(always)]
     pub fn chroma_terms(&self, u: i32, v: i32) -> [i32; 3] {
-        let (u, v) = (u - self.c_off, v - self.c_off);
-        [self.r_v * v, self.g_u * u + self.g_v * v, self.b_u * u]
+        let (u, v) = ((u - self.c_off) << self.lift, (v - self.c_off) << self.lift);
+        [mulhrs(v, self.r_v), mulhrs(u, self.g_u) + mulhrs(v, self.g_v), mulhrs(u, self.b_u)]
     }
 
     /// One pixel from its luma and its chroma's [`YuvToRgb::chroma_terms`].
     #[inline(always)]
     pub fn pixel(&self, y: i32, [cr, cg, cb]: [i32; 3]) -> [u16; 3] {
-        let yy = self.y_mul * (y - self.y_off) + (1 << 15);
-        let ch = |s: i32| (s >> 16).clamp(0, self.max) as u16;
-        [ch(yy + cr), ch(yy + cg), ch(yy + cb)]
+        let l = (((y << self.lift) as u32 * self.y_mul as u32) >> 16) as i32 + self.bias;
+        let ch = |t: i32| (adds(l, t) >> self.shift).clamp(0, self.max) as u16;
+        [ch(cr), ch(cg), ch(cb)]
     }
 
     /// One pixel. `y`, `u`, `v` are samples of the depth the coefficients were made for.
@@ -287,9 +328,10 @@ impl YuvToRgb {
         self.pixel(y, self.chroma_terms(u, v))
     }
 
-    /// The push-constant order of `colour.comp`: ym, rv, gu, gv, bu, yo, co, max.
-    pub fn words(&self) -> [i32; 8] {
-        [self.y_mul, self.r_v, self.g_u, self.g_v, self.b_u, self.y_off, self.c_off, self.max]
+    /// The push-constant order of `colour.comp`: ym, rv, gu, gv, bu, bias, co, max, shift,
+    /// lift.
+    pub fn words(&self) -> [i32; 10] {
+        [self.y_mul, self.r_v, self.g_u, self.g_v, self.b_u, self.bias, self.c_off, self.max, self.shift as i32, self.lift as i32]
     }
 }
 

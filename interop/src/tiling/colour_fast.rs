@@ -16,7 +16,7 @@
 
 use super::colour_simd::{Kernel, RgbKernel};
 use super::colour::{check_rgb_to_nv12, packing, yuv_bits, ColourError, ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};
-use super::fast::{band_quantum, default_threads, detile_bands, tile_by_tile};
+use super::fast::{band_quantum, default_threads, detile_bands, run_shares, tile_by_tile};
 use super::geometry::{check_linear, tiled_size, PlaneGeometry};
 use super::{PlaneLayout, TilingError};
 use crate::tiling::AddressKind;
@@ -70,17 +70,17 @@ pub fn tiled_yuv_to_rgb_fast(
     let simd = Kernel::detect(k, pack, bits == 10);
     let job = Job { k, simd, shifts: pack.shifts(), alpha: pack.alpha_bits(), bits, width, height, py, pc, group, stride, src };
     let job = &job;
-    std::thread::scope(|scope| {
-        let mut g0 = 0;
-        while g0 < groups {
-            let g1 = (g0 + per).min(groups);
-            let take = if g1 == groups { rest.len() } else { ((g1 - g0) * group) as usize * stride };
-            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(take);
-            rest = tail;
-            scope.spawn(move || job.run(g0..g1, mine));
-            g0 = g1;
-        }
-    });
+    let mut work = Vec::new();
+    let mut g0 = 0;
+    while g0 < groups {
+        let g1 = (g0 + per).min(groups);
+        let take = if g1 == groups { rest.len() } else { ((g1 - g0) * group) as usize * stride };
+        let (mine, tail) = std::mem::take(&mut rest).split_at_mut(take);
+        rest = tail;
+        work.push((g0..g1, mine));
+        g0 = g1;
+    }
+    run_shares(work, |(groups, mine)| job.run(groups, mine));
     Ok(())
 }
 
@@ -117,18 +117,18 @@ pub fn rgb_to_nv12_fast(
     let per = pairs.div_ceil(threads);
     let (mut luma, mut chroma) = (luma, chroma);
     let job = &job;
-    std::thread::scope(|scope| {
-        let mut p0 = 0;
-        while p0 < pairs {
-            let p1 = (p0 + per).min(pairs);
-            let (ytake, ctake) = if p1 == pairs { (luma.len(), chroma.len()) } else { ((p1 - p0) * 2 * job.ystride, (p1 - p0) * job.cstride) };
-            let (ymine, yrest) = std::mem::take(&mut luma).split_at_mut(ytake);
-            let (cmine, crest) = std::mem::take(&mut chroma).split_at_mut(ctake);
-            (luma, chroma) = (yrest, crest);
-            scope.spawn(move || job.run(p0..p1, ymine, cmine));
-            p0 = p1;
-        }
-    });
+    let mut work = Vec::new();
+    let mut p0 = 0;
+    while p0 < pairs {
+        let p1 = (p0 + per).min(pairs);
+        let (ytake, ctake) = if p1 == pairs { (luma.len(), chroma.len()) } else { ((p1 - p0) * 2 * job.ystride, (p1 - p0) * job.cstride) };
+        let (ymine, yrest) = std::mem::take(&mut luma).split_at_mut(ytake);
+        let (cmine, crest) = std::mem::take(&mut chroma).split_at_mut(ctake);
+        (luma, chroma) = (yrest, crest);
+        work.push((p0..p1, ymine, cmine));
+        p0 = p1;
+    }
+    run_shares(work, |(pairs, ymine, cmine)| job.run(pairs, ymine, cmine));
     Ok(())
 }
 
@@ -222,15 +222,15 @@ impl Job<'_> {
         // Steps: one per row pair, so a window's worth of rows fetches the next window.
         let (luma_steps, chroma_steps) = (luma.rows_per_window() / 2, chroma.rows_per_window());
         for y in rows.clone().step_by(2) {
-            let (c, next) = chroma.row(y / 2);
-            if let Some(r) = next {
+            if let Some(r) = chroma.fetch(y / 2) {
                 chroma_ahead = Prefetch::new(r, chroma_steps);
             }
+            let c = chroma.get(y / 2);
             for y in y..(y + 2).min(rows.end) {
-                let (yrow, next) = luma.row(y);
-                if let Some(r) = next {
+                if let Some(r) = luma.fetch(y) {
                     luma_ahead = Prefetch::new(r, luma_steps);
                 }
+                let yrow = luma.get(y);
                 let o = (y - rows.start) as usize * self.stride;
                 let orow = &mut out[o..o + width * 4];
                 let done = self.simd.map_or(0, |k| k.row(yrow, c, orow, width));
@@ -325,33 +325,44 @@ impl<'a> Window<'a> {
         (self.bands * self.p.tile_height).max(1)
     }
 
-    /// Row `r`'s visible bytes, detiling its window first if it is not the one held; and
-    /// then the source range of the next window's tiles, to fetch ahead.
-    fn row(&mut self, r: u32) -> (&[u8], Option<std::ops::Range<usize>>) {
+    /// Makes row `r` available to [`Window::get`], detiling its window first if it is not
+    /// the one held; returns then the source range of the next window's tiles, to fetch
+    /// ahead.
+    fn fetch(&mut self, r: u32) -> Option<std::ops::Range<usize>> {
         let (p, wb) = (&self.p, self.p.width_bytes as usize);
         if self.bands == 0 {
-            let at = r as usize * p.padded_width_bytes as usize;
-            return (&self.plane[at..at + wb], None);
+            return None;
         }
         let th = p.tile_height;
         let w0 = r / th / self.bands * self.bands;
-        let mut next = None;
-        if self.first != Some(w0) {
-            let w1 = (w0 + self.bands).min(p.tiles_y);
-            let rows = ((w1 * th).min(p.rows) - w0 * th) as usize;
-            detile_bands(p, self.plane, (w0, w1), &mut self.buf[..rows * wb], wb);
-            self.first = Some(w0);
-            // The tiles of the next window lie in the band group (Z-flip-Z: pair) it starts.
-            let band = (p.size / u64::from(p.tiles_y.max(1))) as usize;
-            let q = band_quantum(p);
-            let n0 = w1 / q * q;
-            let n1 = (n0 + q.max(self.bands)).min(p.tiles_y);
-            if n0 < n1 {
-                next = Some(self.base + n0 as usize * band..self.base + n1 as usize * band);
-            }
+        if self.first == Some(w0) {
+            return None;
         }
-        let at = (r - w0 * th) as usize * wb;
-        (&self.buf[at..at + wb], next)
+        let w1 = (w0 + self.bands).min(p.tiles_y);
+        let rows = ((w1 * th).min(p.rows) - w0 * th) as usize;
+        detile_bands(p, self.plane, (w0, w1), &mut self.buf[..rows * wb], wb);
+        self.first = Some(w0);
+        // The tiles of the next window lie in the band group (Z-flip-Z: pair) it starts.
+        let band = (p.size / u64::from(p.tiles_y.max(1))) as usize;
+        let q = band_quantum(p);
+        let n0 = w1 / q * q;
+        let n1 = (n0 + q.max(self.bands)).min(p.tiles_y);
+        (n0 < n1).then(|| self.base + n0 as usize * band..self.base + n1 as usize * band)
+    }
+
+    /// Row `r`'s visible bytes: a linear plane's own, or from the window [`Window::fetch`]
+    /// made (which must hold `r`).
+    fn get(&self, r: u32) -> &[u8] {
+        let (p, wb) = (&self.p, self.p.width_bytes as usize);
+        let at = if self.bands == 0 {
+            r as usize * p.padded_width_bytes as usize
+        } else {
+            let w0 = self.first.unwrap_or(0);
+            debug_assert!(r >= w0 * p.tile_height && r < (w0 + self.bands) * p.tile_height, "row {r} is outside the window held");
+            (r - w0 * p.tile_height) as usize * wb
+        };
+        let rows = if self.bands == 0 { self.plane } else { &self.buf[..] };
+        &rows[at..at + wb]
     }
 }
 

@@ -1,26 +1,83 @@
 //! The AVX2 inner loops of colour conversion, YUV -> RGB ([`Kernel`]) and RGB -> NV12
 //! ([`RgbKernel`]), sixteen pixels at a time, in exactly the reference's arithmetic
-//! ([`super::colour`]: Q16 coefficients, 32-bit products, round half up, clamp), so their
-//! bytes equal the scalar path's and the GPU's and the ±1 contract is the reference's.
+//! ([`super::colour`]), so their bytes equal the scalar path's and the GPU's and the ±1
+//! contract is the reference's.
 //!
-//! Why 32-bit lanes and not libyuv's 16-bit ones: a 16-bit product needs coefficients of
-//! 6 to 8 bits, which puts libyuv up to 6 code values off the formula (`cpu_peers`' tests).
-//! The price is measured: about 44 vector operations per sixteen pixels, compute-bound, at
-//! roughly half libyuv's speed per core (the README's numbers).
+//! YUV -> RGB is the reference's 16-bit arithmetic: one register holds sixteen pixels'
+//! values, the luma term is one `pmulhuw`, each chroma term one `pmulhrsw`, and the sums
+//! saturate (`paddsw`) where the reference's `sat16` does. Lane 0 of every register holds
+//! pixels 0-3 and 8-11 of the block and lane 1 pixels 4-7 and 12-15, the order the loads'
+//! byte shuffles produce for free, so that packing the channels into pixels never crosses
+//! lanes. RGB -> NV12 keeps the reference's 32-bit products (Q16), eight pixels a
+//! register.
 //!
 //! Used through [`Kernel::detect`] and [`RgbKernel::detect`]: `None` where the CPU has no
 //! AVX2 (or is not x86_64), and the caller's scalar loop does the row.
 
 use super::colour::{RgbPacking, RgbToYuv, YuvToRgb};
 
-/// What one conversion's rows share: the coefficients, the packing's bit positions and the
-/// sample depth. Made only by [`Kernel::detect`], which checked for AVX2.
+/// What one conversion's rows share: the coefficients, the packing and the sample depth.
+/// Made only by [`Kernel::detect`], which checked for AVX2.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Kernel {
     k: YuvToRgb,
-    shifts: [u32; 4],
-    alpha: u32,
+    /// [`RgbPacking::shader_word`]: the byte of each channel, or `u32::MAX` for 2:10:10:10.
+    order: u32,
     ten_bit: bool,
+}
+
+/// Pixel slot j of a register (16-bit slots; lane 0 holds 0..8) holds this pixel of the
+/// block.
+const PIXELS: [usize; 16] = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15];
+
+/// The byte shuffle that puts, for 8-bit samples loaded into both lanes, luma byte i
+/// (`chroma` false) or the U (`plus` 0) or V (`plus` 1) byte of pixel i in the high byte
+/// of pixel i's slot, and zeroes the low byte.
+const fn high(chroma: bool, plus: usize) -> [u8; 32] {
+    let mut m = [0x80u8; 32];
+    let mut slot = 0;
+    while slot < 16 {
+        let px = PIXELS[slot];
+        m[2 * slot + 1] = ((if chroma { px / 2 * 2 } else { px }) + plus) as u8;
+        slot += 1;
+    }
+    m
+}
+
+/// For 10-bit samples after the loop's permute, which leaves chroma pairs 0, 1, 4, 5 in
+/// lane 0 and 2, 3, 6, 7 in lane 1 (4 bytes each): slot j's U word (`plus` 0) or V word
+/// (`plus` 2) is that of the lane's pair (j % 8) / 2.
+const fn ten(plus: usize) -> [u8; 32] {
+    let mut m = [0u8; 32];
+    let mut j = 0;
+    while j < 16 {
+        let pair = (j % 8) / 2;
+        m[2 * j] = (4 * pair + plus) as u8;
+        m[2 * j + 1] = (4 * pair + plus + 1) as u8;
+        j += 1;
+    }
+    m
+}
+
+const LUMA_HIGH: [u8; 32] = high(false, 0);
+const U_HIGH: [u8; 32] = high(true, 0);
+const V_HIGH: [u8; 32] = high(true, 1);
+const TEN_U: [u8; 32] = ten(0);
+const TEN_V: [u8; 32] = ten(2);
+
+/// The channel (0 R, 1 G, 2 B, 3 alpha) that a [`RgbPacking::shader_word`] puts at byte
+/// `byte` of the pixel.
+const fn channel_at(order: u32, byte: u32) -> usize {
+    let mut c = 0;
+    while c < 3 && (order >> (2 * c)) & 3 != byte {
+        c += 1;
+    }
+    c
+}
+
+/// [`RgbPacking::shader_word`] of byte indices R, G, B, A.
+const fn order(r: u32, g: u32, b: u32, a: u32) -> u32 {
+    r | g << 2 | b << 4 | a << 6
 }
 
 impl Kernel {
@@ -29,7 +86,7 @@ impl Kernel {
     pub(super) fn detect(k: YuvToRgb, pack: RgbPacking, ten_bit: bool) -> Option<Kernel> {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") {
-            return Some(Kernel { k, shifts: pack.shifts(), alpha: pack.alpha_bits(), ten_bit });
+            return Some(Kernel { k, order: pack.shader_word(), ten_bit });
         }
         let _ = (k, pack, ten_bit);
         None
@@ -47,12 +104,24 @@ impl Kernel {
         }
         #[cfg(target_arch = "x86_64")]
         {
-            let (y, c) = (y.as_ptr(), c.as_ptr());
-            // SAFETY: a `Kernel` exists only where `detect` found AVX2; chunk k of either row
-            // is bytes 16k..16k + 16, and the blocks' chunks (2 * blocks of 16 bytes for
-            // 10-bit samples, else blocks) lie inside `y` and `c`, as `out`'s 64 bytes per
-            // block, by the minimum above. `wrapping_add` keeps the closures safe to call.
-            unsafe { self.blocks_avx2(|k| y.wrapping_add(16 * k), |k| c.wrapping_add(16 * k), out.as_mut_ptr(), blocks) };
+            // SAFETY: a `Kernel` exists only where `detect` found AVX2; the blocks read
+            // `16 * bytes * blocks` bytes of `y` and of `c` and write `64 * blocks` of
+            // `out`, all inside the slices by the minimum above.
+            unsafe {
+                let (y, c, out) = (y.as_ptr(), c.as_ptr(), out.as_mut_ptr());
+                // One loop per depth and byte order (the orders of `RGB8_FORMATS`, and
+                // 2:10:10:10).
+                macro_rules! dispatch {
+                    ($($o:expr),*) => {
+                        match (self.ten_bit, self.order) {
+                            $((false, o) if o == $o => self.blocks_avx2::<false, { $o }>(y, c, out, blocks),
+                              (true, o) if o == $o => self.blocks_avx2::<true, { $o }>(y, c, out, blocks),)*
+                            _ => return 0,
+                        }
+                    };
+                }
+                dispatch!(order(2, 1, 0, 3), order(0, 1, 2, 3), order(3, 2, 1, 0), order(1, 2, 3, 0), u32::MAX)
+            };
             16 * blocks
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -62,97 +131,86 @@ impl Kernel {
         }
     }
 
-    /// The byte shuffle from R0..3 G0..3 B0..3 A0..3 to four pixels in the packing's byte
-    /// order (bit position / 8 of each component, from [`Kernel::shifts`]).
-    #[cfg(target_arch = "x86_64")]
-    fn byte_order(&self) -> std::arch::x86_64::__m128i {
-        let mut m = [0u8; 16];
-        for (channel, shift) in self.shifts.iter().enumerate() {
-            let at = (shift / 8) as usize % 4;
-            for px in 0..4 {
-                m[px * 4 + at] = (channel * 4 + px) as u8;
-            }
-        }
-        // SAFETY: an unaligned 16-byte load from a 16-byte array (SSE2, the x86_64 baseline).
-        unsafe { std::arch::x86_64::_mm_loadu_si128(m.as_ptr().cast()) }
-    }
-
+    /// The loop for 8-bit (`TEN` false) or 10-bit samples to RGB in byte order `ORDER`
+    /// (a [`RgbPacking::shader_word`]; `u32::MAX` is 2:10:10:10): one copy per case, so
+    /// that the loop holds no branch and only its own constants (which then stay in
+    /// registers), and the channels go to their bytes without a shuffle.
+    ///
     /// # Safety
-    /// The CPU has AVX2. For every block `i < blocks`, the 16-byte chunks `yat(j)` and
-    /// `cat(j)` are readable for j = i (8-bit samples) or j = 2i, 2i + 1 (10-bit), and `out`
-    /// is writable for `64 * blocks` bytes.
+    /// The CPU has AVX2; `y` and `c` are readable for `16 * blocks` bytes (8-bit samples)
+    /// or `32 * blocks` (10-bit), `out` is writable for `64 * blocks` bytes, `TEN` is
+    /// `self.ten_bit` and `ORDER` is `self.order`.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn blocks_avx2(&self, yat: impl Fn(usize) -> *const u8, cat: impl Fn(usize) -> *const u8, out: *mut u8, blocks: usize) {
+    unsafe fn blocks_avx2<const TEN: bool, const ORDER: u32>(&self, y: *const u8, c: *const u8, out: *mut u8, blocks: usize) {
         use std::arch::x86_64::*;
         let k = &self.k;
-        // One channel of eight pixels: luma term `l` plus the chroma term `t` (duplicated
-        // by `dup`), rounded and shifted, not yet clamped; a macro so it is inlined with
-        // AVX2.
-        macro_rules! channel {
-            ($l:expr, $t:expr, $dup:expr) => {
-                _mm256_srai_epi32::<16>(_mm256_add_epi32($l, _mm256_permutevar8x32_epi32($t, $dup)))
-            };
-        }
         // SAFETY: the caller guarantees AVX2 (every intrinsic's requirement), that the
-        // chunks each block reads are readable and that its 64 output bytes are writable;
-        // loadu/storeu take any alignment.
+        // bytes each block reads are readable and that its 64 output bytes are writable;
+        // loadu/storeu and the broadcast loads take any alignment. The one `asm!` is a
+        // register-to-register AVX2 multiply: it touches no memory, stack or flags.
         unsafe {
-            let ym = _mm256_set1_epi32(k.y_mul);
-            // ym * (Y - yo) + half = ym * Y + (half - ym * yo): one multiply and one add.
-            let bias = _mm256_set1_epi32((1 << 15) - k.y_mul * k.y_off);
-            let co = _mm256_set1_epi32(k.c_off);
-            let (rv, gu, gv, bu) = (_mm256_set1_epi32(k.r_v), _mm256_set1_epi32(k.g_u), _mm256_set1_epi32(k.g_v), _mm256_set1_epi32(k.b_u));
-            let (zero, max) = (_mm256_setzero_si256(), _mm256_set1_epi32(k.max));
-            let alpha = _mm256_set1_epi32(self.alpha as i32);
-            let [sr, sg, sb, _] = self.shifts.map(|s| _mm_cvtsi32_si128(s as i32));
-            // 8-bit packings: saturating packs clamp (below 0 at the 32 -> 16 bit step, above
-            // 255 at the 16 -> 8 bit one; the unclamped values are under 2^15) and leave
-            // each 128-bit lane as R0..3 G0..3 B0..3 A0..3, which one byte shuffle puts in
-            // the format's order.
-            let bytes_out = k.max == 255;
-            let order = self.byte_order();
-            let (order, opaque) = (_mm256_setr_m128i(order, order), _mm256_set1_epi32(255));
-            // Chroma sample i serves pixels 2i and 2i + 1.
-            let dups = [_mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3), _mm256_setr_epi32(4, 4, 5, 5, 6, 6, 7, 7)];
-            let (low8, low16) = (_mm256_set1_epi32(0xff), _mm256_set1_epi32(0xffff));
+            let set = |v: i32| _mm256_set1_epi16(v as i16);
+            let (ym, bias) = (set(k.y_mul), set(k.bias));
+            let (rv, gu, gv, bu) = (set(k.r_v), set(k.g_u), set(k.g_v), set(k.b_u));
+            const { assert!(ORDER != 0) };
+            let bytes = ORDER != u32::MAX;
+            debug_assert_eq!(k.shift, if bytes { 6 } else { 4 });
+            let load = |m: &[u8; 32]| _mm256_loadu_si256(m.as_ptr().cast());
+            let (luma_order, u_order, v_order) = (load(&LUMA_HIGH), load(&U_HIGH), load(&V_HIGH));
+            let (ten_u, ten_v) = (load(&TEN_U), load(&TEN_V));
+            let (top10, sign) = (_mm256_set1_epi16(0xffc0u16 as i16), _mm256_set1_epi16(i16::MIN));
+            let flip = _mm256_set1_epi8(0x80u8 as i8);
+            let opaque = _mm256_set1_epi16(255);
+            let (zero, max) = (_mm256_setzero_si256(), set(k.max));
+            let alpha_hi = _mm256_set1_epi16((3u16 << 14) as i16);
             for i in 0..blocks {
-                let (ys, u, v) = if self.ten_bit {
-                    // P010: the top 10 bits of each little-endian word; 8 pixels a chunk.
-                    let y0 = _mm256_srli_epi32::<6>(_mm256_cvtepu16_epi32(_mm_loadu_si128(yat(2 * i).cast())));
-                    let y1 = _mm256_srli_epi32::<6>(_mm256_cvtepu16_epi32(_mm_loadu_si128(yat(2 * i + 1).cast())));
-                    let uv = _mm256_inserti128_si256::<1>(_mm256_castsi128_si256(_mm_loadu_si128(cat(2 * i).cast())), _mm_loadu_si128(cat(2 * i + 1).cast()));
-                    ([y0, y1], _mm256_srli_epi32::<6>(_mm256_and_si256(uv, low16)), _mm256_srli_epi32::<22>(uv))
+                // `yl`: each pixel's luma sample in the top bits of its word; `u`, `v`: its
+                // chroma, less the offset, likewise (as signed words).
+                let (yl, u, v) = if TEN {
+                    // Quarters 0 2 | 1 3: pixels 0-3 8-11 | 4-7 12-15, chroma pairs 0 1 4 5 | 2 3 6 7.
+                    let ys = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_loadu_si256(y.add(32 * i).cast()));
+                    let cs = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_loadu_si256(c.add(32 * i).cast()));
+                    let cs = _mm256_xor_si256(_mm256_and_si256(cs, top10), sign);
+                    (_mm256_and_si256(ys, top10), _mm256_shuffle_epi8(cs, ten_u), _mm256_shuffle_epi8(cs, ten_v))
                 } else {
-                    let (yp, cp) = (yat(i), cat(i));
-                    let y0 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(yp.cast()));
-                    let y1 = _mm256_cvtepu8_epi32(_mm_loadl_epi64(yp.add(8).cast()));
-                    let uv = _mm256_cvtepu16_epi32(_mm_loadu_si128(cp.cast()));
-                    ([y0, y1], _mm256_and_si256(uv, low8), _mm256_srli_epi32::<8>(uv))
+                    let ys = _mm256_broadcastsi128_si256(_mm_loadu_si128(y.add(16 * i).cast()));
+                    let cs = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128(c.add(16 * i).cast())), flip);
+                    (_mm256_shuffle_epi8(ys, luma_order), _mm256_shuffle_epi8(cs, u_order), _mm256_shuffle_epi8(cs, v_order))
                 };
-                let (u, v) = (_mm256_sub_epi32(u, co), _mm256_sub_epi32(v, co));
-                let cr = _mm256_mullo_epi32(v, rv);
-                let cg = _mm256_add_epi32(_mm256_mullo_epi32(u, gu), _mm256_mullo_epi32(v, gv));
-                let cb = _mm256_mullo_epi32(u, bu);
-                for half in 0..2 {
-                    let l = _mm256_add_epi32(_mm256_mullo_epi32(ys[half], ym), bias);
-                    let r = channel!(l, cr, dups[half]);
-                    let g = channel!(l, cg, dups[half]);
-                    let b = channel!(l, cb, dups[half]);
-                    let word = if bytes_out {
-                        let rgba = _mm256_packus_epi16(_mm256_packus_epi32(r, g), _mm256_packus_epi32(b, opaque));
-                        _mm256_shuffle_epi8(rgba, order)
-                    } else {
-                        macro_rules! clamp {
-                            ($x:expr) => {
-                                _mm256_min_epi32(_mm256_max_epi32($x, zero), max)
-                            };
-                        }
-                        let rg = _mm256_or_si256(_mm256_sll_epi32(clamp!(r), sr), _mm256_sll_epi32(clamp!(g), sg));
-                        _mm256_or_si256(rg, _mm256_or_si256(_mm256_sll_epi32(clamp!(b), sb), alpha))
-                    };
-                    _mm256_storeu_si256(out.add(64 * i + 32 * half).cast(), word);
-                }
+                // `vpmulhuw` written out: given the intrinsic, LLVM (Rust 1.95) rewrites this
+                // one multiply into seven instructions on 32-bit lanes, which costs the loop a
+                // fifth of its speed.
+                let luma: __m256i;
+                std::arch::asm!("vpmulhuw {l}, {y}, {m}", l = lateout(ymm_reg) luma, y = in(ymm_reg) yl, m = in(ymm_reg) ym, options(pure, nomem, nostack, preserves_flags));
+                let l = _mm256_add_epi16(luma, bias);
+                let cg = _mm256_add_epi16(_mm256_mulhrs_epi16(u, gu), _mm256_mulhrs_epi16(v, gv));
+                // The fraction bits: 6 for 8-bit output, 4 for 10-bit (`YuvToRgb::shift`).
+                let channel = |t: __m256i| {
+                    let sum = _mm256_adds_epi16(l, t);
+                    if bytes { _mm256_srai_epi16::<6>(sum) } else { _mm256_srai_epi16::<4>(sum) }
+                };
+                let (r, g, b) = (channel(_mm256_mulhrs_epi16(v, rv)), channel(cg), channel(_mm256_mulhrs_epi16(u, bu)));
+                let (first, second) = if bytes {
+                    // Saturating packs clamp to 0..=255. With bytes 0 and 2 of each pixel
+                    // in one pack and 1 and 3 in the other, the unpacks interleave them into
+                    // pixels: lane 0 into pixels 0-3 and 8-11, lane 1 into 4-7 and 12-15.
+                    let channels = [r, g, b, opaque];
+                    let at = |byte| channels[channel_at(ORDER, byte)];
+                    let (even, odd) = (_mm256_packus_epi16(at(0), at(2)), _mm256_packus_epi16(at(1), at(3)));
+                    let (lo, hi) = (_mm256_unpacklo_epi8(even, odd), _mm256_unpackhi_epi8(even, odd));
+                    (_mm256_unpacklo_epi16(lo, hi), _mm256_unpackhi_epi16(lo, hi))
+                } else {
+                    // 2:10:10:10 (the one 10-bit packing): the low and high 16 bits of each
+                    // pixel word, interleaved.
+                    let clamp = |x: __m256i| _mm256_min_epi16(_mm256_max_epi16(x, zero), max);
+                    let (r, g, b) = (clamp(r), clamp(g), clamp(b));
+                    let low = _mm256_or_si256(b, _mm256_slli_epi16::<10>(g));
+                    let high = _mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16::<6>(g), _mm256_slli_epi16::<4>(r)), alpha_hi);
+                    (_mm256_unpacklo_epi16(low, high), _mm256_unpackhi_epi16(low, high))
+                };
+                _mm256_storeu_si256(out.add(64 * i).cast(), first);
+                _mm256_storeu_si256(out.add(64 * i + 32).cast(), second);
             }
         }
     }

@@ -8,7 +8,7 @@
 //! - The address function is evaluated once per tile per band and once per run per row of
 //!   a tile, not once per run: what is left in the inner loop is a copy of a constant
 //!   number of bytes (4, 8, 16, 32 or 64, chosen at compile time) from a precomputed place.
-//! - Bands are split between threads (`std::thread::scope`): each thread owns a disjoint
+//! - Bands are split between threads ([`run_shares`]): each thread owns a disjoint
 //!   run of linear rows and the tiled region of its bands, so no synchronisation is needed.
 //!
 //! The geometry and buffer checks are the reference's ([`super::cpu`]), run before any
@@ -24,6 +24,23 @@ use crate::{Fourcc, TileLayout};
 /// threads than memory channels only contend).
 pub fn default_threads() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8)
+}
+
+/// Runs `work` on each share, the last on the calling thread and the others on scoped
+/// threads: one share costs no thread (a spawn is tens of microseconds, as long as a
+/// whole 720p row conversion), and the caller works instead of waiting.
+pub(super) fn run_shares<T: Send>(shares: Vec<T>, work: impl Fn(T) + Sync) {
+    let work = &work;
+    std::thread::scope(|scope| {
+        let mut shares = shares.into_iter().peekable();
+        while let Some(share) = shares.next() {
+            if shares.peek().is_none() {
+                work(share);
+            } else {
+                scope.spawn(move || work(share));
+            }
+        }
+    });
 }
 
 /// Tiled -> linear, as [`super::detile`], on `threads` threads (0 means
@@ -442,16 +459,16 @@ fn plane_detile(p: &PlaneGeometry, tiled: &[u8], dst: &mut [u8], l: PlaneLayout,
     // The plane's linear rows, from its first row to the end of its last visible byte.
     let end = l.offset as usize + (p.rows as usize - 1) * stride + wb;
     let mut rest = &mut dst[l.offset as usize..end];
-    std::thread::scope(|scope| {
-        for (b0, b1) in shares(p, threads) {
-            let rows_here = ((b1 * p.tile_height).min(p.rows) - b0 * p.tile_height) as usize;
-            let take = if b1 * p.tile_height >= p.rows { rest.len() } else { rows_here * stride };
-            let (mine, tail) = std::mem::take(&mut rest).split_at_mut(take);
-            rest = tail;
-            let region = &tiled[b0 as usize * ba_bytes..(b1 as usize * ba_bytes).min(tiled.len())];
-            scope.spawn(move || walk_share(p, (b0, b1), stride, &mut Gather { tiled: region, linear: mine }));
-        }
-    });
+    let mut work = Vec::new();
+    for (b0, b1) in shares(p, threads) {
+        let rows_here = ((b1 * p.tile_height).min(p.rows) - b0 * p.tile_height) as usize;
+        let take = if b1 * p.tile_height >= p.rows { rest.len() } else { rows_here * stride };
+        let (mine, tail) = std::mem::take(&mut rest).split_at_mut(take);
+        rest = tail;
+        let region = &tiled[b0 as usize * ba_bytes..(b1 as usize * ba_bytes).min(tiled.len())];
+        work.push(((b0, b1), Gather { tiled: region, linear: mine }));
+    }
+    run_shares(work, |(bands, mut gather)| walk_share(p, bands, stride, &mut gather));
 }
 
 fn plane_tile(p: &PlaneGeometry, src: &[u8], l: PlaneLayout, tiled: &mut [u8], threads: usize) {
@@ -468,26 +485,25 @@ fn plane_tile(p: &PlaneGeometry, src: &[u8], l: PlaneLayout, tiled: &mut [u8], t
     let ba_bytes = BandAddress::of(p).band_bytes;
     let ragged_columns = p.width_bytes != p.padded_width_bytes;
     let mut rest = tiled;
-    std::thread::scope(|scope| {
-        for (b0, b1) in shares(p, threads) {
-            let (mine, tail) = std::mem::take(&mut rest).split_at_mut((b1 - b0) as usize * ba_bytes);
-            rest = tail;
-            let first = l.offset as usize + (b0 * p.tile_height) as usize * stride;
-            let rows = &src[first.min(src.len())..];
-            scope.spawn(move || {
-                // Only tiles that hold padding need zeroing: every tile when rows are
-                // padded on the right, else just the bands past the last row.
-                if ragged_columns || b1 * p.tile_height > p.rows {
-                    // Z-flip-Z interleaves the tiles of a pair of bands: zero from the pair.
-                    let q = band_quantum(p);
-                    let first_padded = (p.rows / p.tile_height) / q * q;
-                    let from = if ragged_columns { 0 } else { (first_padded - b0) as usize * ba_bytes };
-                    let from = from.min(mine.len());
-                    mine[from..].fill(0);
-                }
-                walk_share(p, (b0, b1), stride, &mut Scatter { linear: rows, tiled: mine });
-            });
+    let mut work = Vec::new();
+    for (b0, b1) in shares(p, threads) {
+        let (mine, tail) = std::mem::take(&mut rest).split_at_mut((b1 - b0) as usize * ba_bytes);
+        rest = tail;
+        let first = l.offset as usize + (b0 * p.tile_height) as usize * stride;
+        work.push(((b0, b1), &src[first.min(src.len())..], mine));
+    }
+    run_shares(work, |((b0, b1), rows, mine)| {
+        // Only tiles that hold padding need zeroing: every tile when rows are padded on
+        // the right, else just the bands past the last row.
+        if ragged_columns || b1 * p.tile_height > p.rows {
+            // Z-flip-Z interleaves the tiles of a pair of bands: zero from the pair.
+            let q = band_quantum(p);
+            let first_padded = (p.rows / p.tile_height) / q * q;
+            let from = if ragged_columns { 0 } else { (first_padded - b0) as usize * ba_bytes };
+            let from = from.min(mine.len());
+            mine[from..].fill(0);
         }
+        walk_share(p, (b0, b1), stride, &mut Scatter { linear: rows, tiled: mine });
     });
 }
 

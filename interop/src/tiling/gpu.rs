@@ -347,7 +347,7 @@ pub fn yuv_to_rgb_dispatch(
     let (mode, bits, packing) = yuv_to_rgb_kind(from, to)?;
     let mut push = colour_common(mode, (from, to), width, height, yuv, rgb)?;
     push.packing = packing.shader_word();
-    push.k[..8].copy_from_slice(&YuvToRgb::new(matrix, range, bits, packing.bits()).words());
+    push.k[..10].copy_from_slice(&YuvToRgb::new(matrix, range, bits, packing.bits()).words());
     push.invocations = fits("image", (width.div_ceil(2) as u64).checked_mul(height.div_ceil(2) as u64))?;
     Ok(Dispatch { push, group_counts: group_counts(push.invocations) })
 }

@@ -161,7 +161,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     let peered: Vec<&bench::ConvertResult> = report.convert.iter().filter(|c| !c.peers.is_empty()).collect();
     if !peered.is_empty() {
         println!();
-        println!("CPU libraries on the same frames (GB/s of output; dmabridge / peer in total and per thread):");
+        println!("CPU libraries on the same frames (GB/s of output; dmabridge / peer in total, and per thread: dmabridge on one thread / the peer on one):");
         println!("{:<28} {:<34} {:>7} {:>8} {:>11} {:>12}", "conversion", "peer", "threads", "GB/s", "x in total", "x per thread");
         for c in peered {
             let what = format!("{} {} -> {}", c.format, c.layout, c.to_format);
@@ -173,6 +173,9 @@ pub fn run(args: &BenchArgs) -> ExitCode {
                 }
             }
             println!("{what:<28} {:<34} {:>7} {:>8.2}", "dmabridge (this run)", c.threads, c.gbps);
+            if let Some(one) = c.gbps_one_thread {
+                println!("{what:<28} {:<34} {:>7} {:>8.2}", "dmabridge on one thread (this run)", 1, one);
+            }
         }
     }
     println!();

@@ -508,9 +508,12 @@ fn bench_json_follows_the_contract() {
             assert!((ratio - c["gbps"].as_f64().unwrap_or(0.0) / g).abs() < 1e-9, "{p}");
             let threads = c["threads"].as_f64().expect("threads");
             match (c["path"].as_str(), p["ratio_per_thread"].as_f64()) {
-                (Some("cpu"), Some(r)) => assert!(threads >= 1.0 && (r - ratio / threads).abs() < 1e-9, "{p}"),
+                (Some("cpu"), Some(r)) => {
+                    let one = c["gbps_one_thread"].as_f64().unwrap_or_else(|| panic!("no one-thread figure on the CPU path: {c}"));
+                    assert!(threads >= 1.0 && one > 0.0 && (r - one / g).abs() < 1e-9, "{p}")
+                }
                 (Some("cpu"), None) => panic!("no per-thread ratio on the CPU path: {p}"),
-                (_, r) => assert!(r.is_none() && threads == 0.0, "{p}"),
+                (_, r) => assert!(r.is_none() && threads == 0.0 && c["gbps_one_thread"].is_null(), "{p}"),
             }
         }
     }

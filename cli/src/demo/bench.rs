@@ -97,6 +97,10 @@ pub struct ConvertResult {
     /// Threads the conversion ran on: the CPU path's workers (0 on a GPU path).
     #[serde(default)]
     pub threads: u32,
+    /// The same CPU path on one thread, on the same frames in this run (output GB/s):
+    /// what one core of dmabridge does beside one core of a peer. `None` on a GPU path.
+    #[serde(default)]
+    pub gbps_one_thread: Option<f64>,
     /// The CPU libraries that do the same conversion, on the same frames in this run
     /// ([`super::cpu_peers`]).
     #[serde(default)]
@@ -115,7 +119,8 @@ pub struct PeerResult {
     pub missing: Option<String>,
     /// dmabridge's GB/s over the peer's.
     pub ratio_total: Option<f64>,
-    /// The same per thread (dmabridge's CPU path only).
+    /// dmabridge on one thread ([`ConvertResult::gbps_one_thread`]) over the peer, which
+    /// runs on one thread too (dmabridge's CPU path only).
     pub ratio_per_thread: Option<f64>,
 }
 
@@ -578,6 +583,21 @@ pub fn convert_gbps(conv: &dmabridge::Converter, c: &FrameConversion, reps: usiz
     Ok((median(&mut samples), spread(&mut samples), choice, input))
 }
 
+/// Output GB/s of `c` on the CPU path on `threads` threads, from `input` into a reused
+/// buffer: the median of `reps` runs after one warm-up.
+fn cpu_gbps(c: &FrameConversion, input: &[u8], threads: usize, reps: usize) -> Result<f64, dmabridge_interop::tiling::FrameConversionError> {
+    let out_size = c.sizes()?.1;
+    let mut out = vec![0u8; out_size as usize];
+    c.run_cpu_into(input, &mut out, threads)?;
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        c.run_cpu_into(input, &mut out, threads)?;
+        samples.push(out_size as f64 / t.elapsed().as_secs_f64() / 1e9);
+    }
+    Ok(median(&mut samples))
+}
+
 /// Runs everything, calling `progress` with a label before each step.
 pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<BenchReport, DemoError> {
     let mut notes = Vec::new();
@@ -630,7 +650,20 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
             },
             None => None,
         };
-        let threads = if choice.path == dmabridge::ConvertPath::Cpu { dmabridge_interop::tiling::default_threads() as u32 } else { 0 };
+        let cpu = choice.path == dmabridge::ConvertPath::Cpu;
+        let threads = if cpu { dmabridge_interop::tiling::default_threads() as u32 } else { 0 };
+        let one_thread = if cpu {
+            progress(&format!("convert {c} on one thread"));
+            match cpu_gbps(&c, &input, 1, if opts.quick { 3 } else { 8 }) {
+                Ok(g) => Some(g),
+                Err(e) => {
+                    notes.push(format!("convert {c} on one thread: {e}"));
+                    None
+                }
+            }
+        } else {
+            None
+        };
         let peers = cpu_peers::PeerCase::of(&c)
             .into_iter()
             .map(|peer| {
@@ -644,7 +677,7 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
                     gbps: theirs,
                     missing: measured.err().map(|e| e.to_string()),
                     ratio_total: theirs.map(|g| gbps / g),
-                    ratio_per_thread: theirs.filter(|_| threads > 0).map(|g| gbps / f64::from(threads) / g),
+                    ratio_per_thread: theirs.zip(one_thread).map(|(g, one)| one / g),
                 }
             })
             .collect();
@@ -661,6 +694,7 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
             vs_gstreamer: gstreamer_gbps.map(|g| gbps / g),
             spread: noise,
             threads,
+            gbps_one_thread: one_thread,
             peers,
         });
     }

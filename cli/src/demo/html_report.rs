@@ -148,9 +148,11 @@ pub struct PeerFigure {
     pub conversion: String,
     pub peer: String,
     pub gbps: f64,
-    /// dmabridge's GB/s over the peer's, in total and (CPU path) per thread.
+    /// dmabridge's GB/s over the peer's, in total and (CPU path) per thread: dmabridge
+    /// on one thread (`one_thread_gbps`) over the peer, also on one.
     pub ratio_total: f64,
     pub ratio_per_thread: Option<f64>,
+    pub one_thread_gbps: Option<f64>,
 }
 
 impl Figures {
@@ -202,7 +204,8 @@ impl Figures {
                     return Err(ReportError::OutOfRange { what: what("gbps"), value: g.to_string(), range: "above 0".into() });
                 }
                 let per_thread = p.ratio_per_thread.map(|r| figure(|| what("ratio_per_thread"), r)).transpose()?;
-                out.peers.push(PeerFigure { conversion: name.clone(), peer: p.name.clone(), gbps: g, ratio_total: gbps / g, ratio_per_thread: per_thread });
+                let one_thread = c.gbps_one_thread.map(|g| figure(|| what("gbps_one_thread"), g)).transpose()?;
+                out.peers.push(PeerFigure { conversion: name.clone(), peer: p.name.clone(), gbps: g, ratio_total: gbps / g, ratio_per_thread: per_thread, one_thread_gbps: one_thread });
                 out.figures.push(Figure { name: format!("{} beside {name}", p.name), value: g, unit: "GB/s", normalised: g / memcpy, spread: 0.0 });
             }
             out.figures.push(Figure { name, value: gbps, unit: "GB/s", normalised: gbps / memcpy, spread: figure(|| what("spread"), c.spread)? });
@@ -516,10 +519,10 @@ pub fn render(fig: &Figures, json_name: &str, changes: Option<&[Change]>) -> Res
         let vs = gst.map_or("-".to_owned(), |v| format!("{:.1}", g / v));
         let _ = write!(h, "<tr><td>{}</td><td>{}</td><td class=\"n\">{g:.2}</td><td class=\"n\">{:.2}</td><td class=\"n\">{gs}</td><td class=\"n\">{vs}</td></tr>", esc(name), esc(path), g / fig.memcpy_gbps);
     }
-    h.push_str("</table><h2>CPU libraries on the same frames</h2><table><tr><th>conversion</th><th>peer (1 thread)</th><th>GB/s</th><th>dmabridge ÷ peer</th><th>per thread</th></tr>");
+    h.push_str("</table><h2>CPU libraries on the same frames</h2><table><tr><th>conversion</th><th>peer (1 thread)</th><th>GB/s</th><th>dmabridge ÷ peer</th><th>dmabridge on 1 thread, GB/s</th><th>per thread (1 thread ÷ peer)</th></tr>");
     for p in &fig.peers {
-        let per = p.ratio_per_thread.map_or("-".to_owned(), |v| format!("{v:.2}"));
-        let _ = write!(h, "<tr><td>{}</td><td>{}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td><td class=\"n\">{per}</td></tr>", esc(&p.conversion), esc(&p.peer), p.gbps, p.ratio_total);
+        let (one, per) = (p.one_thread_gbps.map_or("-".to_owned(), |v| format!("{v:.2}")), p.ratio_per_thread.map_or("-".to_owned(), |v| format!("{v:.2}")));
+        let _ = write!(h, "<tr><td>{}</td><td>{}</td><td class=\"n\">{:.2}</td><td class=\"n\">{:.2}</td><td class=\"n\">{one}</td><td class=\"n\">{per}</td></tr>", esc(&p.conversion), esc(&p.peer), p.gbps, p.ratio_total);
     }
     h.push_str("</table></body></html>\n");
     Ok(h)

@@ -11,8 +11,8 @@
 //! - A chroma sample's three products are computed once for the four pixels that share it,
 //!   and pixels are packed with precomputed shifts rather than per-byte indexing.
 //! - Where the CPU has AVX2, sixteen pixels at a time ([`super::colour_simd`], the same
-//!   arithmetic in 32-bit lanes); the scalar loop does the rest of a row, and all of it
-//!   elsewhere.
+//!   16-bit arithmetic, one register per channel); the scalar loop does the rest of a row,
+//!   and all of it elsewhere.
 
 use super::colour_simd::{Kernel, RgbKernel};
 use super::colour::{check_rgb_to_nv12, packing, yuv_bits, ColourError, ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};

@@ -207,8 +207,19 @@ impl Mover for Gather<'_> {
     #[inline(always)]
     fn strided<const N: usize>(&mut self, t0: usize, step: usize, l0: usize, count: usize) {
         let dst = &mut self.linear[l0..l0 + count * N];
-        for (d, s) in dst.chunks_exact_mut(N).zip(self.tiled[t0..].chunks(step)) {
-            d.copy_from_slice(&s[..N]);
+        if count == 0 {
+            return;
+        }
+        // The last run's end, checked once so that the loop below has no checks: with
+        // one per 16-byte run it ran at 0.8-0.9x libyuv's DetileRow on one thread.
+        let last = (count - 1).checked_mul(step).and_then(|v| v.checked_add(t0 + N));
+        assert!(step >= N && last.is_some_and(|end| end <= self.tiled.len()), "a strided run past the tiled region");
+        let (src, out) = (self.tiled[t0..].as_ptr(), dst.as_mut_ptr());
+        for i in 0..count {
+            // SAFETY: run i reads `t0 + i * step .. + N` of `tiled` (all inside it, by the
+            // assert above) and writes `i * N .. + N` of `dst` (`count * N` bytes long);
+            // `tiled` and `linear` are distinct borrows, so the ranges do not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(src.add(i * step), out.add(i * N), N) };
         }
     }
 

@@ -583,16 +583,15 @@ pub fn convert_gbps(conv: &dmabridge::Converter, c: &FrameConversion, reps: usiz
     Ok((median(&mut samples), spread(&mut samples), choice, input))
 }
 
-/// Output GB/s of `c` on the CPU path on `threads` threads, from `input` into a reused
-/// buffer: the median of `reps` runs after one warm-up.
-fn cpu_gbps(c: &FrameConversion, input: &[u8], threads: usize, reps: usize) -> Result<f64, dmabridge_interop::tiling::FrameConversionError> {
+/// Output GB/s of `c` on the CPU path on `threads` threads, from `input` into `out` (reused,
+/// so that no sample pays for fresh pages): the median of `reps` runs after one warm-up.
+fn cpu_gbps(c: &FrameConversion, input: &[u8], out: &mut [u8], threads: usize, reps: usize) -> Result<f64, dmabridge_interop::tiling::FrameConversionError> {
     let out_size = c.sizes()?.1;
-    let mut out = vec![0u8; out_size as usize];
-    c.run_cpu_into(input, &mut out, threads)?;
+    c.run_cpu_into(input, out, threads)?;
     let mut samples = Vec::with_capacity(reps);
     for _ in 0..reps.max(1) {
         let t = Instant::now();
-        c.run_cpu_into(input, &mut out, threads)?;
+        c.run_cpu_into(input, out, threads)?;
         samples.push(out_size as f64 / t.elapsed().as_secs_f64() / 1e9);
     }
     Ok(median(&mut samples))
@@ -652,24 +651,39 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
         };
         let cpu = choice.path == dmabridge::ConvertPath::Cpu;
         let threads = if cpu { dmabridge_interop::tiling::default_threads() as u32 } else { 0 };
-        let one_thread = if cpu {
-            progress(&format!("convert {c} on one thread"));
-            match cpu_gbps(&c, &input, 1, if opts.quick { 3 } else { 8 }) {
-                Ok(g) => Some(g),
-                Err(e) => {
-                    notes.push(format!("convert {c} on one thread: {e}"));
-                    None
+        // dmabridge on one thread and each peer (one thread too) take turns, a sample each
+        // per round, so that the machine's drift over the seconds this takes (large on a
+        // shared VM) lands on both sides of the per-thread ratio alike.
+        let cases = cpu_peers::PeerCase::of(&c);
+        progress(&format!("convert {c} on one thread, taking turns with {} peer(s)", cases.len()));
+        let mut out = vec![0u8; c.sizes().map_or(0, |s| s.1) as usize];
+        let (mut ours, mut one_error) = (Vec::new(), None);
+        let mut theirs: Vec<Result<Vec<f64>, cpu_peers::PeerError>> = cases.iter().map(|_| Ok(Vec::new())).collect();
+        for _ in 0..if opts.quick { 3 } else { 8 } {
+            if cpu && one_error.is_none() {
+                match cpu_gbps(&c, &input, &mut out, 1, 1) {
+                    Ok(g) => ours.push(g),
+                    Err(e) => one_error = Some(e),
                 }
             }
-        } else {
-            None
-        };
-        let peers = cpu_peers::PeerCase::of(&c)
-            .into_iter()
-            .map(|peer| {
-                progress(&format!("{} on the same frames", peer.name()));
-                let mut out = vec![0u8; c.sizes().map_or(0, |s| s.1) as usize];
-                let measured = cpu_peers::measure(peer, &c, &input, &mut out, if opts.quick { 3 } else { 8 });
+            for (peer, samples) in cases.iter().zip(theirs.iter_mut()) {
+                if let Ok(v) = samples {
+                    match cpu_peers::measure(*peer, &c, &input, &mut out, 1) {
+                        Ok(g) => v.push(g),
+                        Err(e) => *samples = Err(e),
+                    }
+                }
+            }
+        }
+        if let Some(e) = one_error {
+            notes.push(format!("convert {c} on one thread: {e}"));
+        }
+        let one_thread = (!ours.is_empty()).then(|| median(&mut ours));
+        let peers = cases
+            .iter()
+            .zip(theirs)
+            .map(|(peer, measured)| {
+                let measured = measured.map(|mut v| median(&mut v));
                 let theirs = measured.as_ref().ok().copied();
                 PeerResult {
                     name: peer.name().to_owned(),

@@ -24,6 +24,8 @@ pub(super) struct Kernel {
     /// [`RgbPacking::shader_word`]: the byte of each channel, or `u32::MAX` for 2:10:10:10.
     order: u32,
     ten_bit: bool,
+    /// Write the RGB rows with non-temporal stores ([`Kernel::streaming`]).
+    stream: bool,
 }
 
 /// Pixel slot j of a register (16-bit slots; lane 0 holds 0..8) holds this pixel of the
@@ -65,6 +67,15 @@ const V_HIGH: [u8; 32] = high(true, 1);
 const TEN_U: [u8; 32] = ten(0);
 const TEN_V: [u8; 32] = ten(2);
 
+/// How [`Kernel`]'s loop stores a row: non-temporal stores of 32 or 16 bytes, or ordinary
+/// ones.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Stream {
+    Wide,
+    Narrow,
+    No,
+}
+
 /// The channel (0 R, 1 G, 2 B, 3 alpha) that a [`RgbPacking::shader_word`] puts at byte
 /// `byte` of the pixel.
 const fn channel_at(order: u32, byte: u32) -> usize {
@@ -86,10 +97,29 @@ impl Kernel {
     pub(super) fn detect(k: YuvToRgb, pack: RgbPacking, ten_bit: bool) -> Option<Kernel> {
         #[cfg(target_arch = "x86_64")]
         if std::is_x86_feature_detected!("avx2") {
-            return Some(Kernel { k, order: pack.shader_word(), ten_bit });
+            return Some(Kernel { k, order: pack.shader_word(), ten_bit, stream: false });
         }
         let _ = (k, pack, ten_bit);
         None
+    }
+
+    /// This kernel, writing its rows around the caches (non-temporal stores, where the
+    /// row is 16-byte aligned) when `stream`: for frames far larger than the caches, whose
+    /// RGB a GPU, display or encoder reads later. Ordinary stores first read every line
+    /// they fill; these do not, and they leave the caches to the frame's input (a tiled
+    /// frame's detiled bands, above all). The caller's thread ends its rows with a fence.
+    pub(super) fn streaming(self, stream: bool) -> Kernel {
+        Kernel { stream, ..self }
+    }
+
+    /// Orders this thread's non-temporal stores before whatever it does next (a thread
+    /// that ends, a frame handed on): `sfence`, where [`Kernel::streaming`] is on.
+    pub(super) fn fence(&self) {
+        #[cfg(target_arch = "x86_64")]
+        if self.stream {
+            // SAFETY: `sfence` is SSE, part of every x86_64; it only orders stores.
+            unsafe { std::arch::x86_64::_mm_sfence() };
+        }
     }
 
     /// Converts the leading pixels of one row, sixteen at a time: luma row `y`, its chroma
@@ -147,7 +177,9 @@ impl Kernel {
         let k = &self.k;
         // SAFETY: the caller guarantees AVX2 (every intrinsic's requirement), that the
         // bytes each block reads are readable and that its 64 output bytes are writable;
-        // loadu/storeu and the broadcast loads take any alignment. The one `asm!` is a
+        // loadu/storeu and the broadcast loads take any alignment, and the non-temporal
+        // stores are used only where `out` has theirs (32 or 16 bytes, each block being
+        // 64 bytes on from the last). The one `asm!` is a
         // register-to-register AVX2 multiply: it touches no memory, stack or flags.
         unsafe {
             let set = |v: i32| _mm256_set1_epi16(v as i16);
@@ -162,6 +194,13 @@ impl Kernel {
             let (top10, sign) = (_mm256_set1_epi16(0xffc0u16 as i16), _mm256_set1_epi16(i16::MIN));
             let flip = _mm256_set1_epi8(0x80u8 as i8);
             let opaque = _mm256_set1_epi16(255);
+            // Non-temporal stores need their alignment: 32 bytes for a whole register, else
+            // 16 for its halves; rows that have neither are stored as usual.
+            let stream = match (self.stream, out as usize % 32) {
+                (true, 0) => Stream::Wide,
+                (true, 16) => Stream::Narrow,
+                _ => Stream::No,
+            };
             let (zero, max) = (_mm256_setzero_si256(), set(k.max));
             let alpha_hi = _mm256_set1_epi16((3u16 << 14) as i16);
             for i in 0..blocks {
@@ -209,8 +248,23 @@ impl Kernel {
                     let high = _mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16::<6>(g), _mm256_slli_epi16::<4>(r)), alpha_hi);
                     (_mm256_unpacklo_epi16(low, high), _mm256_unpackhi_epi16(low, high))
                 };
-                _mm256_storeu_si256(out.add(64 * i).cast(), first);
-                _mm256_storeu_si256(out.add(64 * i + 32).cast(), second);
+                let o = out.add(64 * i);
+                match stream {
+                    Stream::Wide => {
+                        _mm256_stream_si256(o.cast(), first);
+                        _mm256_stream_si256(o.add(32).cast(), second);
+                    }
+                    Stream::Narrow => {
+                        for (at, v) in [(0, first), (32, second)] {
+                            _mm_stream_si128(o.add(at).cast(), _mm256_castsi256_si128(v));
+                            _mm_stream_si128(o.add(at + 16).cast(), _mm256_extracti128_si256::<1>(v));
+                        }
+                    }
+                    Stream::No => {
+                        _mm256_storeu_si256(o.cast(), first);
+                        _mm256_storeu_si256(o.add(32).cast(), second);
+                    }
+                }
             }
         }
     }
@@ -343,17 +397,25 @@ mod tests {
                             eprintln!("no AVX2 on this CPU: the scalar path is the only one");
                             return;
                         };
-                        let mut out = vec![0x5au8; width * 4];
-                        let done = kernel.row(&y, &c, &mut out, width);
-                        assert_eq!(done, width / 16 * 16);
-                        for x in 0..width {
-                            let px = &out[x * 4..x * 4 + 4];
-                            if x >= done {
-                                assert_eq!(px, [0x5a; 4], "pixel {x} is the caller's");
-                                continue;
+                        // Ordinary stores, and non-temporal ones on rows aligned to 32 bytes, to
+                        // 16, and to neither (which store as usual).
+                        for (stream, align) in [(false, 0), (true, 0), (true, 16), (true, 4)] {
+                            let kernel = kernel.streaming(stream);
+                            let mut buf = vec![0x5au8; width * 4 + 64];
+                            let start = buf.as_ptr().align_offset(32) + align;
+                            let out = &mut buf[start..start + width * 4];
+                            let done = kernel.row(&y, &c, out, width);
+                            kernel.fence();
+                            assert_eq!(done, width / 16 * 16);
+                            for x in 0..width {
+                                let px = &out[x * 4..x * 4 + 4];
+                                if x >= done {
+                                    assert_eq!(px, [0x5a; 4], "pixel {x} is the caller's");
+                                    continue;
+                                }
+                                let rgb = k.convert(sample(&y, x), sample(&c, x / 2 * 2), sample(&c, x / 2 * 2 + 1));
+                                assert_eq!(px, pack.pack(rgb), "{to} {m:?} {r:?} ten_bit {ten_bit} stream {stream} at {align} pixel {x}");
                             }
-                            let rgb = k.convert(sample(&y, x), sample(&c, x / 2 * 2), sample(&c, x / 2 * 2 + 1));
-                            assert_eq!(px, pack.pack(rgb), "{to} {m:?} {r:?} ten_bit {ten_bit} pixel {x}");
                         }
                     }
                 }

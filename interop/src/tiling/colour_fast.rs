@@ -16,7 +16,7 @@
 
 use super::colour_simd::{Kernel, RgbKernel};
 use super::colour::{check_rgb_to_nv12, packing, yuv_bits, ColourError, ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};
-use super::fast::{band_quantum, default_threads, detile_bands, run_shares, tile_by_tile};
+use super::fast::{band_quantum, default_threads, detile_bands, run_shares, tile_by_tile, STREAM_BYTES};
 use super::geometry::{check_linear, tiled_size, PlaneGeometry};
 use super::{PlaneLayout, TilingError};
 use crate::tiling::AddressKind;
@@ -32,14 +32,6 @@ fn group_rows(y: &PlaneGeometry, uv: &PlaneGeometry) -> u32 {
     let q = band_quantum(y);
     (y.tile_height * q).max(2 * uv.tile_height * q)
 }
-
-/// RGB frames of at least this many bytes are written around the caches
-/// ([`Kernel::streaming`]). 4K XR24 (33 MB) is, 720p (3.7 MB) is not: a frame that fits
-/// in a few MiB of cache may well be read next from there. On this project's 2-core EPYC
-/// VM, at 4K, streaming took NV12 -> XR24 on one thread from 0.9-1.0x libyuv's
-/// `NV12ToARGBMatrix` to 1.15-1.25x, and the fused samsung-64x32 conversion from 9-10 to
-/// 13-16 GB/s.
-const STREAM_BYTES: usize = 4 << 20;
 
 /// NV12/P010 in `layout` (the tiled buffer at the start of `src`, as [`tiled_size`] lays it
 /// out; linear is the packed image) -> RGB format `to` at `dst_plane`, on `threads` threads

@@ -67,12 +67,14 @@ const V_HIGH: [u8; 32] = high(true, 1);
 const TEN_U: [u8; 32] = ten(0);
 const TEN_V: [u8; 32] = ten(2);
 
-/// How [`Kernel`]'s loop stores a row: non-temporal stores of 32 or 16 bytes, or ordinary
-/// ones.
+/// How [`Kernel`]'s loop stores a row: non-temporal stores of whole registers to a row
+/// aligned to 32 bytes; to one aligned to 16 only, the same stores shifted by 16 bytes
+/// (each made of the halves of two registers, the row's first and last 16 bytes stored
+/// alone); or ordinary stores.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Stream {
     Wide,
-    Narrow,
+    Shifted,
     No,
 }
 
@@ -178,8 +180,10 @@ impl Kernel {
         // SAFETY: the caller guarantees AVX2 (every intrinsic's requirement), that the
         // bytes each block reads are readable and that its 64 output bytes are writable;
         // loadu/storeu and the broadcast loads take any alignment, and the non-temporal
-        // stores are used only where `out` has theirs (32 or 16 bytes, each block being
-        // 64 bytes on from the last). The one `asm!` is a
+        // stores are used only where they land aligned: `out` aligned to 32 bytes, or to 16
+        // with the 32-byte stores shifted by 16 (each block is 64 bytes on from the last;
+        // the shifted stores write bytes -16..48 of block i > 0, inside the row because
+        // block i - 1 wrote there, and the first and last 16 bytes alone). The one `asm!` is a
         // register-to-register AVX2 multiply: it touches no memory, stack or flags.
         unsafe {
             let set = |v: i32| _mm256_set1_epi16(v as i16);
@@ -198,11 +202,13 @@ impl Kernel {
             // 16 for its halves; rows that have neither are stored as usual.
             let stream = match (self.stream, out as usize % 32) {
                 (true, 0) => Stream::Wide,
-                (true, 16) => Stream::Narrow,
+                (true, 16) => Stream::Shifted,
                 _ => Stream::No,
             };
             let (zero, max) = (_mm256_setzero_si256(), set(k.max));
             let alpha_hi = _mm256_set1_epi16((3u16 << 14) as i16);
+            // The last block's second register, for `Stream::Shifted`.
+            let mut carry = _mm256_setzero_si256();
             for i in 0..blocks {
                 // `yl`: each pixel's luma sample in the top bits of its word; `u`, `v`: its
                 // chroma, less the offset, likewise (as signed words).
@@ -254,10 +260,18 @@ impl Kernel {
                         _mm256_stream_si256(o.cast(), first);
                         _mm256_stream_si256(o.add(32).cast(), second);
                     }
-                    Stream::Narrow => {
-                        for (at, v) in [(0, first), (32, second)] {
-                            _mm_stream_si128(o.add(at).cast(), _mm256_castsi256_si128(v));
-                            _mm_stream_si128(o.add(at + 16).cast(), _mm256_extracti128_si256::<1>(v));
+                    Stream::Shifted => {
+                        // Bytes -16..16 of the block: the last block's top half and this
+                        // one's first (the row's first 16 bytes alone), then 16..48.
+                        if i == 0 {
+                            _mm_stream_si128(o.cast(), _mm256_castsi256_si128(first));
+                        } else {
+                            _mm256_stream_si256(o.sub(16).cast(), _mm256_permute2x128_si256::<0x21>(carry, first));
+                        }
+                        _mm256_stream_si256(o.add(16).cast(), _mm256_permute2x128_si256::<0x21>(first, second));
+                        carry = second;
+                        if i + 1 == blocks {
+                            _mm_stream_si128(o.add(48).cast(), _mm256_extracti128_si256::<1>(second));
                         }
                     }
                     Stream::No => {

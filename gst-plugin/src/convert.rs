@@ -67,6 +67,11 @@ pub(crate) mod imp {
 
     /// The output dma-buf memories each element recycles (a downstream pool's worth).
     const OUT_MEMORIES: usize = 8;
+    /// The alignment (GStreamer's mask: bytes - 1) of the system-memory output pool the
+    /// element makes: whole cache lines, so that the CPU path can write large frames with
+    /// non-temporal stores (which need 16-byte alignment at least). GStreamer's default
+    /// is 8 bytes, which left the element at 0.6-0.7x the engine on 4K detiles.
+    const OUT_ALIGN: usize = 63;
     /// Input dma-bufs kept mapped for the CPU path: a decoder's pool, typically 4 to 16.
     const MAPS: usize = 8;
 
@@ -427,13 +432,21 @@ pub(crate) mod imp {
 
         /// Without a pool from downstream, GStreamer would allocate (and the kernel zero) a
         /// new output buffer for every frame: an empty pool entry makes the base class make a
-        /// pool of its own, whose buffers are reused. Dma-buf output makes its own memory.
+        /// pool of its own, whose buffers are reused. Its memory is aligned to 64 bytes
+        /// ([`OUT_ALIGN`]). Dma-buf output makes its own memory.
         fn decide_allocation(&self, query: &mut gst::query::Allocation) -> Result<(), gst::LoggableError> {
             if query.allocation_pools().is_empty() {
                 let (caps, _) = query.get();
                 let system = caps.is_some_and(|c| c.features(0).map_or(true, |f| !f.contains(gst_allocators::CAPS_FEATURE_MEMORY_DMABUF)));
                 if let (true, Some(info)) = (system, caps.and_then(|c| crate::dma_drm::frame_of(c).ok()).map(|f| f.info)) {
                     query.add_allocation_pool(None::<&gst::BufferPool>, info.size() as u32, 2, 0);
+                    match query.allocation_params().into_iter().next() {
+                        Some((allocator, p)) if p.align() < OUT_ALIGN => {
+                            query.set_nth_allocation_param(0, allocator.as_ref(), gst::AllocationParams::new(p.flags(), OUT_ALIGN, p.prefix(), p.padding()))
+                        }
+                        Some(_) => {}
+                        None => query.add_allocation_param(None::<&gst::Allocator>, gst::AllocationParams::new(gst::MemoryFlags::empty(), OUT_ALIGN, 0, 0)),
+                    }
                 }
             }
             self.parent_decide_allocation(query)

@@ -2,8 +2,8 @@
 // NV12/P010 (linear, or NV12 in any tiled layout: detile and colour fused in one pass) ->
 // any 8-bit RGB byte order or 2:10:10:10, and 8-bit RGB -> NV12. Bit-exact with the CPU
 // reference interop/src/tiling/colour.rs (the same integers, received as push constants,
-// the same operations in the same order: its 16-bit YUV -> RGB arithmetic, its Q16 RGB ->
-// NV12, arithmetic right shift = round half up, clamp to 0..max).
+// the same operations in the same order: its 16-bit YUV -> RGB arithmetic, its RGB ->
+// NV12 in Q15, arithmetic right shift = round half up, clamp to 0..max).
 //
 // Bindings (all arrays of 32-bit words): 0 = Y plane buffer, 1 = UV plane buffer (may be
 // the same buffer as 0), 2 = RGB buffer.
@@ -129,7 +129,7 @@ ivec3 rgb_at(uint x, uint y) {
 }
 
 uint luma(ivec3 p) {
-    int v = (pc.k[0] * p.r + pc.k[1] * p.g + pc.k[2] * p.b + (pc.k[9] << 16) + 32768) >> 16;
+    int v = (pc.k[0] * p.r + pc.k[1] * p.g + pc.k[2] * p.b + (pc.k[9] << 15) + 16384) >> 15;
     return uint(clamp(v, 0, 255));
 }
 
@@ -138,9 +138,9 @@ uint chroma(uint cx, uint cy) {
     uint x0 = cx * 2u, y0 = cy * 2u;
     uint x1 = min(x0 + 1u, pc.width - 1u), y1 = min(y0 + 1u, pc.height - 1u);
     ivec3 s = rgb_at(x0, y0) + rgb_at(x1, y0) + rgb_at(x0, y1) + rgb_at(x1, y1);
-    int co = (pc.k[10] << 18) + (1 << 17);
-    int u = clamp((pc.k[3] * s.r + pc.k[4] * s.g + pc.k[5] * s.b + co) >> 18, 0, 255);
-    int v = clamp((pc.k[6] * s.r + pc.k[7] * s.g + pc.k[8] * s.b + co) >> 18, 0, 255);
+    int co = (pc.k[10] << 17) + (1 << 16);
+    int u = clamp((pc.k[3] * s.r + pc.k[4] * s.g + pc.k[5] * s.b + co) >> 17, 0, 255);
+    int v = clamp((pc.k[6] * s.r + pc.k[7] * s.g + pc.k[8] * s.b + co) >> 17, 0, 255);
     return uint(u) | (uint(v) << 8);
 }
 

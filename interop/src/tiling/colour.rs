@@ -31,10 +31,12 @@
 //!   (x/2, y/2). That is exact for co-sited top-left chroma (H.273 chroma_sample_loc_type
 //!   2) and the nearest sample for the MPEG-2/H.264 default (type 0: co-sited horizontally,
 //!   between rows vertically); no interpolation, so every pixel is independent.
-//! - RGB -> NV12: `Y = (yr*R + yg*G + yb*B + (yo<<16) + 2^15) >> 16` per pixel. Chroma of
+//! - RGB -> NV12, coefficients with a 15-bit fraction (Q15: they fit a signed 16-bit word,
+//!   so one `pmaddwd` multiplies two of them by two samples and adds):
+//!   `Y = (yr*R + yg*G + yb*B + (yo<<15) + 2^14) >> 15` per pixel. Chroma of
 //!   the 2x2 block at (2i, 2j) comes from the sums SR, SG, SB of its four pixels, with
 //!   coordinates past the right or bottom edge clamped to the last column/row (edge
-//!   replication): `U = (ur*SR + ug*SG + ub*SB + (co<<18) + 2^17) >> 18`. That is the mean
+//!   replication): `U = (ur*SR + ug*SG + ub*SB + (co<<17) + 2^16) >> 17`. That is the mean
 //!   of the four pixels' unrounded chroma, rounded once. `ug = -(ur + ub)` and
 //!   `vg = -(vr + vb)` so that grey maps exactly to the chroma offset.
 //!
@@ -222,11 +224,10 @@ pub enum ColourError {
     Layout(#[from] TilingError),
 }
 
-const Q: f64 = 65536.0;
-
-fn q16(v: f64) -> i32 {
-    // Coefficients are below 3 in magnitude, so this never saturates.
-    (v * Q).round() as i32
+/// A coefficient below 1 in magnitude in Q15: at most 32767 (RGB -> YUV's are at most
+/// 0.7), so it fits a signed 16-bit word.
+fn q15(v: f64) -> i32 {
+    (v * 32768.0).round() as i32
 }
 
 /// Scale and offset of Y and of C for `bits`-bit samples: (y_off, y_range, c_off, c_range).
@@ -335,7 +336,7 @@ impl YuvToRgb {
     }
 }
 
-/// Q16 coefficients for 8-bit RGB to 8-bit YUV.
+/// Q15 coefficients for 8-bit RGB to 8-bit YUV.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RgbToYuv {
     pub y_r: i32,
@@ -357,14 +358,14 @@ impl RgbToYuv {
         let kg = 1.0 - kr - kb;
         let (yo, yr, co, cr) = ranges(range, 8);
         let (ys, cs) = (yr / 255.0, cr / 255.0);
-        let u_r = q16(-kr / (2.0 * (1.0 - kb)) * cs);
-        let u_b = q16(0.5 * cs);
-        let v_r = q16(0.5 * cs);
-        let v_b = q16(-kb / (2.0 * (1.0 - kr)) * cs);
+        let u_r = q15(-kr / (2.0 * (1.0 - kb)) * cs);
+        let u_b = q15(0.5 * cs);
+        let v_r = q15(0.5 * cs);
+        let v_b = q15(-kb / (2.0 * (1.0 - kr)) * cs);
         RgbToYuv {
-            y_r: q16(kr * ys),
-            y_g: q16(kg * ys),
-            y_b: q16(kb * ys),
+            y_r: q15(kr * ys),
+            y_g: q15(kg * ys),
+            y_b: q15(kb * ys),
             u_r,
             u_g: -(u_r + u_b),
             u_b,
@@ -377,13 +378,13 @@ impl RgbToYuv {
     }
 
     pub fn luma(&self, r: i32, g: i32, b: i32) -> u8 {
-        ((self.y_r * r + self.y_g * g + self.y_b * b + (self.y_off << 16) + (1 << 15)) >> 16).clamp(0, 255) as u8
+        ((self.y_r * r + self.y_g * g + self.y_b * b + (self.y_off << 15) + (1 << 14)) >> 15).clamp(0, 255) as u8
     }
 
     /// Cb, Cr of a 2x2 block from the sums of its four (edge-replicated) pixels.
     pub fn chroma(&self, sr: i32, sg: i32, sb: i32) -> [u8; 2] {
         let c = |kr: i32, kg: i32, kb: i32| {
-            ((kr * sr + kg * sg + kb * sb + (self.c_off << 18) + (1 << 17)) >> 18).clamp(0, 255) as u8
+            ((kr * sr + kg * sg + kb * sb + (self.c_off << 17) + (1 << 16)) >> 17).clamp(0, 255) as u8
         };
         [c(self.u_r, self.u_g, self.u_b), c(self.v_r, self.v_g, self.v_b)]
     }

@@ -8,8 +8,8 @@
 //! saturate (`paddsw`) where the reference's `sat16` does. Lane 0 of every register holds
 //! pixels 0-3 and 8-11 of the block and lane 1 pixels 4-7 and 12-15, the order the loads'
 //! byte shuffles produce for free, so that packing the channels into pixels never crosses
-//! lanes. RGB -> NV12 keeps the reference's 32-bit products (Q16), eight pixels a
-//! register.
+//! lanes. RGB -> NV12 is the reference's Q15 arithmetic: each pixel's bytes widened to
+//! words, its sums two `pmaddwd`s and a `phaddd`, a 2x2 block's sums added in words.
 //!
 //! Used through [`Kernel::detect`] and [`RgbKernel::detect`]: `None` where the CPU has no
 //! AVX2 (or is not x86_64), and the caller's scalar loop does the row.
@@ -329,6 +329,21 @@ impl RgbKernel {
         }
     }
 
+    /// The coefficients of one output (`[r, g, b]`) by pixel byte, as sixteen 16-bit words
+    /// (four pixels): the alpha or padding byte's is 0.
+    #[cfg(target_arch = "x86_64")]
+    fn by_byte(&self, [r, g, b]: [i32; 3]) -> std::arch::x86_64::__m256i {
+        let mut w = [0i16; 16];
+        for (shift, k) in self.shifts.iter().zip([r, g, b]) {
+            for px in 0..4 {
+                w[px * 4 + (shift / 8) as usize % 4] = k as i16;
+            }
+        }
+        // SAFETY: an unaligned 32-byte load from a 32-byte array; only called from code
+        // that AVX2 was detected for.
+        unsafe { std::arch::x86_64::_mm256_loadu_si256(w.as_ptr().cast()) }
+    }
+
     /// # Safety
     /// The CPU has AVX2; `r` are readable for `64 * blocks` bytes, `y` and `uv` writable
     /// for `16 * blocks`.
@@ -340,47 +355,49 @@ impl RgbKernel {
         // SAFETY: the caller guarantees AVX2 and the bounds of every load and store below;
         // loadu/storeu take any alignment.
         unsafe {
-            let [sr, sg, sb] = self.shifts.map(|s| _mm_cvtsi32_si128(s as i32));
-            let byte = _mm256_set1_epi32(0xff);
-            let (yr, yg, yb) = (_mm256_set1_epi32(k.y_r), _mm256_set1_epi32(k.y_g), _mm256_set1_epi32(k.y_b));
-            let (ur, ug, ub) = (_mm256_set1_epi32(k.u_r), _mm256_set1_epi32(k.u_g), _mm256_set1_epi32(k.u_b));
-            let (vr, vg, vb) = (_mm256_set1_epi32(k.v_r), _mm256_set1_epi32(k.v_g), _mm256_set1_epi32(k.v_b));
-            let ybias = _mm256_set1_epi32((k.y_off << 16) + (1 << 15));
-            let cbias = _mm256_set1_epi32((k.c_off << 18) + (1 << 17));
-            let (zero, max) = (_mm256_setzero_si256(), _mm256_set1_epi32(255));
-            // hadd leaves the chroma samples as 0 1 4 5 | 2 3 6 7; this puts them in order.
-            let order = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+            // Each pixel's four bytes widen to four words; `pmaddwd` with the coefficients
+            // by byte gives two partial sums a pixel, and `phaddd` the pixel's sum.
+            let (ky, ku, kv) = (self.by_byte([k.y_r, k.y_g, k.y_b]), self.by_byte([k.u_r, k.u_g, k.u_b]), self.by_byte([k.v_r, k.v_g, k.v_b]));
+            let ybias = _mm256_set1_epi32((k.y_off << 15) + (1 << 14));
+            let cbias = _mm256_set1_epi32((k.c_off << 17) + (1 << 16));
+            let zero = _mm256_setzero_si256();
+            // Sixteen 32-bit values in order (two registers) to sixteen bytes, clamped to
+            // 0..=255 by the saturating packs; the permutes undo their lane order.
+            let bytes = |a: __m256i, b: __m256i| {
+                let words = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(a, b));
+                _mm256_castsi256_si128(_mm256_permute4x64_epi64::<0b00_00_10_00>(_mm256_packus_epi16(words, words)))
+            };
             for i in 0..blocks {
-                // [row][half]: R, G, B of eight pixels.
-                let mut rgb = [[[zero; 3]; 2]; 2];
+                // [row][group of eight pixels]: the pixels widened to words, low and high
+                // unpack (lane 0: pixels 0-1 and 2-3, lane 1: 4-5 and 6-7).
+                let mut wide = [[[zero; 2]; 2]; 2];
                 for row in 0..2 {
-                    for (half, channels) in rgb[row].iter_mut().enumerate() {
-                        let px = _mm256_loadu_si256(r[row].add(64 * i + 32 * half).cast());
-                        *channels = [sr, sg, sb].map(|s| _mm256_and_si256(_mm256_srl_epi32(px, s), byte));
+                    for (g, w) in wide[row].iter_mut().enumerate() {
+                        let px = _mm256_loadu_si256(r[row].add(64 * i + 32 * g).cast());
+                        *w = [_mm256_unpacklo_epi8(px, zero), _mm256_unpackhi_epi8(px, zero)];
                     }
-                    let luma = rgb[row].map(|[cr, cg, cb]| {
-                        let sum = _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(cr, yr), _mm256_mullo_epi32(cg, yg)), _mm256_mullo_epi32(cb, yb));
-                        _mm256_srai_epi32::<16>(_mm256_add_epi32(sum, ybias))
+                    // Luma of each pixel, in order: phaddd of the low and high halves'
+                    // partial sums gives pixels 0-3 | 4-7.
+                    let luma = wide[row].map(|[lo, hi]| {
+                        let sum = _mm256_hadd_epi32(_mm256_madd_epi16(lo, ky), _mm256_madd_epi16(hi, ky));
+                        _mm256_srai_epi32::<15>(_mm256_add_epi32(sum, ybias))
                     });
-                    // Saturating packs clamp to 0..=255; the permutes undo their lane order.
-                    let words = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_packus_epi32(luma[0], luma[1]));
-                    let bytes = _mm256_permute4x64_epi64::<0b00_00_10_00>(_mm256_packus_epi16(words, words));
-                    _mm_storeu_si128(y[row].add(16 * i).cast(), _mm256_castsi256_si128(bytes));
+                    _mm_storeu_si128(y[row].add(16 * i).cast(), bytes(luma[0], luma[1]));
                 }
-                // Sums of each 2x2 block, per component: the two rows, then pixel pairs.
-                let sums: [__m256i; 3] = std::array::from_fn(|c| {
-                    let h0 = _mm256_add_epi32(rgb[0][0][c], rgb[1][0][c]);
-                    let h1 = _mm256_add_epi32(rgb[0][1][c], rgb[1][1][c]);
-                    _mm256_hadd_epi32(h0, h1)
+                // Each 2x2 block's sums by byte, in words (at most 1020): the rows added,
+                // then each pixel pair (the high 64 bits of each 128 onto the low), then the
+                // low and high unpacks' blocks gathered: blocks 0 1 | 2 3 of the group.
+                let chroma = [0, 1].map(|g| {
+                    let pairs = [0, 1].map(|h| {
+                        let s = _mm256_add_epi16(wide[0][g][h], wide[1][g][h]);
+                        _mm256_add_epi16(s, _mm256_srli_si256::<8>(s))
+                    });
+                    let blocks4 = _mm256_unpacklo_epi64(pairs[0], pairs[1]);
+                    // U0 U1 V0 V1 | U2 U3 V2 V3, then U0 V0 U1 V1 | U2 V2 U3 V3.
+                    let uv = _mm256_hadd_epi32(_mm256_madd_epi16(blocks4, ku), _mm256_madd_epi16(blocks4, kv));
+                    _mm256_shuffle_epi32::<0b11_01_10_00>(_mm256_srai_epi32::<17>(_mm256_add_epi32(uv, cbias)))
                 });
-                let chroma = |kr: __m256i, kg: __m256i, kb: __m256i| {
-                    let t = _mm256_add_epi32(_mm256_add_epi32(_mm256_mullo_epi32(sums[0], kr), _mm256_mullo_epi32(sums[1], kg)), _mm256_mullo_epi32(sums[2], kb));
-                    _mm256_min_epi32(_mm256_max_epi32(_mm256_srai_epi32::<18>(_mm256_add_epi32(t, cbias)), zero), max)
-                };
-                let (u, v) = (chroma(ur, ug, ub), chroma(vr, vg, vb));
-                let pairs = _mm256_permutevar8x32_epi32(_mm256_or_si256(u, _mm256_slli_epi32::<8>(v)), order);
-                let bytes = _mm256_permute4x64_epi64::<0b00_00_10_00>(_mm256_packus_epi32(pairs, pairs));
-                _mm_storeu_si128(uv.add(16 * i).cast(), _mm256_castsi256_si128(bytes));
+                _mm_storeu_si128(uv.add(16 * i).cast(), bytes(chroma[0], chroma[1]));
             }
         }
     }

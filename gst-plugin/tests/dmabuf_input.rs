@@ -231,18 +231,19 @@ fn element_fps(caps: &str, element: &str, out_caps: &str, bytes: &[u8], dmabuf: 
     let common::Run { pipeline, src, sink } =
         common::pipeline(&format!("appsrc name=src caps={caps} format=time ! {element} ! {out_caps} ! appsink name=sink sync=false max-buffers=4"));
     let pool: Vec<gst::Buffer> = (0..POOL).map(|_| if dmabuf { common::dmabuf_buffer(bytes) } else { aligned_buffer(bytes) }).collect();
-    let mut buffers = (0..WARM + frames).map(move |i| pool[i % POOL].clone());
-    for _ in 0..WARM {
-        src.push_buffer(buffers.next().expect("a frame")).expect("push");
-        sink.pull_sample().expect("a warm-up frame");
-    }
-    let t = std::time::Instant::now();
+    let buffers = (0..WARM + frames).map(move |i| pool[i % POOL].clone());
+    // The warm-up frames are pushed ahead as the timed ones are, so that the output pool
+    // has grown to what the pipeline keeps in flight before the clock starts.
     let pusher = std::thread::spawn(move || {
         for b in buffers {
             src.push_buffer(b).expect("push");
         }
         src.end_of_stream().expect("eos");
     });
+    for _ in 0..WARM {
+        sink.pull_sample().expect("a warm-up frame");
+    }
+    let t = std::time::Instant::now();
     for _ in 0..frames {
         sink.pull_sample().expect("a frame");
     }

@@ -498,6 +498,7 @@ fn bench_json_follows_the_contract() {
             (Some("linear"), Some("NV12"), Some("XR24")) => &["libyuv NV12ToARGBMatrix (BT.709)", "libyuv NV12ToARGB (BT.601)", "swscale NV12 -> BGRA (BT.709)"],
             (Some("nv12-16l32s"), Some("NV12"), Some("NV12")) => &["libyuv MM21ToNV12"],
             (Some("linear"), Some("XR24"), Some("NV12")) => &["libyuv ARGBToNV12 (BT.601)"],
+            (Some("linear"), Some("P010"), Some("AR30")) => &["libyuv P010ToAR30Matrix (BT.709)"],
             _ => &[],
         };
         assert_eq!(peers, want, "{c}");

@@ -552,6 +552,7 @@ pub fn conversions(w: u32, h: u32) -> Vec<FrameConversion> {
     out.push(FrameConversion::new((TileLayout::Linear, Fourcc::NV12), (TileLayout::Linear, Fourcc::XRGB8888), w, h));
     out.push(FrameConversion::new((TileLayout::Samsung64x32, Fourcc::NV12), (TileLayout::Linear, Fourcc::XRGB8888), w, h));
     out.push(FrameConversion::new((TileLayout::Linear, Fourcc::XRGB8888), (TileLayout::Linear, Fourcc::NV12), w, h));
+    out.push(FrameConversion::new((TileLayout::Linear, Fourcc::P010), (TileLayout::Linear, Fourcc::ARGB2101010), w, h));
     out
 }
 

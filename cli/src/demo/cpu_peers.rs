@@ -1,6 +1,7 @@
 //! The CPU libraries an engine would use instead of dmabridge for a copy-path conversion,
 //! measured by `dmabridge bench` on the same frames in the same run: libyuv
-//! (`NV12ToARGBMatrix` with BT.709, `NV12ToARGB`, `MM21ToNV12`) and FFmpeg's swscale
+//! (`NV12ToARGBMatrix` with BT.709, `NV12ToARGB`, `MM21ToNV12`, `ARGBToNV12`,
+//! `P010ToAR30Matrix` with BT.709) and FFmpeg's swscale
 //! (NV12 -> BGRA, BT.709 limited range). They are loaded at run time (libloading) from
 //! Debian's `libyuv-dev`/`libswscale-dev` (or their runtime packages), so the CLI builds and
 //! runs without them; a library that is not there is a peer reported missing, never a
@@ -29,6 +30,8 @@ pub enum PeerCase {
     SwscaleNv12ToBgra,
     /// libyuv `ARGBToNV12` (its only matrix, BT.601 limited): XR24 -> NV12.
     LibyuvArgbToNv12,
+    /// libyuv `P010ToAR30Matrix` with `kYuvH709Constants`: P010 -> AR30, BT.709 limited.
+    LibyuvP010ToAr30Bt709,
 }
 
 impl PeerCase {
@@ -40,6 +43,7 @@ impl PeerCase {
             PeerCase::LibyuvMm21ToNv12 => "libyuv MM21ToNV12",
             PeerCase::SwscaleNv12ToBgra => "swscale NV12 -> BGRA (BT.709)",
             PeerCase::LibyuvArgbToNv12 => "libyuv ARGBToNV12 (BT.601)",
+            PeerCase::LibyuvP010ToAr30Bt709 => "libyuv P010ToAR30Matrix (BT.709)",
         }
     }
 
@@ -51,6 +55,7 @@ impl PeerCase {
             }
             (TileLayout::Nv12_16L32S, Fourcc::NV12, TileLayout::Linear, Fourcc::NV12) => vec![PeerCase::LibyuvMm21ToNv12],
             (TileLayout::Linear, Fourcc::XRGB8888, TileLayout::Linear, Fourcc::NV12) => vec![PeerCase::LibyuvArgbToNv12],
+            (TileLayout::Linear, Fourcc::P010, TileLayout::Linear, Fourcc::ARGB2101010) => vec![PeerCase::LibyuvP010ToAr30Bt709],
             _ => Vec::new(),
         }
     }
@@ -85,6 +90,7 @@ fn open(library: &'static str, names: &[&str]) -> Result<Library, PeerError> {
 }
 
 type Nv12ToArgbMatrix = unsafe extern "C" fn(*const u8, c_int, *const u8, c_int, *mut u8, c_int, *const c_void, c_int, c_int) -> c_int;
+type P010ToAr30Matrix = unsafe extern "C" fn(*const u16, c_int, *const u16, c_int, *mut u8, c_int, *const c_void, c_int, c_int) -> c_int;
 type Nv12ToArgb = unsafe extern "C" fn(*const u8, c_int, *const u8, c_int, *mut u8, c_int, c_int, c_int) -> c_int;
 type ArgbToNv12 = unsafe extern "C" fn(*const u8, c_int, *mut u8, c_int, *mut u8, c_int, c_int, c_int) -> c_int;
 type Mm21ToNv12 = unsafe extern "C" fn(*const u8, c_int, *const u8, c_int, *mut u8, c_int, *mut u8, c_int, c_int, c_int) -> c_int;
@@ -130,9 +136,28 @@ pub fn measure(peer: PeerCase, c: &FrameConversion, input: &[u8], out: &mut [u8]
     let src_y = input[y.offset as usize..].as_ptr();
     let src_uv = input[uv.offset as usize..].as_ptr();
     let run: Box<Run> = match peer {
-        PeerCase::LibyuvNv12ToArgbBt709 | PeerCase::LibyuvNv12ToArgb | PeerCase::LibyuvMm21ToNv12 | PeerCase::LibyuvArgbToNv12 => {
+        PeerCase::LibyuvNv12ToArgbBt709 | PeerCase::LibyuvNv12ToArgb | PeerCase::LibyuvMm21ToNv12 | PeerCase::LibyuvArgbToNv12 | PeerCase::LibyuvP010ToAr30Bt709 => {
             let lib = open("libyuv", &["libyuv.so", "libyuv.so.0"])?;
+            // SAFETY: a data symbol: its address is the constants' struct, which the library
+            // owns for as long as it is loaded (kept by the closures).
+            let bt709 = || unsafe { lib.get::<*const c_void>(b"kYuvH709Constants") }.map(|k| *k).map_err(|e| PeerError::Missing { library: "libyuv", detail: e.to_string() });
             match peer {
+                PeerCase::LibyuvP010ToAr30Bt709 => {
+                    let f: P010ToAr30Matrix = symbol(&lib, "libyuv", "P010ToAR30Matrix")?;
+                    let k = bt709()?;
+                    // libyuv counts a 16-bit plane's stride in samples.
+                    let (ys, uvs) = (ys / 2, uvs / 2);
+                    if src_y as usize % 2 != 0 || src_uv as usize % 2 != 0 {
+                        return Err(PeerError::Refused { peer: peer.name(), detail: "its 16-bit planes must be 2-byte aligned".into() });
+                    }
+                    Box::new(move |dst: &mut [u8]| {
+                        let _keep = &lib;
+                        // SAFETY: the planes hold `h` rows of 16-bit samples at their strides
+                        // (checked against the geometry above) and are 2-byte aligned (checked);
+                        // `dst` holds `h` rows of `w * 4` bytes.
+                        unsafe { f(src_y.cast(), ys, src_uv.cast(), uvs, dst.as_mut_ptr(), wi * 4, k, wi, hi) }
+                    })
+                }
                 PeerCase::LibyuvArgbToNv12 => {
                     let f: ArgbToNv12 = symbol(&lib, "libyuv", "ARGBToNV12")?;
                     let uv_at = int(u64::from(w) * u64::from(h))? as usize;
@@ -147,10 +172,7 @@ pub fn measure(peer: PeerCase, c: &FrameConversion, input: &[u8], out: &mut [u8]
                 }
                 PeerCase::LibyuvNv12ToArgbBt709 => {
                     let f: Nv12ToArgbMatrix = symbol(&lib, "libyuv", "NV12ToARGBMatrix")?;
-                    // SAFETY: a data symbol: its address is the constants' struct, which
-                    // the library owns for as long as it is loaded (kept by the closure).
-                    let k = unsafe { lib.get::<*const c_void>(b"kYuvH709Constants") }.map_err(|e| PeerError::Missing { library: "libyuv", detail: e.to_string() })?;
-                    let k: *const c_void = *k;
+                    let k = bt709()?;
                     Box::new(move |dst: &mut [u8]| {
                         let _keep = &lib;
                         // SAFETY: the planes hold `h` rows at their strides (checked against the
@@ -313,6 +335,35 @@ mod tests {
         eprintln!("libyuv ARGBToNV12: at most {worst:?} code values from the reference");
         // 1 measured with its AVX2 loops; 2 leaves room for its other SIMD paths' rounding.
         assert!(worst.is_some_and(|d| d <= 2), "{worst:?} code values from the reference");
+    }
+
+    /// libyuv's P010 -> AR30 is called right (16-bit strides in samples, its AR30 word
+    /// order): near dmabridge's BT.709 reference, 10 bits a channel, on the same picture.
+    #[test]
+    fn libyuv_p010_to_ar30_does_what_dmabridge_does() {
+        let (w, h) = (256u32, 96u32);
+        let c = FrameConversion::new((TileLayout::Linear, Fourcc::P010), (TileLayout::Linear, Fourcc::ARGB2101010), w, h);
+        // Ramps inside the limited range, 10-bit samples in the top bits of each word.
+        let word = |v: u32| ((v << 6) as u16).to_le_bytes();
+        let luma = (0..w * h).flat_map(|i| word(64 + (i % w + i / w) * 876 / (w + h)));
+        let chroma = (0..w * h / 2).flat_map(|i| {
+            let (x, y) = (i % w / 2, i / w);
+            word(320 + if i % 2 == 0 { x * 384 / (w / 2) } else { y * 384 / (h / 2) })
+        });
+        let p010: Vec<u8> = luma.chain(chroma).collect();
+        let want = yuv_to_rgb_vec(Fourcc::P010, Fourcc::ARGB2101010, ColourMatrix::Bt709, ColourRange::Limited, w, h, &p010).expect("reference");
+        let mut got = vec![0u8; want.len()];
+        measure(PeerCase::LibyuvP010ToAr30Bt709, &c, &p010, &mut got, 1).expect("libyuv P010ToAR30Matrix");
+        let channels = |px: &[u8]| {
+            let v = u32::from_le_bytes([px[0], px[1], px[2], px[3]]);
+            [(v >> 20) & 1023, (v >> 10) & 1023, v & 1023].map(|c| c as i32)
+        };
+        let inside = |c: &[i32; 3]| c.iter().all(|&v| v > 0 && v < 1023);
+        let worst = got.chunks(4).zip(want.chunks(4)).map(|(g, w)| (channels(g), channels(w))).filter(|(_, w)| inside(w)).flat_map(|(g, w)| (0..3).map(move |i| (g[i] - w[i]).abs())).max();
+        eprintln!("libyuv P010ToAR30Matrix: at most {worst:?} 10-bit code values from the reference");
+        // libyuv's 6-bit coefficients: 29 measured here, about its 8-bit conversions' 6 code
+        // values scaled to 10 bits (a wrong stride or word order is hundreds off).
+        assert!(worst.is_some_and(|d| d <= 32), "{worst:?} code values from the reference");
     }
 
     #[test]

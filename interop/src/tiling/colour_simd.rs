@@ -189,7 +189,6 @@ impl Kernel {
             let set = |v: i32| _mm256_set1_epi16(v as i16);
             let (ym, bias) = (set(k.y_mul), set(k.bias));
             let (rv, gu, gv, bu) = (set(k.r_v), set(k.g_u), set(k.g_v), set(k.b_u));
-            const { assert!(ORDER != 0) };
             let bytes = ORDER != u32::MAX;
             debug_assert_eq!(k.shift, if bytes { 6 } else { 4 });
             let load = |m: &[u8; 32]| _mm256_loadu_si256(m.as_ptr().cast());

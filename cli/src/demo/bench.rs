@@ -560,7 +560,9 @@ pub fn conversions(w: u32, h: u32) -> Vec<FrameConversion> {
 fn gst_case(c: &FrameConversion) -> Option<GstCase> {
     match (c.from_layout, c.to) {
         (l, t) if t == Fourcc::NV12 && gst_format(l).is_some() => Some(GstCase::Detile(l)),
-        (TileLayout::Linear, t) if t == Fourcc::XRGB8888 => Some(GstCase::Nv12ToBgrx),
+        (TileLayout::Linear, t) if t == Fourcc::XRGB8888 && c.from == Fourcc::NV12 => Some(GstCase::Nv12ToBgrx),
+        (TileLayout::Linear, t) if t == Fourcc::NV12 && c.from == Fourcc::XRGB8888 => Some(GstCase::BgrxToNv12),
+        (TileLayout::Linear, t) if t == Fourcc::ARGB2101010 && c.from == Fourcc::P010 => Some(GstCase::P010ToBgr10a2),
         _ => None,
     }
 }

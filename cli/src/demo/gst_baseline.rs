@@ -6,10 +6,11 @@
 //! - **detile**: a tiled NV12 frame, in every dmabridge layout that GStreamer 1.22 has a
 //!   raw format for (the layouts with a GStreamer name in
 //!   [`dmabridge_interop::tile_layout::TILE_LAYOUTS`]), to linear NV12;
-//! - **colour**: linear NV12 to BGRx (DRM XR24).
+//! - **colour**: linear NV12 to BGRx (DRM XR24), BGRx to NV12, and P010 to BGR10A2_LE
+//!   (DRM AR30).
 //!
-//! The rate is the *output* bytes (the tightly packed linear NV12 image, or the BGRx image)
-//! per second, the same quantity dmabridge's own conversions report.
+//! The rate is the *output* bytes (the tightly packed linear output image) per second, the
+//! same quantity dmabridge's own conversions report.
 //!
 //! ## How
 //! The frame, repeated `frames` times, is written to a file in a tmpfs and run through
@@ -17,8 +18,8 @@
 //!
 //! ```text
 //! filesrc location=F blocksize=FRAME ! rawvideoparse format=.. width=W height=H framerate=30/1
-//!     frame-size=FRAME plane-offsets=<0,UV> [plane-strides=<W,W>] ! videoconvert n-threads=1
-//!     ! video/x-raw,format=NV12|BGRx ! fakesink sync=false
+//!     frame-size=FRAME plane-offsets=<0[,UV]> [plane-strides=<linear strides>]
+//!     ! videoconvert n-threads=1 ! video/x-raw,format=NV12|BGRx|BGR10A2_LE ! fakesink sync=false
 //! ```
 //!
 //! The same pipeline without `videoconvert` (and without the caps filter, which a tiled
@@ -90,6 +91,10 @@ pub enum GstCase {
     Detile(TileLayout),
     /// Linear NV12 to BGRx (DRM XR24).
     Nv12ToBgrx,
+    /// Linear BGRx (DRM XR24) to NV12.
+    BgrxToNv12,
+    /// Linear P010 to BGR10A2_LE (DRM AR30).
+    P010ToBgr10a2,
 }
 
 /// The GStreamer format name for a layout, as `rawvideoparse`'s `format` property spells it
@@ -123,13 +128,13 @@ pub fn available() -> Result<(), String> {
 }
 
 /// GB/s of `videoconvert` for `case` at `width` x `height`: output bytes (the tightly
-/// packed linear NV12 image, or the BGRx image) per second over `frames` frames, with the
+/// packed linear output image) per second over `frames` frames, with the
 /// pipeline's fixed cost (start-up, reading the input, parsing) subtracted by timing the same
 /// pipeline without `videoconvert` in the same call (see the module docs).
 ///
 /// `input_frame` is one frame in dmabridge's layout: for [`GstCase::Detile`] the tiled
 /// buffer of [`tiled_size`] bytes (planes concatenated, each padded to whole tiles), for
-/// [`GstCase::Nv12ToBgrx`] the tightly packed NV12 image; bytes past that size are ignored.
+/// the others the tightly packed linear image; bytes past that size are ignored.
 ///
 /// `Err` when GStreamer is missing or refuses the pipeline (with the tail of its stderr),
 /// frames the stream differently from dmabridge's layout, or takes no measurably longer with
@@ -187,11 +192,11 @@ struct Spec {
     height: u32,
     /// Input bytes a frame: `rawvideoparse`'s `frame-size` and `filesrc`'s `blocksize`.
     frame_bytes: usize,
-    /// Where the UV plane starts in an input frame.
-    uv_offset: u64,
+    /// Where each plane starts in an input frame.
+    offsets: Vec<u64>,
     /// Row strides of a linear input's planes; `None` for tiled input, whose strides
     /// GStreamer derives from the tile geometry (a byte stride there would mean something else).
-    linear_strides: Option<(u32, u32)>,
+    linear_strides: Option<Vec<u32>>,
     out_caps: &'static str,
     /// Output bytes a frame, as dmabridge counts them (tightly packed).
     output_bytes: u64,
@@ -199,31 +204,31 @@ struct Spec {
 
 impl Spec {
     fn new(case: GstCase, width: u32, height: u32) -> Result<Spec, String> {
-        let geometry = |layout| tiled_size(layout, Fourcc::NV12, width, height).map_err(|e| format!("{case:?} at {width}x{height}: {e}"));
-        let linear = geometry(TileLayout::Linear)?;
-        let (format, input, linear_strides, out_caps, output_bytes) = match case {
+        let geometry = |layout, fourcc| tiled_size(layout, fourcc, width, height).map_err(|e| format!("{case:?} at {width}x{height}: {e}"));
+        // GStreamer's input format, dmabridge's input and output, and the output caps.
+        let (format, (layout, from), to, out_caps) = match case {
             GstCase::Detile(layout) => {
                 let format = gst_format(layout).ok_or_else(|| format!("GStreamer has no raw video format for the {layout} layout"))?;
-                (format, geometry(layout)?, None, "video/x-raw,format=NV12", linear.size)
+                (format, (layout, Fourcc::NV12), Fourcc::NV12, "video/x-raw,format=NV12")
             }
-            GstCase::Nv12ToBgrx => {
-                let strides = match linear.planes.as_slice() {
-                    [y, uv] => Some((y.width_bytes, uv.width_bytes)),
-                    _ => return Err(format!("{case:?}: NV12 with other than two planes")),
-                };
-                let bgrx = u64::from(width) * u64::from(height) * 4;
-                ("nv12".to_owned(), linear.clone(), strides, "video/x-raw,format=BGRx", bgrx)
-            }
+            GstCase::Nv12ToBgrx => ("nv12".to_owned(), (TileLayout::Linear, Fourcc::NV12), Fourcc::XRGB8888, "video/x-raw,format=BGRx"),
+            GstCase::BgrxToNv12 => ("bgrx".to_owned(), (TileLayout::Linear, Fourcc::XRGB8888), Fourcc::NV12, "video/x-raw,format=NV12"),
+            GstCase::P010ToBgr10a2 => ("p010-10le".to_owned(), (TileLayout::Linear, Fourcc::P010), Fourcc::ARGB2101010, "video/x-raw,format=BGR10A2_LE"),
         };
-        let uv_offset = input.planes.get(1).map(|p| p.offset).ok_or_else(|| format!("{case:?}: NV12 without a second plane"))?;
+        let input = geometry(layout, from)?;
+        let output_bytes = geometry(TileLayout::Linear, to)?.size;
+        // GStreamer's own rows are padded to 4 bytes; dmabridge's linear ones are tightly
+        // packed, so a linear input's strides are given.
+        let linear_strides = (layout == TileLayout::Linear).then(|| input.planes.iter().map(|p| p.width_bytes).collect());
+        let offsets: Vec<u64> = input.planes.iter().map(|p| p.offset).collect();
         // filesrc's blocksize and rawvideoparse's frame-size are 32-bit properties.
         let frame_bytes = u32::try_from(input.size)
             .map(|b| b as usize)
             .map_err(|_| format!("{case:?} at {width}x{height}: a {} byte frame is too large for GStreamer's raw parser", input.size))?;
-        if i32::try_from(uv_offset).is_err() {
-            return Err(format!("{case:?} at {width}x{height}: plane offset {uv_offset} is too large for GStreamer"));
+        if let Some(o) = offsets.iter().find(|o| i32::try_from(**o).is_err()) {
+            return Err(format!("{case:?} at {width}x{height}: plane offset {o} is too large for GStreamer"));
         }
-        Ok(Spec { format, width, height, frame_bytes, uv_offset, linear_strides, out_caps, output_bytes })
+        Ok(Spec { format, width, height, frame_bytes, offsets, linear_strides, out_caps, output_bytes })
     }
 }
 
@@ -269,11 +274,10 @@ fn pipeline_to(spec: &Spec, input: &Path, stage: Stage, sink: &Sink) -> Vec<Stri
         // Any positive rate: fakesink does not sync, so it only stamps the buffers.
         "framerate=30/1".into(),
         format!("frame-size={}", spec.frame_bytes),
-        format!("plane-offsets=<0,{}>", spec.uv_offset),
+        format!("plane-offsets=<{}>", spec.offsets.iter().map(u64::to_string).collect::<Vec<_>>().join(",")),
     ]);
-    if let Some((y, uv)) = spec.linear_strides {
-        // GStreamer's own NV12 rows are padded to 4 bytes; dmabridge's are tightly packed.
-        a.push(format!("plane-strides=<{y},{uv}>"));
+    if let Some(strides) = &spec.linear_strides {
+        a.push(format!("plane-strides=<{}>", strides.iter().map(u32::to_string).collect::<Vec<_>>().join(",")));
     }
     if stage == Stage::Convert {
         a.extend(["!".into(), "videoconvert".into(), "n-threads=1".into(), "!".into(), spec.out_caps.into()]);
@@ -550,6 +554,53 @@ mod tests {
         check_framing(&spec, input.path(), 3).unwrap();
         // Told there are more frames than the stream holds: caught.
         assert!(check_framing(&spec, input.path(), 4).is_err());
+    }
+
+    /// The RGB -> NV12 and P010 -> AR30 pipelines are given the frames as dmabridge lays
+    /// them out (plane offsets, tight strides), so GStreamer converts the same picture: its
+    /// output lands near dmabridge's reference (its own colour math differs by a few code
+    /// values; a wrong stride or format would be far off).
+    #[test]
+    fn colour_cases_convert_the_same_picture() {
+        use dmabridge_interop::tiling::{rgb_to_nv12_vec, yuv_to_rgb_vec, ColourMatrix, ColourRange};
+        if let Err(why) = available() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let (w, h) = (128u32, 64u32);
+        let rgb: Vec<u8> = (0..w * h).flat_map(|i| {
+            let (x, y) = (i % w, i / w);
+            [(x * 255 / w) as u8, (y * 255 / h) as u8, ((x + y) * 255 / (w + h)) as u8, 255]
+        }).collect();
+        // Uncolorimetried SD caps: GStreamer takes BT.601.
+        let gst = convert_one(GstCase::BgrxToNv12, w, h, &rgb).unwrap();
+        let want = rgb_to_nv12_vec(Fourcc::XRGB8888, ColourMatrix::Bt601, ColourRange::Limited, w, h, &rgb).unwrap();
+        assert_eq!(gst.len(), want.len());
+        let worst = gst.iter().zip(&want).map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs()).max();
+        eprintln!("videoconvert BGRx -> NV12: at most {worst:?} code values from dmabridge's BT.601 reference");
+        // 1 measured; the guide's 5-7 code values is its BT.601/709 error elsewhere.
+        assert!(worst.is_some_and(|d| d <= 8), "{worst:?}");
+
+        let word = |v: u32| ((v << 6) as u16).to_le_bytes();
+        let luma = (0..w * h).flat_map(|i| word(64 + (i % w + i / w) * 876 / (w + h)));
+        let chroma = (0..w * h / 2).flat_map(|i| word(320 + (i % w) * 384 / w));
+        let p010: Vec<u8> = luma.chain(chroma).collect();
+        let gst = convert_one(GstCase::P010ToBgr10a2, w, h, &p010).unwrap();
+        // Uncolorimetried SD caps: GStreamer takes BT.601.
+        let want = yuv_to_rgb_vec(Fourcc::P010, Fourcc::ARGB2101010, ColourMatrix::Bt601, ColourRange::Limited, w, h, &p010).unwrap();
+        assert_eq!(gst.len(), want.len());
+        let channels = |px: &[u8]| {
+            let v = u32::from_le_bytes([px[0], px[1], px[2], px[3]]);
+            [(v >> 20) & 1023, (v >> 10) & 1023, v & 1023].map(|c| c as i32)
+        };
+        let worst = gst.chunks(4).zip(want.chunks(4)).flat_map(|(a, b)| {
+            let (a, b) = (channels(a), channels(b));
+            (0..3).map(move |i| (a[i] - b[i]).abs())
+        }).max();
+        eprintln!("videoconvert P010 -> BGR10A2_LE: at most {worst:?} 10-bit code values from dmabridge's BT.601 reference");
+        // 5 measured (10-bit code values); the BT.709 reference is 88 off, a wrong stride
+        // or format hundreds.
+        assert!(worst.is_some_and(|d| d <= 32), "{worst:?}");
     }
 
     #[test]

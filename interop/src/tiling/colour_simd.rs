@@ -124,30 +124,44 @@ impl Kernel {
         }
     }
 
-    /// Converts the leading pixels of one row, sixteen at a time: luma row `y`, its chroma
-    /// row `c` (interleaved U, V), 4-byte pixels into `out`. Returns how many pixels it
-    /// wrote (a multiple of 16, at most `width`), the rest being the caller's.
-    pub(super) fn row(&self, y: &[u8], c: &[u8], out: &mut [u8], width: usize) -> usize {
+    /// Converts the leading pixels of a row pair, sixteen at a time: luma rows `y`
+    /// sharing the chroma row `c` (interleaved U, V), 4-byte pixels into `out`; or of one
+    /// row, the second `None` (its luma row is then not read).
+    /// Returns how many pixels of each row it wrote (a multiple of 16, at most `width`),
+    /// the rest being the caller's.
+    pub(super) fn rows(&self, y: [&[u8]; 2], c: &[u8], out: (&mut [u8], Option<&mut [u8]>), width: usize) -> usize {
         let bytes = if self.ten_bit { 2 } else { 1 };
+        let (out0, out1) = out;
+        // Without a second row, the loop touches only the first; the bounds below are the
+        // first's twice.
+        let (y1, second) = match &out1 {
+            Some(o) => (y[1], o.len()),
+            None => (y[0], out0.len()),
+        };
         // Sixteen pixels read 16 luma and 16 chroma samples (8 pairs) and write 64 bytes.
-        let blocks = width.min(y.len() / bytes).min(c.len() / bytes).min(out.len() / 4) / 16;
+        let blocks = width.min(y[0].len().min(y1.len()) / bytes).min(c.len() / bytes).min(out0.len().min(second) / 4) / 16;
         if blocks == 0 {
             return 0;
         }
         #[cfg(target_arch = "x86_64")]
         {
+            let (one, o0) = (out1.is_none(), out0.as_mut_ptr());
+            let o1 = out1.map_or(o0, |o| o.as_mut_ptr());
             // SAFETY: a `Kernel` exists only where `detect` found AVX2; the blocks read
-            // `16 * bytes * blocks` bytes of `y` and of `c` and write `64 * blocks` of
-            // `out`, all inside the slices by the minimum above.
+            // `16 * bytes * blocks` bytes of each luma row and of `c` and write `64 * blocks`
+            // of each output row, all inside the slices by the minimum above (with one row,
+            // the loop reads and writes only the first).
             unsafe {
-                let (y, c, out) = (y.as_ptr(), c.as_ptr(), out.as_mut_ptr());
+                let (y, c) = ([y[0].as_ptr(), y1.as_ptr()], c.as_ptr());
                 // One loop per depth and byte order (the orders of `RGB8_FORMATS`, and
                 // 2:10:10:10).
                 macro_rules! dispatch {
                     ($($o:expr),*) => {
-                        match (self.ten_bit, self.order) {
-                            $((false, o) if o == $o => self.blocks_avx2::<false, { $o }>(y, c, out, blocks),
-                              (true, o) if o == $o => self.blocks_avx2::<true, { $o }>(y, c, out, blocks),)*
+                        match (self.ten_bit, self.order, one) {
+                            $((false, o, false) if o == $o => self.blocks_avx2::<false, { $o }, 2>(y, c, [o0, o1], blocks),
+                              (true, o, false) if o == $o => self.blocks_avx2::<true, { $o }, 2>(y, c, [o0, o1], blocks),
+                              (false, o, true) if o == $o => self.blocks_avx2::<false, { $o }, 1>(y, c, [o0, o1], blocks),
+                              (true, o, true) if o == $o => self.blocks_avx2::<true, { $o }, 1>(y, c, [o0, o1], blocks),)*
                             _ => return 0,
                         }
                     };
@@ -158,7 +172,7 @@ impl Kernel {
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (y, c, out);
+            let _ = (y, c, out0, out1);
             0
         }
     }
@@ -169,12 +183,13 @@ impl Kernel {
     /// registers), and the channels go to their bytes without a shuffle.
     ///
     /// # Safety
-    /// The CPU has AVX2; `y` and `c` are readable for `16 * blocks` bytes (8-bit samples)
-    /// or `32 * blocks` (10-bit), `out` is writable for `64 * blocks` bytes, `TEN` is
-    /// `self.ten_bit` and `ORDER` is `self.order`.
+    /// The CPU has AVX2; both `y` and `c` are readable for `16 * blocks` bytes (8-bit
+    /// samples) or `32 * blocks` (10-bit), both `out` writable for `64 * blocks` bytes,
+    /// `TEN` is `self.ten_bit` and `ORDER` is `self.order`. `ROWS` (1 or 2) is how many
+    /// of the rows the loop converts.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn blocks_avx2<const TEN: bool, const ORDER: u32>(&self, y: *const u8, c: *const u8, out: *mut u8, blocks: usize) {
+    unsafe fn blocks_avx2<const TEN: bool, const ORDER: u32, const ROWS: usize>(&self, y: [*const u8; 2], c: *const u8, out: [*mut u8; 2], blocks: usize) {
         use std::arch::x86_64::*;
         let k = &self.k;
         // SAFETY: the caller guarantees AVX2 (every intrinsic's requirement), that the
@@ -199,83 +214,91 @@ impl Kernel {
             let opaque = _mm256_set1_epi16(255);
             // Non-temporal stores need their alignment: 32 bytes for a whole register, else
             // 16 for its halves; rows that have neither are stored as usual.
-            let stream = match (self.stream, out as usize % 32) {
+            let stream = out.map(|o| match (self.stream, o as usize % 32) {
                 (true, 0) => Stream::Wide,
                 (true, 16) => Stream::Shifted,
                 _ => Stream::No,
-            };
+            });
             let (zero, max) = (_mm256_setzero_si256(), set(k.max));
             let alpha_hi = _mm256_set1_epi16((3u16 << 14) as i16);
-            // The last block's second register, for `Stream::Shifted`.
-            let mut carry = _mm256_setzero_si256();
+            // Each row's last block's second register, for `Stream::Shifted`.
+            let mut carry = [_mm256_setzero_si256(); 2];
             for i in 0..blocks {
-                // `yl`: each pixel's luma sample in the top bits of its word; `u`, `v`: its
-                // chroma, less the offset, likewise (as signed words).
-                let (yl, u, v) = if TEN {
-                    // Quarters 0 2 | 1 3: pixels 0-3 8-11 | 4-7 12-15, chroma pairs 0 1 4 5 | 2 3 6 7.
-                    let ys = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_loadu_si256(y.add(32 * i).cast()));
+                // Each pixel's chroma, less the offset, in the top bits of its word (as
+                // signed words), and its terms, which the two rows share.
+                let (u, v) = if TEN {
+                    // Quarters 0 2 | 1 3: chroma pairs 0 1 4 5 | 2 3 6 7.
                     let cs = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_loadu_si256(c.add(32 * i).cast()));
                     let cs = _mm256_xor_si256(_mm256_and_si256(cs, top10), sign);
-                    (_mm256_and_si256(ys, top10), _mm256_shuffle_epi8(cs, ten_u), _mm256_shuffle_epi8(cs, ten_v))
+                    (_mm256_shuffle_epi8(cs, ten_u), _mm256_shuffle_epi8(cs, ten_v))
                 } else {
-                    let ys = _mm256_broadcastsi128_si256(_mm_loadu_si128(y.add(16 * i).cast()));
                     let cs = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128(c.add(16 * i).cast())), flip);
-                    (_mm256_shuffle_epi8(ys, luma_order), _mm256_shuffle_epi8(cs, u_order), _mm256_shuffle_epi8(cs, v_order))
+                    (_mm256_shuffle_epi8(cs, u_order), _mm256_shuffle_epi8(cs, v_order))
                 };
-                // `vpmulhuw` written out: given the intrinsic, LLVM (Rust 1.95) rewrites this
-                // one multiply into seven instructions on 32-bit lanes, which costs the loop a
-                // fifth of its speed.
-                let luma: __m256i;
-                std::arch::asm!("vpmulhuw {l}, {y}, {m}", l = lateout(ymm_reg) luma, y = in(ymm_reg) yl, m = in(ymm_reg) ym, options(pure, nomem, nostack, preserves_flags));
-                let l = _mm256_add_epi16(luma, bias);
+                let (cr, cb) = (_mm256_mulhrs_epi16(v, rv), _mm256_mulhrs_epi16(u, bu));
                 let cg = _mm256_add_epi16(_mm256_mulhrs_epi16(u, gu), _mm256_mulhrs_epi16(v, gv));
-                // The fraction bits: 6 for 8-bit output, 4 for 10-bit (`YuvToRgb::shift`).
-                let channel = |t: __m256i| {
-                    let sum = _mm256_adds_epi16(l, t);
-                    if bytes { _mm256_srai_epi16::<6>(sum) } else { _mm256_srai_epi16::<4>(sum) }
-                };
-                let (r, g, b) = (channel(_mm256_mulhrs_epi16(v, rv)), channel(cg), channel(_mm256_mulhrs_epi16(u, bu)));
-                let (first, second) = if bytes {
-                    // Saturating packs clamp to 0..=255. With bytes 0 and 2 of each pixel
-                    // in one pack and 1 and 3 in the other, the unpacks interleave them into
-                    // pixels: lane 0 into pixels 0-3 and 8-11, lane 1 into 4-7 and 12-15.
-                    let channels = [r, g, b, opaque];
-                    let at = |byte| channels[channel_at(ORDER, byte)];
-                    let (even, odd) = (_mm256_packus_epi16(at(0), at(2)), _mm256_packus_epi16(at(1), at(3)));
-                    let (lo, hi) = (_mm256_unpacklo_epi8(even, odd), _mm256_unpackhi_epi8(even, odd));
-                    (_mm256_unpacklo_epi16(lo, hi), _mm256_unpackhi_epi16(lo, hi))
-                } else {
-                    // 2:10:10:10 (the one 10-bit packing): the low and high 16 bits of each
-                    // pixel word, interleaved.
-                    let clamp = |x: __m256i| _mm256_min_epi16(_mm256_max_epi16(x, zero), max);
-                    let (r, g, b) = (clamp(r), clamp(g), clamp(b));
-                    let low = _mm256_or_si256(b, _mm256_slli_epi16::<10>(g));
-                    let high = _mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16::<6>(g), _mm256_slli_epi16::<4>(r)), alpha_hi);
-                    (_mm256_unpacklo_epi16(low, high), _mm256_unpackhi_epi16(low, high))
-                };
-                let o = out.add(64 * i);
-                match stream {
-                    Stream::Wide => {
-                        _mm256_stream_si256(o.cast(), first);
-                        _mm256_stream_si256(o.add(32).cast(), second);
-                    }
-                    Stream::Shifted => {
-                        // Bytes -16..16 of the block: the last block's top half and this
-                        // one's first (the row's first 16 bytes alone), then 16..48.
-                        if i == 0 {
-                            _mm_stream_si128(o.cast(), _mm256_castsi256_si128(first));
-                        } else {
-                            _mm256_stream_si256(o.sub(16).cast(), _mm256_permute2x128_si256::<0x21>(carry, first));
+                for row in 0..ROWS {
+                    // Each pixel's luma sample in the top bits of its word.
+                    let yl = if TEN {
+                        // Pixels 0-3 8-11 | 4-7 12-15.
+                        _mm256_and_si256(_mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_loadu_si256(y[row].add(32 * i).cast())), top10)
+                    } else {
+                        _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(y[row].add(16 * i).cast())), luma_order)
+                    };
+                    // `vpmulhuw` written out: given the intrinsic, LLVM (Rust 1.95) rewrites
+                    // this one multiply into seven instructions on 32-bit lanes, which costs
+                    // the loop a fifth of its speed.
+                    let luma: __m256i;
+                    std::arch::asm!("vpmulhuw {l}, {y}, {m}", l = lateout(ymm_reg) luma, y = in(ymm_reg) yl, m = in(ymm_reg) ym, options(pure, nomem, nostack, preserves_flags));
+                    let l = _mm256_add_epi16(luma, bias);
+                    // The fraction bits: 6 for 8-bit output, 4 for 10-bit (`YuvToRgb::shift`).
+                    let channel = |t: __m256i| {
+                        let sum = _mm256_adds_epi16(l, t);
+                        if bytes { _mm256_srai_epi16::<6>(sum) } else { _mm256_srai_epi16::<4>(sum) }
+                    };
+                    let (r, g, b) = (channel(cr), channel(cg), channel(cb));
+                    let (first, second) = if bytes {
+                        // Saturating packs clamp to 0..=255. With bytes 0 and 2 of each pixel
+                        // in one pack and 1 and 3 in the other, the unpacks interleave them into
+                        // pixels: lane 0 into pixels 0-3 and 8-11, lane 1 into 4-7 and 12-15.
+                        let channels = [r, g, b, opaque];
+                        let at = |byte| channels[channel_at(ORDER, byte)];
+                        let (even, odd) = (_mm256_packus_epi16(at(0), at(2)), _mm256_packus_epi16(at(1), at(3)));
+                        let (lo, hi) = (_mm256_unpacklo_epi8(even, odd), _mm256_unpackhi_epi8(even, odd));
+                        (_mm256_unpacklo_epi16(lo, hi), _mm256_unpackhi_epi16(lo, hi))
+                    } else {
+                        // 2:10:10:10 (the one 10-bit packing): the low and high 16 bits of each
+                        // pixel word, interleaved.
+                        let clamp = |x: __m256i| _mm256_min_epi16(_mm256_max_epi16(x, zero), max);
+                        let (r, g, b) = (clamp(r), clamp(g), clamp(b));
+                        let low = _mm256_or_si256(b, _mm256_slli_epi16::<10>(g));
+                        let high = _mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16::<6>(g), _mm256_slli_epi16::<4>(r)), alpha_hi);
+                        (_mm256_unpacklo_epi16(low, high), _mm256_unpackhi_epi16(low, high))
+                    };
+                    let o = out[row].add(64 * i);
+                    match stream[row] {
+                        Stream::Wide => {
+                            _mm256_stream_si256(o.cast(), first);
+                            _mm256_stream_si256(o.add(32).cast(), second);
                         }
-                        _mm256_stream_si256(o.add(16).cast(), _mm256_permute2x128_si256::<0x21>(first, second));
-                        carry = second;
-                        if i + 1 == blocks {
-                            _mm_stream_si128(o.add(48).cast(), _mm256_extracti128_si256::<1>(second));
+                        Stream::Shifted => {
+                            // Bytes -16..16 of the block: the last block's top half and this
+                            // one's first (the row's first 16 bytes alone), then 16..48.
+                            if i == 0 {
+                                _mm_stream_si128(o.cast(), _mm256_castsi256_si128(first));
+                            } else {
+                                _mm256_stream_si256(o.sub(16).cast(), _mm256_permute2x128_si256::<0x21>(carry[row], first));
+                            }
+                            _mm256_stream_si256(o.add(16).cast(), _mm256_permute2x128_si256::<0x21>(first, second));
+                            carry[row] = second;
+                            if i + 1 == blocks {
+                                _mm_stream_si128(o.add(48).cast(), _mm256_extracti128_si256::<1>(second));
+                            }
                         }
-                    }
-                    Stream::No => {
-                        _mm256_storeu_si256(o.cast(), first);
-                        _mm256_storeu_si256(o.add(32).cast(), second);
+                        Stream::No => {
+                            _mm256_storeu_si256(o.cast(), first);
+                            _mm256_storeu_si256(o.add(32).cast(), second);
+                        }
                     }
                 }
             }
@@ -408,14 +431,16 @@ mod tests {
     use crate::tiling::colour::{ColourMatrix, ColourRange, RgbPacking, RGB10_FORMATS, RGB8_FORMATS};
     use crate::tiling::test_pattern as pattern;
 
-    /// Every matrix, range, depth and packing: the vector rows equal the scalar formula
-    /// pixel by pixel, and the pixels past the last whole sixteen are left to the caller.
+    /// Every matrix, range, depth and packing, a row pair and a single row, ordinary and
+    /// non-temporal stores (on rows aligned to 32 bytes, to 16, and to neither, which
+    /// store as usual): the vector rows equal the scalar formula pixel by pixel, and the
+    /// pixels past the last whole sixteen are left to the caller.
     #[test]
-    fn the_vector_row_is_the_scalar_formula() {
+    fn the_vector_rows_are_the_scalar_formula() {
         let width = 16 * 9 + 5;
         for ten_bit in [false, true] {
             let bytes = if ten_bit { 2 } else { 1 };
-            let y = pattern(width * bytes, 3);
+            let ys = [pattern(width * bytes, 3), pattern(width * bytes, 5)];
             let c = pattern(width.div_ceil(2) * 2 * bytes, 11);
             let sample = |s: &[u8], i: usize| if ten_bit { (u16::from_le_bytes([s[2 * i], s[2 * i + 1]]) >> 6) as i32 } else { s[i] as i32 };
             for to in RGB8_FORMATS.into_iter().chain(RGB10_FORMATS) {
@@ -427,24 +452,28 @@ mod tests {
                             eprintln!("no AVX2 on this CPU: the scalar path is the only one");
                             return;
                         };
-                        // Ordinary stores, and non-temporal ones on rows aligned to 32 bytes, to
-                        // 16, and to neither (which store as usual).
                         for (stream, align) in [(false, 0), (true, 0), (true, 16), (true, 4)] {
                             let kernel = kernel.streaming(stream);
-                            let mut buf = vec![0x5au8; width * 4 + 64];
-                            let start = buf.as_ptr().align_offset(32) + align;
-                            let out = &mut buf[start..start + width * 4];
-                            let done = kernel.row(&y, &c, out, width);
-                            kernel.fence();
-                            assert_eq!(done, width / 16 * 16);
-                            for x in 0..width {
-                                let px = &out[x * 4..x * 4 + 4];
-                                if x >= done {
-                                    assert_eq!(px, [0x5a; 4], "pixel {x} is the caller's");
-                                    continue;
+                            for pair in [true, false] {
+                                let mut bufs = [vec![0x5au8; width * 4 + 64], vec![0x5au8; width * 4 + 64]];
+                                let starts = bufs.each_ref().map(|b| b.as_ptr().align_offset(32) + align);
+                                let [b0, b1] = &mut bufs;
+                                let (o0, o1) = (&mut b0[starts[0]..starts[0] + width * 4], &mut b1[starts[1]..starts[1] + width * 4]);
+                                let done = kernel.rows([&ys[0], &ys[1]], &c, (o0, pair.then_some(o1)), width);
+                                kernel.fence();
+                                assert_eq!(done, width / 16 * 16);
+                                for (row, y) in ys.iter().enumerate() {
+                                    let out = &bufs[row][starts[row]..starts[row] + width * 4];
+                                    for x in 0..width {
+                                        let px = &out[x * 4..x * 4 + 4];
+                                        if x >= done || (row == 1 && !pair) {
+                                            assert_eq!(px, [0x5a; 4], "pixel {x} of row {row} is the caller's");
+                                            continue;
+                                        }
+                                        let rgb = k.convert(sample(y, x), sample(&c, x / 2 * 2), sample(&c, x / 2 * 2 + 1));
+                                        assert_eq!(px, pack.pack(rgb), "{to} {m:?} {r:?} ten_bit {ten_bit} stream {stream} at {align} row {row} pixel {x}");
+                                    }
                                 }
-                                let rgb = k.convert(sample(&y, x), sample(&c, x / 2 * 2), sample(&c, x / 2 * 2 + 1));
-                                assert_eq!(px, pack.pack(rgb), "{to} {m:?} {r:?} ten_bit {ten_bit} stream {stream} at {align} pixel {x}");
                             }
                         }
                     }
@@ -460,8 +489,13 @@ mod tests {
         let k = YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 8, 8);
         let Some(kernel) = Kernel::detect(k, RgbPacking::of(crate::Fourcc::XRGB8888).expect("XR24"), false) else { return };
         let mut out = vec![0u8; 64 * 4];
-        assert_eq!(kernel.row(&[0; 15], &[128; 16], &mut out, 64), 0);
-        assert_eq!(kernel.row(&[0; 64], &[128; 40], &mut out, 64), 32);
-        assert_eq!(kernel.row(&[0; 64], &[128; 64], &mut out[..100], 64), 16);
+        let mut other = vec![0u8; 64 * 4];
+        assert_eq!(kernel.rows([&[0; 15], &[0; 15]], &[128; 16], (&mut out, None), 64), 0);
+        assert_eq!(kernel.rows([&[0; 64], &[0; 64]], &[128; 40], (&mut out, None), 64), 32);
+        assert_eq!(kernel.rows([&[0; 64], &[0; 64]], &[128; 64], (&mut out[..100], None), 64), 16);
+        // The second row's shortness counts only where there is a second row.
+        assert_eq!(kernel.rows([&[0; 64], &[0; 20]], &[128; 64], (&mut out, Some(&mut other)), 64), 16);
+        assert_eq!(kernel.rows([&[0; 64], &[0; 20]], &[128; 64], (&mut out, None), 64), 64);
+        assert_eq!(kernel.rows([&[0; 64], &[0; 64]], &[128; 64], (&mut out, Some(&mut other[..70])), 64), 16);
     }
 }

@@ -10,7 +10,7 @@ pub struct FrameArgs {
     /// DRM fourcc, trailing spaces optional (`R8` = `R8  `).
     #[arg(long, required_unless_present = "drm_format")]
     pub format: Option<String>,
-    /// FOURCC[:0xMODIFIER], as GStreamer's drm-format writes it (`NV12:0x0100000000000002`;
+    /// `FOURCC[:0xMODIFIER]`, as GStreamer's drm-format writes it (`NV12:0x0100000000000002`;
     /// a bare fourcc is LINEAR): the format and the layout in one.
     #[arg(long, conflicts_with = "format")]
     pub drm_format: Option<String>,

@@ -2,7 +2,7 @@
 //! itself, for the CPU paths (detile, read-back, writing a frame into a dma-buf that has no
 //! `write`).
 //!
-//! Only a range of a file that cannot shrink ([`FdClass::is_fixed_size`]) is mapped: a file
+//! Only a range of a file that cannot shrink ([`super::FdClass::is_fixed_size`]) is mapped: a file
 //! that shrank under a mapping would kill the reader with `SIGBUS`. Shrinkable files are
 //! read with `pread` instead ([`super::CheckedImport::read_plane`]).
 //!

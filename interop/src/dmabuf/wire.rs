@@ -32,7 +32,7 @@
 //!
 //! Version 1 had no fences and a 32-bit `fd_count` where version 2 has `fd_count` and
 //! `fd_flags`. A decoder that meets another version refuses it rather than guessing
-//! ([`WireError::Version`]); both ends must run the same wire version.
+//! (`FrameError::Version`, inside [`WireError::Frame`]); both ends must run the same wire version.
 
 use crate::framing::{clean, Cursor, FrameError, Header, Protocol, Writer};
 use crate::{Fourcc, Layout, Modifier};

@@ -10,9 +10,11 @@
 //!   frame is read once and the RGB frame written once, with no full linear intermediate.
 //! - A chroma sample's three products are computed once for the four pixels that share it,
 //!   and pixels are packed with precomputed shifts rather than per-byte indexing.
-//! - Where the CPU has AVX2, sixteen pixels at a time ([`super::colour_simd`], the same
-//!   16-bit arithmetic, one register per channel); the scalar loop does the rest of a row,
-//!   and all of it elsewhere.
+//! - Where the CPU has AVX2, sixteen pixels at a time (`colour_simd`, the same
+//!   16-bit arithmetic, one register per channel), both rows of a chroma row at once where
+//!   the RGB rows start cache lines; the scalar loop does the rest of a row, and all of it
+//!   elsewhere.
+//! - Frames of `fast::STREAM_BYTES` (4 MiB) and more are written with non-temporal stores.
 
 use super::colour_simd::{Kernel, RgbKernel};
 use super::colour::{check_rgb_to_nv12, packing, yuv_bits, ColourError, ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};

@@ -8,7 +8,7 @@
 //! - The address function is evaluated once per tile per band and once per run per row of
 //!   a tile, not once per run: what is left in the inner loop is a copy of a constant
 //!   number of bytes (4, 8, 16, 32 or 64, chosen at compile time) from a precomputed place.
-//! - Bands are split between threads ([`run_shares`]): each thread owns a disjoint
+//! - Bands are split between threads (`run_shares`): each thread owns a disjoint
 //!   run of linear rows and the tiled region of its bands, so no synchronisation is needed.
 //!
 //! The geometry and buffer checks are the reference's ([`super::cpu`]), run before any

@@ -179,8 +179,21 @@ impl BenchOptions {
     }
 }
 
+/// Output GB/s of `run`, `bytes` bytes a call: one untimed warm-up call, then `reps` timed
+/// ones (at least one), a sample each. The first error ends it.
+pub(super) fn gbps_samples<E>(bytes: u64, reps: usize, mut run: impl FnMut() -> Result<(), E>) -> Result<Vec<f64>, E> {
+    run()?;
+    (0..reps.max(1))
+        .map(|_| {
+            let t = Instant::now();
+            run()?;
+            Ok(bytes as f64 / t.elapsed().as_secs_f64().max(1e-9) / 1e9)
+        })
+        .collect()
+}
+
 /// Median of a sample.
-fn median(v: &mut [f64]) -> f64 {
+pub(super) fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {
         return 0.0;
     }
@@ -204,15 +217,12 @@ pub fn memcpy_gbps(quick: bool) -> (f64, f64) {
     let len = 3840 * 2160 * 4;
     let src = vec![0x5au8; len];
     let mut dst = vec![0u8; len];
-    dst.copy_from_slice(&src);
-    let mut samples: Vec<f64> = (0..if quick { 5 } else { 15 })
-        .map(|_| {
-            let t = Instant::now();
-            dst.copy_from_slice(std::hint::black_box(&src));
-            std::hint::black_box(&dst);
-            len as f64 / t.elapsed().as_secs_f64() / 1e9
-        })
-        .collect();
+    let copy = || -> Result<(), std::convert::Infallible> {
+        dst.copy_from_slice(std::hint::black_box(&src));
+        std::hint::black_box(&dst);
+        Ok(())
+    };
+    let mut samples = gbps_samples(len as u64, if quick { 5 } else { 15 }, copy).unwrap_or_else(|e| match e {});
     (median(&mut samples), spread(&mut samples))
 }
 
@@ -607,13 +617,7 @@ pub fn convert_gbps(conv: &dmabridge::Converter, c: &FrameConversion, reps: usiz
     let mut input = PageFrame::new(in_size as usize);
     input.bytes_mut().iter_mut().enumerate().for_each(|(i, b)| *b = (i.wrapping_mul(2_654_435_761) >> 13) as u8);
     let mut out = PageFrame::new(out_size as usize);
-    conv.convert_frame_into(c, choice.path, input.bytes(), out.bytes_mut())?;
-    let mut samples = Vec::with_capacity(reps);
-    for _ in 0..reps.max(1) {
-        let t = Instant::now();
-        conv.convert_frame_into(c, choice.path, input.bytes(), out.bytes_mut())?;
-        samples.push(out_size as f64 / t.elapsed().as_secs_f64() / 1e9);
-    }
+    let mut samples = gbps_samples(out_size, reps, || conv.convert_frame_into(c, choice.path, input.bytes(), out.bytes_mut()))?;
     Ok((median(&mut samples), spread(&mut samples), choice, input))
 }
 
@@ -621,14 +625,7 @@ pub fn convert_gbps(conv: &dmabridge::Converter, c: &FrameConversion, reps: usiz
 /// so that no sample pays for fresh pages): the median of `reps` runs after one warm-up.
 fn cpu_gbps(c: &FrameConversion, input: &[u8], out: &mut [u8], threads: usize, reps: usize) -> Result<f64, dmabridge_interop::tiling::FrameConversionError> {
     let out_size = c.sizes()?.1;
-    c.run_cpu_into(input, out, threads)?;
-    let mut samples = Vec::with_capacity(reps);
-    for _ in 0..reps.max(1) {
-        let t = Instant::now();
-        c.run_cpu_into(input, out, threads)?;
-        samples.push(out_size as f64 / t.elapsed().as_secs_f64() / 1e9);
-    }
-    Ok(median(&mut samples))
+    Ok(median(&mut gbps_samples(out_size, reps, || c.run_cpu_into(input, out, threads))?))
 }
 
 /// Runs everything, calling `progress` with a label before each step.

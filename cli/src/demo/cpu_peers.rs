@@ -11,7 +11,6 @@
 //! without any), so their figures are per thread.
 
 use std::ffi::{c_int, c_void};
-use std::time::Instant;
 
 use dmabridge_interop::tiling::{tiled_size, FrameConversion};
 use dmabridge_interop::{Fourcc, TileLayout};
@@ -236,21 +235,17 @@ pub fn measure(peer: PeerCase, c: &FrameConversion, input: &[u8], out: &mut [u8]
         }
     };
     let mut run = run;
-    let mut once = |out: &mut [u8]| -> Result<f64, PeerError> {
-        let t = Instant::now();
+    let once = || {
         let r = run(out);
-        let took = t.elapsed().as_secs_f64();
         // libyuv answers 0 on success; sws_scale the number of rows written.
         let ok = if peer == PeerCase::SwscaleNv12ToBgra { r == hi } else { r == 0 };
-        if !ok {
-            return Err(PeerError::Refused { peer: peer.name(), detail: format!("it returned {r}") });
+        if ok {
+            Ok(())
+        } else {
+            Err(PeerError::Refused { peer: peer.name(), detail: format!("it returned {r}") })
         }
-        Ok(out_size as f64 / took.max(1e-9) / 1e9)
     };
-    once(out)?;
-    let mut samples = (0..reps.max(1)).map(|_| once(out)).collect::<Result<Vec<f64>, _>>()?;
-    samples.sort_by(f64::total_cmp);
-    Ok(samples[samples.len() / 2])
+    Ok(super::bench::median(&mut super::bench::gbps_samples(out_size, reps, once)?))
 }
 
 /// A swscale context, freed (with the library kept loaded until then) when dropped.

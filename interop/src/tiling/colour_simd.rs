@@ -114,14 +114,10 @@ impl Kernel {
         Kernel { stream, ..self }
     }
 
-    /// Orders this thread's non-temporal stores before whatever it does next (a thread
-    /// that ends, a frame handed on): `sfence`, where [`Kernel::streaming`] is on.
+    /// Orders this thread's non-temporal stores before whatever it does next, where
+    /// [`Kernel::streaming`] is on.
     pub(super) fn fence(&self) {
-        #[cfg(target_arch = "x86_64")]
-        if self.stream {
-            // SAFETY: `sfence` is SSE, part of every x86_64; it only orders stores.
-            unsafe { std::arch::x86_64::_mm_sfence() };
-        }
+        super::fast::fence_streamed(self.stream);
     }
 
     /// Converts the leading pixels of a row pair, sixteen at a time: luma rows `y`

@@ -230,14 +230,23 @@ impl Gather<'_> {
         false
     }
 
-    /// Orders this thread's non-temporal stores before whatever follows (`sfence`).
+    /// Orders this thread's non-temporal stores before whatever follows.
     fn fence(&self) {
-        #[cfg(target_arch = "x86_64")]
-        if self.stream {
-            // SAFETY: `sfence` is SSE, part of every x86_64; it only orders stores.
-            unsafe { std::arch::x86_64::_mm_sfence() };
-        }
+        fence_streamed(self.stream);
     }
+}
+
+/// `sfence` where `streamed`: orders a thread's non-temporal stores ([`STREAM_BYTES`]) before
+/// what it does next (a thread that ends, a frame handed on), which ordinary stores need
+/// no fence for.
+pub(super) fn fence_streamed(streamed: bool) {
+    #[cfg(target_arch = "x86_64")]
+    if streamed {
+        // SAFETY: `sfence` is SSE, part of every x86_64; it only orders stores.
+        unsafe { std::arch::x86_64::_mm_sfence() };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = streamed;
 }
 
 impl Mover for Gather<'_> {

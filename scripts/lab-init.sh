@@ -28,9 +28,10 @@ mount -t 9p -o "$V9P" labjob /job || fail "mounting the job directory (9p tag la
 # The host's root does not change under the guest: its pages may be cached.
 mount -t 9p -o "$V9P,cache=loose,ro" hostroot /host || fail "mounting the host's root (9p tag hostroot) failed"
 
-while read -r ko; do
+# One module a line: its path on the host, then its parameters (KEY=VALUE ...).
+while read -r ko params; do
     [ -n "$ko" ] || continue
-    insmod "/host$ko" || fail "insmod $ko failed"
+    insmod "/host$ko" $params || fail "insmod $ko $params failed"
 done </job/modules
 
 mount -t proc proc /host/proc || fail "mounting /proc failed"

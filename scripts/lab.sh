@@ -14,6 +14,8 @@
 # Options:
 #   --modules M[,M...]   load these kernel modules (and what they depend on) before CMD:
 #                        vgem, vivid, virtio_gpu (adds a virtio-gpu device), or any other
+#   --param MOD.KEY=VALUE  a parameter for a module --modules loads, in the kernel command
+#                        line's syntax (repeatable): --param vivid.multiplanar=1,2
 #   --timeout SECONDS    stop the guest after this long (default 1800; DMABRIDGE_LAB_TIMEOUT)
 #   --memory MB          guest memory (default 6144; DMABRIDGE_LAB_MEMORY)
 #   --cpus N             guest CPUs (default: the host's; DMABRIDGE_LAB_CPUS)
@@ -42,10 +44,13 @@ MEMORY="${DMABRIDGE_LAB_MEMORY:-6144}"
 CPUS="${DMABRIDGE_LAB_CPUS:-$(nproc)}"
 RW_DIRS=()
 LAB_QUIET=""
+declare -A PARAMS=()
 while [ $# -gt 0 ]; do
     case "$1" in
         --modules) MODULES="${2:?--modules needs a list}"; shift 2 ;;
         --modules=*) MODULES="${1#*=}"; shift ;;
+        --param) [[ "${2:-}" =~ ^[A-Za-z0-9_-]+\.[A-Za-z0-9_]+=[^[:space:]]*$ ]] || die "--param takes MODULE.KEY=VALUE"
+            m="${2%%.*}"; m="${m//-/_}"; PARAMS[$m]="${PARAMS[$m]:-} ${2#*.}"; shift 2 ;;
         --timeout) TIMEOUT="${2:?--timeout needs seconds}"; shift 2 ;;
         --memory) MEMORY="${2:?--memory needs MB}"; shift 2 ;;
         --cpus) CPUS="${2:?--cpus needs a count}"; shift 2 ;;
@@ -165,9 +170,12 @@ add_module() {
     for dep in $(grep -a -o 'depends=[^[:cntrl:]]*' "$KDIR/modules/$rel" | head -1 | cut -d= -f2 | tr ',' ' '); do
         add_module "$dep"
     done
-    LOAD+=("$KDIR/modules/$rel")
+    LOAD+=("$KDIR/modules/$rel${PARAMS[$name]:-}")
 }
 EXTRA_DEVICES=()
+for m in "${!PARAMS[@]}"; do
+    [[ ",${MODULES//-/_}," == *",$m,"* ]] || die "--param for $m, which --modules does not load"
+done
 for m in ${MODULES//,/ }; do
     add_module "$m"
     case "${m//-/_}" in virtio_gpu) EXTRA_DEVICES+=(-device virtio-gpu-pci) ;; esac

@@ -23,7 +23,9 @@ pub mod drm_info;
 pub mod egl;
 pub mod gst;
 pub mod kms;
+pub mod kms_device;
 pub mod v4l2;
+pub mod v4l2_device;
 pub mod wayland;
 
 pub use egl::{EglEntry, EglError, EglFormats, EglModifier, EglUsage};

@@ -1,0 +1,1 @@
+//! A live KMS device as a participant (filled in by the KMS work).

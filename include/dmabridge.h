@@ -265,6 +265,18 @@ typedef uint32_t dmb_peer_kind;
  */
 #define DMB_PEER_VULKAN 7
 
+/**
+ * `--v4l2-device`: a live V4L2 node, `/dev/videoN[:capture|:output]`, asked for its formats,
+ * frame sizes and buffer count.
+ */
+#define DMB_PEER_V4L2_DEVICE 8
+
+/**
+ * `--kms-device`: a live KMS card's plane, `/dev/dri/cardN[:PLANE_ID]`, asked for its
+ * `IN_FORMATS` (no plane: the first primary plane).
+ */
+#define DMB_PEER_KMS_DEVICE 9
+
 #ifdef __cplusplus
 extern "C" {
 #endif // __cplusplus

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The `kernel` test configuration, run inside the kernel lab (scripts/lab.sh) by test.sh:
-# a real Linux with /dev/udmabuf, /dev/dma_heap/system, sync_file and vgem, lavapipe with no
+# a real Linux with /dev/udmabuf, /dev/dma_heap/system, sync_file, vgem, vivid (V4L2) and
+# virtio-gpu (KMS), lavapipe with no
 # emulation, the validation layer on in every Vulkan test.
 #
 #   scripts/kernel-tests.sh LIST

@@ -4,7 +4,7 @@
 #   1. plain: no udmabuf, so no modifier extension and no DMA_BUF export;
 #   2. with the udmabuf emulation preloaded (or the real /dev/udmabuf where there is one);
 #   3. kernel: inside Linux itself (scripts/lab.sh: Debian's 6.12 under QEMU), with a real
-#      udmabuf, the system dma-heap, sync_file and vgem, and no emulation
+#      udmabuf, the system dma-heap, sync_file, vgem, vivid and virtio-gpu, and no emulation
 #      (scripts/kernel-tests.sh says which test binaries run there, and why the rest do not).
 # DMABRIDGE_TEST_CONFIG tells the tests which configuration they are in, so they can
 # assert what the device must report there. Every Vulkan test enables the validation layer.
@@ -130,7 +130,10 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"], m["target"]["kind"][0], m["executable"], os.path.dirname(m["manifest_path"]))
 ' >target/lab-tests.list
-step kernel scripts/lab.sh --modules vgem --timeout "${DMABRIDGE_LAB_TIMEOUT:-2700}" -- scripts/kernel-tests.sh target/lab-tests.list
+# The live peers: vgem (a second DRM device, fences), two vivid instances (V4L2 capture and
+# output: 000 single-planar, 001 multi-planar) and virtio-gpu (a KMS device).
+step kernel scripts/lab.sh --modules vgem,vivid,virtio_gpu --param vivid.n_devs=2 --param vivid.multiplanar=1,2 \
+    --timeout "${DMABRIDGE_LAB_TIMEOUT:-2700}" -- scripts/kernel-tests.sh target/lab-tests.list
 
 kernel_line=$(grep -E '^kernel configuration:' "$LOGS/kernel.log" | tail -1 | sed 's/^kernel configuration: //')
 echo "summary: plain: $(count plain) | udmabuf: $(count udmabuf) | kernel: ${kernel_line:-did not finish (see above)}"

@@ -33,9 +33,15 @@ pub const DMB_PEER_V4L2: dmb_peer_kind = 6;
 /// `--vulkan`: the engine's own device for an exact use (`sample+render`); needs a builder
 /// made with an engine (`DMB_ERR_UNSUPPORTED` without one).
 pub const DMB_PEER_VULKAN: dmb_peer_kind = 7;
+/// `--v4l2-device`: a live V4L2 node, `/dev/videoN[:capture|:output]`, asked for its formats,
+/// frame sizes and buffer count.
+pub const DMB_PEER_V4L2_DEVICE: dmb_peer_kind = 8;
+/// `--kms-device`: a live KMS card's plane, `/dev/dri/cardN[:PLANE_ID]`, asked for its
+/// `IN_FORMATS` (no plane: the first primary plane).
+pub const DMB_PEER_KMS_DEVICE: dmb_peer_kind = 9;
 
 /// Each C kind and its grammar's kind; a value outside this table is refused, never cast.
-const PEER_KINDS: [(dmb_peer_kind, PeerKind); 8] = [
+const PEER_KINDS: [(dmb_peer_kind, PeerKind); 10] = [
     (DMB_PEER_GST_CAPS, PeerKind::GstCaps),
     (DMB_PEER_KMS_IN_FORMATS, PeerKind::KmsInFormats),
     (DMB_PEER_DRM_INFO, PeerKind::DrmInfo),
@@ -44,6 +50,8 @@ const PEER_KINDS: [(dmb_peer_kind, PeerKind); 8] = [
     (DMB_PEER_DRM_FORMATS, PeerKind::DrmFormats),
     (DMB_PEER_V4L2, PeerKind::V4l2),
     (DMB_PEER_VULKAN, PeerKind::Vulkan),
+    (DMB_PEER_V4L2_DEVICE, PeerKind::V4l2Device),
+    (DMB_PEER_KMS_DEVICE, PeerKind::KmsDevice),
 ];
 
 /// Most constraints one builder or argument list takes (11 keys for each of many

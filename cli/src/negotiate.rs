@@ -21,7 +21,7 @@ use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
 use dmabridge_interop::negotiate::spec::{build_participants_with, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
-use dmabridge_interop::negotiate::{human, negotiate, Member, Negotiation, Outcome, Participant, PlanFile, Report};
+use dmabridge_interop::negotiate::{human, negotiate, Member, Negotiation, Outcome, Participant, PlanFile, Report, ReportParticipant};
 use dmabridge_interop::tiling::FrameConversion;
 use dmabridge_interop::Fourcc;
 
@@ -42,7 +42,7 @@ pub struct NegotiateArgs {
 }
 
 /// clap id, value name and help of each participant flag.
-const PEER_ARGS: [(PeerKind, &str, &str, &str); 8] = [
+const PEER_ARGS: [(PeerKind, &str, &str, &str); 10] = [
     (
         PeerKind::GstCaps,
         "gst-caps",
@@ -90,6 +90,18 @@ const PEER_ARGS: [(PeerKind, &str, &str, &str); 8] = [
         "vulkan",
         "NAME=USAGE[+USAGE][:create=FLAG,...][:srgb-view]",
         "the live Vulkan device for exactly this use, e.g. gpu=sampled+color-attachment:create=mutable-format:srgb-view",
+    ),
+    (
+        PeerKind::V4l2Device,
+        "v4l2-device",
+        "NAME=/dev/videoN[:capture|:output]",
+        "a live V4L2 device, asked for its formats, frame sizes and buffer count (default direction: capture if it has one)",
+    ),
+    (
+        PeerKind::KmsDevice,
+        "kms-device",
+        "NAME=/dev/dri/cardN[:PLANE_ID]",
+        "a live KMS device's plane, asked for its IN_FORMATS (default: the first primary plane)",
     ),
 ];
 
@@ -177,7 +189,7 @@ pub fn run_with(
     load: &dyn Fn(&ParticipantSpec) -> Result<Participant, SpecError>,
     path: &dyn Fn(&FrameConversion) -> Result<String, String>,
 ) -> ExitCode {
-    let negotiation = match negotiation_of(args, load) {
+    let (negotiation, read) = match negotiation_and_lists(args, load) {
         Ok(n) => n,
         Err(e) => {
             // Ignore a closed stderr: there is no one left to tell.
@@ -185,7 +197,7 @@ pub fn run_with(
             return ExitCode::from(1);
         }
     };
-    let mut report = Report::new(&negotiation);
+    let mut report = Report::new(&negotiation).with_participants(read);
     let mut text = String::new();
     let mut plan_file = match &negotiation.outcome {
         Outcome::Copy { plan, .. } => Some(PlanFile::of(plan)),
@@ -240,11 +252,25 @@ pub fn negotiation_of(
     args: &NegotiateArgs,
     load: &dyn Fn(&ParticipantSpec) -> Result<Participant, SpecError>,
 ) -> Result<Negotiation, String> {
-    let parts = parse(args)
-        .and_then(|(specs, cons)| build_participants_with(&specs, &cons, load))
-        .map_err(|e| e.to_string())?;
+    negotiation_and_lists(args, load).map(|(n, _)| n)
+}
+
+/// [`negotiation_of`], with each participant's list as it was read (for the report).
+fn negotiation_and_lists(
+    args: &NegotiateArgs,
+    load: &dyn Fn(&ParticipantSpec) -> Result<Participant, SpecError>,
+) -> Result<(Negotiation, Vec<ReportParticipant>), String> {
+    let (specs, cons) = parse(args).map_err(|e| e.to_string())?;
+    let parts = build_participants_with(&specs, &cons, load).map_err(|e| e.to_string())?;
+    // build_participants_with keeps the specs' order.
+    let read = specs
+        .iter()
+        .zip(&parts)
+        .map(|(s, p)| ReportParticipant::of(p, Some(format!("{} {}", s.kind.flag(), s.value))))
+        .collect();
     let members: Vec<Member> = parts.into_iter().map(Member::from).collect();
-    negotiate(&members).map_err(|e| e.to_string())
+    let n = negotiate(&members).map_err(|e| e.to_string())?;
+    Ok((n, read))
 }
 
 fn parse(args: &NegotiateArgs) -> Result<(Vec<ParticipantSpec>, Vec<ConstraintSpec>), SpecError> {

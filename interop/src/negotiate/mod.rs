@@ -48,4 +48,4 @@ pub use participant::{
     Usage,
 };
 pub use reconcile::{reconcile, Allocation, ChainLayout, Conflicts, ReconcileError};
-pub use report::{human, OutcomeName, Report, ReportConversion, ReportGroup};
+pub use report::{human, OutcomeName, Report, ReportConversion, ReportGroup, ReportParticipant};

@@ -58,6 +58,50 @@ pub struct Report {
     /// The modifiers as the kernel names them, `drm_info` style:
     /// `I915_FORMAT_MOD_X_TILED (0x0100000000000001)`.
     pub modifier_names: Vec<String>,
+    /// Each participant as the negotiation saw it, in preference order: the list its device
+    /// or file gave, with the `--constraint`s given for it applied. Filled by
+    /// [`Report::with_participants`]; absent from the JSON when not filled.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub participants: Vec<ReportParticipant>,
+}
+
+/// One participant's list as read (`participants` of [`Report`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct ReportParticipant {
+    pub name: String,
+    /// Where the list came from, as given (`--v4l2-device /dev/video0`); `null` if unsaid.
+    pub from: Option<String>,
+    /// Its formats in preference order, as `drm-format` strings (`NV12`,
+    /// `NV12:0x0100000000000002`, `NV12:0x00ffffffffffffff` for an implicit modifier);
+    /// `null` for a participant that accepts any format.
+    pub formats: Option<Vec<String>>,
+    /// Its constraints' extents as read: `[min, max]` pixels.
+    pub width: [u32; 2],
+    pub height: [u32; 2],
+    /// The buffers it may hold at once.
+    pub min_buffers: u32,
+    /// Its row pitch alignment in bytes.
+    pub stride_align: u64,
+}
+
+impl ReportParticipant {
+    /// `p` as read; `from` says where its list came from.
+    pub fn of(p: &super::Participant, from: Option<String>) -> Self {
+        let formats = match &p.formats {
+            super::Candidates::Any => None,
+            super::Candidates::Only(set) => Some(set.iter().map(|f| crate::peers::gst::print_drm_format(*f).trim_end().to_owned()).collect()),
+        };
+        let c = &p.constraints;
+        ReportParticipant {
+            name: p.name.clone(),
+            from,
+            formats,
+            width: [c.width.min, c.width.max],
+            height: [c.height.min, c.height.max],
+            min_buffers: c.min_buffers,
+            stride_align: c.stride_align,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -130,6 +174,7 @@ impl Report {
             sync: None,
             gst_caps: vec![],
             modifier_names: vec![],
+            participants: vec![],
         };
         let top = |a: &Allocation| Report {
             format: Some(a.fourcc.trimmed()),
@@ -177,6 +222,12 @@ impl Report {
                 ..empty
             },
         }
+    }
+
+    /// The report with each participant's list as read ([`Report::participants`]).
+    pub fn with_participants(mut self, participants: Vec<ReportParticipant>) -> Self {
+        self.participants = participants;
+        self
     }
 
     /// The CLI's exit status: 0 when there is a way (shared or copy), 2 when there is none.

@@ -3,7 +3,7 @@
 //! says nothing, so cpu-wait only).
 
 use crate::negotiate::{Candidates, ExtentRange, Participant};
-use crate::peers::{drm_info, gst, kms, v4l2, wayland};
+use crate::peers::{drm_info, gst, kms, kms_device, v4l2, v4l2_device, wayland};
 use crate::FormatSet;
 
 use super::{one_line, ParticipantSpec, PeerKind, SpecError};
@@ -67,6 +67,16 @@ pub(crate) fn load(spec: &ParticipantSpec) -> Result<Participant, SpecError> {
             kind: spec.kind,
             what: "the live Vulkan device",
         }),
+        PeerKind::V4l2Device => {
+            let (path, direction) = spec.v4l2_device_target()?;
+            let device = v4l2_device::V4l2Device::open(std::path::Path::new(path), direction).map_err(|e| err(&e))?;
+            device.participant(&spec.name).map_err(|e| err(&e))
+        }
+        PeerKind::KmsDevice => {
+            let (path, plane) = spec.kms_device_target()?;
+            let device = kms_device::KmsDevice::open(std::path::Path::new(path)).map_err(|e| err(&e))?;
+            device.participant(&spec.name, plane).map_err(|e| err(&e))
+        }
     }
 }
 

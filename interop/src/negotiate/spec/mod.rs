@@ -37,13 +37,19 @@ pub enum PeerKind {
     DrmFormats,
     /// V4L2 pixel formats (`NV12MT`, ...).
     V4l2,
-    /// The live Vulkan device, for an exact use (`sample+render`).
+    /// The Vulkan device, for an exact use (`sample+render`), asked at run time.
     Vulkan,
+    /// A V4L2 device node, asked at run time for its formats, frame sizes and buffer count
+    /// ([`crate::peers::v4l2_device`]).
+    V4l2Device,
+    /// A KMS device's plane, asked at run time for its `IN_FORMATS`
+    /// ([`crate::peers::kms_device`]).
+    KmsDevice,
 }
 
 impl PeerKind {
     /// Every kind, in the order the command line's help lists them.
-    pub const ALL: [PeerKind; 8] = [
+    pub const ALL: [PeerKind; 10] = [
         PeerKind::GstCaps,
         PeerKind::KmsInFormats,
         PeerKind::DrmInfo,
@@ -52,6 +58,8 @@ impl PeerKind {
         PeerKind::DrmFormats,
         PeerKind::V4l2,
         PeerKind::Vulkan,
+        PeerKind::V4l2Device,
+        PeerKind::KmsDevice,
     ];
 
     /// The command-line flag.
@@ -65,11 +73,14 @@ impl PeerKind {
             PeerKind::DrmFormats => "--drm-formats",
             PeerKind::V4l2 => "--v4l2",
             PeerKind::Vulkan => "--vulkan",
+            PeerKind::V4l2Device => "--v4l2-device",
+            PeerKind::KmsDevice => "--kms-device",
         }
     }
 
-    /// Whether the list comes from a live device or compositor (answered by the caller's
-    /// loader, not by [`ParticipantSpec::load`]).
+    /// Whether the list comes from the engine's Vulkan device or a Wayland compositor, which
+    /// the caller's loader answers ([`ParticipantSpec::load`] cannot). The V4L2 and KMS
+    /// devices are live too, but need no engine: [`ParticipantSpec::load`] asks them.
     pub const fn is_live(self) -> bool {
         matches!(self, PeerKind::Vulkan | PeerKind::Wayland)
     }
@@ -84,6 +95,8 @@ impl PeerKind {
             PeerKind::DrmFormats => "LIST",
             PeerKind::V4l2 => "PIXFMT[,PIXFMT]",
             PeerKind::Vulkan => "USAGE[+USAGE][:create=FLAG,...][:srgb-view]",
+            PeerKind::V4l2Device => "/dev/videoN[:capture|:output]",
+            PeerKind::KmsDevice => "/dev/dri/cardN[:PLANE_ID]",
         }
     }
 }
@@ -134,7 +147,7 @@ pub enum SpecError {
         kind: PeerKind,
         what: &'static str,
     },
-    #[error("no participants: give at least one of --gst-caps, --kms-in-formats, --drm-info, --wayland, --wayland-table, --drm-formats, --v4l2, --vulkan")]
+    #[error("no participants: give at least one of --gst-caps, --kms-in-formats, --drm-info, --wayland, --wayland-table, --drm-formats, --v4l2, --vulkan, --v4l2-device, --kms-device")]
     NoParticipants,
 }
 
@@ -213,6 +226,33 @@ impl ParticipantSpec {
                 Err(_) => (&self.value, None),
             },
             _ => (&self.value, None),
+        }
+    }
+
+    /// The node and direction of a `--v4l2-device /dev/videoN[:capture|:output]` value (no
+    /// direction: the device's own, capture where it has both).
+    pub(crate) fn v4l2_device_target(&self) -> Result<(&str, Option<crate::peers::v4l2_device::Direction>), SpecError> {
+        use crate::peers::v4l2_device::Direction;
+        match self.value.rsplit_once(':') {
+            Some((path, "capture")) => Ok((path, Some(Direction::Capture))),
+            Some((path, "output")) => Ok((path, Some(Direction::Output))),
+            Some((_, other)) if !other.contains('/') => Err(self.peer_error(format_args!(
+                "{:?} is not a direction (capture or output)",
+                one_line(other)
+            ))),
+            _ => Ok((&self.value, None)),
+        }
+    }
+
+    /// The card and plane of a `--kms-device /dev/dri/cardN[:PLANE_ID]` value (no plane: the
+    /// first primary plane).
+    pub(crate) fn kms_device_target(&self) -> Result<(&str, Option<u32>), SpecError> {
+        match self.value.rsplit_once(':') {
+            Some((path, id)) if !id.contains('/') => match id.parse::<u32>() {
+                Ok(id) => Ok((path, Some(id))),
+                Err(_) => Err(self.peer_error(format_args!("{:?} is not a plane id", one_line(id)))),
+            },
+            _ => Ok((&self.value, None)),
         }
     }
 
@@ -562,6 +602,31 @@ mod tests {
             .unwrap_err();
         assert!(matches!(e, SpecError::Io { .. }), "{e}");
         assert!(e.to_string().contains("\"plane\""));
+    }
+
+    #[test]
+    fn device_values_split_into_node_and_direction_or_plane() {
+        use crate::peers::v4l2_device::Direction;
+        let v = |arg: &str| spec(PeerKind::V4l2Device, arg);
+        assert_eq!(v("cam=/dev/video0").v4l2_device_target().unwrap(), ("/dev/video0", None));
+        assert_eq!(v("cam=/dev/video0:capture").v4l2_device_target().unwrap(), ("/dev/video0", Some(Direction::Capture)));
+        assert_eq!(v("out=/dev/video1:output").v4l2_device_target().unwrap(), ("/dev/video1", Some(Direction::Output)));
+        assert_eq!(v("cam=/run/a:b/video0").v4l2_device_target().unwrap(), ("/run/a:b/video0", None));
+        assert!(matches!(v("cam=/dev/video0:sideways").v4l2_device_target(), Err(SpecError::Peer { .. })));
+        let k = |arg: &str| spec(PeerKind::KmsDevice, arg);
+        assert_eq!(k("disp=/dev/dri/card1").kms_device_target().unwrap(), ("/dev/dri/card1", None));
+        assert_eq!(k("disp=/dev/dri/card1:31").kms_device_target().unwrap(), ("/dev/dri/card1", Some(31)));
+        assert!(matches!(k("disp=/dev/dri/card1:primary").kms_device_target(), Err(SpecError::Peer { .. })));
+    }
+
+    #[test]
+    fn a_missing_device_is_a_named_error() {
+        for (kind, arg) in [(PeerKind::V4l2Device, "cam=/dev/video-none"), (PeerKind::KmsDevice, "disp=/dev/dri/card-none")] {
+            let e = spec(kind, arg).load().unwrap_err();
+            let text = e.to_string();
+            assert!(matches!(e, SpecError::Peer { .. }), "{text}");
+            assert!(text.contains("-none"), "the message names the device: {text}");
+        }
     }
 
     #[test]

@@ -1,15 +1,17 @@
 //! vgem, the kernel's virtual GEM driver, as the tests use it: dumb buffers exported as
-//! dma-bufs through PRIME, and fences the test attaches to them and signals itself
-//! (`VGEM_FENCE_ATTACH` / `VGEM_FENCE_SIGNAL`, `include/uapi/drm/vgem_drm.h`). It is the only
-//! way this kernel offers to put an unsignalled fence on a dma-buf (no `SW_SYNC`). The kernel
-//! signals a vgem fence by itself after 10 s, so a test's unsignalled phase must be shorter.
+//! dma-bufs through PRIME, other devices' dma-bufs imported through PRIME (a second DRM
+//! device beside the Vulkan one), mappings of its objects through the card, and fences the
+//! test attaches to them and signals itself (`VGEM_FENCE_ATTACH` / `VGEM_FENCE_SIGNAL`,
+//! `include/uapi/drm/vgem_drm.h`). It is the only way this kernel offers to put an
+//! unsignalled fence on a dma-buf (no `SW_SYNC`). The kernel signals a vgem fence by itself
+//! after 10 s, so a test's unsignalled phase must be shorter.
 //!
 //! Loaded in the kernel lab by `scripts/lab.sh --modules vgem`.
 
 #![allow(dead_code)]
 
 use std::io;
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 
 use rustix::ioctl::{ioctl, opcode, Opcode, Setter, Updater};
@@ -37,6 +39,15 @@ struct PrimeHandle {
     handle: u32,
     flags: u32,
     fd: i32,
+}
+
+/// `struct drm_mode_map_dumb`.
+#[repr(C)]
+#[derive(Debug, Default)]
+struct MapDumb {
+    handle: u32,
+    pad: u32,
+    offset: u64,
 }
 
 /// `struct drm_gem_close`.
@@ -69,6 +80,10 @@ struct FenceSignal {
 const DRM_IOCTL_MODE_CREATE_DUMB: Opcode = opcode::read_write::<CreateDumb>(b'd', 0xB2);
 /// `DRM_IOWR(0x2d, struct drm_prime_handle)`.
 const DRM_IOCTL_PRIME_HANDLE_TO_FD: Opcode = opcode::read_write::<PrimeHandle>(b'd', 0x2d);
+/// `DRM_IOWR(0x2e, struct drm_prime_handle)`.
+const DRM_IOCTL_PRIME_FD_TO_HANDLE: Opcode = opcode::read_write::<PrimeHandle>(b'd', 0x2e);
+/// `DRM_IOWR(0xB3, struct drm_mode_map_dumb)`.
+const DRM_IOCTL_MODE_MAP_DUMB: Opcode = opcode::read_write::<MapDumb>(b'd', 0xB3);
 /// `DRM_IOW(0x09, struct drm_gem_close)`.
 const DRM_IOCTL_GEM_CLOSE: Opcode = opcode::write::<GemClose>(b'd', 0x09);
 /// `DRM_IOWR(DRM_COMMAND_BASE + 1, struct drm_vgem_fence_attach)`.
@@ -134,7 +149,14 @@ impl Vgem {
 
     /// The buffer as a dma-buf (PRIME), read-write, close-on-exec; the caller owns it.
     pub fn export(&self, buffer: &DumbBuffer) -> io::Result<OwnedFd> {
-        let mut arg = PrimeHandle { handle: buffer.handle, flags: PRIME_FLAGS, fd: -1 };
+        self.export_handle(buffer.handle)
+    }
+
+    /// The GEM object `handle` names as a dma-buf (PRIME), read-write, close-on-exec; the
+    /// caller owns it. For an object imported from a dma-buf the kernel hands back that
+    /// dma-buf itself (a new fd of the same file), not a new one.
+    pub fn export_handle(&self, handle: u32) -> io::Result<OwnedFd> {
+        let mut arg = PrimeHandle { handle, flags: PRIME_FLAGS, fd: -1 };
         // SAFETY: the opcode is DRM_IOWR(0x2d, struct drm_prime_handle) and `arg` is that
         // struct (#[repr(C)], 12 bytes), borrowed mutably for the call only.
         unsafe { ioctl(&self.card, Updater::<DRM_IOCTL_PRIME_HANDLE_TO_FD, _>::new(&mut arg)) }?;
@@ -146,9 +168,42 @@ impl Vgem {
         Ok(unsafe { OwnedFd::from_raw_fd(arg.fd) })
     }
 
+    /// A GEM handle for the dma-buf `fd` (borrowed; PRIME import). The same dma-buf imported
+    /// twice, or one this device exported, gives the handle it already has; a handle is not
+    /// counted, so one [`Vgem::close_handle`] closes it whatever the number of imports.
+    pub fn import(&self, fd: BorrowedFd<'_>) -> io::Result<u32> {
+        let mut arg = PrimeHandle { handle: 0, flags: 0, fd: fd.as_raw_fd() };
+        // SAFETY: the opcode is DRM_IOWR(0x2e, struct drm_prime_handle) and `arg` is that
+        // struct (#[repr(C)], 12 bytes), borrowed mutably for the call only; `fd` is borrowed,
+        // so it stays open during the call, and the kernel takes its own reference.
+        unsafe { ioctl(&self.card, Updater::<DRM_IOCTL_PRIME_FD_TO_HANDLE, _>::new(&mut arg)) }?;
+        Ok(arg.handle)
+    }
+
+    /// The fake offset at which the card fd maps the object `handle` (`MODE_MAP_DUMB`), for
+    /// [`RawMapping::at`]. `EINVAL` for an imported object: the kernel maps only its own.
+    pub fn map_offset(&self, handle: u32) -> io::Result<u64> {
+        let mut arg = MapDumb { handle, ..MapDumb::default() };
+        // SAFETY: the opcode is DRM_IOWR(0xB3, struct drm_mode_map_dumb) and `arg` is that
+        // struct (#[repr(C)], 16 bytes, pad zero), borrowed mutably for the call only.
+        unsafe { ioctl(&self.card, Updater::<DRM_IOCTL_MODE_MAP_DUMB, _>::new(&mut arg)) }?;
+        Ok(arg.offset)
+    }
+
+    /// The card fd, which maps objects at their [`Vgem::map_offset`].
+    pub fn card(&self) -> BorrowedFd<'_> {
+        self.card.as_fd()
+    }
+
     /// Attaches a new unsignalled write fence to the buffer's reservation object.
     pub fn attach_write_fence(&self, buffer: &DumbBuffer) -> io::Result<Fence> {
-        let mut arg = FenceAttach { handle: buffer.handle, flags: VGEM_FENCE_WRITE, ..FenceAttach::default() };
+        self.attach_write_fence_to(buffer.handle)
+    }
+
+    /// Attaches a new unsignalled write fence to the reservation object of the GEM object
+    /// `handle`: for an imported object, the dma-buf's own.
+    pub fn attach_write_fence_to(&self, handle: u32) -> io::Result<Fence> {
+        let mut arg = FenceAttach { handle, flags: VGEM_FENCE_WRITE, ..FenceAttach::default() };
         // SAFETY: the opcode is DRM_IOWR(DRM_COMMAND_BASE + 1, struct drm_vgem_fence_attach) and
         // `arg` is that struct (#[repr(C)], 16 bytes, pad zero as the kernel requires),
         // borrowed mutably for the call only.
@@ -168,7 +223,12 @@ impl Vgem {
 
     /// Closes the GEM handle (an exported dma-buf keeps the memory alive).
     pub fn close(&self, buffer: DumbBuffer) -> io::Result<()> {
-        let arg = GemClose { handle: buffer.handle, pad: 0 };
+        self.close_handle(buffer.handle)
+    }
+
+    /// Closes a GEM handle; `EINVAL` if it is not open.
+    pub fn close_handle(&self, handle: u32) -> io::Result<()> {
+        let arg = GemClose { handle, pad: 0 };
         // SAFETY: the opcode is DRM_IOW(0x09, struct drm_gem_close) and `arg` is that struct,
         // read by the kernel during the call only.
         unsafe { ioctl(&self.card, Setter::<DRM_IOCTL_GEM_CLOSE, _>::new(arg)) }?;
@@ -190,11 +250,24 @@ unsafe impl Send for RawMapping {}
 
 impl RawMapping {
     pub fn new(fd: impl AsFd, len: usize) -> io::Result<RawMapping> {
+        Self::at(fd, 0, len)
+    }
+
+    /// `len` bytes of `fd` from `offset` (a GEM object's fake offset on a card fd).
+    pub fn at(fd: impl AsFd, offset: u64, len: usize) -> io::Result<RawMapping> {
         use rustix::mm::{mmap, MapFlags, ProtFlags};
         // SAFETY: a new shared mapping chosen by the kernel (null hint), of a file the caller
         // keeps open; it is unmapped in Drop and never aliased as a Rust reference across a write.
-        let ptr = unsafe { mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd.as_fd(), 0) }?;
+        let ptr = unsafe { mmap(std::ptr::null_mut(), len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::SHARED, fd.as_fd(), offset) }?;
         Ok(RawMapping { ptr, len })
+    }
+
+    /// Copies `bytes` to the start of the mapping.
+    pub fn write(&self, bytes: &[u8]) {
+        assert!(bytes.len() <= self.len, "{} bytes into a {}-byte mapping", bytes.len(), self.len);
+        // SAFETY: `ptr` maps `len` writable bytes until Drop, and `bytes` (checked to fit) is
+        // Rust memory, which cannot overlap a mapping the kernel made.
+        unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), self.ptr.cast::<u8>(), bytes.len()) };
     }
 
     pub fn read(&self) -> Vec<u8> {

@@ -1,11 +1,809 @@
-//! A live KMS device as a participant (filled in by the KMS work).
-#![allow(missing_docs, dead_code)]
+//! A live KMS device (`/dev/dri/cardN`) as a participant: its planes' format lists, read
+//! through the kernel's own ioctls, and the two things a display does with a dma-buf:
+//! import it as a framebuffer and scan it out.
+//!
+//! The ioctls are Smithay's drm-rs (`drm::Device`, `drm::control::Device`), so this module
+//! has no `unsafe` of its own. The `IN_FORMATS` blob goes through [`kms::parse_in_formats`],
+//! the one reader of it, with its bounds.
+//!
+//! # fd ownership
+//! [`KmsDevice`] opens the card itself (`O_RDWR | O_CLOEXEC`) and never lends the fd out:
+//! GEM handles are per open file and the kernel hands back the *same* handle each time one
+//! dma-buf is imported into one file, so a second user of the fd could close a handle from
+//! under [`KmsDevice::add_framebuffer`] (or the other way round). The fd is shared, behind
+//! an `Arc`, with the [`Framebuffer`]s made on it, since removing a framebuffer needs the
+//! file that added it; it is closed when the device and all its framebuffers are dropped.
+//! Closing it also ends whatever it committed: the kernel then restores the previous
+//! master's (fbcon's) configuration.
+//!
+//! # Bounds
+//! Every list the kernel hands back is checked against a `MAX_KMS_...` constant before
+//! anything is done per entry (each entry costs further ioctls): real devices have a few
+//! dozen planes and connectors and a few dozen properties per object.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::Arc;
+
+use drm::buffer::{self, DrmFourcc, DrmModifier, PlanarBuffer};
+use drm::control::{
+    atomic::AtomicModeReq, connector, crtc, framebuffer, plane, property, AtomicCommitFlags, Device as ControlDevice,
+    FbCmd2Flags, Mode, ModeTypeFlags, PlaneType, ResourceHandle, ResourceHandles,
+};
+use drm::{ClientCapability, Device as DrmDevice, DriverCapability};
+use rustix::fs::{Mode as FileMode, OFlags, SeekFrom};
+
+use crate::dmabuf::DmaBuf;
+use crate::negotiate::Participant;
+use crate::peers::kms;
+use crate::{Format, FormatSet, Fourcc};
+
+/// Most planes a device may list.
+pub const MAX_KMS_PLANES: usize = 256;
+/// Most connectors a device may list.
+pub const MAX_KMS_CONNECTORS: usize = 256;
+/// Most properties one KMS object may have.
+pub const MAX_KMS_PROPERTIES: usize = 1024;
+/// Most formats a plane without `IN_FORMATS` may list (the blob's own bound).
+pub const MAX_KMS_PLANE_FORMATS: usize = kms::MAX_IN_FORMATS_FORMATS as usize;
+
+/// Why a KMS operation failed. Every message names the device's path and the operation, and
+/// the errno where the kernel gave one ([`KmsDeviceError::errno`]).
 #[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct KmsDeviceError(String);
-pub struct KmsDevice;
+pub enum KmsDeviceError {
+    /// `open(2)` of the path failed (missing, no permission).
+    #[error("{path}: opening the DRM device (O_RDWR|O_CLOEXEC) failed: {source}")]
+    Open { path: String, source: io::Error },
+    /// The file opened but is no DRM device: `DRM_IOCTL_VERSION` failed on it.
+    #[error("{path}: not a DRM device: {op} failed: {source}")]
+    NotDrm { path: String, op: &'static str, source: io::Error },
+    /// A DRM device without mode setting (a render-only driver such as vgem): the kernel
+    /// refuses the KMS client caps or the mode resources on it.
+    #[error("{path}: not a KMS device (driver {driver:?}): {op} failed: {source}")]
+    NotKms { path: String, driver: String, op: &'static str, source: io::Error },
+    /// A query the device should answer failed.
+    #[error("{path}: {op} failed: {source}")]
+    Ioctl { path: String, op: &'static str, source: io::Error },
+    /// The kernel listed more of something than dmabridge reads (`MAX_KMS_...`).
+    #[error("{path}: {op} listed {count} {what}, more than the {max} dmabridge reads")]
+    TooMany { path: String, op: &'static str, what: &'static str, count: usize, max: usize },
+    /// A plane's `IN_FORMATS` blob did not parse.
+    #[error("{path}: plane {plane}: reading its IN_FORMATS blob (DRM_IOCTL_MODE_GETPROPBLOB): {source}")]
+    InFormats { path: String, plane: u32, source: kms::KmsError },
+    /// A KMS object lacks a property that every atomic driver has.
+    #[error("{path}: {object} {id} has no {name:?} property (DRM_IOCTL_MODE_OBJ_GETPROPERTIES)")]
+    MissingProperty { path: String, object: &'static str, id: u32, name: &'static str },
+    /// A plane's `type` property holds a value the kernel does not define.
+    #[error("{path}: plane {plane}: unknown plane type {value} (DRM_IOCTL_MODE_OBJ_GETPROPERTIES)")]
+    UnknownPlaneType { path: String, plane: u32, value: u64 },
+    /// No plane has the id asked for.
+    #[error("{path}: no plane {plane} (DRM_IOCTL_MODE_GETPLANERESOURCES lists {available:?})")]
+    NoSuchPlane { path: String, plane: u32, available: Vec<u32> },
+    /// The device has no primary plane, so there is no default plane.
+    #[error("{path}: no primary plane (DRM_IOCTL_MODE_GETPLANERESOURCES lists {available:?})")]
+    NoPrimaryPlane { path: String, available: Vec<u32> },
+    /// The dma-buf's fourcc is one drm-rs (drm-fourcc) cannot pass to ADDFB2.
+    #[error("{path}: DRM_IOCTL_MODE_ADDFB2: fourcc {fourcc} is unknown to the DRM bindings")]
+    UnsupportedFourcc { path: String, fourcc: Fourcc },
+    /// A plane's offset or stride does not fit ADDFB2's 32-bit fields.
+    #[error("{path}: DRM_IOCTL_MODE_ADDFB2: plane {plane}'s {what} {value} does not fit a u32")]
+    PlaneOutOfRange { path: String, plane: usize, what: &'static str, value: u64 },
+    /// The driver refused to import the dma-buf (`DRM_IOCTL_PRIME_FD_TO_HANDLE`): typically
+    /// a foreign dma-buf the driver cannot scan out from (`ENODEV`, `EINVAL`, `EOPNOTSUPP`).
+    #[error(
+        "{path}: the driver refused to import the dma-buf of plane {plane} (DRM_IOCTL_PRIME_FD_TO_HANDLE): {source}"
+    )]
+    ImportRefused { path: String, plane: usize, source: io::Error },
+    /// The driver refused the framebuffer (`DRM_IOCTL_MODE_ADDFB2`): format, modifier,
+    /// pitch, offset or size not supported, or modifiers not supported at all.
+    #[error("{path}: the driver refused the framebuffer {format} {width}x{height} (DRM_IOCTL_MODE_ADDFB2, {}): {source}", if *.with_modifier { "with DRM_MODE_FB_MODIFIERS" } else { "without modifiers" })]
+    FramebufferRefused { path: String, format: Format, width: u32, height: u32, with_modifier: bool, source: io::Error },
+    /// The kernel refused `DRM_CLIENT_CAP_ATOMIC` at open, so nothing can be shown through
+    /// an atomic commit.
+    #[error("{path}: atomic commit: the driver refused DRM_CLIENT_CAP_ATOMIC at open: {source}")]
+    NoAtomic { path: String, source: Arc<io::Error> },
+    /// No connected connector reaches a CRTC that the plane can use.
+    #[error("{path}: plane {plane}: no connected connector on a CRTC the plane can use (DRM_IOCTL_MODE_GETCONNECTOR, GETENCODER)")]
+    NoOutput { path: String, plane: u32 },
+    /// The driver refused the atomic commit, at its `TEST_ONLY` check or for real.
+    #[error("{path}: the driver refused the atomic commit{} (DRM_IOCTL_MODE_ATOMIC, plane {plane}, CRTC {crtc}, connector {connector}, mode {mode}): {source}", if *.test_only { " at its TEST_ONLY check" } else { "" })]
+    CommitRefused {
+        path: String,
+        test_only: bool,
+        plane: u32,
+        crtc: u32,
+        connector: u32,
+        mode: String,
+        source: io::Error,
+    },
+}
+
+impl KmsDeviceError {
+    /// The errno the kernel answered with, where it did.
+    pub fn errno(&self) -> Option<i32> {
+        use KmsDeviceError as E;
+        match self {
+            E::Open { source, .. }
+            | E::NotDrm { source, .. }
+            | E::NotKms { source, .. }
+            | E::Ioctl { source, .. }
+            | E::ImportRefused { source, .. }
+            | E::FramebufferRefused { source, .. }
+            | E::CommitRefused { source, .. } => source.raw_os_error(),
+            E::NoAtomic { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}
+
+/// The open card. Private so that nobody else makes GEM handles on it (see the module doc).
+#[derive(Debug)]
+struct Card(OwnedFd);
+
+impl AsFd for Card {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+impl DrmDevice for Card {}
+impl ControlDevice for Card {}
+
+/// What a plane is for, from its `type` property.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PlaneKind {
+    Primary,
+    Overlay,
+    Cursor,
+}
+
+/// One plane and what it can scan out.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KmsPlane {
+    /// The plane's KMS object id.
+    pub id: u32,
+    pub kind: PlaneKind,
+    /// Object ids of the CRTCs the plane can be attached to.
+    pub possible_crtcs: Vec<u32>,
+    /// Whether the plane has an `IN_FORMATS` blob (else `formats` is its plain list, implicit).
+    pub in_formats: bool,
+    pub formats: FormatSet,
+}
+
+/// A display mode, as far as a caller sizing a buffer for it needs to know.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KmsMode {
+    pub name: String,
+    pub width: u32,
+    pub height: u32,
+    /// Vertical refresh in Hz.
+    pub refresh: u32,
+    /// Whether the connector marks it preferred.
+    pub preferred: bool,
+}
+
+/// A connected connector, a CRTC that it and the plane can both use, and the connector's
+/// preferred mode: where [`KmsDevice::show`] lights a plane up.
+#[derive(Debug, Clone)]
+pub struct KmsOutput {
+    pub connector: u32,
+    /// The connector's name as the kernel forms it (`Virtual-1`, `HDMI-A-2`).
+    pub connector_name: String,
+    pub crtc: u32,
+    pub mode: KmsMode,
+    raw_mode: Mode,
+}
+
+/// What [`KmsDevice::show`] committed.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Shown {
+    pub plane: u32,
+    pub crtc: u32,
+    pub connector: u32,
+    pub connector_name: String,
+    pub mode: KmsMode,
+    pub framebuffer: u32,
+    /// The part of the framebuffer scanned out, from its top left, and the CRTC area it
+    /// fills (the same: no scaling).
+    pub width: u32,
+    pub height: u32,
+}
+
+/// A dumb buffer exported as a dma-buf ([`KmsDevice::dumb_buffer`]).
+#[derive(Debug)]
+pub struct DumbExport {
+    /// The dma-buf, read-write, `O_CLOEXEC`, owned by the caller.
+    pub fd: OwnedFd,
+    /// Bytes per row, as the driver chose it.
+    pub pitch: u32,
+    /// The dma-buf's size in bytes (the driver rounds up, usually to pages).
+    pub size: u64,
+}
+
+/// The summary of a device and plane that `negotiate --json` prints.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KmsSummary {
+    pub path: String,
+    pub driver: String,
+    pub atomic: bool,
+    /// `DRM_CAP_ADDFB2_MODIFIERS`.
+    pub addfb2_modifiers: bool,
+    pub plane: u32,
+    pub kind: PlaneKind,
+    pub in_formats: bool,
+    /// GStreamer `drm-format` strings (`XR24`, `NV12:0x0100000000000002`), in the plane's order.
+    pub formats: Vec<String>,
+}
+
+/// A framebuffer added by [`KmsDevice::add_framebuffer`]; removed (`DRM_IOCTL_MODE_RMFB`)
+/// when dropped. It keeps the card open (see the module doc).
+#[derive(Debug)]
+pub struct Framebuffer {
+    card: Arc<Card>,
+    path: Arc<str>,
+    id: framebuffer::Handle,
+    format: Format,
+    width: u32,
+    height: u32,
+    with_modifier: bool,
+}
+
+impl Framebuffer {
+    /// The framebuffer's KMS object id.
+    pub fn id(&self) -> u32 {
+        self.id.into()
+    }
+
+    pub fn format(&self) -> Format {
+        self.format
+    }
+
+    pub fn width(&self) -> u32 {
+        self.width
+    }
+
+    pub fn height(&self) -> u32 {
+        self.height
+    }
+
+    /// Whether it was added with `DRM_MODE_FB_MODIFIERS` (an explicit layout).
+    pub fn with_modifier(&self) -> bool {
+        self.with_modifier
+    }
+}
+
+impl Drop for Framebuffer {
+    fn drop(&mut self) {
+        if let Err(e) = self.card.destroy_framebuffer(self.id) {
+            tracing::warn!(path = %self.path, fb = self.id(), error = %e, "DRM_IOCTL_MODE_RMFB failed");
+        }
+    }
+}
+
+/// ADDFB2's view of a dma-buf once its planes are GEM handles.
+struct Planar {
+    size: (u32, u32),
+    format: DrmFourcc,
+    modifier: Option<DrmModifier>,
+    pitches: [u32; 4],
+    handles: [Option<buffer::Handle>; 4],
+    offsets: [u32; 4],
+}
+
+impl PlanarBuffer for Planar {
+    fn size(&self) -> (u32, u32) {
+        self.size
+    }
+    fn format(&self) -> DrmFourcc {
+        self.format
+    }
+    fn modifier(&self) -> Option<DrmModifier> {
+        self.modifier
+    }
+    fn pitches(&self) -> [u32; 4] {
+        self.pitches
+    }
+    fn handles(&self) -> [Option<buffer::Handle>; 4] {
+        self.handles
+    }
+    fn offsets(&self) -> [u32; 4] {
+        self.offsets
+    }
+}
+
+/// GEM handles made by PRIME import, closed when it goes out of scope: the framebuffer (if
+/// one was made) holds its own references to the objects, and on any failure nothing else
+/// would close them.
+struct GemHandles<'a> {
+    card: &'a Card,
+    path: &'a str,
+    handles: Vec<buffer::Handle>,
+}
+
+impl Drop for GemHandles<'_> {
+    fn drop(&mut self) {
+        for h in self.handles.drain(..) {
+            if let Err(e) = self.card.close_buffer(h) {
+                tracing::warn!(path = %self.path, handle = u32::from(h), error = %e, "DRM_IOCTL_GEM_CLOSE failed");
+            }
+        }
+    }
+}
+
+/// An object's properties by name: handle and current value.
+type Props = HashMap<String, (property::Handle, property::RawValue)>;
+
+/// An open KMS device. See the module doc for who owns its fd.
+#[derive(Debug)]
+pub struct KmsDevice {
+    card: Arc<Card>,
+    path: Arc<str>,
+    driver: String,
+    atomic: Result<(), Arc<io::Error>>,
+    addfb2_modifiers: bool,
+}
+
 impl KmsDevice {
-    pub fn open(path: &Path) -> Result<KmsDevice, KmsDeviceError> { Err(KmsDeviceError(format!("{}: stub", path.display()))) }
-    pub fn participant(&self, name: &str, _plane: Option<u32>) -> Result<crate::negotiate::Participant, KmsDeviceError> { Err(KmsDeviceError(name.into())) }
+    /// Opens a card node, turns on the universal-planes and atomic client caps and checks that
+    /// it is a KMS device. A refusal of the atomic cap is recorded ([`KmsDevice::atomic`]),
+    /// not fatal: the formats can still be read; only [`KmsDevice::show`] needs it.
+    pub fn open(path: &Path) -> Result<KmsDevice, KmsDeviceError> {
+        let shown = path.display().to_string();
+        let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC, FileMode::empty())
+            .map_err(|e| KmsDeviceError::Open { path: shown.clone(), source: e.into() })?;
+        let card = Card(fd);
+        let driver = card
+            .get_driver()
+            .map_err(|source| KmsDeviceError::NotDrm { path: shown.clone(), op: "DRM_IOCTL_VERSION", source })?
+            .name()
+            .to_string_lossy()
+            .into_owned();
+        let not_kms = |op, source| KmsDeviceError::NotKms { path: shown.clone(), driver: driver.clone(), op, source };
+        // Without this cap the kernel hides primary and cursor planes, and the primary plane
+        // is the default participant.
+        card.set_client_capability(ClientCapability::UniversalPlanes, true)
+            .map_err(|e| not_kms("DRM_IOCTL_SET_CLIENT_CAP(DRM_CLIENT_CAP_UNIVERSAL_PLANES)", e))?;
+        let atomic = card.set_client_capability(ClientCapability::Atomic, true).map_err(Arc::new);
+        card.resource_handles().map_err(|e| not_kms("DRM_IOCTL_MODE_GETRESOURCES", e))?;
+        // A query error means no: the cap predates every kernel with ADDFB2 modifiers.
+        let addfb2_modifiers = card.get_driver_capability(DriverCapability::AddFB2Modifiers).is_ok_and(|v| v != 0);
+        Ok(KmsDevice { card: Arc::new(card), path: Arc::from(shown), driver, atomic, addfb2_modifiers })
+    }
+
+    /// The path it was opened from.
+    pub fn path(&self) -> &str {
+        &self.path
+    }
+
+    /// The kernel driver's name (`virtio_gpu`, `i915`, `amdgpu`).
+    pub fn driver_name(&self) -> &str {
+        &self.driver
+    }
+
+    /// Whether the kernel accepted `DRM_CLIENT_CAP_ATOMIC`.
+    pub fn atomic(&self) -> bool {
+        self.atomic.is_ok()
+    }
+
+    /// Whether the driver takes ADDFB2 with modifiers (`DRM_CAP_ADDFB2_MODIFIERS`).
+    pub fn addfb2_modifiers(&self) -> bool {
+        self.addfb2_modifiers
+    }
+
+    fn ioctl(&self, op: &'static str) -> impl FnOnce(io::Error) -> KmsDeviceError + '_ {
+        move |source| KmsDeviceError::Ioctl { path: self.path.to_string(), op, source }
+    }
+
+    fn bound(&self, op: &'static str, what: &'static str, count: usize, max: usize) -> Result<(), KmsDeviceError> {
+        if count > max {
+            return Err(KmsDeviceError::TooMany { path: self.path.to_string(), op, what, count, max });
+        }
+        Ok(())
+    }
+
+    fn resources(&self) -> Result<ResourceHandles, KmsDeviceError> {
+        self.card.resource_handles().map_err(self.ioctl("DRM_IOCTL_MODE_GETRESOURCES"))
+    }
+
+    fn props<H: ResourceHandle>(&self, handle: H) -> Result<Props, KmsDeviceError> {
+        let set = self.card.get_properties(handle).map_err(self.ioctl("DRM_IOCTL_MODE_OBJ_GETPROPERTIES"))?;
+        let (ids, values) = set.as_props_and_values();
+        self.bound("DRM_IOCTL_MODE_OBJ_GETPROPERTIES", "properties", ids.len(), MAX_KMS_PROPERTIES)?;
+        let mut out = HashMap::with_capacity(ids.len());
+        for (&id, &value) in ids.iter().zip(values) {
+            let info = self.card.get_property(id).map_err(self.ioctl("DRM_IOCTL_MODE_GETPROPERTY"))?;
+            out.insert(info.name().to_string_lossy().into_owned(), (id, value));
+        }
+        Ok(out)
+    }
+
+    fn prop(
+        &self,
+        props: &Props,
+        object: &'static str,
+        id: u32,
+        name: &'static str,
+    ) -> Result<property::Handle, KmsDeviceError> {
+        props.get(name).map(|(h, _)| *h).ok_or_else(|| KmsDeviceError::MissingProperty {
+            path: self.path.to_string(),
+            object,
+            id,
+            name,
+        })
+    }
+
+    /// Every plane, in the kernel's order, with its kind, CRTCs and formats.
+    ///
+    /// Since Linux 6.8 the kernel hides the cursor plane of a virtualised driver (virtio-gpu,
+    /// vmwgfx, qxl, vboxvideo) from clients without `DRM_CLIENT_CAP_CURSOR_PLANE_HOTSPOT`;
+    /// dmabridge does not set that cap, since it would then owe the cursor's hotspot
+    /// properties, so such a device lists no cursor plane here.
+    pub fn planes(&self) -> Result<Vec<KmsPlane>, KmsDeviceError> {
+        let handles = self.card.plane_handles().map_err(self.ioctl("DRM_IOCTL_MODE_GETPLANERESOURCES"))?;
+        self.bound("DRM_IOCTL_MODE_GETPLANERESOURCES", "planes", handles.len(), MAX_KMS_PLANES)?;
+        let res = self.resources()?;
+        handles.into_iter().map(|h| self.plane(&res, h)).collect()
+    }
+
+    fn plane(&self, res: &ResourceHandles, handle: plane::Handle) -> Result<KmsPlane, KmsDeviceError> {
+        let id: u32 = handle.into();
+        let info = self.card.get_plane(handle).map_err(self.ioctl("DRM_IOCTL_MODE_GETPLANE"))?;
+        self.bound("DRM_IOCTL_MODE_GETPLANE", "formats", info.formats().len(), MAX_KMS_PLANE_FORMATS)?;
+        let props = self.props(handle)?;
+        let (_, kind) = props.get("type").ok_or_else(|| KmsDeviceError::MissingProperty {
+            path: self.path.to_string(),
+            object: "plane",
+            id,
+            name: "type",
+        })?;
+        let kind = match *kind {
+            k if k == PlaneType::Primary as u64 => PlaneKind::Primary,
+            k if k == PlaneType::Overlay as u64 => PlaneKind::Overlay,
+            k if k == PlaneType::Cursor as u64 => PlaneKind::Cursor,
+            value => return Err(KmsDeviceError::UnknownPlaneType { path: self.path.to_string(), plane: id, value }),
+        };
+        let blob = props.get("IN_FORMATS").map(|(_, v)| *v).filter(|v| *v != 0);
+        let formats = match blob {
+            Some(blob) => {
+                let bytes = self.card.get_property_blob(blob).map_err(self.ioctl("DRM_IOCTL_MODE_GETPROPBLOB"))?;
+                kms::parse_in_formats(&bytes).map_err(|source| KmsDeviceError::InFormats {
+                    path: self.path.to_string(),
+                    plane: id,
+                    source,
+                })?
+            }
+            // The kernel gives every plane an IN_FORMATS blob (a LINEAR-only default when the
+            // driver names no modifiers) unless the driver sets `fb_modifiers_not_supported`;
+            // then ADDFB2 refuses DRM_MODE_FB_MODIFIERS outright and the plane takes only
+            // framebuffers whose layout is the driver's own choice: implicit.
+            None => info.formats().iter().map(|&code| Format::implicit(Fourcc::from_code(code))).collect(),
+        };
+        let possible_crtcs = res.filter_crtcs(info.possible_crtcs()).into_iter().map(u32::from).collect();
+        Ok(KmsPlane { id, kind, possible_crtcs, in_formats: blob.is_some(), formats })
+    }
+
+    /// Plane `plane`, or by default the first primary plane.
+    pub fn plane_formats(&self, plane: Option<u32>) -> Result<KmsPlane, KmsDeviceError> {
+        let planes = self.planes()?;
+        let available = || planes.iter().map(|p| p.id).collect::<Vec<_>>();
+        let found = match plane {
+            Some(id) => planes.iter().position(|p| p.id == id).ok_or_else(|| KmsDeviceError::NoSuchPlane {
+                path: self.path.to_string(),
+                plane: id,
+                available: available(),
+            })?,
+            None => planes.iter().position(|p| p.kind == PlaneKind::Primary).ok_or_else(|| {
+                KmsDeviceError::NoPrimaryPlane { path: self.path.to_string(), available: available() }
+            })?,
+        };
+        let mut planes = planes;
+        Ok(planes.swap_remove(found))
+    }
+
+    /// The plane (as [`KmsDevice::plane_formats`] picks it) as a negotiation participant,
+    /// with a KMS plane's sync methods.
+    pub fn participant(&self, name: &str, plane: Option<u32>) -> Result<Participant, KmsDeviceError> {
+        let plane = self.plane_formats(plane)?;
+        Ok(Participant::new(name, plane.formats).with_sync(kms::SYNC_METHODS))
+    }
+
+    /// What `negotiate --json` prints of the device and the plane.
+    pub fn summary(&self, plane: Option<u32>) -> Result<KmsSummary, KmsDeviceError> {
+        let p = self.plane_formats(plane)?;
+        Ok(KmsSummary {
+            path: self.path.to_string(),
+            driver: self.driver.clone(),
+            atomic: self.atomic(),
+            addfb2_modifiers: self.addfb2_modifiers,
+            plane: p.id,
+            kind: p.kind,
+            in_formats: p.in_formats,
+            formats: p.formats.iter().map(|f| crate::peers::gst::print_drm_format(*f)).collect(),
+        })
+    }
+
+    /// Imports `buf` as a framebuffer: each plane's fd through PRIME, then ADDFB2, with
+    /// `DRM_MODE_FB_MODIFIERS` and the modifier when the layout is explicit, without when it
+    /// is implicit (the driver then picks the layout it would have allocated). `buf` keeps its
+    /// fds; the GEM handles made here are closed whatever happens, the framebuffer holding
+    /// its own references.
+    pub fn add_framebuffer(&self, buf: &DmaBuf) -> Result<Framebuffer, KmsDeviceError> {
+        let path = || self.path.to_string();
+        let fourcc = buf.fourcc();
+        let format = DrmFourcc::try_from(fourcc.code())
+            .map_err(|_| KmsDeviceError::UnsupportedFourcc { path: path(), fourcc })?;
+        // The same rule drm-rs asserts: the flag exactly when a real modifier is given.
+        let modifier =
+            buf.layout().modifier().map(|m| DrmModifier::from(m.raw())).filter(|m| *m != DrmModifier::Invalid);
+        let with_modifier = modifier.is_some();
+        let mut pitches = [0u32; 4];
+        let mut offsets = [0u32; 4];
+        for (i, p) in buf.planes().enumerate().take(4) {
+            let fit = |what, value: u64| {
+                u32::try_from(value).map_err(|_| KmsDeviceError::PlaneOutOfRange {
+                    path: path(),
+                    plane: i,
+                    what,
+                    value,
+                })
+            };
+            pitches[i] = fit("stride", p.stride)?;
+            offsets[i] = fit("offset", p.offset)?;
+        }
+        let mut gem = GemHandles { card: &self.card, path: &self.path, handles: Vec::with_capacity(4) };
+        let mut handles = [None; 4];
+        for (i, p) in buf.planes().enumerate().take(4) {
+            let h = self.card.prime_fd_to_buffer(p.fd).map_err(|source| KmsDeviceError::ImportRefused {
+                path: path(),
+                plane: i,
+                source,
+            })?;
+            // Planes in one dma-buf come back as one handle, which must be closed once.
+            if !gem.handles.contains(&h) {
+                gem.handles.push(h);
+            }
+            handles[i] = Some(h);
+        }
+        let planar = Planar { size: (buf.width(), buf.height()), format, modifier, pitches, handles, offsets };
+        let flags = if with_modifier { FbCmd2Flags::MODIFIERS } else { FbCmd2Flags::empty() };
+        let id =
+            self.card.add_planar_framebuffer(&planar, flags).map_err(|source| KmsDeviceError::FramebufferRefused {
+                path: path(),
+                format: buf.format(),
+                width: buf.width(),
+                height: buf.height(),
+                with_modifier,
+                source,
+            })?;
+        drop(gem);
+        tracing::debug!(path = %self.path, fb = u32::from(id), format = %buf.format(), "added framebuffer");
+        Ok(Framebuffer {
+            card: self.card.clone(),
+            path: self.path.clone(),
+            id,
+            format: buf.format(),
+            width: buf.width(),
+            height: buf.height(),
+            with_modifier,
+        })
+    }
+
+    /// Where [`KmsDevice::show`] would put the plane (as [`KmsDevice::plane_formats`] picks
+    /// it): the first connected connector with a CRTC the plane can use, and its preferred
+    /// mode (else its first). Size a buffer for `mode` to fill the screen.
+    pub fn output(&self, plane: Option<u32>) -> Result<KmsOutput, KmsDeviceError> {
+        let plane = self.plane_formats(plane)?;
+        self.output_for(&plane)
+    }
+
+    fn output_for(&self, plane: &KmsPlane) -> Result<KmsOutput, KmsDeviceError> {
+        let res = self.resources()?;
+        self.bound("DRM_IOCTL_MODE_GETRESOURCES", "connectors", res.connectors().len(), MAX_KMS_CONNECTORS)?;
+        for &conn in res.connectors() {
+            let mut info = self.card.get_connector(conn, false).map_err(self.ioctl("DRM_IOCTL_MODE_GETCONNECTOR"))?;
+            if info.state() != connector::State::Connected {
+                continue;
+            }
+            // Nobody has probed it yet (no fbcon): ask for a probe, which the kernel does
+            // only for the DRM master and otherwise answers from what it has.
+            if info.modes().is_empty() {
+                info = self.card.get_connector(conn, true).map_err(self.ioctl("DRM_IOCTL_MODE_GETCONNECTOR"))?;
+            }
+            let Some(mode) = info
+                .modes()
+                .iter()
+                .find(|m| m.mode_type().contains(ModeTypeFlags::PREFERRED))
+                .or_else(|| info.modes().first())
+                .copied()
+            else {
+                continue;
+            };
+            let mut crtc = None;
+            for &enc in info.encoders() {
+                let e = self.card.get_encoder(enc).map_err(self.ioctl("DRM_IOCTL_MODE_GETENCODER"))?;
+                crtc = res
+                    .filter_crtcs(e.possible_crtcs())
+                    .into_iter()
+                    .find(|c| plane.possible_crtcs.contains(&u32::from(*c)));
+                if crtc.is_some() {
+                    break;
+                }
+            }
+            let Some(crtc) = crtc else { continue };
+            let (w, h) = mode.size();
+            return Ok(KmsOutput {
+                connector: conn.into(),
+                connector_name: format!("{}-{}", info.interface().as_str(), info.interface_id()),
+                crtc: crtc.into(),
+                mode: KmsMode {
+                    name: mode.name().to_string_lossy().into_owned(),
+                    width: w.into(),
+                    height: h.into(),
+                    refresh: mode.vrefresh(),
+                    preferred: mode.mode_type().contains(ModeTypeFlags::PREFERRED),
+                },
+                raw_mode: mode,
+            });
+        }
+        Err(KmsDeviceError::NoOutput { path: self.path.to_string(), plane: plane.id })
+    }
+
+    /// Scans `fb` out on the plane (as [`KmsDevice::plane_formats`] picks it), lighting up
+    /// [`KmsDevice::output`]'s connector, CRTC and mode in one atomic commit (a modeset),
+    /// after a `TEST_ONLY` commit of the same request. The framebuffer's top left
+    /// `min(fb, mode)` pixels fill the CRTC from its top left, unscaled; a primary plane that
+    /// must cover the whole CRTC needs a framebuffer at least the mode's size. It stays
+    /// on screen until another commit, the framebuffer's removal or the device's closing.
+    pub fn show(&self, fb: &Framebuffer, plane: Option<u32>) -> Result<Shown, KmsDeviceError> {
+        if let Err(source) = &self.atomic {
+            return Err(KmsDeviceError::NoAtomic { path: self.path.to_string(), source: source.clone() });
+        }
+        let plane = self.plane_formats(plane)?;
+        let out = self.output_for(&plane)?;
+        let plane_h: plane::Handle = handle(plane.id).ok_or_else(|| self.no_such_plane(plane.id))?;
+        let crtc_h: crtc::Handle = handle(out.crtc).ok_or_else(|| self.no_output(plane.id))?;
+        let conn_h: connector::Handle = handle(out.connector).ok_or_else(|| self.no_output(plane.id))?;
+        let (pp, cp, np) = (self.props(plane_h)?, self.props(crtc_h)?, self.props(conn_h)?);
+        let (w, h) = (fb.width.min(out.mode.width), fb.height.min(out.mode.height));
+
+        let mut req = AtomicModeReq::new();
+        req.add_property(
+            conn_h,
+            self.prop(&np, "connector", out.connector, "CRTC_ID")?,
+            property::Value::CRTC(Some(crtc_h)),
+        );
+        let mode_id = self.prop(&cp, "CRTC", out.crtc, "MODE_ID")?;
+        let active = self.prop(&cp, "CRTC", out.crtc, "ACTIVE")?;
+        let plane_prop = |name| self.prop(&pp, "plane", plane.id, name);
+        let unsigned = |v: u32| property::Value::UnsignedRange(v.into());
+        let signed = |v: u32| property::Value::SignedRange(v.into());
+        req.add_property(plane_h, plane_prop("FB_ID")?, property::Value::Framebuffer(Some(fb.id)));
+        req.add_property(plane_h, plane_prop("CRTC_ID")?, property::Value::CRTC(Some(crtc_h)));
+        // SRC_* are 16.16 fixed point; CRTC_X/Y are signed.
+        req.add_property(plane_h, plane_prop("SRC_X")?, unsigned(0));
+        req.add_property(plane_h, plane_prop("SRC_Y")?, unsigned(0));
+        req.add_property(plane_h, plane_prop("SRC_W")?, property::Value::UnsignedRange(u64::from(w) << 16));
+        req.add_property(plane_h, plane_prop("SRC_H")?, property::Value::UnsignedRange(u64::from(h) << 16));
+        req.add_property(plane_h, plane_prop("CRTC_X")?, signed(0));
+        req.add_property(plane_h, plane_prop("CRTC_Y")?, signed(0));
+        req.add_property(plane_h, plane_prop("CRTC_W")?, unsigned(w));
+        req.add_property(plane_h, plane_prop("CRTC_H")?, unsigned(h));
+
+        let blob =
+            self.card.create_property_blob(&out.raw_mode).map_err(self.ioctl("DRM_IOCTL_MODE_CREATEPROPBLOB"))?;
+        req.add_property(crtc_h, mode_id, blob);
+        req.add_property(crtc_h, active, property::Value::Boolean(true));
+        let refused = |test_only| {
+            let mode = format!("{}x{}@{}", out.mode.width, out.mode.height, out.mode.refresh);
+            move |source| KmsDeviceError::CommitRefused {
+                path: self.path.to_string(),
+                test_only,
+                plane: plane.id,
+                crtc: out.crtc,
+                connector: out.connector,
+                mode,
+                source,
+            }
+        };
+        let committed = self
+            .card
+            .atomic_commit(AtomicCommitFlags::ALLOW_MODESET | AtomicCommitFlags::TEST_ONLY, req.clone())
+            .map_err(refused(true))
+            .and_then(|()| self.card.atomic_commit(AtomicCommitFlags::ALLOW_MODESET, req).map_err(refused(false)));
+        // The committed state holds its own reference to the mode blob; ours goes either way.
+        if let property::Value::Blob(id) = blob {
+            if let Err(e) = self.card.destroy_property_blob(id) {
+                tracing::warn!(path = %self.path, blob = id, error = %e, "DRM_IOCTL_MODE_DESTROYPROPBLOB failed");
+            }
+        }
+        committed?;
+        Ok(Shown {
+            plane: plane.id,
+            crtc: out.crtc,
+            connector: out.connector,
+            connector_name: out.connector_name,
+            mode: out.mode,
+            framebuffer: fb.id(),
+            width: w,
+            height: h,
+        })
+    }
+
+    /// A zeroed dumb buffer of the driver's own memory, exported as a dma-buf
+    /// (`DRM_IOCTL_MODE_CREATE_DUMB`, `DRM_IOCTL_PRIME_HANDLE_TO_FD`). The dumb buffer's
+    /// handle is destroyed at once: the dma-buf keeps the memory alive.
+    pub fn dumb_buffer(&self, width: u32, height: u32, bpp: u32) -> Result<DumbExport, KmsDeviceError> {
+        // The kernel reads only the bpp; drm-rs wants a fourcc to keep alongside.
+        let dumb = self
+            .card
+            .create_dumb_buffer((width, height), DrmFourcc::Xrgb8888, bpp)
+            .map_err(self.ioctl("DRM_IOCTL_MODE_CREATE_DUMB"))?;
+        let pitch = buffer::Buffer::pitch(&dumb);
+        let exported = self
+            .card
+            .buffer_to_prime_fd(buffer::Buffer::handle(&dumb), drm::CLOEXEC | drm::RDWR)
+            .map_err(self.ioctl("DRM_IOCTL_PRIME_HANDLE_TO_FD"));
+        if let Err(e) = self.card.destroy_dumb_buffer(dumb) {
+            tracing::warn!(path = %self.path, error = %e, "DRM_IOCTL_MODE_DESTROY_DUMB failed");
+        }
+        let fd = exported?;
+        // A dma-buf answers SEEK_END with its size, and nothing else of lseek.
+        let size = rustix::fs::seek(&fd, SeekFrom::End(0)).map_err(|e| KmsDeviceError::Ioctl {
+            path: self.path.to_string(),
+            op: "lseek(SEEK_END) of the exported dma-buf",
+            source: e.into(),
+        })?;
+        Ok(DumbExport { fd, pitch, size })
+    }
+
+    fn no_such_plane(&self, plane: u32) -> KmsDeviceError {
+        KmsDeviceError::NoSuchPlane { path: self.path.to_string(), plane, available: Vec::new() }
+    }
+
+    fn no_output(&self, plane: u32) -> KmsDeviceError {
+        KmsDeviceError::NoOutput { path: self.path.to_string(), plane }
+    }
+}
+
+/// A handle from an id the kernel gave: `None` only for 0, which no object has.
+fn handle<H: ResourceHandle>(id: u32) -> Option<H> {
+    drm::control::from_u32(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_name_the_path_the_operation_and_the_errno() {
+        let e = KmsDeviceError::ImportRefused {
+            path: "/dev/dri/card1".into(),
+            plane: 0,
+            source: io::Error::from_raw_os_error(19),
+        };
+        let msg = e.to_string();
+        assert!(
+            msg.contains("/dev/dri/card1") && msg.contains("PRIME_FD_TO_HANDLE") && msg.contains("os error 19"),
+            "{msg}"
+        );
+        assert!(msg.contains("the driver refused"), "{msg}");
+        assert_eq!(e.errno(), Some(19));
+        let e = KmsDeviceError::FramebufferRefused {
+            path: "/dev/dri/card1".into(),
+            format: Format::linear(Fourcc::XRGB8888),
+            width: 64,
+            height: 32,
+            with_modifier: true,
+            source: io::Error::from_raw_os_error(22),
+        };
+        let msg = e.to_string();
+        assert!(
+            msg.contains("the driver refused the framebuffer XR24") && msg.contains("with DRM_MODE_FB_MODIFIERS"),
+            "{msg}"
+        );
+        assert!(msg.contains("ADDFB2") && msg.contains("os error 22"), "{msg}");
+    }
 }

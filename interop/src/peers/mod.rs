@@ -3,6 +3,8 @@
 //!
 //! - [`gst`]: GStreamer `drm-format` strings and `memory:DMABuf` caps (seed 000);
 //! - [`kms`]: the KMS plane property `IN_FORMATS` (`struct drm_format_modifier_blob`);
+//! - [`kms_device`]: a live KMS device (`/dev/dri/cardN`): its planes' lists read through the
+//!   kernel, and a dma-buf imported as a framebuffer (PRIME, ADDFB2) and shown (atomic commit);
 //! - [`drm_info`]: the same list as `drm_info -j` prints it (JSON);
 //! - [`wayland`]: linux-dmabuf v4 feedback (format table, tranches) and v3 `modifier` events;
 //! - [`egl`]: the answers of `eglQueryDmaBufFormatsEXT` / `eglQueryDmaBufModifiersEXT`;
@@ -34,6 +36,9 @@ pub use gst::{
 };
 pub use drm_info::DrmInfoError;
 pub use kms::{parse_in_formats, write_in_formats, KmsError};
+pub use kms_device::{
+    DumbExport, Framebuffer, KmsDevice, KmsDeviceError, KmsMode, KmsOutput, KmsPlane, KmsSummary, PlaneKind, Shown,
+};
 pub use v4l2::{V4l2Entry, V4l2Error, V4l2Formats, V4l2Mapping, V4l2PlaneFormat};
 pub use wayland::{
     modifier_from_hi_lo, parse_format_table, tranche_formats, Feedback, FeedbackBuilder, Tranche, TrancheFlags,

@@ -23,13 +23,10 @@ fn in_kernel_lab() -> bool {
 
 /// The `/dev/videoN` whose sysfs name is `name`.
 fn find_node(name: &str) -> Option<PathBuf> {
-    std::fs::read_dir("/sys/class/video4linux")
-        .ok()?
-        .flatten()
-        .find_map(|e| {
-            let n = std::fs::read_to_string(e.path().join("name")).ok()?;
-            (n.trim() == name).then(|| Path::new("/dev").join(e.file_name()))
-        })
+    std::fs::read_dir("/sys/class/video4linux").ok()?.flatten().find_map(|e| {
+        let n = std::fs::read_to_string(e.path().join("name")).ok()?;
+        (n.trim() == name).then(|| Path::new("/dev").join(e.file_name()))
+    })
 }
 
 /// vivid's capture node `name`, which the lab must have; `None` (after saying why) elsewhere.
@@ -38,17 +35,13 @@ fn vivid(name: &str, test: &str) -> Option<V4l2Device> {
         eprintln!("{test}: skipped: needs vivid, which only the kernel lab (DMABRIDGE_TEST_CONFIG=kernel) loads");
         return None;
     }
-    let path = find_node(name).unwrap_or_else(|| {
-        panic!("the lab has no {name} in /sys/class/video4linux (is vivid loaded with n_devs=2?)")
-    });
+    let path = find_node(name)
+        .unwrap_or_else(|| panic!("the lab has no {name} in /sys/class/video4linux (is vivid loaded with n_devs=2?)"));
     Some(V4l2Device::open(&path, None).unwrap_or_else(|e| panic!("{e}")))
 }
 
 fn code(s: &str) -> u32 {
-    lookup(s)
-        .unwrap_or_else(|| panic!("{s} not in the V4L2 table"))
-        .pixfmt
-        .code()
+    lookup(s).unwrap_or_else(|| panic!("{s} not in the V4L2 table")).pixfmt.code()
 }
 
 fn inode(fd: &OwnedFd) -> u64 {
@@ -59,14 +52,8 @@ fn inode(fd: &OwnedFd) -> u64 {
 fn opening_a_missing_node_is_a_typed_error_naming_it() {
     let path = Path::new("/dev/video-that-does-not-exist");
     let err = V4l2Device::open(path, None).unwrap_err();
-    assert!(
-        matches!(&err, V4l2DeviceError::Open { path: p, .. } if p == path),
-        "{err:?}"
-    );
-    assert!(
-        err.to_string().contains("/dev/video-that-does-not-exist"),
-        "{err}"
-    );
+    assert!(matches!(&err, V4l2DeviceError::Open { path: p, .. } if p == path), "{err:?}");
+    assert!(err.to_string().contains("/dev/video-that-does-not-exist"), "{err}");
 }
 
 #[test]
@@ -82,20 +69,12 @@ fn vivid_lists_nv12_and_is_a_participant() {
 
     let sp_formats = sp.enum_formats().unwrap();
     let mp_formats = mp.enum_formats().unwrap();
-    let codes = |f: &[dmabridge_interop::peers::DeviceFormat]| {
-        f.iter().map(|f| f.fourcc_text()).collect::<Vec<_>>()
-    };
+    let codes = |f: &[dmabridge_interop::peers::DeviceFormat]| f.iter().map(|f| f.fourcc_text()).collect::<Vec<_>>();
     eprintln!("vivid-000: {:?}", codes(&sp_formats));
     eprintln!("vivid-001: {:?}", codes(&mp_formats));
     assert!(codes(&sp_formats).contains(&"NV12".to_owned()));
-    assert!(
-        codes(&mp_formats).contains(&"NM12".to_owned())
-            && codes(&mp_formats).contains(&"NV12".to_owned())
-    );
-    eprintln!(
-        "{}",
-        serde_json::to_string(&sp.summary(&sp_formats)).unwrap()
-    );
+    assert!(codes(&mp_formats).contains(&"NM12".to_owned()) && codes(&mp_formats).contains(&"NV12".to_owned()));
+    eprintln!("{}", serde_json::to_string(&sp.summary(&sp_formats)).unwrap());
 
     for dev in [&sp, &mp] {
         let p = dev.participant("camera").unwrap();
@@ -137,29 +116,16 @@ fn capture_and_compare(dev: &V4l2Device, pixfmt: &str, planes: usize) -> Vec<Own
     let info = dev.query_buffer(dq.index).unwrap();
     let fds = dev.export_buffer(dq.index).unwrap();
     let map = dev.map_buffer(dq.index).unwrap();
-    assert_eq!(
-        (info.planes.len(), fds.len(), map.len()),
-        (planes, planes, planes)
-    );
+    assert_eq!((info.planes.len(), fds.len(), map.len()), (planes, planes, planes));
     for (p, fd) in fds.iter().enumerate() {
         assert!(is_dma_buf(fd.as_fd()).unwrap(), "plane {p}");
         let mapped = map.plane(p).unwrap();
         let mut read = vec![0u8; mapped.len()];
         read_exact_at(fd.as_fd(), 0, &mut read).unwrap();
-        assert!(
-            read == mapped,
-            "plane {p}: the dma-buf's bytes differ from the V4L2 mapping"
-        );
+        assert!(read == mapped, "plane {p}: the dma-buf's bytes differ from the V4L2 mapping");
         assert!(read.iter().any(|&b| b != 0), "plane {p} is all zeros");
     }
-    check_layouts_fit(
-        &fmt,
-        &info
-            .planes
-            .iter()
-            .map(|p| u64::from(p.length))
-            .collect::<Vec<_>>(),
-    );
+    check_layouts_fit(&fmt, &info.planes.iter().map(|p| u64::from(p.length)).collect::<Vec<_>>());
     drop(map);
     dev.stream_off().unwrap();
     fds
@@ -168,10 +134,7 @@ fn capture_and_compare(dev: &V4l2Device, pixfmt: &str, planes: usize) -> Vec<Own
 fn check_layouts_fit(fmt: &V4l2PlaneFormat, lengths: &[u64]) {
     for l in plane_layouts(fmt).unwrap() {
         let len = lengths[l.object];
-        assert!(
-            l.offset + l.size <= len,
-            "{l:?} past the buffer's {len} bytes"
-        );
+        assert!(l.offset + l.size <= len, "{l:?} past the buffer's {len} bytes");
     }
 }
 
@@ -192,11 +155,7 @@ fn nv12m_exports_two_planes_as_two_dma_bufs() {
         return;
     };
     let fds = capture_and_compare(&dev, "NM12", 2);
-    assert_ne!(
-        inode(&fds[0]),
-        inode(&fds[1]),
-        "each plane is its own dma-buf"
-    );
+    assert_ne!(inode(&fds[0]), inode(&fds[1]), "each plane is its own dma-buf");
 }
 
 #[test]
@@ -209,9 +168,7 @@ fn dmabuf_memory_captures_into_heap_buffers() {
     let size = fmt.planes[0].sizeimage;
     let n = dev.request_buffers(4, Memory::DmaBuf).unwrap();
     eprintln!("REQBUFS 4 DMABUF: {n}, sizeimage {size}");
-    let bufs: Vec<OwnedFd> = (0..n)
-        .map(|_| heap.alloc(u64::from(size)).unwrap())
-        .collect();
+    let bufs: Vec<OwnedFd> = (0..n).map(|_| heap.alloc(u64::from(size)).unwrap()).collect();
     for (i, fd) in bufs.iter().enumerate() {
         dev.queue_dmabuf(i as u32, &[fd.as_fd()], &[size]).unwrap();
     }
@@ -222,18 +179,11 @@ fn dmabuf_memory_captures_into_heap_buffers() {
     read_exact_at(bufs[dq.index as usize].as_fd(), 0, &mut frame).unwrap();
     let luma = &frame[..(fmt.planes[0].bytesperline * fmt.height) as usize];
     let chroma = &frame[luma.len()..];
-    assert!(
-        luma.iter().any(|&b| b != 0) && chroma.iter().any(|&b| b != 0),
-        "vivid wrote nothing into the heap buffer"
-    );
+    assert!(luma.iter().any(|&b| b != 0) && chroma.iter().any(|&b| b != 0), "vivid wrote nothing into the heap buffer");
     // vivid's colour bars are limited-range YCbCr: luma stays in 16..=235 (the OSD text
     // too), so a frame of noise or of another format would not pass.
     let in_range = luma.iter().filter(|&&y| (16..=235).contains(&y)).count();
-    assert!(
-        in_range * 100 >= luma.len() * 99,
-        "{in_range} of {} luma bytes in 16..=235",
-        luma.len()
-    );
+    assert!(in_range * 100 >= luma.len() * 99, "{in_range} of {} luma bytes in 16..=235", luma.len());
     dev.stream_off().unwrap();
 }
 
@@ -261,14 +211,8 @@ fn dequeue_of_nothing_times_out_and_no_fd_leaks() {
         // Out of range and malformed requests are typed errors naming the device.
         let err = dev.export_buffer(n + 5).unwrap_err();
         assert!(err.to_string().contains("/dev/video"), "{err}");
-        assert!(matches!(
-            dev.queue_dmabuf(0, &[], &[]),
-            Err(V4l2DeviceError::BadRequest { .. })
-        ));
-        assert!(matches!(
-            dev.request_buffers(1000, Memory::Mmap),
-            Err(V4l2DeviceError::BadRequest { .. })
-        ));
+        assert!(matches!(dev.queue_dmabuf(0, &[], &[]), Err(V4l2DeviceError::BadRequest { .. })));
+        assert!(matches!(dev.request_buffers(1000, Memory::Mmap), Err(V4l2DeviceError::BadRequest { .. })));
         for i in 0..n {
             dev.queue_mmap(i).unwrap();
         }
@@ -279,10 +223,7 @@ fn dequeue_of_nothing_times_out_and_no_fd_leaks() {
         let t = Duration::from_millis(300);
         let start = std::time::Instant::now();
         let err = dev.dequeue(t).unwrap_err();
-        assert!(
-            matches!(err, V4l2DeviceError::Timeout { timeout, .. } if timeout == t),
-            "{err:?}"
-        );
+        assert!(matches!(err, V4l2DeviceError::Timeout { timeout, .. } if timeout == t), "{err:?}");
         assert!(start.elapsed() >= t);
         let fds = dev.export_buffer(0).unwrap();
         let map = dev.map_buffer(0).unwrap();

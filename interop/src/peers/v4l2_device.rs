@@ -34,8 +34,8 @@ use rustix::ioctl::{ioctl, opcode, Opcode, Setter, Updater};
 use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
 
 use super::v4l2::{
-    formats_of, lookup_code, V4l2Entry, V4l2Formats, V4l2Mapping, V4l2Plane, V4l2PlaneFormat,
-    MAX_V4L2_FORMATS, SYNC_METHODS,
+    formats_of, lookup_code, V4l2Entry, V4l2Formats, V4l2Mapping, V4l2Plane, V4l2PlaneFormat, MAX_V4L2_FORMATS,
+    SYNC_METHODS,
 };
 use crate::negotiate::{Constraints, ExtentRange, Participant};
 use crate::{format_info, Fourcc};
@@ -225,8 +225,7 @@ const _: () = assert!(size_of::<FormatUnion>() == 200);
 const _: () = assert!(size_of::<RequestBuffers>() == 20);
 const _: () = assert!(size_of::<Timecode>() == 16);
 const _: () = assert!(size_of::<Buffer>() == 88 && std::mem::offset_of!(Buffer, m) == 64);
-const _: () =
-    assert!(size_of::<RawPlane>() == 64 && std::mem::offset_of!(RawPlane, data_offset) == 16);
+const _: () = assert!(size_of::<RawPlane>() == 64 && std::mem::offset_of!(RawPlane, data_offset) == 16);
 const _: () = assert!(size_of::<ExportBuffer>() == 64);
 
 const VIDIOC_QUERYCAP: Opcode = opcode::read::<Capability>(b'V', 0);
@@ -260,18 +259,11 @@ mod fmt_off {
 
 impl RawFormat {
     fn new(type_: u32) -> RawFormat {
-        RawFormat {
-            type_,
-            fmt: FormatUnion([0; 200]),
-        }
+        RawFormat { type_, fmt: FormatUnion([0; 200]) }
     }
 
     fn get(&self, at: usize) -> u32 {
-        self.fmt
-            .0
-            .get(at..at + 4)
-            .and_then(|b| b.try_into().ok())
-            .map_or(0, u32::from_ne_bytes)
+        self.fmt.0.get(at..at + 4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_ne_bytes)
     }
 
     fn set(&mut self, at: usize, v: u32) {
@@ -366,22 +358,14 @@ pub enum V4l2DeviceError {
     Open { path: PathBuf, source: io::Error },
     /// An ioctl failed; `source` carries the errno.
     #[error("V4L2 device {path}: {ioctl} failed: {source}")]
-    Ioctl {
-        path: PathBuf,
-        ioctl: &'static str,
-        source: io::Error,
-    },
+    Ioctl { path: PathBuf, ioctl: &'static str, source: io::Error },
     /// The node is not a video capture or output device (a metadata, VBI, radio, or
     /// sub-device node); `caps` is what `VIDIOC_QUERYCAP` reported.
     #[error("{path} is not a video capture or output device (capabilities {caps:#010x})")]
     NotVideo { path: PathBuf, caps: u32 },
     /// The device cannot move frames in the direction asked for.
     #[error("{path} has no video {direction} queue (capabilities {caps:#010x})")]
-    NoSuchDirection {
-        path: PathBuf,
-        direction: Direction,
-        caps: u32,
-    },
+    NoSuchDirection { path: PathBuf, direction: Direction, caps: u32 },
     /// The device has no streaming I/O (`V4L2_CAP_STREAMING`), so no buffers to share.
     #[error("{path} has no streaming I/O (V4L2_CAP_STREAMING), so it cannot share buffers")]
     NoStreaming { path: PathBuf },
@@ -390,22 +374,14 @@ pub enum V4l2DeviceError {
     UnknownDirection(String),
     /// The driver listed more than dmabridge reads.
     #[error("V4L2 device {path}: {ioctl} listed more than {max} entries")]
-    TooMany {
-        path: PathBuf,
-        ioctl: &'static str,
-        max: usize,
-    },
+    TooMany { path: PathBuf, ioctl: &'static str, max: usize },
     /// The caller's arguments cannot be a request (an index past the queue, fds and lengths
     /// that do not pair up, more planes than V4L2 has).
     #[error("V4L2 device {path}: {what}")]
     BadRequest { path: PathBuf, what: String },
     /// The driver answered something no driver should (more than 8 planes, a negative fd).
     #[error("V4L2 device {path}: {ioctl} answered {what}")]
-    BadAnswer {
-        path: PathBuf,
-        ioctl: &'static str,
-        what: String,
-    },
+    BadAnswer { path: PathBuf, ioctl: &'static str, what: String },
     /// No buffer became ready within the timeout.
     #[error("V4L2 device {path}: no buffer was ready to dequeue within {timeout:?}")]
     Timeout { path: PathBuf, timeout: Duration },
@@ -418,12 +394,7 @@ pub enum V4l2DeviceError {
     Poll { path: PathBuf, source: io::Error },
     /// A buffer plane could not be mapped.
     #[error("V4L2 device {path}: mmap of buffer {index} plane {plane} failed: {source}")]
-    Map {
-        path: PathBuf,
-        index: u32,
-        plane: usize,
-        source: io::Error,
-    },
+    Map { path: PathBuf, index: u32, plane: usize, source: io::Error },
 }
 
 /// The frame sizes a device takes for one format (`VIDIOC_ENUM_FRAMESIZES`).
@@ -459,18 +430,14 @@ impl FrameSizes {
                 let (w, h) = sizes.iter().fold(
                     (ExtentRange::new(u32::MAX, 0), ExtentRange::new(u32::MAX, 0)),
                     |(w, h), &(sw, sh)| {
-                        (
-                            ExtentRange::new(w.min.min(sw), w.max.max(sw)),
-                            ExtentRange::new(h.min.min(sh), h.max.max(sh)),
-                        )
+                        (ExtentRange::new(w.min.min(sw), w.max.max(sw)), ExtentRange::new(h.min.min(sh), h.max.max(sh)))
                     },
                 );
                 (w, h)
             }
-            FrameSizes::Stepwise(s) | FrameSizes::Continuous(s) => (
-                ExtentRange::new(s.min_width, s.max_width),
-                ExtentRange::new(s.min_height, s.max_height),
-            ),
+            FrameSizes::Stepwise(s) | FrameSizes::Continuous(s) => {
+                (ExtentRange::new(s.min_width, s.max_width), ExtentRange::new(s.min_height, s.max_height))
+            }
             FrameSizes::Unknown => return None,
         };
         let valid = |e: ExtentRange| e.min >= 1 && e.min <= e.max;
@@ -480,13 +447,8 @@ impl FrameSizes {
     /// The smallest size it names, to probe the driver with.
     fn smallest(&self) -> Option<(u32, u32)> {
         match self {
-            FrameSizes::Discrete { sizes } => sizes
-                .iter()
-                .copied()
-                .min_by_key(|&(w, h)| u64::from(w) * u64::from(h)),
-            FrameSizes::Stepwise(s) | FrameSizes::Continuous(s) => {
-                Some((s.min_width, s.min_height))
-            }
+            FrameSizes::Discrete { sizes } => sizes.iter().copied().min_by_key(|&(w, h)| u64::from(w) * u64::from(h)),
+            FrameSizes::Stepwise(s) | FrameSizes::Continuous(s) => Some((s.min_width, s.min_height)),
             FrameSizes::Unknown => None,
         }
     }
@@ -532,17 +494,9 @@ fn plane_format_of(raw: &RawFormat, multiplanar: bool) -> Result<V4l2PlaneFormat
             })
             .collect()
     } else {
-        vec![V4l2Plane {
-            bytesperline: raw.get(PIX_BYTESPERLINE),
-            sizeimage: raw.get(PIX_SIZEIMAGE),
-        }]
+        vec![V4l2Plane { bytesperline: raw.get(PIX_BYTESPERLINE), sizeimage: raw.get(PIX_SIZEIMAGE) }]
     };
-    Ok(V4l2PlaneFormat {
-        width: raw.get(WIDTH),
-        height: raw.get(HEIGHT),
-        pixelformat: raw.get(PIXELFORMAT),
-        planes,
-    })
+    Ok(V4l2PlaneFormat { width: raw.get(WIDTH), height: raw.get(HEIGHT), pixelformat: raw.get(PIXELFORMAT), planes })
 }
 
 /// One buffer of the queue as `VIDIOC_QUERYBUF` describes it.
@@ -659,16 +613,9 @@ fn c_text(b: &[u8]) -> String {
 
 /// The buffer type for the capabilities and direction: multi-planar where the device has
 /// that API (a device with both speaks the multi-planar one natively), else single-planar.
-fn pick_type(
-    caps: u32,
-    direction: Option<Direction>,
-) -> Result<(Direction, bool, u32), Option<Direction>> {
-    let capture = caps
-        & (CAP_VIDEO_CAPTURE | CAP_VIDEO_CAPTURE_MPLANE | CAP_VIDEO_M2M | CAP_VIDEO_M2M_MPLANE)
-        != 0;
-    let output = caps
-        & (CAP_VIDEO_OUTPUT | CAP_VIDEO_OUTPUT_MPLANE | CAP_VIDEO_M2M | CAP_VIDEO_M2M_MPLANE)
-        != 0;
+fn pick_type(caps: u32, direction: Option<Direction>) -> Result<(Direction, bool, u32), Option<Direction>> {
+    let capture = caps & (CAP_VIDEO_CAPTURE | CAP_VIDEO_CAPTURE_MPLANE | CAP_VIDEO_M2M | CAP_VIDEO_M2M_MPLANE) != 0;
+    let output = caps & (CAP_VIDEO_OUTPUT | CAP_VIDEO_OUTPUT_MPLANE | CAP_VIDEO_M2M | CAP_VIDEO_M2M_MPLANE) != 0;
     let dir = match direction {
         Some(d) => d,
         None if capture => Direction::Capture,
@@ -707,47 +654,24 @@ impl V4l2Device {
     ///
     /// [`dequeue`]: V4l2Device::dequeue
     pub fn open(path: &Path, direction: Option<Direction>) -> Result<V4l2Device, V4l2DeviceError> {
-        let fd = rustix::fs::open(
-            path,
-            OFlags::RDWR | OFlags::CLOEXEC | OFlags::NONBLOCK,
-            Mode::empty(),
-        )
-        .map_err(|e| V4l2DeviceError::Open {
-            path: path.to_owned(),
-            source: e.into(),
-        })?;
+        let fd = rustix::fs::open(path, OFlags::RDWR | OFlags::CLOEXEC | OFlags::NONBLOCK, Mode::empty())
+            .map_err(|e| V4l2DeviceError::Open { path: path.to_owned(), source: e.into() })?;
         let mut cap = Capability::default();
         // SAFETY: VIDIOC_QUERYCAP is _IOR('V', 0, struct v4l2_capability) and `cap` is that
         // struct (#[repr(C)], 104 bytes, asserted).
-        unsafe { update::<VIDIOC_QUERYCAP, _>(fd.as_fd(), &mut cap) }.map_err(|e| {
-            V4l2DeviceError::Ioctl {
-                path: path.to_owned(),
-                ioctl: "VIDIOC_QUERYCAP",
-                source: e.into(),
-            }
+        unsafe { update::<VIDIOC_QUERYCAP, _>(fd.as_fd(), &mut cap) }.map_err(|e| V4l2DeviceError::Ioctl {
+            path: path.to_owned(),
+            ioctl: "VIDIOC_QUERYCAP",
+            source: e.into(),
         })?;
         // The node's own capabilities; `capabilities` is the whole physical device's.
-        let caps = if cap.capabilities & CAP_DEVICE_CAPS != 0 {
-            cap.device_caps
-        } else {
-            cap.capabilities
-        };
-        let (direction, multiplanar, buf_type) =
-            pick_type(caps, direction).map_err(|dir| match dir {
-                None => V4l2DeviceError::NotVideo {
-                    path: path.to_owned(),
-                    caps,
-                },
-                Some(direction) => V4l2DeviceError::NoSuchDirection {
-                    path: path.to_owned(),
-                    direction,
-                    caps,
-                },
-            })?;
+        let caps = if cap.capabilities & CAP_DEVICE_CAPS != 0 { cap.device_caps } else { cap.capabilities };
+        let (direction, multiplanar, buf_type) = pick_type(caps, direction).map_err(|dir| match dir {
+            None => V4l2DeviceError::NotVideo { path: path.to_owned(), caps },
+            Some(direction) => V4l2DeviceError::NoSuchDirection { path: path.to_owned(), direction, caps },
+        })?;
         if caps & CAP_STREAMING == 0 {
-            return Err(V4l2DeviceError::NoStreaming {
-                path: path.to_owned(),
-            });
+            return Err(V4l2DeviceError::NoStreaming { path: path.to_owned() });
         }
         Ok(V4l2Device {
             fd,
@@ -794,37 +718,22 @@ impl V4l2Device {
     }
 
     fn ioctl_err(&self, ioctl: &'static str) -> impl FnOnce(Errno) -> V4l2DeviceError + '_ {
-        move |e| V4l2DeviceError::Ioctl {
-            path: self.path.clone(),
-            ioctl,
-            source: e.into(),
-        }
+        move |e| V4l2DeviceError::Ioctl { path: self.path.clone(), ioctl, source: e.into() }
     }
 
     fn bad_request(&self, what: String) -> V4l2DeviceError {
-        V4l2DeviceError::BadRequest {
-            path: self.path.clone(),
-            what,
-        }
+        V4l2DeviceError::BadRequest { path: self.path.clone(), what }
     }
 
     fn bad_answer(&self, ioctl: &'static str, what: String) -> V4l2DeviceError {
-        V4l2DeviceError::BadAnswer {
-            path: self.path.clone(),
-            ioctl,
-            what,
-        }
+        V4l2DeviceError::BadAnswer { path: self.path.clone(), ioctl, what }
     }
 
     /// Every pixel format of the queue, with its frame sizes.
     pub fn enum_formats(&self) -> Result<Vec<DeviceFormat>, V4l2DeviceError> {
         let mut out = Vec::new();
         for index in 0..=MAX_V4L2_FORMATS as u32 {
-            let mut d = FmtDesc {
-                index,
-                type_: self.buf_type,
-                ..FmtDesc::default()
-            };
+            let mut d = FmtDesc { index, type_: self.buf_type, ..FmtDesc::default() };
             // SAFETY: VIDIOC_ENUM_FMT is _IOWR('V', 2, struct v4l2_fmtdesc) and `d` is that
             // struct (64 bytes, asserted).
             match unsafe { update::<VIDIOC_ENUM_FMT, _>(self.fd.as_fd(), &mut d) } {
@@ -844,23 +753,11 @@ impl V4l2Device {
                 sizes: self.frame_sizes(d.pixelformat)?,
             });
         }
-        Err(V4l2DeviceError::TooMany {
-            path: self.path.clone(),
-            ioctl: "VIDIOC_ENUM_FMT",
-            max: MAX_V4L2_FORMATS,
-        })
+        Err(V4l2DeviceError::TooMany { path: self.path.clone(), ioctl: "VIDIOC_ENUM_FMT", max: MAX_V4L2_FORMATS })
     }
 
-    fn enum_frame_size(
-        &self,
-        pixelformat: u32,
-        index: u32,
-    ) -> Result<Option<FrmSizeEnum>, V4l2DeviceError> {
-        let mut f = FrmSizeEnum {
-            index,
-            pixel_format: pixelformat,
-            ..FrmSizeEnum::default()
-        };
+    fn enum_frame_size(&self, pixelformat: u32, index: u32) -> Result<Option<FrmSizeEnum>, V4l2DeviceError> {
+        let mut f = FrmSizeEnum { index, pixel_format: pixelformat, ..FrmSizeEnum::default() };
         // SAFETY: VIDIOC_ENUM_FRAMESIZES is _IOWR('V', 74, struct v4l2_frmsizeenum) and `f`
         // is that struct (44 bytes, asserted).
         match unsafe { update::<VIDIOC_ENUM_FRAMESIZES, _>(self.fd.as_fd(), &mut f) } {
@@ -877,23 +774,13 @@ impl V4l2Device {
             return Ok(FrameSizes::Unknown);
         };
         let [a, b, c, d, e, f] = first.size;
-        let range = SizeRange {
-            min_width: a,
-            max_width: b,
-            step_width: c,
-            min_height: d,
-            max_height: e,
-            step_height: f,
-        };
+        let range =
+            SizeRange { min_width: a, max_width: b, step_width: c, min_height: d, max_height: e, step_height: f };
         match first.type_ {
             FRMSIZE_TYPE_CONTINUOUS => return Ok(FrameSizes::Continuous(range)),
             FRMSIZE_TYPE_STEPWISE => return Ok(FrameSizes::Stepwise(range)),
             FRMSIZE_TYPE_DISCRETE => {}
-            other => {
-                return Err(
-                    self.bad_answer("VIDIOC_ENUM_FRAMESIZES", format!("frame size type {other}"))
-                )
-            }
+            other => return Err(self.bad_answer("VIDIOC_ENUM_FRAMESIZES", format!("frame size type {other}"))),
         }
         let mut sizes = vec![(a, b)];
         for index in 1..=MAX_FRAME_SIZES as u32 {
@@ -905,11 +792,7 @@ impl V4l2Device {
             }
             sizes.push((next.size[0], next.size[1]));
         }
-        Err(V4l2DeviceError::TooMany {
-            path: self.path.clone(),
-            ioctl: "VIDIOC_ENUM_FRAMESIZES",
-            max: MAX_FRAME_SIZES,
-        })
+        Err(V4l2DeviceError::TooMany { path: self.path.clone(), ioctl: "VIDIOC_ENUM_FRAMESIZES", max: MAX_FRAME_SIZES })
     }
 
     fn format_request(&self, pixelformat: u32, width: u32, height: u32) -> RawFormat {
@@ -936,34 +819,21 @@ impl V4l2Device {
     }
 
     /// What the driver would choose for this request (`VIDIOC_TRY_FMT`), changing nothing.
-    pub fn try_format(
-        &self,
-        pixelformat: u32,
-        width: u32,
-        height: u32,
-    ) -> Result<V4l2PlaneFormat, V4l2DeviceError> {
+    pub fn try_format(&self, pixelformat: u32, width: u32, height: u32) -> Result<V4l2PlaneFormat, V4l2DeviceError> {
         self.format_call::<VIDIOC_TRY_FMT>("VIDIOC_TRY_FMT", pixelformat, width, height)
     }
 
     /// Sets the queue's format (`VIDIOC_S_FMT`; `EBUSY` while buffers are allocated) and
     /// returns what the driver chose, which may differ from the request in every field.
-    pub fn set_format(
-        &self,
-        pixelformat: u32,
-        width: u32,
-        height: u32,
-    ) -> Result<V4l2PlaneFormat, V4l2DeviceError> {
+    pub fn set_format(&self, pixelformat: u32, width: u32, height: u32) -> Result<V4l2PlaneFormat, V4l2DeviceError> {
         self.format_call::<VIDIOC_S_FMT>("VIDIOC_S_FMT", pixelformat, width, height)
     }
 
     /// The formats split by what can name them ([`formats_of`]); formats dmabridge does not
     /// know (compressed ones, Bayer) are left out.
     pub fn v4l2_formats(formats: &[DeviceFormat]) -> V4l2Formats {
-        let codes: Vec<String> = formats
-            .iter()
-            .filter(|f| f.entry.is_some())
-            .map(|f| format!("0x{:08x}", f.pixelformat))
-            .collect();
+        let codes: Vec<String> =
+            formats.iter().filter(|f| f.entry.is_some()).map(|f| format!("0x{:08x}", f.pixelformat)).collect();
         // Every code is one lookup_code found and there are at most MAX_V4L2_FORMATS of them
         // (enum_formats' bound), so formats_of cannot fail; an empty split is the safe answer.
         formats_of(&codes).unwrap_or_default()
@@ -989,44 +859,28 @@ impl V4l2Device {
     /// (the driver's minimum), freed again at once; 1 where the queue is busy (`EBUSY`,
     /// another user streams) or the driver has no `MMAP`. An output device never writes the
     /// buffer, so it is `read_only`.
-    pub fn participant_of(
-        &self,
-        name: &str,
-        formats: &[DeviceFormat],
-    ) -> Result<Participant, V4l2DeviceError> {
+    pub fn participant_of(&self, name: &str, formats: &[DeviceFormat]) -> Result<Participant, V4l2DeviceError> {
         let split = Self::v4l2_formats(formats);
-        let nameable: Vec<&DeviceFormat> = formats
-            .iter()
-            .filter(|f| matches!(f.entry.map(|e| e.mapping), Some(V4l2Mapping::Drm(_))))
-            .collect();
-        let extents =
-            nameable
-                .iter()
-                .filter_map(|f| f.sizes.extents())
-                .reduce(|(w0, h0), (w1, h1)| {
-                    (
-                        ExtentRange::new(w0.min.min(w1.min), w0.max.max(w1.max)),
-                        ExtentRange::new(h0.min.min(h1.min), h0.max.max(h1.max)),
-                    )
-                });
-        let stride_align = nameable
-            .iter()
-            .filter_map(|f| self.probe_stride_align(f))
-            .max()
-            .unwrap_or(1);
+        let nameable: Vec<&DeviceFormat> =
+            formats.iter().filter(|f| matches!(f.entry.map(|e| e.mapping), Some(V4l2Mapping::Drm(_)))).collect();
+        let extents = nameable.iter().filter_map(|f| f.sizes.extents()).reduce(|(w0, h0), (w1, h1)| {
+            (
+                ExtentRange::new(w0.min.min(w1.min), w0.max.max(w1.max)),
+                ExtentRange::new(h0.min.min(h1.min), h0.max.max(h1.max)),
+            )
+        });
+        let stride_align = nameable.iter().filter_map(|f| self.probe_stride_align(f)).max().unwrap_or(1);
         let min_buffers = self.min_buffers()?;
         let (width, height) = extents.unwrap_or((ExtentRange::ANY, ExtentRange::ANY));
         let read_only = self.direction == Direction::Output;
-        Ok(Participant::new(name, split.drm)
-            .with_sync(SYNC_METHODS)
-            .with_constraints(Constraints {
-                width,
-                height,
-                min_buffers,
-                stride_align,
-                read_only,
-                ..Constraints::default()
-            }))
+        Ok(Participant::new(name, split.drm).with_sync(SYNC_METHODS).with_constraints(Constraints {
+            width,
+            height,
+            min_buffers,
+            stride_align,
+            read_only,
+            ..Constraints::default()
+        }))
     }
 
     fn probe_stride_align(&self, f: &DeviceFormat) -> Option<u64> {
@@ -1070,21 +924,15 @@ impl V4l2Device {
     /// many the driver granted, which may be more (its minimum) or fewer than asked.
     pub fn request_buffers(&self, count: u32, memory: Memory) -> Result<u32, V4l2DeviceError> {
         if count > MAX_BUFFERS {
-            return Err(self.bad_request(format!(
-                "{count} buffers requested, dmabridge asks for at most {MAX_BUFFERS}"
-            )));
+            return Err(
+                self.bad_request(format!("{count} buffers requested, dmabridge asks for at most {MAX_BUFFERS}"))
+            );
         }
-        self.reqbufs(count, memory)
-            .map_err(self.ioctl_err("VIDIOC_REQBUFS"))
+        self.reqbufs(count, memory).map_err(self.ioctl_err("VIDIOC_REQBUFS"))
     }
 
     fn reqbufs(&self, count: u32, memory: Memory) -> rustix::io::Result<u32> {
-        let mut r = RequestBuffers {
-            count,
-            type_: self.buf_type,
-            memory: memory.raw(),
-            ..RequestBuffers::default()
-        };
+        let mut r = RequestBuffers { count, type_: self.buf_type, memory: memory.raw(), ..RequestBuffers::default() };
         // SAFETY: VIDIOC_REQBUFS is _IOWR('V', 8, struct v4l2_requestbuffers) and `r` is
         // that struct (20 bytes, asserted).
         unsafe { update::<VIDIOC_REQBUFS, _>(self.fd.as_fd(), &mut r) }?;
@@ -1115,19 +963,11 @@ impl V4l2Device {
         // no more than that.
         unsafe { update::<OP, _>(self.fd.as_fd(), buf) }?;
         if !self.multiplanar {
-            let p = RawPlane {
-                bytesused: buf.bytesused,
-                length: buf.length,
-                m: buf.m,
-                ..RawPlane::default()
-            };
+            let p = RawPlane { bytesused: buf.bytesused, length: buf.length, m: buf.m, ..RawPlane::default() };
             return Ok(vec![p]);
         }
         let n = usize::try_from(buf.length).unwrap_or(usize::MAX);
-        planes
-            .get(..n)
-            .map(<[RawPlane]>::to_vec)
-            .ok_or(Errno::RANGE)
+        planes.get(..n).map(<[RawPlane]>::to_vec).ok_or(Errno::RANGE)
     }
 
     fn planes_answer(
@@ -1136,9 +976,7 @@ impl V4l2Device {
         r: rustix::io::Result<Vec<RawPlane>>,
     ) -> Result<Vec<RawPlane>, V4l2DeviceError> {
         match r {
-            Err(Errno::RANGE) => {
-                Err(self.bad_answer(ioctl, format!("more than {VIDEO_MAX_PLANES} planes")))
-            }
+            Err(Errno::RANGE) => Err(self.bad_answer(ioctl, format!("more than {VIDEO_MAX_PLANES} planes"))),
             Err(e) => Err(self.ioctl_err(ioctl)(e)),
             Ok(p) => Ok(p),
         }
@@ -1146,50 +984,27 @@ impl V4l2Device {
 
     /// Buffer `index`'s planes (`VIDIOC_QUERYBUF`): their lengths and `mmap` offsets.
     pub fn query_buffer(&self, index: u32) -> Result<BufferInfo, V4l2DeviceError> {
-        let mut buf = Buffer {
-            index,
-            memory: MEMORY_MMAP,
-            ..Buffer::default()
-        };
+        let mut buf = Buffer { index, memory: MEMORY_MMAP, ..Buffer::default() };
         let mut planes = [RawPlane::default(); VIDEO_MAX_PLANES];
         let r = self.buffer_call::<VIDIOC_QUERYBUF>(&mut buf, &mut planes, VIDEO_MAX_PLANES);
         let planes = self.planes_answer("VIDIOC_QUERYBUF", r)?;
-        let planes = planes
-            .iter()
-            .map(|p| PlaneInfo {
-                length: p.length,
-                mem_offset: p.m.u32(),
-            })
-            .collect();
-        Ok(BufferInfo {
-            index,
-            planes,
-            flags: buf.flags,
-        })
+        let planes = planes.iter().map(|p| PlaneInfo { length: p.length, mem_offset: p.m.u32() }).collect();
+        Ok(BufferInfo { index, planes, flags: buf.flags })
     }
 
     /// Exports each plane of `MMAP` buffer `index` as a dma-buf (`VIDIOC_EXPBUF`,
     /// `O_CLOEXEC | O_RDWR`); the caller owns the fds.
     pub fn export_buffer(&self, index: u32) -> Result<Vec<OwnedFd>, V4l2DeviceError> {
         let n = self.query_buffer(index)?.planes.len();
-        (0..n as u32)
-            .map(|plane| self.export_plane(index, plane))
-            .collect()
+        (0..n as u32).map(|plane| self.export_plane(index, plane)).collect()
     }
 
     fn export_plane(&self, index: u32, plane: u32) -> Result<OwnedFd, V4l2DeviceError> {
         let flags = (OFlags::CLOEXEC | OFlags::RDWR).bits();
-        let mut e = ExportBuffer {
-            type_: self.buf_type,
-            index,
-            plane,
-            flags,
-            ..ExportBuffer::default()
-        };
+        let mut e = ExportBuffer { type_: self.buf_type, index, plane, flags, ..ExportBuffer::default() };
         // SAFETY: VIDIOC_EXPBUF is _IOWR('V', 16, struct v4l2_exportbuffer) and `e` is that
         // struct (64 bytes, asserted).
-        unsafe { update::<VIDIOC_EXPBUF, _>(self.fd.as_fd(), &mut e) }
-            .map_err(self.ioctl_err("VIDIOC_EXPBUF"))?;
+        unsafe { update::<VIDIOC_EXPBUF, _>(self.fd.as_fd(), &mut e) }.map_err(self.ioctl_err("VIDIOC_EXPBUF"))?;
         if e.fd < 0 {
             return Err(self.bad_answer("VIDIOC_EXPBUF", format!("fd {}", e.fd)));
         }
@@ -1202,17 +1017,10 @@ impl V4l2Device {
     /// output queue's driver (vb2) refuses a mapping without `PROT_WRITE`.
     pub fn map_buffer(&self, index: u32) -> Result<MappedBuffer, V4l2DeviceError> {
         let info = self.query_buffer(index)?;
-        let mut mapped = MappedBuffer {
-            planes: Vec::with_capacity(info.planes.len()),
-        };
+        let mut mapped = MappedBuffer { planes: Vec::with_capacity(info.planes.len()) };
         for (plane, p) in info.planes.iter().enumerate() {
             let len = p.length as usize;
-            let map_err = |source: io::Error| V4l2DeviceError::Map {
-                path: self.path.clone(),
-                index,
-                plane,
-                source,
-            };
+            let map_err = |source: io::Error| V4l2DeviceError::Map { path: self.path.clone(), index, plane, source };
             if len == 0 {
                 return Err(map_err(io::Error::from(io::ErrorKind::InvalidData)));
             }
@@ -1229,8 +1037,8 @@ impl V4l2Device {
                 )
             }
             .map_err(|e| map_err(e.into()))?;
-            let ptr = NonNull::new(ptr.cast::<u8>())
-                .ok_or_else(|| map_err(io::Error::from(io::ErrorKind::InvalidData)))?;
+            let ptr =
+                NonNull::new(ptr.cast::<u8>()).ok_or_else(|| map_err(io::Error::from(io::ErrorKind::InvalidData)))?;
             // Pushed at once, so an error on a later plane unmaps this one (drop).
             mapped.planes.push((ptr, len));
         }
@@ -1239,11 +1047,7 @@ impl V4l2Device {
 
     /// Queues `MMAP` buffer `index` (`VIDIOC_QBUF`).
     pub fn queue_mmap(&self, index: u32) -> Result<(), V4l2DeviceError> {
-        let mut buf = Buffer {
-            index,
-            memory: MEMORY_MMAP,
-            ..Buffer::default()
-        };
+        let mut buf = Buffer { index, memory: MEMORY_MMAP, ..Buffer::default() };
         let mut planes = [RawPlane::default(); VIDEO_MAX_PLANES];
         let r = self.buffer_call::<VIDIOC_QBUF>(&mut buf, &mut planes, VIDEO_MAX_PLANES);
         self.planes_answer("VIDIOC_QBUF", r).map(drop)
@@ -1252,12 +1056,7 @@ impl V4l2Device {
     /// Queues dma-bufs as buffer `index` of a `DMABUF` queue (`VIDIOC_QBUF`): one fd and
     /// its length per plane the format has. The fds are borrowed: the driver takes its own
     /// reference.
-    pub fn queue_dmabuf(
-        &self,
-        index: u32,
-        fds: &[BorrowedFd<'_>],
-        lengths: &[u32],
-    ) -> Result<(), V4l2DeviceError> {
+    pub fn queue_dmabuf(&self, index: u32, fds: &[BorrowedFd<'_>], lengths: &[u32]) -> Result<(), V4l2DeviceError> {
         if fds.is_empty() || fds.len() != lengths.len() || fds.len() > VIDEO_MAX_PLANES {
             return Err(self.bad_request(format!(
                 "QBUF of {} fds with {} lengths (1 to {VIDEO_MAX_PLANES} planes, one length each)",
@@ -1266,25 +1065,13 @@ impl V4l2Device {
             )));
         }
         if !self.multiplanar && fds.len() != 1 {
-            return Err(self.bad_request(format!(
-                "QBUF of {} fds on a single-planar queue",
-                fds.len()
-            )));
+            return Err(self.bad_request(format!("QBUF of {} fds on a single-planar queue", fds.len())));
         }
-        let raw_fd =
-            |fd: &BorrowedFd<'_>| MemUnion::of_u32(std::os::fd::AsRawFd::as_raw_fd(fd) as u32);
-        let mut buf = Buffer {
-            index,
-            memory: MEMORY_DMABUF,
-            ..Buffer::default()
-        };
+        let raw_fd = |fd: &BorrowedFd<'_>| MemUnion::of_u32(std::os::fd::AsRawFd::as_raw_fd(fd) as u32);
+        let mut buf = Buffer { index, memory: MEMORY_DMABUF, ..Buffer::default() };
         let mut planes = [RawPlane::default(); VIDEO_MAX_PLANES];
         for ((p, fd), &len) in planes.iter_mut().zip(fds).zip(lengths) {
-            *p = RawPlane {
-                m: raw_fd(fd),
-                length: len,
-                ..RawPlane::default()
-            };
+            *p = RawPlane { m: raw_fd(fd), length: len, ..RawPlane::default() };
         }
         if let (false, Some(fd), Some(&len)) = (self.multiplanar, fds.first(), lengths.first()) {
             buf.m = raw_fd(fd);
@@ -1328,14 +1115,9 @@ impl V4l2Device {
             if let Some(d) = self.try_dequeue()? {
                 return Ok(d);
             }
-            let left = deadline.map_or(timeout, |d| {
-                d.saturating_duration_since(std::time::Instant::now())
-            });
+            let left = deadline.map_or(timeout, |d| d.saturating_duration_since(std::time::Instant::now()));
             if left.is_zero() {
-                return Err(V4l2DeviceError::Timeout {
-                    path: self.path.clone(),
-                    timeout,
-                });
+                return Err(V4l2DeviceError::Timeout { path: self.path.clone(), timeout });
             }
             self.wait_ready(left).map_err(|e| match e {
                 V4l2DeviceError::Timeout { path, .. } => V4l2DeviceError::Timeout { path, timeout },
@@ -1346,13 +1128,9 @@ impl V4l2Device {
 
     /// One non-blocking `DQBUF`: `None` when nothing is done yet.
     fn try_dequeue(&self) -> Result<Option<Dequeued>, V4l2DeviceError> {
-        let mut buf = Buffer {
-            memory: MEMORY_MMAP,
-            ..Buffer::default()
-        };
+        let mut buf = Buffer { memory: MEMORY_MMAP, ..Buffer::default() };
         let mut planes = [RawPlane::default(); VIDEO_MAX_PLANES];
-        let planes = match self.buffer_call::<VIDIOC_DQBUF>(&mut buf, &mut planes, VIDEO_MAX_PLANES)
-        {
+        let planes = match self.buffer_call::<VIDIOC_DQBUF>(&mut buf, &mut planes, VIDEO_MAX_PLANES) {
             Err(Errno::AGAIN) => return Ok(None),
             r => self.planes_answer("VIDIOC_DQBUF", r)?,
         };
@@ -1371,37 +1149,23 @@ impl V4l2Device {
         };
         let deadline = std::time::Instant::now().checked_add(timeout);
         loop {
-            let left = deadline.map_or(timeout, |d| {
-                d.saturating_duration_since(std::time::Instant::now())
-            });
+            let left = deadline.map_or(timeout, |d| d.saturating_duration_since(std::time::Instant::now()));
             let ts = Timespec {
                 tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
                 tv_nsec: left.subsec_nanos().into(),
             };
             let mut fds = [PollFd::new(&self.fd, ready)];
             match poll(&mut fds, Some(&ts)) {
-                Ok(0) => {
-                    return Err(V4l2DeviceError::Timeout {
-                        path: self.path.clone(),
-                        timeout,
-                    })
-                }
+                Ok(0) => return Err(V4l2DeviceError::Timeout { path: self.path.clone(), timeout }),
                 Ok(_) => {
                     let r = fds[0].revents();
                     if r.intersects(ready) {
                         return Ok(());
                     }
-                    return Err(V4l2DeviceError::QueueNotReady {
-                        path: self.path.clone(),
-                    });
+                    return Err(V4l2DeviceError::QueueNotReady { path: self.path.clone() });
                 }
                 Err(Errno::INTR) => continue,
-                Err(e) => {
-                    return Err(V4l2DeviceError::Poll {
-                        path: self.path.clone(),
-                        source: e.into(),
-                    })
-                }
+                Err(e) => return Err(V4l2DeviceError::Poll { path: self.path.clone(), source: e.into() }),
             }
         }
     }
@@ -1458,18 +1222,9 @@ mod tests {
     #[test]
     fn buffer_types_follow_caps_and_direction() {
         let mp_cap = CAP_VIDEO_CAPTURE_MPLANE | CAP_STREAMING;
-        assert_eq!(
-            pick_type(mp_cap, None),
-            Ok((Direction::Capture, true, BUF_TYPE_VIDEO_CAPTURE_MPLANE))
-        );
-        assert_eq!(
-            pick_type(mp_cap, Some(Direction::Output)),
-            Err(Some(Direction::Output))
-        );
-        assert_eq!(
-            pick_type(CAP_VIDEO_OUTPUT, None),
-            Ok((Direction::Output, false, BUF_TYPE_VIDEO_OUTPUT))
-        );
+        assert_eq!(pick_type(mp_cap, None), Ok((Direction::Capture, true, BUF_TYPE_VIDEO_CAPTURE_MPLANE)));
+        assert_eq!(pick_type(mp_cap, Some(Direction::Output)), Err(Some(Direction::Output)));
+        assert_eq!(pick_type(CAP_VIDEO_OUTPUT, None), Ok((Direction::Output, false, BUF_TYPE_VIDEO_OUTPUT)));
         assert_eq!(
             pick_type(CAP_VIDEO_M2M, Some(Direction::Output)),
             Ok((Direction::Output, false, BUF_TYPE_VIDEO_OUTPUT))
@@ -1486,54 +1241,25 @@ mod tests {
         raw.set(fmt_off::HEIGHT, 240);
         raw.set(fmt_off::MP_PLANE_FMT + fmt_off::MP_PLANE_BYTESPERLINE, 320);
         raw.set(fmt_off::MP_PLANE_FMT + fmt_off::MP_PLANE_SIZEIMAGE, 76800);
-        raw.set(
-            fmt_off::MP_PLANE_FMT + 20 + fmt_off::MP_PLANE_BYTESPERLINE,
-            320,
-        );
-        raw.set(
-            fmt_off::MP_PLANE_FMT + 20 + fmt_off::MP_PLANE_SIZEIMAGE,
-            38400,
-        );
+        raw.set(fmt_off::MP_PLANE_FMT + 20 + fmt_off::MP_PLANE_BYTESPERLINE, 320);
+        raw.set(fmt_off::MP_PLANE_FMT + 20 + fmt_off::MP_PLANE_SIZEIMAGE, 38400);
         raw.fmt.0[fmt_off::MP_NUM_PLANES] = 2;
         let f = plane_format_of(&raw, true).unwrap();
         assert_eq!(
             f.planes,
-            vec![
-                V4l2Plane {
-                    bytesperline: 320,
-                    sizeimage: 76800
-                },
-                V4l2Plane {
-                    bytesperline: 320,
-                    sizeimage: 38400
-                }
-            ]
+            vec![V4l2Plane { bytesperline: 320, sizeimage: 76800 }, V4l2Plane { bytesperline: 320, sizeimage: 38400 }]
         );
         raw.fmt.0[fmt_off::MP_NUM_PLANES] = 9;
-        assert!(
-            plane_format_of(&raw, true).is_err(),
-            "more planes than V4L2 has"
-        );
+        assert!(plane_format_of(&raw, true).is_err(), "more planes than V4L2 has");
         assert_eq!(plane_format_of(&raw, false).unwrap().planes.len(), 1);
     }
 
     #[test]
     fn discrete_sizes_span_their_extremes() {
-        let s = FrameSizes::Discrete {
-            sizes: vec![(640, 360), (320, 180), (1920, 1080)],
-        };
-        assert_eq!(
-            s.extents(),
-            Some((ExtentRange::new(320, 1920), ExtentRange::new(180, 1080)))
-        );
+        let s = FrameSizes::Discrete { sizes: vec![(640, 360), (320, 180), (1920, 1080)] };
+        assert_eq!(s.extents(), Some((ExtentRange::new(320, 1920), ExtentRange::new(180, 1080))));
         assert_eq!(s.smallest(), Some((320, 180)));
         assert_eq!(FrameSizes::Discrete { sizes: vec![] }.extents(), None);
-        assert_eq!(
-            FrameSizes::Discrete {
-                sizes: vec![(0, 0)]
-            }
-            .extents(),
-            None
-        );
+        assert_eq!(FrameSizes::Discrete { sizes: vec![(0, 0)] }.extents(), None);
     }
 }

@@ -44,6 +44,8 @@ use crate::{format_info, Fourcc};
 pub const MAX_FRAME_SIZES: usize = 64;
 /// `VIDEO_MAX_PLANES`: most planes one buffer has.
 pub const VIDEO_MAX_PLANES: usize = 8;
+/// Most controls [`V4l2Device::find_control`] walks; vivid has about a hundred.
+pub const MAX_CONTROLS: usize = 1024;
 /// `VIDEO_MAX_FRAME`: most buffers one queue has (vb2's limit before Linux 6.8; newer
 /// kernels allow more, but no stream here needs them).
 pub const MAX_BUFFERS: u32 = 32;
@@ -216,6 +218,32 @@ struct ExportBuffer {
     reserved: [u32; 11],
 }
 
+/// `struct v4l2_queryctrl`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct QueryCtrl {
+    id: u32,
+    type_: u32,
+    name: [u8; 32],
+    minimum: i32,
+    maximum: i32,
+    step: i32,
+    default_value: i32,
+    flags: u32,
+    reserved: [u32; 2],
+}
+
+/// `struct v4l2_control`.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+struct Control {
+    id: u32,
+    value: i32,
+}
+
+/// `V4L2_CTRL_FLAG_NEXT_CTRL`: `QUERYCTRL` answers the first control after the id.
+const CTRL_FLAG_NEXT_CTRL: u32 = 0x8000_0000;
+
 // The kernel's 64-bit sizes (videodev2.h, checked with gcc on x86_64).
 const _: () = assert!(size_of::<Capability>() == 104);
 const _: () = assert!(size_of::<FmtDesc>() == 64);
@@ -227,6 +255,7 @@ const _: () = assert!(size_of::<Timecode>() == 16);
 const _: () = assert!(size_of::<Buffer>() == 88 && std::mem::offset_of!(Buffer, m) == 64);
 const _: () = assert!(size_of::<RawPlane>() == 64 && std::mem::offset_of!(RawPlane, data_offset) == 16);
 const _: () = assert!(size_of::<ExportBuffer>() == 64);
+const _: () = assert!(size_of::<QueryCtrl>() == 68 && size_of::<Control>() == 8);
 
 const VIDIOC_QUERYCAP: Opcode = opcode::read::<Capability>(b'V', 0);
 const VIDIOC_ENUM_FMT: Opcode = opcode::read_write::<FmtDesc>(b'V', 2);
@@ -238,6 +267,8 @@ const VIDIOC_EXPBUF: Opcode = opcode::read_write::<ExportBuffer>(b'V', 16);
 const VIDIOC_DQBUF: Opcode = opcode::read_write::<Buffer>(b'V', 17);
 const VIDIOC_STREAMON: Opcode = opcode::write::<i32>(b'V', 18);
 const VIDIOC_STREAMOFF: Opcode = opcode::write::<i32>(b'V', 19);
+const VIDIOC_S_CTRL: Opcode = opcode::read_write::<Control>(b'V', 28);
+const VIDIOC_QUERYCTRL: Opcode = opcode::read_write::<QueryCtrl>(b'V', 36);
 const VIDIOC_TRY_FMT: Opcode = opcode::read_write::<RawFormat>(b'V', 64);
 const VIDIOC_ENUM_FRAMESIZES: Opcode = opcode::read_write::<FrmSizeEnum>(b'V', 74);
 
@@ -907,6 +938,40 @@ impl V4l2Device {
         }
     }
 
+    /// The id of the control named `name` (`"OSD Text Mode"`), walking `VIDIOC_QUERYCTRL`
+    /// with `V4L2_CTRL_FLAG_NEXT_CTRL`; `None` if the device has none of that name.
+    pub fn find_control(&self, name: &str) -> Result<Option<u32>, V4l2DeviceError> {
+        let mut id = 0u32;
+        for _ in 0..MAX_CONTROLS {
+            let mut q = QueryCtrl { id: id | CTRL_FLAG_NEXT_CTRL, ..QueryCtrl::default() };
+            // SAFETY: VIDIOC_QUERYCTRL is _IOWR('V', 36, struct v4l2_queryctrl) and `q` is
+            // that struct (68 bytes, asserted).
+            match unsafe { update::<VIDIOC_QUERYCTRL, _>(self.fd.as_fd(), &mut q) } {
+                Ok(()) => {}
+                // Past the last control.
+                Err(Errno::INVAL) => return Ok(None),
+                Err(e) => return Err(self.ioctl_err("VIDIOC_QUERYCTRL")(e)),
+            }
+            if c_text(&q.name) == name {
+                return Ok(Some(q.id));
+            }
+            // A driver that does not move forward would loop until the bound; stop early.
+            if q.id <= id {
+                return Err(self.bad_answer("VIDIOC_QUERYCTRL", format!("control {:#x} after {id:#x}", q.id)));
+            }
+            id = q.id;
+        }
+        Err(V4l2DeviceError::TooMany { path: self.path.clone(), ioctl: "VIDIOC_QUERYCTRL", max: MAX_CONTROLS })
+    }
+
+    /// Sets control `id` (`VIDIOC_S_CTRL`).
+    pub fn set_control(&self, id: u32, value: i32) -> Result<(), V4l2DeviceError> {
+        let mut c = Control { id, value };
+        // SAFETY: VIDIOC_S_CTRL is _IOWR('V', 28, struct v4l2_control) and `c` is that
+        // struct (8 bytes, asserted).
+        unsafe { update::<VIDIOC_S_CTRL, _>(self.fd.as_fd(), &mut c) }.map_err(self.ioctl_err("VIDIOC_S_CTRL"))
+    }
+
     /// A plain description for the command line.
     pub fn summary(&self, formats: &[DeviceFormat]) -> DeviceSummary {
         DeviceSummary {
@@ -1200,7 +1265,9 @@ mod tests {
 
     #[test]
     fn request_numbers_match_the_kernel_header() {
-        let expected: [(Opcode, u64); 12] = [
+        let expected: [(Opcode, u64); 14] = [
+            (VIDIOC_QUERYCTRL, 0xc044_5624),
+            (VIDIOC_S_CTRL, 0xc008_561c),
             (VIDIOC_QUERYCAP, 0x8068_5600),
             (VIDIOC_ENUM_FMT, 0xc040_5602),
             (VIDIOC_ENUM_FRAMESIZES, 0xc02c_564a),

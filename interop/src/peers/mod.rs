@@ -8,7 +8,9 @@
 //! - [`drm_info`]: the same list as `drm_info -j` prints it (JSON);
 //! - [`wayland`]: linux-dmabuf v4 feedback (format table, tranches) and v3 `modifier` events;
 //! - [`egl`]: the answers of `eglQueryDmaBufFormatsEXT` / `eglQueryDmaBufModifiersEXT`;
-//! - [`v4l2`]: V4L2 pixel formats, including the tiled decoder layouts with no DRM modifier.
+//! - [`v4l2`]: V4L2 pixel formats, including the tiled decoder layouts with no DRM modifier;
+//! - [`v4l2_device`]: a live V4L2 node: its formats and sizes as a participant, and its
+//!   buffers streamed as exported (`VIDIOC_EXPBUF`) or imported (`V4L2_MEMORY_DMABUF`) dma-bufs.
 //!
 //! Every reader turns the wire's `DRM_FORMAT_MOD_INVALID` into [`crate::Layout::Implicit`] and
 //! returns a typed error (one enum per module) for malformed input; none of them panics or
@@ -40,6 +42,10 @@ pub use kms_device::{
     DumbExport, Framebuffer, KmsDevice, KmsDeviceError, KmsMode, KmsOutput, KmsPlane, KmsSummary, PlaneKind, Shown,
 };
 pub use v4l2::{V4l2Entry, V4l2Error, V4l2Formats, V4l2Mapping, V4l2PlaneFormat};
+pub use v4l2_device::{
+    BufferInfo, Dequeued, DeviceFormat, DeviceSummary, Direction, FormatSummary, FrameSizes, MappedBuffer, Memory,
+    PlaneInfo, SizeRange, V4l2Device, V4l2DeviceError,
+};
 pub use wayland::{
     modifier_from_hi_lo, parse_format_table, tranche_formats, Feedback, FeedbackBuilder, Tranche, TrancheFlags,
     V3Formats, WaylandError,

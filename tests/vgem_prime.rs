@@ -283,3 +283,27 @@ fn a_vulkan_export_is_imported_into_vgem_as_the_same_dma_buf() {
     drop(engine);
     assert_eq!(fd_count().expect("fd count"), before, "fds leaked");
 }
+
+/// The library's guarded CPU access reaches the bytes at the offset it is given on a dma-buf
+/// whose exporter ignores the mmap offset: vgem's (and virtio-gpu's) DRM shmem helpers fault
+/// pages in by their place in the mapping, so a mapping that starts at page 1 shows page 0.
+/// dmabridge maps dma-bufs from their first byte; a mapping of the whole file (offset 0,
+/// right under any exporter) is the reference.
+#[test]
+fn guarded_access_at_an_offset_reaches_that_offset() {
+    let Some(_lock) = in_lab() else { return };
+    let vgem = open_vgem();
+    let buffer = vgem.dumb(64, 64, 32).expect("dumb buffer");
+    let fd = vgem.export(&buffer).expect("PRIME export");
+    let len = buffer.size as usize;
+    let at = 4096 + 1024;
+    dmabridge::interop::dmabuf::write_all_at(fd.as_fd(), at as u64, &[0x5a; 64]).expect("guarded write");
+    let whole = RawMapping::new(&fd, len).expect("mmap from 0").read();
+    assert!(whole[at..at + 64].iter().all(|&b| b == 0x5a), "the write landed at its offset");
+    assert!(whole[1024..1024 + 64].iter().all(|&b| b == 0), "and not at the same place in page 0");
+    let mut back = [0u8; 64];
+    dmabridge::interop::dmabuf::read_exact_at(fd.as_fd(), at as u64, &mut back).expect("guarded read");
+    assert_eq!(back, [0x5a; 64]);
+    drop(fd);
+    vgem.close(buffer).expect("close");
+}

@@ -33,6 +33,9 @@ pub enum ProducerArg {
     /// A V4L2 stateless decoder: NV12 frames with reference frames, buffers from
     /// collections, a resolution change and a late-joining recorder (three processes).
     Decoder,
+    /// A live V4L2 camera (`--device`), negotiated with the Vulkan device and, with
+    /// `--kms-device`, a KMS plane, all from their drivers' own lists (one process).
+    V4l2,
 }
 
 #[derive(clap::Args)]
@@ -49,6 +52,13 @@ pub struct DemoArgs {
     /// stream goes on).
     #[arg(long, value_name = "N")]
     late_join_at: Option<u32>,
+    /// V4L2 only: the camera's video node.
+    #[arg(long, value_name = "/dev/videoN")]
+    device: Option<PathBuf>,
+    /// V4L2 only: the display, a KMS card and optionally its plane (default: the first
+    /// primary plane).
+    #[arg(long, value_name = "/dev/dri/cardN[:PLANE_ID]")]
+    kms_device: Option<String>,
     /// Frames per mode.
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     frames: u32,
@@ -58,10 +68,11 @@ pub struct DemoArgs {
     /// Which modes run: zero-copy, copy (a forced GPU copy), or both.
     #[arg(long, value_enum, default_value = "both")]
     mode: ModeArg,
-    /// Frame format: AR24, or NV12 (sampled through a YCbCr conversion; width a multiple of
-    /// 4, height of 2).
-    #[arg(long, value_enum, default_value = "AR24")]
-    format: FormatArg,
+    /// Frame format: AR24 (the default), or NV12 (sampled through a YCbCr conversion; width
+    /// a multiple of 4, height of 2). With --producer v4l2: the camera's format (default: the
+    /// first the camera lists that the device imports).
+    #[arg(long, value_enum)]
+    format: Option<FormatArg>,
     #[arg(long, default_value_t = 1280, value_parser = clap::value_parser!(u32).range(16..=8192))]
     width: u32,
     #[arg(long, default_value_t = 720, value_parser = clap::value_parser!(u32).range(16..=8192))]
@@ -141,6 +152,75 @@ fn write_summary(out: &std::path::Path, summary: &serde_json::Value) -> Result<P
         ExitCode::from(1)
     })?;
     Ok(path)
+}
+
+fn run_live(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
+    let Some(device) = args.device.clone() else {
+        eprintln!("dmabridge demo: --producer v4l2 needs --device /dev/videoN");
+        return ExitCode::from(1);
+    };
+    let display = args.kms_device.as_deref().map(|v| match v.rsplit_once(':') {
+        Some((path, plane)) if !plane.contains('/') => (PathBuf::from(path), plane.parse::<u32>().ok()),
+        _ => (PathBuf::from(v), None),
+    });
+    let config = super::live::LiveConfig {
+        device,
+        display,
+        fourcc: args.format.map(|f| match f {
+            FormatArg::Ar24 => Fourcc::ARGB8888,
+            FormatArg::Nv12 => Fourcc::NV12,
+        }),
+        frames: args.frames,
+        width: args.width,
+        height: args.height,
+        validation,
+    };
+    let outcome = match super::live::run(&config) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("dmabridge demo: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let summary_path = match write_summary(&out, &outcome.summary) {
+        Ok(p) => p,
+        Err(code) => return code,
+    };
+    let s = &outcome.summary;
+    println!(
+        "dmabridge demo --producer v4l2: {} ({}) -> {} ({} frames)",
+        s["camera"]["device"].as_str().unwrap_or("?"),
+        s["camera"]["card"].as_str().unwrap_or("?"),
+        s["vulkan_device"].as_str().unwrap_or("?"),
+        args.frames
+    );
+    for p in s["negotiation"]["participants"].as_array().into_iter().flatten() {
+        let formats = p["formats"].as_array().map_or_else(|| "any".to_owned(), |f| f.iter().filter_map(|x| x.as_str()).collect::<Vec<_>>().join(","));
+        println!("  {:<8} {}: {}", p["name"].as_str().unwrap_or("?"), p["from"].as_str().unwrap_or("?"), formats);
+    }
+    println!("negotiated: {} ({})", s["negotiation"]["outcome"].as_str().unwrap_or("?"), s["stream"]["format"].as_str().unwrap_or("?"));
+    println!("camera -> device: {}/{} frames verified against the camera's mapping ({})", s["verified_frames"], args.frames, s["import_path"].as_str().unwrap_or("?"));
+    if let Some(d) = s["display"].as_object() {
+        let how = if d["zero_copy"].as_bool() == Some(true) {
+            "zero-copy: the camera's buffers are the framebuffers".to_owned()
+        } else {
+            format!("copy plan to {} ({})", d["copy_format"].as_str().unwrap_or("?"), d["refused"].as_str().unwrap_or("?"))
+        };
+        println!("camera -> display {}: {} frames shown, {how}", d["device"].as_str().unwrap_or("?"), d["frames_shown"]);
+    }
+    println!("leaked fds: {}", outcome.leaked_fds);
+    println!("summary: {}", summary_path.display());
+    if !outcome.problems.is_empty() {
+        for p in &outcome.problems {
+            eprintln!("dmabridge demo: {p}");
+        }
+        return ExitCode::from(4);
+    }
+    if outcome.leaked_fds != 0 {
+        eprintln!("dmabridge demo: {} fds leaked", outcome.leaked_fds);
+        return ExitCode::from(5);
+    }
+    ExitCode::SUCCESS
 }
 
 fn run_decoder(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
@@ -236,7 +316,14 @@ pub fn run(args: &DemoArgs) -> ExitCode {
     if args.producer == ProducerArg::Decoder {
         return run_decoder(args, out, validation);
     }
-    let fourcc = match args.format {
+    if args.producer == ProducerArg::V4l2 {
+        return run_live(args, out, validation);
+    }
+    if args.device.is_some() || args.kms_device.is_some() {
+        eprintln!("dmabridge demo: --device and --kms-device need --producer v4l2");
+        return ExitCode::from(1);
+    }
+    let fourcc = match args.format.unwrap_or(FormatArg::Ar24) {
         FormatArg::Ar24 => Fourcc::ARGB8888,
         FormatArg::Nv12 => Fourcc::NV12,
     };

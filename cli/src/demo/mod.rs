@@ -80,6 +80,7 @@ pub mod decoder_peer;
 pub mod decoder_stream;
 pub mod gst_baseline;
 pub mod html_report;
+pub mod live;
 pub mod producer;
 pub mod report;
 

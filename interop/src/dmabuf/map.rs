@@ -93,12 +93,13 @@ impl Drop for Mapping {
 
 /// The page-aligned start, the mapped length and the place of `offset` in it, for bytes
 /// `offset..offset + len` checked to lie in a `file_size`-byte file.
-fn page_range(offset: u64, len: u64, file_size: u64) -> Result<(u64, usize, usize, usize), MapError> {
+fn page_range(offset: u64, len: u64, file_size: u64, from_zero: bool) -> Result<(u64, usize, usize, usize), MapError> {
     let out_of_file = || MapError::OutOfFile { plane: 0, offset, end: offset.saturating_add(len), file_size };
     let end = offset.checked_add(len).filter(|e| *e <= file_size).ok_or_else(out_of_file)?;
-    // From the page that holds the first byte: mmap offsets are page-aligned.
+    // From the page that holds the first byte (mmap offsets are page-aligned), or from the
+    // file's start where the exporter may ignore the mmap offset.
     let page = rustix::param::page_size() as u64;
-    let start = offset / page * page;
+    let start = if from_zero { 0 } else { offset / page * page };
     let mapped = usize::try_from((end - start).max(1)).map_err(|_| out_of_file())?;
     let (in_map, len) = (usize::try_from(offset - start).map_err(|_| out_of_file())?, usize::try_from(len).map_err(|_| out_of_file())?);
     Ok((start, mapped, in_map, len))
@@ -138,7 +139,12 @@ impl PlaneMap {
 
     /// Maps a range already checked to lie inside a `file_size`-byte fixed-size file.
     fn checked(fd: BorrowedFd<'_>, offset: u64, len: u64, file_size: u64, access: SyncAccess, timeout: Duration) -> Result<PlaneMap, MapError> {
-        let (start, mapped, in_map, len) = page_range(offset, len, file_size)?;
+        // A dma-buf is mapped from its first byte: exporters built on the DRM shmem helpers
+        // (virtio-gpu and vgem in Linux 6.12) fault in pages by their place in the mapping
+        // and ignore the mmap offset, so a mapping that starts at page N shows page 0 there
+        // (found in the kernel lab: rows written at 5120 landed at 1024).
+        let from_zero = crate::sync::is_dma_buf(fd).unwrap_or(true);
+        let (start, mapped, in_map, len) = page_range(offset, len, file_size, from_zero)?;
         let guard = CpuAccess::begin(fd, access, timeout).map_err(|source| MapError::Access { plane: 0, source })?;
         let writable = access != SyncAccess::Read;
         let prot = if writable { rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE } else { rustix::mm::ProtFlags::READ };
@@ -242,7 +248,9 @@ impl MapCache {
     /// next frames.
     pub fn map_plane(&mut self, checked: &CheckedImport<'_>, plane: usize, len: u64) -> Result<CachedView, MapError> {
         let (p, fd) = checked.mappable_plane(plane)?;
-        let (start, mapped, in_map, len) = page_range(p.offset, len, p.file_size).map_err(|e| e.of_plane(plane))?;
+        // From the file's start for a dma-buf, as in PlaneMap::checked.
+        let from_zero = crate::sync::is_dma_buf(fd).unwrap_or(true);
+        let (start, mapped, in_map, len) = page_range(p.offset, len, p.file_size, from_zero).map_err(|e| e.of_plane(plane))?;
         let st = rustix::fs::fstat(fd).map_err(|e| MapError::NotMappable { plane, reason: format!("fstat: {e}") })?;
         let file = (st.st_dev as u64, st.st_ino as u64);
         let end = start + mapped as u64;

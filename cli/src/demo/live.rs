@@ -1,0 +1,430 @@
+//! `dmabridge demo --producer v4l2 --device /dev/videoN [--kms-device /dev/dri/cardN[:PLANE]]`:
+//! a live camera produces, in one process. The negotiation runs between three lists read at
+//! run time: the camera's (its driver, through `VIDIOC_ENUM_FMT`), the Vulkan device's and,
+//! when given, a KMS plane's (`IN_FORMATS`). Frames then flow:
+//!
+//! - camera -> Vulkan device: each V4L2 buffer leaves through `VIDIOC_EXPBUF` and is imported
+//!   with the explicit layout `VIDIOC_S_FMT` reported, once per buffer (the import cache);
+//!   every frame the device reads back is compared with the camera's own mapping of it;
+//! - camera -> display: where the plane lists the camera's format and the driver takes the
+//!   camera's dma-buf as a framebuffer, the frame is scanned out from the camera's memory;
+//!   otherwise the copy plan takes over: the engine converts the frame into a buffer the
+//!   display allocated (a dumb buffer), which is shown, and compared with the conversion.
+//!
+//! `--format` picks the camera's format (what the camera lists first by default, among those
+//! the device can import). Exit status as for the other producers: 4 when a frame failed its
+//! check, 5 when fds leaked.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use dmabridge::ash::vk;
+use dmabridge::interop::dmabuf::{fd_count, read_exact_at, write_all_at, DmaBuf, PlaneDesc, PlaneLayout};
+use dmabridge::interop::negotiate::{negotiate, Candidates, Member, Outcome, Participant, Report, ReportParticipant};
+use dmabridge::interop::peers::kms_device::KmsDevice;
+use dmabridge::interop::peers::v4l2::{self, plane_layouts, V4l2Mapping, V4l2PlaneFormat};
+use dmabridge::interop::peers::v4l2_device::{Direction as V4l2Direction, Memory, V4l2Device};
+use dmabridge::interop::negotiate::ConversionPlan;
+use dmabridge::interop::tiling::FrameConversion;
+use dmabridge::interop::{format_info, Format, Fourcc, Layout, Modifier, TileLayout};
+use dmabridge::{Converter, Engine, EngineOptions, ImageUse, ImportCache, ParticipantRequest};
+use serde_json::{json, Value};
+
+/// How long one frame may take to come back from the camera (TCG is slow; the first frame
+/// waits for the driver's thread to start).
+const FRAME_TIMEOUT: Duration = Duration::from_secs(20);
+/// What the device does with a camera frame: samples it, and copies it out to check it.
+const SAMPLE_AND_READ: vk::ImageUsageFlags =
+    vk::ImageUsageFlags::from_raw(vk::ImageUsageFlags::SAMPLED.as_raw() | vk::ImageUsageFlags::TRANSFER_SRC.as_raw());
+
+/// What `--producer v4l2` runs.
+pub struct LiveConfig {
+    pub device: PathBuf,
+    /// The KMS card and plane (`None`: its first primary plane).
+    pub display: Option<(PathBuf, Option<u32>)>,
+    /// The camera's format, if the user chose one.
+    pub fourcc: Option<Fourcc>,
+    pub frames: u32,
+    pub width: u32,
+    pub height: u32,
+    pub validation: bool,
+}
+
+/// The run's result: `summary.json`, and whether every frame checked out.
+pub struct LiveOutcome {
+    pub summary: Value,
+    pub problems: Vec<String>,
+    pub leaked_fds: i64,
+}
+
+/// Why the demo could not run at all (a frame that fails its check is not an error: it is
+/// counted and reported).
+#[derive(Debug, thiserror::Error)]
+pub enum LiveError {
+    #[error("camera: {0}")]
+    Camera(#[from] dmabridge::interop::peers::v4l2_device::V4l2DeviceError),
+    #[error("display: {0}")]
+    Display(#[from] dmabridge::interop::peers::kms_device::KmsDeviceError),
+    #[error("Vulkan device: {0}")]
+    Engine(String),
+    #[error("negotiation: {0}")]
+    Negotiation(String),
+    #[error("{0}")]
+    Other(String),
+}
+
+fn other(e: impl std::fmt::Display) -> LiveError {
+    LiveError::Other(e.to_string())
+}
+
+/// The V4L2 single-buffer format that is `f` (the `M` variants need one fd per plane, which
+/// the import takes too, but the contiguous one is what a camera offers first).
+fn v4l2_code(f: Format) -> Option<u32> {
+    let mut entries: Vec<_> = v4l2::V4L2_FORMATS.iter().filter(|e| e.mapping == V4l2Mapping::Drm(f)).collect();
+    entries.sort_by_key(|e| e.mem_planes);
+    entries.first().map(|e| e.pixfmt.code())
+}
+
+/// The visible bytes of each plane of a frame, rows packed, planes concatenated: what the
+/// engine's read-back returns and what a conversion takes.
+fn packed(fourcc: Fourcc, width: u32, height: u32, layouts: &[PlaneLayout], planes: &[&[u8]]) -> Option<Vec<u8>> {
+    let info = format_info(fourcc)?;
+    let mut out = Vec::new();
+    for (i, l) in layouts.iter().enumerate() {
+        let row = usize::try_from(info.min_stride(i, width)).ok()?;
+        let rows = dmabridge::interop::dmabuf::plane_rows(fourcc, i, height) as usize;
+        let mem = planes.get(l.object)?;
+        for r in 0..rows {
+            let start = usize::try_from(l.offset).ok()? + r * usize::try_from(l.stride).ok()?;
+            out.extend_from_slice(mem.get(start..start + row)?);
+        }
+    }
+    Some(out)
+}
+
+/// A descriptor of one exported V4L2 buffer in the layout `S_FMT` reported.
+fn descriptor(fourcc: Fourcc, fmt: &V4l2PlaneFormat, layouts: &[PlaneLayout], fds: &[std::os::fd::OwnedFd]) -> Result<DmaBuf, LiveError> {
+    let mut planes = Vec::with_capacity(layouts.len());
+    for l in layouts {
+        let fd = fds.get(l.object).ok_or_else(|| other(format!("EXPBUF gave {} fds, the layout needs plane {}", fds.len(), l.object)))?;
+        planes.push(PlaneDesc { fd: fd.try_clone().map_err(other)?, offset: l.offset, stride: l.stride });
+    }
+    DmaBuf::new(fourcc, Layout::Explicit(Modifier::LINEAR), fmt.width, fmt.height, planes).map_err(other)
+}
+
+/// The camera's format: the first it lists (its preference) that the device takes and that
+/// `wanted` names; among those, one the display lists too (zero-copy there, or a plain copy
+/// into the display's own memory) beats one that needs a colour conversion (NV12 -> RGB),
+/// which beats one no conversion turns into what the display shows.
+fn stream_format(camera: &Participant, gpu: &Participant, display: Option<&Participant>, wanted: Option<Fourcc>) -> Result<Format, LiveError> {
+    let list = |p: &Participant| match &p.formats {
+        Candidates::Only(set) => Some(set.iter().copied().collect::<Vec<_>>()),
+        Candidates::Any => None,
+    };
+    let cam = list(camera).unwrap_or_default();
+    let gpu_list = list(gpu);
+    let takes = |f: &Format| gpu_list.as_ref().map_or(true, |l| l.contains(f));
+    let candidates: Vec<Format> = cam.into_iter().filter(|f| takes(f) && wanted.map_or(true, |w| w == f.fourcc)).collect();
+    let shown = display.and_then(list).unwrap_or_default();
+    let rank = |f: &Format| {
+        if display.is_none() || shown.iter().any(|d| d.fourcc == f.fourcc) {
+            0
+        } else if matches!(f.fourcc, Fourcc::NV12 | Fourcc::P010) {
+            1
+        } else {
+            2
+        }
+    };
+    candidates
+        .iter()
+        .min_by_key(|f| rank(f))
+        .copied()
+        .ok_or_else(|| LiveError::Negotiation(match wanted {
+            Some(w) => format!("the camera does not list {} in a layout the device imports", w.trimmed()),
+            None => "the camera lists no format the device imports".to_owned(),
+        }))
+}
+
+/// Runs the live demo; `summary.json` is the caller's to write.
+pub fn run(cfg: &LiveConfig) -> Result<LiveOutcome, LiveError> {
+    let fds_before = fd_count().map_err(other)?;
+    let (summary, problems) = run_inner(cfg)?;
+    let fds_after = fd_count().map_err(other)?;
+    let leaked_fds = fds_after as i64 - fds_before as i64;
+    let mut summary = summary;
+    summary["leaked_fds"] = json!(leaked_fds);
+    Ok(LiveOutcome { summary, problems, leaked_fds })
+}
+
+fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
+    let camera = V4l2Device::open(&cfg.device, Some(V4l2Direction::Capture))?;
+    let engine = Engine::new(&EngineOptions { validation: cfg.validation, ..EngineOptions::from_env() }).map_err(|e| LiveError::Engine(e.to_string()))?;
+    let display = match &cfg.display {
+        Some((path, plane)) => Some((KmsDevice::open(path)?, *plane)),
+        None => None,
+    };
+
+    // The three lists, as their drivers report them.
+    let camera_part = camera.participant("camera")?;
+    let mut gpu_part = engine
+        .participant(&ParticipantRequest::new("gpu", ImageUse::new(SAMPLE_AND_READ), dmabridge::Direction::Import))
+        .map_err(|e| LiveError::Engine(e.to_string()))?;
+    // The device's list names the formats it imports as images; it imports NV12 too, as a
+    // buffer it copies from (lavapipe has no multi-planar dma-buf image), like the render
+    // demo's consumer says.
+    if let Candidates::Only(set) = &mut gpu_part.formats {
+        set.insert(Format::linear(Fourcc::NV12));
+    }
+    let display_part = match (&display, &cfg.display) {
+        (Some((d, plane)), Some((path, _))) => Some((d.participant("display", *plane)?, format!("--kms-device {}", path.display()))),
+        _ => None,
+    };
+    let stream = stream_format(&camera_part, &gpu_part, display_part.as_ref().map(|(p, _)| p), cfg.fourcc)?;
+    let mut parts: Vec<(Participant, String)> = vec![
+        (camera_part, format!("--v4l2-device {}", cfg.device.display())),
+        (gpu_part, "--vulkan sampled+transfer-src".to_owned()),
+    ];
+    parts.extend(display_part);
+    let read: Vec<ReportParticipant> = parts.iter().map(|(p, from)| ReportParticipant::of(p, Some(from.clone()))).collect();
+    // The camera streams the one format chosen, which the device must share with it.
+    parts[0].0.formats = Candidates::Only([stream].into_iter().collect());
+    let members: Vec<Member> = parts.iter().map(|(p, _)| Member::from(p.clone())).collect();
+    let pair = negotiate(&members[..2]).map_err(|e| LiveError::Negotiation(e.to_string()))?;
+    let Outcome::Shared(shared) = &pair.outcome else {
+        return Err(LiveError::Negotiation(format!("the device does not take the camera's {stream}: {}", Report::new(&pair).to_json())));
+    };
+    let buffers = shared.constraints.buffers;
+    // With the display: one buffer for all three, a copy plan to the display's group, or
+    // (a display that takes only implicit modifiers, which no copy group can be) the
+    // display's own buffer fed by a conversion; the report says which and why.
+    let negotiation = negotiate(&members).map_err(|e| LiveError::Negotiation(e.to_string()))?;
+    let report = Report::new(&negotiation).with_participants(read);
+    let why = report.conflicts.first().map_or_else(String::new, |c| c.to_string());
+    let display_feed = match (&negotiation.outcome, parts.get(2)) {
+        (_, None) | (Outcome::Shared(_), _) => None,
+        (Outcome::Copy { plan, .. }, Some(_)) => plan
+            .conversions
+            .iter()
+            .find(|c| plan.groups.get(c.to_group).is_some_and(|g| g.allocation.participants.iter().any(|p| p == "display")))
+            .map(|c| Feed { plan: Some(c.plan.at_extent(cfg.width, cfg.height)), fourcc: plan.groups[c.to_group].format.fourcc, why: why.clone() }),
+        (_, Some((display, _))) => Some(Feed { plan: None, fourcc: first_fourcc(display).unwrap_or(Fourcc::XRGB8888), why: why.clone() }),
+    };
+    let display_plan = display_feed;
+    tracing::info!(%stream, copy_to_display = display_plan.is_some(), "negotiated");
+    let stream_fourcc = stream.fourcc;
+
+    // The stream, in the format the camera and the device share.
+    let code = v4l2_code(stream).ok_or_else(|| other(format!("no V4L2 format is {stream}")))?;
+    let fmt = camera.set_format(code, cfg.width, cfg.height)?;
+    let layouts = plane_layouts(&fmt).map_err(other)?;
+    let fourcc = stream.fourcc;
+    let count = camera.request_buffers(buffers.max(3), Memory::Mmap)?;
+    let mut exported: Vec<Option<DmaBuf>> = (0..count).map(|_| None).collect();
+    for i in 0..count {
+        camera.queue_mmap(i)?;
+    }
+    let mut cache = ImportCache::new(&engine, count as usize);
+    let converter = Converter::new(&engine).map_err(|e| LiveError::Engine(e.to_string()))?;
+    let mut screen = display.as_ref().map(|(d, plane)| Screen::new(d, *plane, display_plan.clone(), stream_fourcc, fmt.width, fmt.height));
+    camera.stream_on()?;
+    let mut problems = Vec::new();
+    let (mut verified, mut shown, mut import_path) = (0u32, 0u32, None);
+    let started = Instant::now();
+    for frame_no in 0..cfg.frames {
+        let frame = camera.dequeue(FRAME_TIMEOUT)?;
+        let index = frame.index as usize;
+        if exported.get(index).is_none() {
+            return Err(other(format!("the camera returned buffer {index} of {count}")));
+        }
+        if exported[index].is_none() {
+            let fds = camera.export_buffer(frame.index)?;
+            exported[index] = Some(descriptor(fourcc, &fmt, &layouts, &fds)?);
+        }
+        let buf = exported[index].as_ref().ok_or_else(|| other("no descriptor"))?;
+        let map = camera.map_buffer(frame.index)?;
+        let planes: Vec<&[u8]> = (0..map.len()).filter_map(|i| map.plane(i)).collect();
+        let expected = packed(fourcc, fmt.width, fmt.height, &layouts, &planes).ok_or_else(|| other("the buffer is smaller than its layout"))?;
+        let image = cache.import(buf.try_clone().map_err(other)?, ImageUse::new(SAMPLE_AND_READ)).map_err(|e| LiveError::Engine(e.to_string()))?;
+        import_path.get_or_insert(image.path());
+        match image.read_back() {
+            Ok(bytes) if bytes == expected && !frame.error => verified += 1,
+            Ok(_) => problems.push(format!("frame {frame_no}: the device read other bytes than the camera's mapping")),
+            Err(e) => problems.push(format!("frame {frame_no}: read back: {e}")),
+        }
+        if let Some(s) = screen.as_mut() {
+            match s.show(buf, index, &expected, &converter) {
+                Ok(()) => shown += 1,
+                Err(e) => problems.push(format!("frame {frame_no}: display: {e}")),
+            }
+        }
+        drop(map);
+        camera.queue_mmap(frame.index)?;
+    }
+    let elapsed = started.elapsed();
+    camera.stream_off()?;
+    let display_summary = screen.as_ref().map(|s| s.summary(shown));
+    drop(screen);
+    drop(cache);
+    drop(exported);
+    camera.request_buffers(0, Memory::Mmap)?;
+    let summary = json!({
+        "producer": "v4l2",
+        "camera": {
+            "device": cfg.device.display().to_string(),
+            "driver": camera.driver(),
+            "card": camera.card(),
+            "multiplanar": camera.is_multiplanar(),
+        },
+        "vulkan_device": engine.info().name.clone(),
+        "negotiation": serde_json::from_str::<Value>(&report.to_json()).unwrap_or(Value::Null),
+        "stream": {
+            "format": stream.to_string(),
+            "width": fmt.width,
+            "height": fmt.height,
+            "bytesperline": fmt.planes.iter().map(|p| p.bytesperline).collect::<Vec<_>>(),
+            "buffers": count,
+        },
+        "frames": cfg.frames,
+        "verified_frames": verified,
+        "import_path": import_path.map(|p| format!("{p:?}")),
+        "display": display_summary,
+        "seconds": elapsed.as_secs_f64(),
+    });
+    Ok((summary, problems))
+}
+
+/// The display side: the camera's buffers as framebuffers where the plane takes them, a
+/// display-owned buffer fed by the copy plan where not.
+struct Screen<'a> {
+    kms: &'a KmsDevice,
+    plane: Option<u32>,
+    /// The copy plan's conversion for the display, its output format, and why the display
+    /// does not take the camera's buffers; `None` when it shares them.
+    feed: Option<Feed>,
+    /// The camera's format.
+    from: Fourcc,
+    width: u32,
+    height: u32,
+    /// Framebuffers on the camera's buffers, by V4L2 index (zero-copy), once each.
+    direct: Vec<Option<dmabridge::interop::peers::kms_device::Framebuffer>>,
+    /// Why the camera's buffers are not scanned out directly, once that is known.
+    refused: Option<String>,
+    /// The copy plan's target: a dumb buffer of the display's, its framebuffer, its fd.
+    copy: Option<CopyTarget>,
+    copies_verified: u32,
+}
+
+/// How frames reach a display that does not share the camera's buffers.
+#[derive(Clone)]
+struct Feed {
+    /// The negotiated copy plan's conversion, or `None` for the display's own buffer fed
+    /// by the engine's conversion of the frame (a plain copy when the formats agree).
+    plan: Option<ConversionPlan>,
+    /// What the display shows.
+    fourcc: Fourcc,
+    /// Why it does not share the camera's buffers, in the negotiation's words.
+    why: String,
+}
+
+/// A participant's first format's fourcc.
+fn first_fourcc(p: &Participant) -> Option<Fourcc> {
+    match &p.formats {
+        Candidates::Only(set) => set.iter().next().map(|f| f.fourcc),
+        Candidates::Any => None,
+    }
+}
+
+struct CopyTarget {
+    buf: DmaBuf,
+    fb: dmabridge::interop::peers::kms_device::Framebuffer,
+}
+
+impl<'a> Screen<'a> {
+    fn new(kms: &'a KmsDevice, plane: Option<u32>, feed: Option<Feed>, from: Fourcc, width: u32, height: u32) -> Self {
+        let refused = feed.as_ref().map(|f| f.why.clone());
+        Screen { kms, plane, feed, from, width, height, direct: Vec::new(), refused, copy: None, copies_verified: 0 }
+    }
+
+    fn show(&mut self, buf: &DmaBuf, index: usize, packed_frame: &[u8], converter: &Converter) -> Result<(), LiveError> {
+        if self.refused.is_none() {
+            if self.direct.len() <= index {
+                self.direct.resize_with(index + 1, || None);
+            }
+            if self.direct[index].is_none() {
+                match self.kms.add_framebuffer(buf) {
+                    Ok(fb) => self.direct[index] = Some(fb),
+                    Err(e) => self.refused = Some(e.to_string()),
+                }
+            }
+            if let Some(fb) = &self.direct[index] {
+                self.kms.show(fb, self.plane)?;
+                return Ok(());
+            }
+        }
+        // The copy plan: convert into the display's own buffer (the frame at its top left),
+        // show that, and check what landed there.
+        let feed = self.feed.as_ref().ok_or_else(|| other(format!("the display refused the camera's buffer: {}", self.refused.as_deref().unwrap_or("?"))))?;
+        let fourcc = feed.fourcc;
+        let rgb = match &feed.plan {
+            Some(plan) => converter.convert_plan(plan, packed_frame).map_err(other)?,
+            None if fourcc == self.from => packed_frame.to_vec(),
+            None => {
+                let c = FrameConversion::new((TileLayout::Linear, self.from), (TileLayout::Linear, fourcc), self.width, self.height);
+                converter.convert_frame(&c, None, packed_frame).map_err(other)?.0
+            }
+        };
+        if self.copy.is_none() {
+            self.copy = Some(self.copy_target(fourcc)?);
+        }
+        let target = self.copy.as_ref().ok_or_else(|| other("no copy target"))?;
+        let p = target.buf.plane(0).ok_or_else(|| other("no plane"))?;
+        let row = format_info(fourcc).map_or(0, |i| i.min_stride(0, self.width) as usize);
+        if row == 0 || rgb.len() < row * self.height as usize {
+            return Err(other(format!("the copy plan wrote {} bytes, short of a {}x{} {} frame", rgb.len(), self.width, self.height, fourcc.trimmed())));
+        }
+        for (r, line) in rgb.chunks_exact(row).take(self.height as usize).enumerate() {
+            write_all_at(p.fd, p.offset + r as u64 * p.stride, line).map_err(other)?;
+        }
+        let mut back = vec![0u8; row];
+        let mut same = true;
+        for r in 0..self.height as usize {
+            read_exact_at(p.fd, p.offset + r as u64 * p.stride, &mut back).map_err(other)?;
+            same &= back[..] == rgb[r * row..(r + 1) * row];
+        }
+        if !same {
+            return Err(other("the display's buffer holds other bytes than the conversion wrote"));
+        }
+        self.copies_verified += 1;
+        self.kms.show(&target.fb, self.plane)?;
+        Ok(())
+    }
+
+    /// A buffer of the display's own (a dumb buffer: a driver may scan out only its own
+    /// memory) the size of the output's mode, since a primary plane must cover the screen,
+    /// in the driver's implicit layout when it takes no modifiers.
+    fn copy_target(&self, fourcc: Fourcc) -> Result<CopyTarget, LiveError> {
+        let mode = self.kms.output(self.plane)?.mode;
+        if mode.width < self.width || mode.height < self.height {
+            return Err(other(format!("the {}x{} frame does not fit the display's {}x{} mode", self.width, self.height, mode.width, mode.height)));
+        }
+        let dumb = self.kms.dumb_buffer(mode.width, mode.height, 32)?;
+        let layout = [PlaneLayout::linear(0, u64::from(dumb.pitch), mode.height)];
+        let how = if self.kms.addfb2_modifiers() { Layout::Explicit(Modifier::LINEAR) } else { Layout::Implicit };
+        let buf = DmaBuf::in_one_file(fourcc, how, mode.width, mode.height, dumb.fd, &layout).map_err(other)?;
+        let fb = self.kms.add_framebuffer(&buf)?;
+        Ok(CopyTarget { buf, fb })
+    }
+
+    fn summary(&self, shown: u32) -> Value {
+        json!({
+            "device": self.kms.path(),
+            "driver": self.kms.driver_name(),
+            "frames_shown": shown,
+            "zero_copy": self.refused.is_none(),
+            "refused": self.refused,
+            "copy_frames_verified": self.copies_verified,
+            "copy_format": self.feed.as_ref().map(|f| f.fourcc.trimmed()),
+            "copy_plan": self.feed.as_ref().and_then(|f| f.plan.as_ref()).map(|p| p.to_string()),
+        })
+    }
+}

@@ -204,6 +204,18 @@ fn drm_info_json_negotiates_like_the_raw_blob() {
     for o in [&a, &b, &c] {
         assert_eq!(o.status.code(), Some(0), "{}", String::from_utf8_lossy(&o.stderr));
     }
+    // The same lists as read, from different sources (`participants[].from` says which).
+    let lists = |mut v: Value| {
+        let read = v.as_object_mut().and_then(|o| o.remove("participants")).unwrap_or(Value::Null);
+        let formats: Vec<Value> = read.as_array().into_iter().flatten().map(|p| p["formats"].clone()).collect();
+        (v, formats)
+    };
+    let (va, fa) = lists(va);
+    let (vb, fb) = lists(vb);
+    let (vc, fc) = lists(vc);
+    assert_eq!(fa, fb, "drm_info's primary plane is the blob's list");
+    assert_eq!(fa, fc);
+    assert_eq!(fa[1].as_array().map(Vec::len), Some(4), "the display's list as read: {fa:?}");
     assert_eq!(va, vb, "drm_info's primary plane negotiates like the blob");
     assert_eq!(va, vc, "and so does the plane named by id");
     let (d, _) = run(&format!("--drm-info=display={}:99", info.display()));

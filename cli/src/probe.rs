@@ -1,4 +1,7 @@
-//! `dmabridge probe [--json] [--usage U+U ...] [--create-flags F,...] [--srgb-view]`.
+//! `dmabridge probe [--json] [--usage U+U ...] [--create-flags F,...] [--srgb-view]`: the
+//! Vulkan device's formats and modifiers for every use. With `--v4l2-device` or
+//! `--kms-device` it lists those devices instead, as their drivers report them (what
+//! `negotiate` reads from them), and opens no Vulkan device.
 
 use std::process::ExitCode;
 
@@ -26,6 +29,94 @@ pub struct ProbeArgs {
     /// for formats that have one).
     #[arg(long)]
     srgb_view: bool,
+    /// List a live V4L2 device instead: its formats (V4L2 code, DRM format+modifier or why
+    /// none), frame sizes, and the participant `negotiate --v4l2-device` makes of it.
+    #[arg(long, value_name = "/dev/videoN[:capture|:output]")]
+    v4l2_device: Option<String>,
+    /// List a live KMS device's planes instead (or the one named): kind, IN_FORMATS or the
+    /// plain list with implicit modifiers, and the card's atomic and modifier support.
+    #[arg(long, value_name = "/dev/dri/cardN[:PLANE_ID]")]
+    kms_device: Option<String>,
+}
+
+/// `--v4l2-device` and `--kms-device`: the devices as their drivers list them.
+fn probe_peers(args: &ProbeArgs) -> Result<String, String> {
+    use dmabridge::interop::negotiate::spec::{ParticipantSpec, PeerKind};
+    use dmabridge::interop::peers::kms_device::KmsDevice;
+    use dmabridge::interop::peers::v4l2_device::V4l2Device;
+    let spec = |kind, value: &str| ParticipantSpec { kind, name: "probe".into(), value: value.to_owned() };
+    let mut doc = serde_json::Map::new();
+    let mut table = String::new();
+    if let Some(v) = &args.v4l2_device {
+        let s = spec(PeerKind::V4l2Device, v);
+        let (path, direction) = s.v4l2_device_target().map_err(|e| e.to_string())?;
+        let device = V4l2Device::open(std::path::Path::new(path), direction).map_err(|e| e.to_string())?;
+        let formats = device.enum_formats().map_err(|e| e.to_string())?;
+        let summary = device.summary(&formats);
+        let participant = device.participant_of("v4l2", &formats).map_err(|e| e.to_string())?;
+        let read = dmabridge::interop::negotiate::ReportParticipant::of(&participant, Some(format!("--v4l2-device {v}")));
+        table += &format!(
+            "V4L2 {} ({}, {}, {}{})\n",
+            summary.path,
+            summary.card,
+            summary.driver,
+            summary.direction,
+            if summary.multiplanar { ", multi-planar" } else { "" }
+        );
+        table += &format!("  {:<6} {:<14} {:<24} {:<15} sizes\n", "v4l2", "name", "drm", "mapping");
+        for f in &summary.formats {
+            table += &format!(
+                "  {:<6} {:<14} {:<24} {:<15} {}\n",
+                f.v4l2,
+                f.name.unwrap_or("-"),
+                f.drm.as_deref().unwrap_or("-"),
+                f.mapping,
+                serde_json::to_string(&f.sizes).unwrap_or_default()
+            );
+        }
+        table += &format!(
+            "  as a participant: {} formats, width {}-{}, height {}-{}, min-buffers {}, stride-align {}\n",
+            read.formats.as_ref().map_or(0, Vec::len),
+            read.width[0],
+            read.width[1],
+            read.height[0],
+            read.height[1],
+            read.min_buffers,
+            read.stride_align
+        );
+        doc.insert("v4l2".into(), serde_json::json!({ "device": summary, "participant": read }));
+    }
+    if let Some(v) = &args.kms_device {
+        let s = spec(PeerKind::KmsDevice, v);
+        let (path, plane) = s.kms_device_target().map_err(|e| e.to_string())?;
+        let device = KmsDevice::open(std::path::Path::new(path)).map_err(|e| e.to_string())?;
+        let ids: Vec<u32> = match plane {
+            Some(id) => vec![id],
+            None => device.planes().map_err(|e| e.to_string())?.iter().map(|p| p.id).collect(),
+        };
+        let mut planes = Vec::new();
+        for id in ids {
+            planes.push(device.summary(Some(id)).map_err(|e| e.to_string())?);
+        }
+        table += &format!("KMS {} ({})\n", device.path(), device.driver_name());
+        for p in &planes {
+            table += &format!(
+                "  plane {} {:?}: {} (atomic {}, ADDFB2 modifiers {}, IN_FORMATS {})\n",
+                p.plane,
+                p.kind,
+                p.formats.join(","),
+                if p.atomic { "yes" } else { "no" },
+                if p.addfb2_modifiers { "yes" } else { "no" },
+                if p.in_formats { "yes" } else { "no: implicit modifiers only" }
+            );
+        }
+        doc.insert("kms".into(), serde_json::json!(planes));
+    }
+    if args.json {
+        serde_json::to_string_pretty(&serde_json::Value::Object(doc)).map(|s| s + "\n").map_err(|e| e.to_string())
+    } else {
+        Ok(table)
+    }
 }
 
 /// The probe's options from the command line, or the message for the first bad word.
@@ -36,6 +127,18 @@ fn options(args: &ProbeArgs) -> Result<ProbeOptions, String> {
 }
 
 pub fn run(args: &ProbeArgs) -> ExitCode {
+    if args.v4l2_device.is_some() || args.kms_device.is_some() {
+        return match probe_peers(args) {
+            Ok(text) => {
+                print!("{text}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("dmabridge probe: {e}");
+                ExitCode::from(1)
+            }
+        };
+    }
     let options = match options(args) {
         Ok(o) => o,
         Err(e) => {

@@ -159,10 +159,18 @@ fn run_live(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
         eprintln!("dmabridge demo: --producer v4l2 needs --device /dev/videoN");
         return ExitCode::from(1);
     };
-    let display = args.kms_device.as_deref().map(|v| match v.rsplit_once(':') {
-        Some((path, plane)) if !plane.contains('/') => (PathBuf::from(path), plane.parse::<u32>().ok()),
-        _ => (PathBuf::from(v), None),
-    });
+    let display = match args.kms_device.as_deref().map(|v| {
+        use dmabridge::interop::negotiate::spec::{ParticipantSpec, PeerKind};
+        let spec = ParticipantSpec { kind: PeerKind::KmsDevice, name: "display".into(), value: v.to_owned() };
+        spec.kms_device_target().map(|(path, plane)| (PathBuf::from(path), plane))
+    }) {
+        None => None,
+        Some(Ok(d)) => Some(d),
+        Some(Err(e)) => {
+            eprintln!("dmabridge demo: --kms-device: {e}");
+            return ExitCode::from(1);
+        }
+    };
     let config = super::live::LiveConfig {
         device,
         display,

@@ -231,7 +231,7 @@ impl ParticipantSpec {
 
     /// The node and direction of a `--v4l2-device /dev/videoN[:capture|:output]` value (no
     /// direction: the device's own, capture where it has both).
-    pub(crate) fn v4l2_device_target(&self) -> Result<(&str, Option<crate::peers::v4l2_device::Direction>), SpecError> {
+    pub fn v4l2_device_target(&self) -> Result<(&str, Option<crate::peers::v4l2_device::Direction>), SpecError> {
         use crate::peers::v4l2_device::Direction;
         match self.value.rsplit_once(':') {
             Some((path, "capture")) => Ok((path, Some(Direction::Capture))),
@@ -246,7 +246,7 @@ impl ParticipantSpec {
 
     /// The card and plane of a `--kms-device /dev/dri/cardN[:PLANE_ID]` value (no plane: the
     /// first primary plane).
-    pub(crate) fn kms_device_target(&self) -> Result<(&str, Option<u32>), SpecError> {
+    pub fn kms_device_target(&self) -> Result<(&str, Option<u32>), SpecError> {
         match self.value.rsplit_once(':') {
             Some((path, id)) if !id.contains('/') => match id.parse::<u32>() {
                 Ok(id) => Ok((path, Some(id))),

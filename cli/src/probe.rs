@@ -71,7 +71,7 @@ fn probe_peers(args: &ProbeArgs) -> Result<String, String> {
                 f.name.unwrap_or("-"),
                 f.drm.as_deref().unwrap_or("-"),
                 f.mapping,
-                serde_json::to_string(&f.sizes).unwrap_or_default()
+                f.sizes
             );
         }
         table += &format!(

@@ -453,6 +453,27 @@ pub struct SizeRange {
     pub step_height: u32,
 }
 
+/// `320x180,640x360`, `16x16-1920x1080 (steps 2x2)`, `16x16-1920x1080`, or `unknown`.
+impl fmt::Display for FrameSizes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let range = |f: &mut fmt::Formatter<'_>, r: &SizeRange| write!(f, "{}x{}-{}x{}", r.min_width, r.min_height, r.max_width, r.max_height);
+        match self {
+            FrameSizes::Discrete { sizes } => {
+                for (i, (w, h)) in sizes.iter().enumerate() {
+                    write!(f, "{}{w}x{h}", if i == 0 { "" } else { "," })?;
+                }
+                Ok(())
+            }
+            FrameSizes::Stepwise(r) => {
+                range(f, r)?;
+                write!(f, " (steps {}x{})", r.step_width, r.step_height)
+            }
+            FrameSizes::Continuous(r) => range(f, r),
+            FrameSizes::Unknown => f.write_str("unknown"),
+        }
+    }
+}
+
 impl FrameSizes {
     /// The widths and heights it spans, `None` if it says nothing (or nothing valid).
     pub fn extents(&self) -> Option<(ExtentRange, ExtentRange)> {
@@ -1262,6 +1283,15 @@ fn format_summary(f: &DeviceFormat) -> FormatSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frame_sizes_print_as_people_write_them() {
+        let r = SizeRange { min_width: 16, max_width: 1920, step_width: 2, min_height: 16, max_height: 1080, step_height: 2 };
+        assert_eq!(FrameSizes::Discrete { sizes: vec![(320, 180), (640, 360)] }.to_string(), "320x180,640x360");
+        assert_eq!(FrameSizes::Stepwise(r).to_string(), "16x16-1920x1080 (steps 2x2)");
+        assert_eq!(FrameSizes::Continuous(r).to_string(), "16x16-1920x1080");
+        assert_eq!(FrameSizes::Unknown.to_string(), "unknown");
+    }
 
     #[test]
     fn request_numbers_match_the_kernel_header() {

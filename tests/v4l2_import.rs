@@ -17,12 +17,12 @@ use std::time::Duration;
 
 use dmabridge::ash::vk;
 use dmabridge::interop::collection::{Collection, Progress, Rights, SystemAllocator};
-use dmabridge::interop::dmabuf::{read_exact_at, DmaBuf, PlaneDesc, PlaneLayout};
+use dmabridge::interop::dmabuf::{pack_planes, read_exact_at, DmaBuf, PlaneDesc, PlaneLayout};
 use dmabridge::interop::negotiate::{Constraints, ExtentRange, Participant, Usage};
 use dmabridge::interop::peers::v4l2::{lookup, plane_layouts, V4l2PlaneFormat};
 use dmabridge::interop::peers::v4l2_device::{Memory, V4l2Device};
 use dmabridge::interop::sync::is_dma_buf;
-use dmabridge::interop::{format_info, Format, FormatSet, Fourcc, Layout, Modifier};
+use dmabridge::interop::{Format, FormatSet, Fourcc, Layout, Modifier};
 use dmabridge::{ImportError, ImportPath};
 
 const LINEAR: Layout = Layout::Explicit(Modifier::LINEAR);
@@ -57,23 +57,6 @@ fn code(v4l2: &str) -> u32 {
     lookup(v4l2).unwrap_or_else(|| panic!("{v4l2} is in the V4L2 table")).pixfmt.code()
 }
 
-/// The visible bytes of each plane, rows packed, planes concatenated: what `read_back`
-/// returns. `planes[i]` is the memory plane `layouts[i].object` lives in.
-fn packed(fourcc: Fourcc, width: u32, height: u32, layouts: &[PlaneLayout], planes: &[&[u8]]) -> Vec<u8> {
-    let info = format_info(fourcc).expect("plane info");
-    let mut out = Vec::new();
-    for (i, l) in layouts.iter().enumerate() {
-        let row = info.min_stride(i, width) as usize;
-        let rows = dmabridge::interop::dmabuf::plane_rows(fourcc, i, height) as usize;
-        let mem = planes[l.object];
-        for r in 0..rows {
-            let start = l.offset as usize + r * l.stride as usize;
-            out.extend_from_slice(&mem[start..start + row]);
-        }
-    }
-    out
-}
-
 /// Streams `memory` buffers of `device` until one comes back full.
 fn one_frame(device: &V4l2Device) -> dmabridge::interop::peers::v4l2_device::Dequeued {
     device.stream_on().expect("STREAMON");
@@ -103,7 +86,7 @@ fn capture_and_import(device: &V4l2Device, v4l2: &str, width: u32, height: u32) 
     }
     let map = device.map_buffer(frame.index).expect("mmap the buffer");
     let planes: Vec<&[u8]> = (0..map.len()).map(|i| map.plane(i).unwrap()).collect();
-    let expected = packed(fourcc, fmt.width, fmt.height, &layouts, &planes);
+    let expected = pack_planes(fourcc, fmt.width, fmt.height, &layouts, &planes).expect("the layout fits the buffer");
     let buf = descriptor(fourcc, &fmt, &layouts, fds);
     assert_eq!(buf.disjoint(), entry.mem_planes > 1);
     let image = engine.import_dmabuf(&buf, SAMPLE_AND_READ);
@@ -205,7 +188,7 @@ fn collection_buffers_go_through_vivid_and_back_to_the_device() {
     let mut cpu = vec![0u8; sizeimage as usize];
     read_exact_at(fd, 0, &mut cpu).expect("the guarded CPU read");
     assert!(cpu.iter().any(|&b| b != 0), "vivid wrote its pattern into the collection's buffer");
-    let expected = packed(Fourcc::NV12, fmt.width, fmt.height, &layouts, &[&cpu]);
+    let expected = pack_planes(Fourcc::NV12, fmt.width, fmt.height, &layouts, &[&cpu]).expect("the layout fits the buffer");
     let image = engine.import_dmabuf(mine, SAMPLE_AND_READ).expect("import the collection's buffer");
     assert_eq!(image.read_back().expect("read back"), expected);
     drop(image);

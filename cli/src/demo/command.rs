@@ -182,6 +182,7 @@ fn run_live(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
         width: args.width,
         height: args.height,
         validation,
+        out_dir: out.clone(),
     };
     let outcome = match super::live::run(&config) {
         Ok(o) => o,
@@ -215,6 +216,9 @@ fn run_live(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
             format!("copy plan to {} ({})", d["copy_format"].as_str().unwrap_or("?"), d["refused"].as_str().unwrap_or("?"))
         };
         println!("camera -> display {}: {} frames shown, {how}", d["device"].as_str().unwrap_or("?"), d["frames_shown"]);
+        if let Some(png) = d["png"].as_str() {
+            println!("the display's last frame: {png}");
+        }
     }
     println!("leaked fds: {}", outcome.leaked_fds);
     println!("summary: {}", summary_path.display());

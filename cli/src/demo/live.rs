@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use dmabridge::ash::vk;
-use dmabridge::interop::dmabuf::{fd_count, read_exact_at, write_all_at, DmaBuf, PlaneDesc, PlaneLayout};
+use dmabridge::interop::dmabuf::{fd_count, pack_planes, read_exact_at, write_all_at, DmaBuf, PlaneDesc, PlaneLayout};
 use dmabridge::interop::negotiate::{negotiate, Candidates, Member, Outcome, Participant, Report, ReportParticipant};
 use dmabridge::interop::peers::kms_device::KmsDevice;
 use dmabridge::interop::peers::v4l2::{self, plane_layouts, V4l2Mapping, V4l2PlaneFormat};
@@ -48,6 +48,8 @@ pub struct LiveConfig {
     pub width: u32,
     pub height: u32,
     pub validation: bool,
+    /// Where `display.png` (the last frame as the display's buffer holds it) goes.
+    pub out_dir: PathBuf,
 }
 
 /// The run's result: `summary.json`, and whether every frame checked out.
@@ -83,23 +85,6 @@ fn v4l2_code(f: Format) -> Option<u32> {
     let mut entries: Vec<_> = v4l2::V4L2_FORMATS.iter().filter(|e| e.mapping == V4l2Mapping::Drm(f)).collect();
     entries.sort_by_key(|e| e.mem_planes);
     entries.first().map(|e| e.pixfmt.code())
-}
-
-/// The visible bytes of each plane of a frame, rows packed, planes concatenated: what the
-/// engine's read-back returns and what a conversion takes.
-fn packed(fourcc: Fourcc, width: u32, height: u32, layouts: &[PlaneLayout], planes: &[&[u8]]) -> Option<Vec<u8>> {
-    let info = format_info(fourcc)?;
-    let mut out = Vec::new();
-    for (i, l) in layouts.iter().enumerate() {
-        let row = usize::try_from(info.min_stride(i, width)).ok()?;
-        let rows = dmabridge::interop::dmabuf::plane_rows(fourcc, i, height) as usize;
-        let mem = planes.get(l.object)?;
-        for r in 0..rows {
-            let start = usize::try_from(l.offset).ok()? + r * usize::try_from(l.stride).ok()?;
-            out.extend_from_slice(mem.get(start..start + row)?);
-        }
-    }
-    Some(out)
 }
 
 /// A descriptor of one exported V4L2 buffer in the layout `S_FMT` reported.
@@ -243,7 +228,7 @@ fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
         let buf = exported[index].as_ref().ok_or_else(|| other("no descriptor"))?;
         let map = camera.map_buffer(frame.index)?;
         let planes: Vec<&[u8]> = (0..map.len()).filter_map(|i| map.plane(i)).collect();
-        let expected = packed(fourcc, fmt.width, fmt.height, &layouts, &planes).ok_or_else(|| other("the buffer is smaller than its layout"))?;
+        let expected = pack_planes(fourcc, fmt.width, fmt.height, &layouts, &planes).ok_or_else(|| other("the buffer is smaller than its layout"))?;
         let image = cache.import(buf.try_clone().map_err(other)?, ImageUse::new(SAMPLE_AND_READ)).map_err(|e| LiveError::Engine(e.to_string()))?;
         import_path.get_or_insert(image.path());
         match image.read_back() {
@@ -262,7 +247,10 @@ fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
     }
     let elapsed = started.elapsed();
     camera.stream_off()?;
-    let display_summary = screen.as_ref().map(|s| s.summary(shown));
+    let mut display_summary = screen.as_ref().map(|s| s.summary(shown));
+    if let (Some(s), Some(d)) = (screen.as_ref(), display_summary.as_mut()) {
+        d["png"] = json!(s.write_png(&cfg.out_dir)?.map(|p| p.display().to_string()));
+    }
     drop(screen);
     drop(cache);
     drop(exported);
@@ -312,6 +300,8 @@ struct Screen<'a> {
     /// The copy plan's target: a dumb buffer of the display's, its framebuffer, its fd.
     copy: Option<CopyTarget>,
     copies_verified: u32,
+    /// The last frame as it was verified in the display's buffer (its format's bytes).
+    last: Option<Vec<u8>>,
 }
 
 /// How frames reach a display that does not share the camera's buffers.
@@ -342,7 +332,7 @@ struct CopyTarget {
 impl<'a> Screen<'a> {
     fn new(kms: &'a KmsDevice, plane: Option<u32>, feed: Option<Feed>, from: Fourcc, width: u32, height: u32) -> Self {
         let refused = feed.as_ref().map(|f| f.why.clone());
-        Screen { kms, plane, feed, from, width, height, direct: Vec::new(), refused, copy: None, copies_verified: 0 }
+        Screen { kms, plane, feed, from, width, height, direct: Vec::new(), refused, copy: None, copies_verified: 0, last: None }
     }
 
     fn show(&mut self, buf: &DmaBuf, index: usize, packed_frame: &[u8], converter: &Converter) -> Result<(), LiveError> {
@@ -396,6 +386,7 @@ impl<'a> Screen<'a> {
         }
         self.copies_verified += 1;
         self.kms.show(&target.fb, self.plane)?;
+        self.last = Some(rgb);
         Ok(())
     }
 
@@ -413,6 +404,19 @@ impl<'a> Screen<'a> {
         let buf = DmaBuf::in_one_file(fourcc, how, mode.width, mode.height, dumb.fd, &layout).map_err(other)?;
         let fb = self.kms.add_framebuffer(&buf)?;
         Ok(CopyTarget { buf, fb })
+    }
+
+    /// `display.png`: the last frame the display showed from its own buffer, if it is XR24
+    /// or AR24 (bytes B, G, R, X).
+    fn write_png(&self, dir: &std::path::Path) -> Result<Option<PathBuf>, LiveError> {
+        let (Some(bytes), Some(feed)) = (&self.last, &self.feed) else { return Ok(None) };
+        if !matches!(feed.fourcc, Fourcc::XRGB8888 | Fourcc::ARGB8888) {
+            return Ok(None);
+        }
+        let rgb: Vec<u8> = bytes.chunks_exact(4).flat_map(|p| [p[2], p[1], p[0]]).collect();
+        let path = dir.join("display.png");
+        super::report::write_png(&path, self.width, self.height, &rgb).map_err(other)?;
+        Ok(Some(path))
     }
 
     fn summary(&self, shown: u32) -> Value {

@@ -75,7 +75,7 @@ fn mode_colour(mode: Mode) -> [u8; 3] {
     }
 }
 
-fn write_png(path: &Path, width: u32, height: u32, rgb: &[u8]) -> Result<(), DemoError> {
+pub(super) fn write_png(path: &Path, width: u32, height: u32, rgb: &[u8]) -> Result<(), DemoError> {
     let err = |detail: String| DemoError::Output { path: path.display().to_string(), detail };
     let file = std::fs::File::create(path).map_err(|e| err(e.to_string()))?;
     let mut enc = png::Encoder::new(std::io::BufWriter::new(file), width, height);

@@ -52,7 +52,7 @@ pub use fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, FileKind,
 pub use heap::{DmaHeap, HeapError, SystemMemory, SYSTEM_HEAP};
 pub use map::{CachedView, MapCache, MapError, PlaneMap};
 pub use placement::{place, Placement, PlacementError, PlacementRequest, BASE_ALIGN};
-pub use plane_layout::{plane_rows, PlaneLayout};
+pub use plane_layout::{pack_planes, plane_rows, PlaneLayout};
 pub use memfd::{sealed_memfd, sealed_memfd_of_size, MemfdError, MEMFD_SEALS};
 pub use pread::{read_at, read_exact_at, ReadError};
 pub use pwrite::{check_read_only, write_all_at, write_planes, NotReadOnly, WriteError};

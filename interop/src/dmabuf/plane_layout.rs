@@ -43,3 +43,41 @@ pub fn plane_rows(fourcc: crate::Fourcc, plane: usize, height: u32) -> u32 {
         _ => height,
     }
 }
+
+/// A frame's visible bytes, each plane's rows tightly packed and the planes one after
+/// another (what [`super::write_planes`] takes and an engine's read-back returns), gathered
+/// from memory laid out as `layouts` say: `memory[l.object]` is the bytes of the file plane
+/// `l` lives in (a mapping of a V4L2 buffer, a file read whole). `None` for a fourcc without
+/// a plane table, a plane whose rows run past its memory, or sizes past `usize`.
+pub fn pack_planes(fourcc: crate::Fourcc, width: u32, height: u32, layouts: &[PlaneLayout], memory: &[&[u8]]) -> Option<Vec<u8>> {
+    let info = crate::format_info(fourcc)?;
+    let mut out = Vec::with_capacity(usize::try_from(info.packed_size(width, height)).ok()?);
+    for (i, l) in layouts.iter().enumerate().take(info.plane_count()) {
+        let row = usize::try_from(info.min_stride(i, width)).ok()?;
+        let (offset, stride) = (usize::try_from(l.offset).ok()?, usize::try_from(l.stride).ok()?);
+        let mem = memory.get(l.object)?;
+        for r in 0..plane_rows(fourcc, i, height) as usize {
+            let start = offset.checked_add(r.checked_mul(stride)?)?;
+            out.extend_from_slice(mem.get(start..start.checked_add(row)?)?);
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Fourcc;
+
+    #[test]
+    fn pack_planes_gathers_rows_from_each_memory_plane() {
+        // NV12 4x2: Y rows at stride 8 in file 0; UV at offset 4 in file 1, stride 6.
+        let y: Vec<u8> = (0..16).collect();
+        let uv: Vec<u8> = (100..110).collect();
+        let layouts = [PlaneLayout { object: 0, offset: 0, stride: 8, size: 16 }, PlaneLayout { object: 1, offset: 4, stride: 6, size: 6 }];
+        let packed = pack_planes(Fourcc::NV12, 4, 2, &layouts, &[&y, &uv]).unwrap();
+        assert_eq!(packed, [0, 1, 2, 3, 8, 9, 10, 11, 104, 105, 106, 107]);
+        assert_eq!(pack_planes(Fourcc::NV12, 4, 4, &layouts, &[&y, &uv]), None, "rows past the memory");
+        assert_eq!(pack_planes(Fourcc::NV12, 4, 2, &layouts, &[&y]), None, "a missing memory plane");
+    }
+}

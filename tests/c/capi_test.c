@@ -161,6 +161,15 @@ int main(void) {
     CHECK(dmb_participants_new(NULL, &p) == DMB_OK && dmb_participants_add(p, DMB_PEER_WAYLAND, "weston", NULL) == DMB_OK, "a compositor participant");
     CHECK(dmb_participants_negotiate_json(p, &json) == DMB_ERR_UNSUPPORTED, "Wayland is not in the library");
     dmb_participants_free(p);
+    /* The live V4L2 and KMS devices: read from their drivers; a missing one is named. */
+    p = NULL;
+    CHECK(dmb_participants_new(NULL, &p) == DMB_OK && dmb_participants_add(p, DMB_PEER_V4L2_DEVICE, "cam", "/dev/video-none") == DMB_OK, "a V4L2 device participant");
+    CHECK(dmb_participants_negotiate_json(p, &json) == DMB_ERR_INVALID && strstr(dmb_last_error(), "/dev/video-none"), "a missing V4L2 device is named: %s", dmb_last_error());
+    dmb_participants_free(p);
+    p = NULL;
+    CHECK(dmb_participants_new(NULL, &p) == DMB_OK && dmb_participants_add(p, DMB_PEER_KMS_DEVICE, "disp", "/dev/dri/card-none:31") == DMB_OK, "a KMS device participant");
+    CHECK(dmb_participants_negotiate_json(p, &json) == DMB_ERR_INVALID && strstr(dmb_last_error(), "/dev/dri/card-none"), "a missing KMS device is named: %s", dmb_last_error());
+    dmb_participants_free(p);
     p = NULL;
     CHECK(dmb_participants_new(e, &p) == DMB_OK, "a builder on the engine");
     CHECK(dmb_participants_add(p, DMB_PEER_VULKAN, "gpu", "sample") == DMB_OK && dmb_participants_add(p, DMB_PEER_DRM_FORMATS, "display", "XR24,AR24") == DMB_OK, "the device and a display");

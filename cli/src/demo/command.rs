@@ -213,7 +213,11 @@ fn run_live(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
         let how = if d["zero_copy"].as_bool() == Some(true) {
             "zero-copy: the camera's buffers are the framebuffers".to_owned()
         } else {
-            format!("copy plan to {} ({})", d["copy_format"].as_str().unwrap_or("?"), d["refused"].as_str().unwrap_or("?"))
+            let how = match d["copy_plan"].as_str() {
+                Some(plan) => format!("the copy plan's {plan}"),
+                None => format!("its own dumb buffer in {}, written by the engine's conversion", d["copy_format"].as_str().unwrap_or("?")),
+            };
+            format!("{how}; not the camera's buffers because {}", d["refused"].as_str().unwrap_or("?"))
         };
         println!("camera -> display {}: {} frames shown, {how}", d["device"].as_str().unwrap_or("?"), d["frames_shown"]);
         if let Some(png) = d["png"].as_str() {

@@ -143,6 +143,17 @@ pub fn run_decoder_peer(args: &DecoderPeerArgs) -> ExitCode {
     }
 }
 
+/// A producer's outcome with its `summary.json` written into `out`; on failure (the run's,
+/// said on stderr, or the file's) the exit status to return.
+fn summarised<T, E: std::fmt::Display>(out: &std::path::Path, run: Result<T, E>, summary: impl Fn(&T) -> &serde_json::Value) -> Result<(T, PathBuf), ExitCode> {
+    let outcome = run.map_err(|e| {
+        eprintln!("dmabridge demo: {e}");
+        ExitCode::from(1)
+    })?;
+    let path = write_summary(out, summary(&outcome))?;
+    Ok((outcome, path))
+}
+
 /// Writes `summary.json` into `out`; the exit status to return when it cannot.
 fn write_summary(out: &std::path::Path, summary: &serde_json::Value) -> Result<PathBuf, ExitCode> {
     let path = out.join("summary.json");
@@ -184,15 +195,8 @@ fn run_live(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
         validation,
         out_dir: out.clone(),
     };
-    let outcome = match super::live::run(&config) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("dmabridge demo: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let summary_path = match write_summary(&out, &outcome.summary) {
-        Ok(p) => p,
+    let (outcome, summary_path) = match summarised(&out, super::live::run(&config), |o| &o.summary) {
+        Ok(done) => done,
         Err(code) => return code,
     };
     let s = &outcome.summary;
@@ -256,15 +260,8 @@ fn run_decoder(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
         peer_timeout: std::time::Duration::from_secs_f64(args.peer_timeout),
         corrupt_frame: args.corrupt_frame,
     };
-    let outcome = match super::decoder::run(&config, &exe) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("dmabridge demo: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let summary_path = match write_summary(&out, &outcome.summary) {
-        Ok(p) => p,
+    let (outcome, summary_path) = match summarised(&out, super::decoder::run(&config, &exe), |o| &o.summary) {
+        Ok(done) => done,
         Err(code) => return code,
     };
     let s = &outcome.summary;
@@ -383,15 +380,8 @@ pub fn run(args: &DemoArgs) -> ExitCode {
         drop((b, c));
         child
     };
-    let outcome = match producer::run(&config, &mut spawn) {
-        Ok(o) => o,
-        Err(e) => {
-            eprintln!("dmabridge demo: {e}");
-            return ExitCode::from(1);
-        }
-    };
-    let summary_path = match write_summary(&out, &outcome.summary) {
-        Ok(p) => p,
+    let (outcome, summary_path) = match summarised(&out, producer::run(&config, &mut spawn), |o| &o.summary) {
+        Ok(done) => done,
         Err(code) => return code,
     };
 

@@ -19,6 +19,8 @@
 //! [`VIDEO_MAX_PLANES`], [`MAX_BUFFERS`]); every failure is a [`V4l2DeviceError`] that names
 //! the device, the ioctl and the errno.
 
+mod uapi;
+
 use std::fmt;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
@@ -30,7 +32,7 @@ use std::time::Duration;
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
-use rustix::ioctl::{ioctl, opcode, Opcode, Setter, Updater};
+use rustix::ioctl::{ioctl, Opcode, Setter};
 use rustix::mm::{mmap, munmap, MapFlags, ProtFlags};
 
 use super::v4l2::{
@@ -39,6 +41,7 @@ use super::v4l2::{
 };
 use crate::negotiate::{Constraints, ExtentRange, Participant};
 use crate::{format_info, Fourcc};
+use uapi::*;
 
 /// Most frame sizes one format's discrete list may have; a webcam lists a handful.
 pub const MAX_FRAME_SIZES: usize = 64;
@@ -49,281 +52,6 @@ pub const MAX_CONTROLS: usize = 1024;
 /// `VIDEO_MAX_FRAME`: most buffers one queue has (vb2's limit before Linux 6.8; newer
 /// kernels allow more, but no stream here needs them).
 pub const MAX_BUFFERS: u32 = 32;
-
-// ---- The uAPI ------------------------------------------------------------------------------
-
-const CAP_VIDEO_CAPTURE: u32 = 0x0000_0001;
-const CAP_VIDEO_OUTPUT: u32 = 0x0000_0002;
-const CAP_VIDEO_CAPTURE_MPLANE: u32 = 0x0000_1000;
-const CAP_VIDEO_OUTPUT_MPLANE: u32 = 0x0000_2000;
-const CAP_VIDEO_M2M_MPLANE: u32 = 0x0000_4000;
-const CAP_VIDEO_M2M: u32 = 0x0000_8000;
-const CAP_STREAMING: u32 = 0x0400_0000;
-const CAP_DEVICE_CAPS: u32 = 0x8000_0000;
-
-const BUF_TYPE_VIDEO_CAPTURE: u32 = 1;
-const BUF_TYPE_VIDEO_OUTPUT: u32 = 2;
-const BUF_TYPE_VIDEO_CAPTURE_MPLANE: u32 = 9;
-const BUF_TYPE_VIDEO_OUTPUT_MPLANE: u32 = 10;
-
-const MEMORY_MMAP: u32 = 1;
-const MEMORY_DMABUF: u32 = 4;
-
-const FRMSIZE_TYPE_DISCRETE: u32 = 1;
-const FRMSIZE_TYPE_CONTINUOUS: u32 = 2;
-const FRMSIZE_TYPE_STEPWISE: u32 = 3;
-
-/// `V4L2_FIELD_ANY`: the driver picks (progressive, for every device dmabridge serves).
-const FIELD_ANY: u32 = 0;
-/// `V4L2_BUF_FLAG_ERROR`: the frame was dequeued, but its data may be corrupt.
-const BUF_FLAG_ERROR: u32 = 0x0000_0040;
-
-/// `struct v4l2_capability`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct Capability {
-    driver: [u8; 16],
-    card: [u8; 32],
-    bus_info: [u8; 32],
-    version: u32,
-    capabilities: u32,
-    device_caps: u32,
-    reserved: [u32; 3],
-}
-
-/// `struct v4l2_fmtdesc`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct FmtDesc {
-    index: u32,
-    type_: u32,
-    flags: u32,
-    description: [u8; 32],
-    pixelformat: u32,
-    mbus_code: u32,
-    reserved: [u32; 3],
-}
-
-/// `struct v4l2_frmsizeenum`; `size` is the union of `v4l2_frmsize_discrete` (width,
-/// height) and `v4l2_frmsize_stepwise` (min, max, step of the width, then of the height).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct FrmSizeEnum {
-    index: u32,
-    pixel_format: u32,
-    type_: u32,
-    size: [u32; 6],
-    reserved: [u32; 2],
-}
-
-/// The 200-byte, 8-aligned union `fmt` of `struct v4l2_format`, as bytes.
-#[repr(C, align(8))]
-#[derive(Debug, Clone, Copy)]
-struct FormatUnion([u8; 200]);
-
-/// `struct v4l2_format`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct RawFormat {
-    type_: u32,
-    fmt: FormatUnion,
-}
-
-/// `struct v4l2_requestbuffers`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct RequestBuffers {
-    count: u32,
-    type_: u32,
-    memory: u32,
-    capabilities: u32,
-    flags: u8,
-    reserved: [u8; 3],
-}
-
-/// `struct v4l2_timecode`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct Timecode {
-    type_: u32,
-    flags: u32,
-    frames: u8,
-    seconds: u8,
-    minutes: u8,
-    hours: u8,
-    userbits: [u8; 4],
-}
-
-/// The 8-byte union `m` of `v4l2_buffer` and `v4l2_plane` (`offset`/`mem_offset`, `userptr`,
-/// `planes`, `fd`), as bytes.
-#[repr(C, align(8))]
-#[derive(Debug, Clone, Copy, Default)]
-struct MemUnion([u8; 8]);
-
-impl MemUnion {
-    fn u32(self) -> u32 {
-        let [a, b, c, d, ..] = self.0;
-        u32::from_ne_bytes([a, b, c, d])
-    }
-
-    fn of_u32(v: u32) -> MemUnion {
-        let [a, b, c, d] = v.to_ne_bytes();
-        MemUnion([a, b, c, d, 0, 0, 0, 0])
-    }
-
-    fn of_ptr<T>(p: *mut T) -> MemUnion {
-        MemUnion((p as usize as u64).to_ne_bytes())
-    }
-}
-
-/// `struct v4l2_buffer` (64-bit: `timestamp` is a 16-byte `timeval`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct Buffer {
-    index: u32,
-    type_: u32,
-    bytesused: u32,
-    flags: u32,
-    field: u32,
-    timestamp: [i64; 2],
-    timecode: Timecode,
-    sequence: u32,
-    memory: u32,
-    m: MemUnion,
-    length: u32,
-    reserved2: u32,
-    request_fd: i32,
-}
-
-/// `struct v4l2_plane`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct RawPlane {
-    bytesused: u32,
-    length: u32,
-    m: MemUnion,
-    data_offset: u32,
-    reserved: [u32; 11],
-}
-
-/// `struct v4l2_exportbuffer`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct ExportBuffer {
-    type_: u32,
-    index: u32,
-    plane: u32,
-    flags: u32,
-    fd: i32,
-    reserved: [u32; 11],
-}
-
-/// `struct v4l2_queryctrl`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct QueryCtrl {
-    id: u32,
-    type_: u32,
-    name: [u8; 32],
-    minimum: i32,
-    maximum: i32,
-    step: i32,
-    default_value: i32,
-    flags: u32,
-    reserved: [u32; 2],
-}
-
-/// `struct v4l2_control`.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-struct Control {
-    id: u32,
-    value: i32,
-}
-
-/// `V4L2_CTRL_FLAG_NEXT_CTRL`: `QUERYCTRL` answers the first control after the id.
-const CTRL_FLAG_NEXT_CTRL: u32 = 0x8000_0000;
-
-// The kernel's 64-bit sizes (videodev2.h, checked with gcc on x86_64).
-const _: () = assert!(size_of::<Capability>() == 104);
-const _: () = assert!(size_of::<FmtDesc>() == 64);
-const _: () = assert!(size_of::<FrmSizeEnum>() == 44);
-const _: () = assert!(size_of::<RawFormat>() == 208 && align_of::<RawFormat>() == 8);
-const _: () = assert!(size_of::<FormatUnion>() == 200);
-const _: () = assert!(size_of::<RequestBuffers>() == 20);
-const _: () = assert!(size_of::<Timecode>() == 16);
-const _: () = assert!(size_of::<Buffer>() == 88 && std::mem::offset_of!(Buffer, m) == 64);
-const _: () = assert!(size_of::<RawPlane>() == 64 && std::mem::offset_of!(RawPlane, data_offset) == 16);
-const _: () = assert!(size_of::<ExportBuffer>() == 64);
-const _: () = assert!(size_of::<QueryCtrl>() == 68 && size_of::<Control>() == 8);
-
-const VIDIOC_QUERYCAP: Opcode = opcode::read::<Capability>(b'V', 0);
-const VIDIOC_ENUM_FMT: Opcode = opcode::read_write::<FmtDesc>(b'V', 2);
-const VIDIOC_S_FMT: Opcode = opcode::read_write::<RawFormat>(b'V', 5);
-const VIDIOC_REQBUFS: Opcode = opcode::read_write::<RequestBuffers>(b'V', 8);
-const VIDIOC_QUERYBUF: Opcode = opcode::read_write::<Buffer>(b'V', 9);
-const VIDIOC_QBUF: Opcode = opcode::read_write::<Buffer>(b'V', 15);
-const VIDIOC_EXPBUF: Opcode = opcode::read_write::<ExportBuffer>(b'V', 16);
-const VIDIOC_DQBUF: Opcode = opcode::read_write::<Buffer>(b'V', 17);
-const VIDIOC_STREAMON: Opcode = opcode::write::<i32>(b'V', 18);
-const VIDIOC_STREAMOFF: Opcode = opcode::write::<i32>(b'V', 19);
-const VIDIOC_S_CTRL: Opcode = opcode::read_write::<Control>(b'V', 28);
-const VIDIOC_QUERYCTRL: Opcode = opcode::read_write::<QueryCtrl>(b'V', 36);
-const VIDIOC_TRY_FMT: Opcode = opcode::read_write::<RawFormat>(b'V', 64);
-const VIDIOC_ENUM_FRAMESIZES: Opcode = opcode::read_write::<FrmSizeEnum>(b'V', 74);
-
-/// Offsets in `v4l2_format.fmt`: `v4l2_pix_format` (single-planar) and the packed
-/// `v4l2_pix_format_mplane` with its `v4l2_plane_pix_format plane_fmt[8]` (20 bytes each).
-mod fmt_off {
-    pub const WIDTH: usize = 0;
-    pub const HEIGHT: usize = 4;
-    pub const PIXELFORMAT: usize = 8;
-    pub const FIELD: usize = 12;
-    pub const PIX_BYTESPERLINE: usize = 16;
-    pub const PIX_SIZEIMAGE: usize = 20;
-    pub const MP_PLANE_FMT: usize = 20;
-    pub const MP_PLANE_FMT_SIZE: usize = 20;
-    pub const MP_PLANE_SIZEIMAGE: usize = 0;
-    pub const MP_PLANE_BYTESPERLINE: usize = 4;
-    pub const MP_NUM_PLANES: usize = 180;
-}
-
-impl RawFormat {
-    fn new(type_: u32) -> RawFormat {
-        RawFormat { type_, fmt: FormatUnion([0; 200]) }
-    }
-
-    fn get(&self, at: usize) -> u32 {
-        self.fmt.0.get(at..at + 4).and_then(|b| b.try_into().ok()).map_or(0, u32::from_ne_bytes)
-    }
-
-    fn set(&mut self, at: usize, v: u32) {
-        if let Some(b) = self.fmt.0.get_mut(at..at + 4) {
-            b.copy_from_slice(&v.to_ne_bytes());
-        }
-    }
-
-    fn byte(&self, at: usize) -> u8 {
-        self.fmt.0.get(at).copied().unwrap_or(0)
-    }
-}
-
-/// The one requirement on each ioctl helper's caller: `OP` is the kernel's request whose
-/// argument is a `T` (and which reads and writes no more than `size_of::<T>()` bytes of it,
-/// nor memory it points to beyond what the caller set up).
-///
-/// # Safety
-/// As above: a wrong pairing lets the kernel write past `arg`.
-unsafe fn update<const OP: Opcode, T>(fd: BorrowedFd<'_>, arg: &mut T) -> rustix::io::Result<()> {
-    loop {
-        // SAFETY: the caller vouches that OP's argument is a T; `arg` is one, borrowed
-        // mutably for the call.
-        match unsafe { ioctl(fd, Updater::<OP, T>::new(arg)) } {
-            Err(Errno::INTR) => continue,
-            r => return r,
-        }
-    }
-}
 
 // ---- The public side ---------------------------------------------------------------------
 

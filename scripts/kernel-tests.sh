@@ -120,13 +120,14 @@ fi
 # virtio-gpu's primary plane from their drivers' own lists; every frame verified through the
 # device and shown on the display (through a copy into its own buffer: it takes only
 # implicit modifiers and refuses foreign dma-bufs), no fd leaked. XR24 is imported as an
-# image; NV12 as a buffer, and converted to XR24 for the display.
+# image; NV12 (640x360) as a buffer, and converted to XR24 for the display with the matrix
+# the camera's colorimetry names; every frame must show vivid's colour bars.
 vivid_node=$(grep -lx "vivid-001-vid-cap" /sys/class/video4linux/video*/name 2>/dev/null | head -1 | xargs -r dirname | xargs -r basename)
 kms_card=$(for c in /sys/class/drm/card[0-9]*; do [[ "$(readlink "$c/device/driver")" == *virtio* ]] && basename "$c"; done | head -1)
 for fmt in "" NV12; do
     other "dmabridge demo --producer v4l2 ${fmt:-XR24, the first format all list}: vivid -> lavapipe and virtio-gpu, 30 frames verified" \
         target/debug/dmabridge demo --producer v4l2 --device "/dev/${vivid_node:-no-vivid}" --kms-device "/dev/dri/${kms_card:-no-virtio-gpu}" \
-        ${fmt:+--format $fmt} --validation --frames 30 --width 320 --height 180 --out "$TMPDIR/live-demo$fmt"
+        ${fmt:+--format $fmt} --validation --frames 30 --width "${fmt:+640}${fmt:-320}" --height "${fmt:+360}${fmt:-180}" --out "$TMPDIR/live-demo$fmt"
 done
 
 echo "kernel configuration: $passed passed; $total_failed failed; $ignored ignored ($(( $(date +%s) - start ))s in the lab)"

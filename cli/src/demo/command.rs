@@ -213,6 +213,7 @@ fn run_live(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
     }
     println!("negotiated: {} ({})", s["negotiation"]["outcome"].as_str().unwrap_or("?"), s["stream"]["format"].as_str().unwrap_or("?"));
     println!("camera -> device: {}/{} frames verified against the camera's mapping ({})", s["verified_frames"], args.frames, s["import_path"].as_str().unwrap_or("?"));
+    println!("picture: {}/{} frames show vivid's colour bars", s["pattern_frames"], args.frames);
     if let Some(d) = s["display"].as_object() {
         let how = if d["zero_copy"].as_bool() == Some(true) {
             "zero-copy: the camera's buffers are the framebuffers".to_owned()

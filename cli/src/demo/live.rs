@@ -25,7 +25,7 @@ use dmabridge::interop::peers::kms_device::KmsDevice;
 use dmabridge::interop::peers::v4l2::{self, plane_layouts, V4l2Mapping, V4l2PlaneFormat};
 use dmabridge::interop::peers::v4l2_device::{Direction as V4l2Direction, Memory, V4l2Device};
 use dmabridge::interop::negotiate::ConversionPlan;
-use dmabridge::interop::tiling::FrameConversion;
+use dmabridge::interop::tiling::{ColourMatrix, ColourRange, FrameConversion};
 use dmabridge::interop::{format_info, Format, Fourcc, Layout, Modifier, TileLayout};
 use dmabridge::{Converter, Engine, EngineOptions, ImageUse, ImportCache, ParticipantRequest};
 use serde_json::{json, Value};
@@ -130,6 +130,28 @@ fn stream_format(camera: &Participant, gpu: &Participant, display: Option<&Parti
         }))
 }
 
+/// vivid's default picture, 75% colour bars (white, yellow, cyan, green, magenta, red, blue,
+/// black: each component 0 or 75% of 255), checked in the middle of each bar on the bottom
+/// row, under the text vivid prints at the top; `bgrx` is a packed XR24/AR24 frame. A
+/// conversion from limited-range YUV may be a few code values off.
+fn colour_bars(bgrx: &[u8], width: u32, height: u32) -> Result<(), String> {
+    const BARS: [[u8; 3]; 8] = [[1, 1, 1], [1, 1, 0], [0, 1, 1], [0, 1, 0], [1, 0, 1], [1, 0, 0], [0, 0, 1], [0, 0, 0]];
+    const LEVEL: i32 = 191;
+    const TOLERANCE: i32 = 3;
+    let (w, row) = (width as usize, (height as usize).saturating_sub(1));
+    for (i, bar) in BARS.iter().enumerate() {
+        let x = (2 * i + 1) * w / 16;
+        let at = (row * w + x) * 4;
+        let px = bgrx.get(at..at + 3).ok_or("the frame is shorter than its size")?;
+        let rgb = [px[2], px[1], px[0]];
+        let want = bar.map(|on| if on == 1 { LEVEL } else { 0 });
+        if rgb.iter().zip(want).any(|(&got, want)| (i32::from(got) - want).abs() > TOLERANCE) {
+            return Err(format!("bar {i} at x={x} is RGB {rgb:?}, vivid's 75% bars have {want:?} there"));
+        }
+    }
+    Ok(())
+}
+
 /// Runs the live demo; `summary.json` is the caller's to write.
 pub fn run(cfg: &LiveConfig) -> Result<LiveOutcome, LiveError> {
     let fds_before = fd_count().map_err(other)?;
@@ -210,10 +232,13 @@ fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
     }
     let mut cache = ImportCache::new(&engine, count as usize);
     let converter = Converter::new(&engine).map_err(|e| LiveError::Engine(e.to_string()))?;
-    let mut screen = display.as_ref().map(|(d, plane)| Screen::new(d, *plane, display_plan.clone(), stream_fourcc, fmt.width, fmt.height));
+    // The conversion for the display reads the frames as the camera encoded them.
+    let colorimetry = camera.colorimetry()?;
+    let colour = colorimetry.matrix().map(|m| (m, colorimetry.range()));
+    let mut screen = display.as_ref().map(|(d, plane)| Screen::new(d, *plane, display_plan.clone(), (stream_fourcc, colour), fmt.width, fmt.height));
     camera.stream_on()?;
     let mut problems = Vec::new();
-    let (mut verified, mut shown, mut import_path) = (0u32, 0u32, None);
+    let (mut verified, mut shown, mut pattern_frames, mut import_path) = (0u32, 0u32, 0u32, None);
     let started = Instant::now();
     for frame_no in 0..cfg.frames {
         let frame = camera.dequeue(FRAME_TIMEOUT)?;
@@ -240,6 +265,15 @@ fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
             match s.show(buf, index, &expected, &converter) {
                 Ok(()) => shown += 1,
                 Err(e) => problems.push(format!("frame {frame_no}: display: {e}")),
+            }
+        }
+        // The picture itself: vivid's colour bars, in what the device read (RGB streams) or
+        // in what the display was given (the conversion of a YUV stream).
+        let rgb = if matches!(fourcc, Fourcc::XRGB8888 | Fourcc::ARGB8888) { Some(&expected) } else { screen.as_ref().and_then(|s| s.last.as_ref()) };
+        if let Some(bgrx) = rgb {
+            match colour_bars(bgrx, fmt.width, fmt.height) {
+                Ok(()) => pattern_frames += 1,
+                Err(e) => problems.push(format!("frame {frame_no}: {e}")),
             }
         }
         drop(map);
@@ -271,9 +305,13 @@ fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
             "height": fmt.height,
             "bytesperline": fmt.planes.iter().map(|p| p.bytesperline).collect::<Vec<_>>(),
             "buffers": count,
+            "colorimetry": colorimetry,
+            "matrix": colour.map(|(m, r)| format!("{m:?} {r:?}")),
         },
         "frames": cfg.frames,
         "verified_frames": verified,
+        "pattern": "vivid's 75% colour bars, checked on the bottom row of every RGB frame (the device's, or the display's for a YUV stream)",
+        "pattern_frames": pattern_frames,
         "import_path": import_path.map(|p| format!("{p:?}")),
         "display": display_summary,
         "seconds": elapsed.as_secs_f64(),
@@ -291,6 +329,8 @@ struct Screen<'a> {
     feed: Option<Feed>,
     /// The camera's format.
     from: Fourcc,
+    /// The camera's matrix and range; `None` for an encoding dmabridge has no matrix for.
+    colour: Option<(ColourMatrix, ColourRange)>,
     width: u32,
     height: u32,
     /// Framebuffers on the camera's buffers, by V4L2 index (zero-copy), once each.
@@ -330,9 +370,9 @@ struct CopyTarget {
 }
 
 impl<'a> Screen<'a> {
-    fn new(kms: &'a KmsDevice, plane: Option<u32>, feed: Option<Feed>, from: Fourcc, width: u32, height: u32) -> Self {
+    fn new(kms: &'a KmsDevice, plane: Option<u32>, feed: Option<Feed>, (from, colour): (Fourcc, Option<(ColourMatrix, ColourRange)>), width: u32, height: u32) -> Self {
         let refused = feed.as_ref().map(|f| f.why.clone());
-        Screen { kms, plane, feed, from, width, height, direct: Vec::new(), refused, copy: None, copies_verified: 0, last: None }
+        Screen { kms, plane, feed, from, colour, width, height, direct: Vec::new(), refused, copy: None, copies_verified: 0, last: None }
     }
 
     fn show(&mut self, buf: &DmaBuf, index: usize, packed_frame: &[u8], converter: &Converter) -> Result<(), LiveError> {
@@ -359,7 +399,8 @@ impl<'a> Screen<'a> {
             Some(plan) => converter.convert_plan(plan, packed_frame).map_err(other)?,
             None if fourcc == self.from => packed_frame.to_vec(),
             None => {
-                let c = FrameConversion::new((TileLayout::Linear, self.from), (TileLayout::Linear, fourcc), self.width, self.height);
+                let (matrix, range) = self.colour.ok_or_else(|| other("the camera's Y'CbCr encoding has no matrix in dmabridge (SMPTE 240M or constant-luminance BT.2020)"))?;
+                let c = FrameConversion { matrix, range, ..FrameConversion::new((TileLayout::Linear, self.from), (TileLayout::Linear, fourcc), self.width, self.height) };
                 converter.convert_frame(&c, None, packed_frame).map_err(other)?.0
             }
         };

@@ -40,6 +40,7 @@ use super::v4l2::{
     SYNC_METHODS,
 };
 use crate::negotiate::{Constraints, ExtentRange, Participant};
+use crate::tiling::{ColourMatrix, ColourRange};
 use crate::{format_info, Fourcc};
 use uapi::*;
 
@@ -277,6 +278,81 @@ fn plane_format_of(raw: &RawFormat, multiplanar: bool) -> Result<V4l2PlaneFormat
         vec![V4l2Plane { bytesperline: raw.get(PIX_BYTESPERLINE), sizeimage: raw.get(PIX_SIZEIMAGE) }]
     };
     Ok(V4l2PlaneFormat { width: raw.get(WIDTH), height: raw.get(HEIGHT), pixelformat: raw.get(PIXELFORMAT), planes })
+}
+
+/// How a V4L2 format's Y'CbCr values encode colour: `v4l2_pix_format`'s `colorspace`,
+/// `ycbcr_enc` and `quantization` as the driver set them (0 meaning "the colorspace's
+/// default", which [`Colorimetry::encoding`] and [`Colorimetry::range`] resolve as
+/// `V4L2_MAP_YCBCR_ENC_DEFAULT` and `V4L2_MAP_QUANTIZATION_DEFAULT` do).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct Colorimetry {
+    /// `V4L2_COLORSPACE_*` (8: sRGB, 3: Rec. 709, 10: BT.2020, 7: JPEG, ...).
+    pub colorspace: u32,
+    /// `V4L2_YCBCR_ENC_*` as set (0: the default).
+    pub ycbcr_enc: u32,
+    /// `V4L2_QUANTIZATION_*` as set (0: the default, 1: full, 2: limited).
+    pub quantization: u32,
+}
+
+impl Colorimetry {
+    const COLORSPACE_SMPTE240M: u32 = 2;
+    const COLORSPACE_REC709: u32 = 3;
+    const COLORSPACE_JPEG: u32 = 7;
+    const COLORSPACE_BT2020: u32 = 10;
+    const COLORSPACE_DCI_P3: u32 = 12;
+    const ENC_601: u32 = 1;
+    const ENC_709: u32 = 2;
+    const ENC_XV601: u32 = 3;
+    const ENC_XV709: u32 = 4;
+    const ENC_SYCC: u32 = 5;
+    const ENC_BT2020: u32 = 6;
+    const ENC_BT2020_CONST_LUM: u32 = 7;
+    const ENC_SMPTE240M: u32 = 8;
+
+    fn of(raw: &RawFormat, multiplanar: bool) -> Colorimetry {
+        use fmt_off::*;
+        if multiplanar {
+            Colorimetry {
+                colorspace: raw.get(MP_COLORSPACE),
+                ycbcr_enc: u32::from(raw.byte(MP_YCBCR_ENC)),
+                quantization: u32::from(raw.byte(MP_QUANTIZATION)),
+            }
+        } else {
+            Colorimetry { colorspace: raw.get(PIX_COLORSPACE), ycbcr_enc: raw.get(PIX_YCBCR_ENC), quantization: raw.get(PIX_QUANTIZATION) }
+        }
+    }
+
+    /// The Y'CbCr encoding, the colorspace's default resolved.
+    pub fn encoding(&self) -> u32 {
+        match (self.ycbcr_enc, self.colorspace) {
+            (0, Self::COLORSPACE_REC709 | Self::COLORSPACE_DCI_P3) => Self::ENC_709,
+            (0, Self::COLORSPACE_BT2020) => Self::ENC_BT2020,
+            (0, Self::COLORSPACE_SMPTE240M) => Self::ENC_SMPTE240M,
+            (0, _) => Self::ENC_601,
+            (enc, _) => enc,
+        }
+    }
+
+    /// The matrix dmabridge converts with; `None` for an encoding it has none for
+    /// (SMPTE 240M). BT.2020's constant-luminance encoding is not a matrix either.
+    pub fn matrix(&self) -> Option<ColourMatrix> {
+        match self.encoding() {
+            Self::ENC_601 | Self::ENC_XV601 | Self::ENC_SYCC => Some(ColourMatrix::Bt601),
+            Self::ENC_709 | Self::ENC_XV709 => Some(ColourMatrix::Bt709),
+            Self::ENC_BT2020 => Some(ColourMatrix::Bt2020),
+            Self::ENC_BT2020_CONST_LUM | Self::ENC_SMPTE240M => None,
+            _ => None,
+        }
+    }
+
+    /// The quantisation of the Y'CbCr values, the default resolved (full for JPEG, limited
+    /// otherwise).
+    pub fn range(&self) -> ColourRange {
+        match (self.quantization, self.colorspace) {
+            (1, _) | (0, Self::COLORSPACE_JPEG) => ColourRange::Full,
+            _ => ColourRange::Limited,
+        }
+    }
 }
 
 /// One buffer of the queue as `VIDIOC_QUERYBUF` describes it.
@@ -601,6 +677,16 @@ impl V4l2Device {
     /// What the driver would choose for this request (`VIDIOC_TRY_FMT`), changing nothing.
     pub fn try_format(&self, pixelformat: u32, width: u32, height: u32) -> Result<V4l2PlaneFormat, V4l2DeviceError> {
         self.format_call::<VIDIOC_TRY_FMT>("VIDIOC_TRY_FMT", pixelformat, width, height)
+    }
+
+    /// How the queue's current format encodes colour (`VIDIOC_G_FMT`'s colorspace,
+    /// `ycbcr_enc` and quantization), for converting its frames with the right matrix.
+    pub fn colorimetry(&self) -> Result<Colorimetry, V4l2DeviceError> {
+        let mut raw = RawFormat::new(self.buf_type);
+        // SAFETY: VIDIOC_G_FMT is _IOWR('V', 4, struct v4l2_format) and `raw` is that struct
+        // (208 bytes, asserted), its type set to this queue's.
+        unsafe { update::<VIDIOC_G_FMT, _>(self.fd.as_fd(), &mut raw) }.map_err(self.ioctl_err("VIDIOC_G_FMT"))?;
+        Ok(Colorimetry::of(&raw, self.multiplanar))
     }
 
     /// Sets the queue's format (`VIDIOC_S_FMT`; `EBUSY` while buffers are allocated) and
@@ -1011,6 +1097,22 @@ fn format_summary(f: &DeviceFormat) -> FormatSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn colorimetry_defaults_resolve_as_the_kernels_macros_do() {
+        let c = |colorspace, ycbcr_enc, quantization| Colorimetry { colorspace, ycbcr_enc, quantization };
+        // sRGB (vivid's webcam), SMPTE 170M: BT.601, limited.
+        assert_eq!((c(8, 0, 0).matrix(), c(8, 0, 0).range()), (Some(ColourMatrix::Bt601), ColourRange::Limited));
+        assert_eq!(c(1, 0, 0).matrix(), Some(ColourMatrix::Bt601));
+        assert_eq!(c(3, 0, 0).matrix(), Some(ColourMatrix::Bt709), "Rec. 709's default is 709");
+        assert_eq!(c(10, 0, 0).matrix(), Some(ColourMatrix::Bt2020));
+        assert_eq!(c(2, 0, 0).matrix(), None, "SMPTE 240M: no matrix here");
+        assert_eq!(c(7, 0, 0).range(), ColourRange::Full, "JPEG is full range by default");
+        assert_eq!(c(8, 2, 1).matrix(), Some(ColourMatrix::Bt709), "an explicit encoding wins");
+        assert_eq!(c(3, 0, 1).range(), ColourRange::Full);
+        assert_eq!(c(7, 0, 2).range(), ColourRange::Limited);
+        assert_eq!(c(10, 7, 0).matrix(), None, "constant luminance is no matrix");
+    }
 
     #[test]
     fn frame_sizes_print_as_people_write_them() {

@@ -214,6 +214,7 @@ const _: () = assert!(size_of::<QueryCtrl>() == 68 && size_of::<Control>() == 8)
 
 pub(super) const VIDIOC_QUERYCAP: Opcode = opcode::read::<Capability>(b'V', 0);
 pub(super) const VIDIOC_ENUM_FMT: Opcode = opcode::read_write::<FmtDesc>(b'V', 2);
+pub(super) const VIDIOC_G_FMT: Opcode = opcode::read_write::<RawFormat>(b'V', 4);
 pub(super) const VIDIOC_S_FMT: Opcode = opcode::read_write::<RawFormat>(b'V', 5);
 pub(super) const VIDIOC_REQBUFS: Opcode = opcode::read_write::<RequestBuffers>(b'V', 8);
 pub(super) const VIDIOC_QUERYBUF: Opcode = opcode::read_write::<Buffer>(b'V', 9);
@@ -241,6 +242,13 @@ pub(super) mod fmt_off {
     pub const MP_PLANE_SIZEIMAGE: usize = 0;
     pub const MP_PLANE_BYTESPERLINE: usize = 4;
     pub const MP_NUM_PLANES: usize = 180;
+    // Colorimetry: u32s in `v4l2_pix_format`, bytes in the packed `v4l2_pix_format_mplane`.
+    pub const PIX_COLORSPACE: usize = 24;
+    pub const PIX_YCBCR_ENC: usize = 36;
+    pub const PIX_QUANTIZATION: usize = 40;
+    pub const MP_COLORSPACE: usize = 16;
+    pub const MP_YCBCR_ENC: usize = 182;
+    pub const MP_QUANTIZATION: usize = 183;
 }
 
 impl RawFormat {

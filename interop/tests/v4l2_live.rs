@@ -254,3 +254,25 @@ fn dequeue_of_nothing_times_out_and_no_fd_leaks() {
     }
     assert_eq!(fd_count().unwrap(), before, "an fd leaked");
 }
+
+/// vivid's output node is a participant that reads what it is given (read-only), and asking
+/// a capture-only node for its output side is the typed error naming the direction.
+#[test]
+fn an_output_node_is_a_read_only_participant() {
+    if !in_kernel_lab() {
+        eprintln!("an_output_node_is_a_read_only_participant: skipped: needs vivid (the kernel lab)");
+        return;
+    }
+    use dmabridge_interop::peers::v4l2_device::Direction;
+    let out = find_node("vivid-000-vid-out").expect("vivid's output node");
+    let dev = V4l2Device::open(&out, Some(Direction::Output)).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(dev.direction(), Direction::Output);
+    let p = dev.participant("sink").expect("participant");
+    assert!(p.constraints.read_only, "an output queue only reads the buffers");
+    let dmabridge_interop::negotiate::Candidates::Only(formats) = &p.formats else { panic!("a list") };
+    assert!(formats.iter().any(|f| *f == Format::linear(Fourcc::NV12)), "{formats:?}");
+    let cap = find_node("vivid-000-vid-cap").expect("vivid's capture node");
+    let err = V4l2Device::open(&cap, Some(Direction::Output)).unwrap_err();
+    assert!(matches!(err, V4l2DeviceError::NoSuchDirection { direction: Direction::Output, .. }), "{err:?}");
+    assert!(err.to_string().contains(&cap.display().to_string()), "{err}");
+}

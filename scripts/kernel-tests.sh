@@ -124,10 +124,12 @@ fi
 # the camera's colorimetry names; every frame must show vivid's colour bars.
 vivid_node=$(grep -lx "vivid-001-vid-cap" /sys/class/video4linux/video*/name 2>/dev/null | head -1 | xargs -r dirname | xargs -r basename)
 kms_card=$(for c in /sys/class/drm/card[0-9]*; do [[ "$(readlink "$c/device/driver")" == *virtio* ]] && basename "$c"; done | head -1)
-for fmt in "" NV12; do
-    other "dmabridge demo --producer v4l2 ${fmt:-XR24, the first format all list}: vivid -> lavapipe and virtio-gpu, 30 frames verified" \
+for run in "- 320 180" "NV12 640 360"; do
+    read -r fmt w h <<<"$run"
+    [ "$fmt" = - ] && fmt=""
+    other "dmabridge demo --producer v4l2 ${fmt:-XR24, the first format all list} ${w}x$h: vivid -> lavapipe and virtio-gpu, 30 frames verified" \
         target/debug/dmabridge demo --producer v4l2 --device "/dev/${vivid_node:-no-vivid}" --kms-device "/dev/dri/${kms_card:-no-virtio-gpu}" \
-        ${fmt:+--format $fmt} --validation --frames 30 --width "${fmt:+640}${fmt:-320}" --height "${fmt:+360}${fmt:-180}" --out "$TMPDIR/live-demo$fmt"
+        ${fmt:+--format "$fmt"} --validation --frames 30 --width "$w" --height "$h" --out "$TMPDIR/live-demo$fmt"
 done
 
 echo "kernel configuration: $passed passed; $total_failed failed; $ignored ignored ($(( $(date +%s) - start ))s in the lab)"

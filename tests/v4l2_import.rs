@@ -11,15 +11,15 @@
 
 mod common;
 
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use dmabridge::ash::vk;
 use dmabridge::interop::collection::{Collection, Progress, Rights, SystemAllocator};
-use dmabridge::interop::dmabuf::{pack_planes, read_exact_at, DmaBuf, PlaneDesc, PlaneLayout};
+use dmabridge::interop::dmabuf::{pack_planes, read_exact_at, DmaBuf};
 use dmabridge::interop::negotiate::{Constraints, ExtentRange, Participant, Usage};
-use dmabridge::interop::peers::v4l2::{lookup, plane_layouts, V4l2PlaneFormat};
+use dmabridge::interop::peers::v4l2::{lookup, plane_layouts};
 use dmabridge::interop::peers::v4l2_device::{Memory, V4l2Device};
 use dmabridge::interop::sync::is_dma_buf;
 use dmabridge::interop::{Format, FormatSet, Fourcc, Layout, Modifier};
@@ -87,7 +87,7 @@ fn capture_and_import(device: &V4l2Device, v4l2: &str, width: u32, height: u32) 
     let map = device.map_buffer(frame.index).expect("mmap the buffer");
     let planes: Vec<&[u8]> = (0..map.len()).map(|i| map.plane(i).unwrap()).collect();
     let expected = pack_planes(fourcc, fmt.width, fmt.height, &layouts, &planes).expect("the layout fits the buffer");
-    let buf = descriptor(fourcc, &fmt, &layouts, fds);
+    let buf = DmaBuf::of_objects(fourcc, LINEAR, fmt.width, fmt.height, &fds, &layouts).expect("descriptor");
     assert_eq!(buf.disjoint(), entry.mem_planes > 1);
     let image = engine.import_dmabuf(&buf, SAMPLE_AND_READ);
     let result = image.map(|image| {
@@ -99,16 +99,6 @@ fn capture_and_import(device: &V4l2Device, v4l2: &str, width: u32, height: u32) 
     device.request_buffers(0, Memory::Mmap).expect("free the buffers");
     common::assert_clean(&engine);
     result
-}
-
-/// A descriptor of the exported fds with the layouts `S_FMT` gave (each plane's fd is a dup
-/// of its memory plane's).
-fn descriptor(fourcc: Fourcc, fmt: &V4l2PlaneFormat, layouts: &[PlaneLayout], fds: Vec<OwnedFd>) -> DmaBuf {
-    let planes = layouts
-        .iter()
-        .map(|l| PlaneDesc { fd: fds[l.object].try_clone().expect("dup"), offset: l.offset, stride: l.stride })
-        .collect();
-    DmaBuf::new(fourcc, LINEAR, fmt.width, fmt.height, planes).expect("descriptor")
 }
 
 #[test]

@@ -142,6 +142,28 @@ fn nv12_with_one_fd_per_plane_is_disjoint_by_inode() {
     assert_ne!(checked.planes()[0].file, checked.planes()[1].file);
 }
 
+/// A buffer's memory objects and its planes' layouts make the descriptor: each plane's
+/// `object` picks its file (dup'd), the caller keeps its fds, and a plane in an object that
+/// was not given is a typed error.
+#[test]
+fn of_objects_puts_each_plane_in_the_file_its_layout_names() {
+    let _g = lock();
+    let before = fd_count().unwrap();
+    let objects = vec![memfd(64 * 48), memfd(64 * 24)];
+    let layouts = [PlaneLayout::linear(0, 64, 48), PlaneLayout { object: 1, ..PlaneLayout::linear(0, 64, 24) }];
+    let buf = DmaBuf::of_objects(Fourcc::NV12, LINEAR, 64, 48, &objects, &layouts).unwrap();
+    assert!(buf.disjoint());
+    assert_eq!(buf.plane_layouts(), layouts);
+    let one = DmaBuf::of_objects(Fourcc::NV12, LINEAR, 64, 48, &objects[..1], &[layouts[0], PlaneLayout::linear(64 * 48, 64, 24)]).unwrap();
+    assert!(!one.disjoint(), "two planes in one object are one file");
+    match DmaBuf::of_objects(Fourcc::NV12, LINEAR, 64, 48, &objects[..1], &layouts) {
+        Err(DescriptorError::NoSuchObject { plane: 1, object: 1, objects: 1 }) => {}
+        other => panic!("expected NoSuchObject, got {:?}", other.map(|b| b.plane_count())),
+    }
+    drop((buf, one, objects));
+    assert_eq!(fd_count().unwrap(), before, "no fd kept or leaked");
+}
+
 #[test]
 fn dups_and_reopens_are_the_same_file_whatever_the_fd_number() {
     let _g = lock();

@@ -19,10 +19,10 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use dmabridge::ash::vk;
-use dmabridge::interop::dmabuf::{fd_count, pack_planes, read_exact_at, write_all_at, DmaBuf, PlaneDesc, PlaneLayout};
+use dmabridge::interop::dmabuf::{fd_count, pack_planes, read_exact_at, write_all_at, DmaBuf, PlaneLayout};
 use dmabridge::interop::negotiate::{negotiate, Candidates, Member, Outcome, Participant, Report, ReportParticipant};
 use dmabridge::interop::peers::kms_device::KmsDevice;
-use dmabridge::interop::peers::v4l2::{self, plane_layouts, V4l2Mapping, V4l2PlaneFormat};
+use dmabridge::interop::peers::v4l2::{self, plane_layouts, V4l2Mapping};
 use dmabridge::interop::peers::v4l2_device::{Direction as V4l2Direction, Memory, V4l2Device};
 use dmabridge::interop::negotiate::ConversionPlan;
 use dmabridge::interop::tiling::{ColourMatrix, ColourRange, FrameConversion};
@@ -85,16 +85,6 @@ fn v4l2_code(f: Format) -> Option<u32> {
     let mut entries: Vec<_> = v4l2::V4L2_FORMATS.iter().filter(|e| e.mapping == V4l2Mapping::Drm(f)).collect();
     entries.sort_by_key(|e| e.mem_planes);
     entries.first().map(|e| e.pixfmt.code())
-}
-
-/// A descriptor of one exported V4L2 buffer in the layout `S_FMT` reported.
-fn descriptor(fourcc: Fourcc, fmt: &V4l2PlaneFormat, layouts: &[PlaneLayout], fds: &[std::os::fd::OwnedFd]) -> Result<DmaBuf, LiveError> {
-    let mut planes = Vec::with_capacity(layouts.len());
-    for l in layouts {
-        let fd = fds.get(l.object).ok_or_else(|| other(format!("EXPBUF gave {} fds, the layout needs plane {}", fds.len(), l.object)))?;
-        planes.push(PlaneDesc { fd: fd.try_clone().map_err(other)?, offset: l.offset, stride: l.stride });
-    }
-    DmaBuf::new(fourcc, Layout::Explicit(Modifier::LINEAR), fmt.width, fmt.height, planes).map_err(other)
 }
 
 /// The camera's format: the first it lists (its preference) that the device takes and that
@@ -248,7 +238,7 @@ fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
         }
         if exported[index].is_none() {
             let fds = camera.export_buffer(frame.index)?;
-            exported[index] = Some(descriptor(fourcc, &fmt, &layouts, &fds)?);
+            exported[index] = Some(DmaBuf::of_objects(fourcc, Layout::Explicit(Modifier::LINEAR), fmt.width, fmt.height, &fds, &layouts).map_err(other)?);
         }
         let buf = exported[index].as_ref().ok_or_else(|| other("no descriptor"))?;
         let map = camera.map_buffer(frame.index)?;

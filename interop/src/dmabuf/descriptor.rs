@@ -33,6 +33,9 @@ pub enum DescriptorError {
     WriteOnly { plane: usize },
     #[error("plane {plane}: duplicating its fd failed: {source}")]
     Dup { plane: usize, source: io::Error },
+    /// A plane's layout names a memory object (file) the caller did not give.
+    #[error("plane {plane} lives in memory object {object}, but {objects} were given")]
+    NoSuchObject { plane: usize, object: usize, objects: usize },
     #[error("plane {plane}: re-opening its fd read-only through /proc/self/fd failed (real dma-bufs are anonymous inodes and cannot be re-opened; export them read-only at the source): {source}")]
     Reopen { plane: usize, source: io::Error },
     #[error("plane {plane}: re-opening /proc/self/fd gave a different file than the fd it names")]
@@ -203,6 +206,30 @@ impl DmaBuf {
                 offset: pl.offset,
                 stride: pl.stride,
             });
+        }
+        DmaBuf::new(fourcc, layout, width, height, descs)
+    }
+
+    /// Builds a descriptor from the files of a buffer's memory objects (one fd per V4L2
+    /// memory plane, per allocated file) and each plane's layout, whose `object` picks its
+    /// file: each plane gets its own dup, and `objects` (borrowed) stay the caller's. A plane
+    /// whose object is not in `objects` is [`DescriptorError::NoSuchObject`].
+    pub fn of_objects(
+        fourcc: Fourcc,
+        layout: Layout,
+        width: u32,
+        height: u32,
+        objects: &[OwnedFd],
+        planes: &[PlaneLayout],
+    ) -> Result<DmaBuf, DescriptorError> {
+        if planes.is_empty() || planes.len() > MAX_PLANES {
+            return Err(DescriptorError::PlaneCount(planes.len()));
+        }
+        let mut descs = Vec::with_capacity(planes.len());
+        for (plane, p) in planes.iter().enumerate() {
+            let file = objects.get(p.object).ok_or(DescriptorError::NoSuchObject { plane, object: p.object, objects: objects.len() })?;
+            let fd = file.try_clone().map_err(|source| DescriptorError::Dup { plane, source })?;
+            descs.push(PlaneDesc { fd, offset: p.offset, stride: p.stride });
         }
         DmaBuf::new(fourcc, layout, width, height, descs)
     }

@@ -18,7 +18,7 @@
 
 use std::os::fd::OwnedFd;
 
-use super::descriptor::{DescriptorError, DmaBuf, PlaneDesc, MAX_PLANES};
+use super::descriptor::{DescriptorError, DmaBuf, MAX_PLANES};
 use super::heap::{HeapError, SystemMemory};
 use super::plane_layout::PlaneLayout;
 use crate::tiling::{tiled_size, TilingError};
@@ -158,13 +158,7 @@ impl Placement {
             .iter()
             .map(|&size| memory.alloc(name, size))
             .collect::<Result<_, _>>()?;
-        let mut descs = Vec::with_capacity(self.planes.len());
-        for p in &self.planes {
-            let file = files.get(p.object).ok_or(PlacementError::Overflow)?;
-            let fd = file.try_clone().map_err(|source| DescriptorError::Dup { plane: descs.len(), source })?;
-            descs.push(PlaneDesc { fd, offset: p.offset, stride: p.stride });
-        }
-        Ok(DmaBuf::new(fourcc, layout, width, height, descs)?)
+        Ok(DmaBuf::of_objects(fourcc, layout, width, height, &files, &self.planes)?)
     }
 }
 

@@ -19,14 +19,15 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use dmabridge::ash::vk;
-use dmabridge::interop::dmabuf::{fd_count, pack_planes, read_exact_at, write_all_at, DmaBuf, PlaneLayout};
+use dmabridge::interop::dmabuf::{fd_count, pack_planes, write_planes, DmaBuf, FdTrust, PlaneLayout, PlaneMap};
+use dmabridge::interop::sync::{SyncAccess, CPU_ACCESS_TIMEOUT};
 use dmabridge::interop::negotiate::{negotiate, Candidates, Member, Outcome, Participant, Report, ReportParticipant};
 use dmabridge::interop::peers::kms_device::KmsDevice;
 use dmabridge::interop::peers::v4l2::{self, plane_layouts, V4l2Mapping};
-use dmabridge::interop::peers::v4l2_device::{Direction as V4l2Direction, Memory, V4l2Device};
+use dmabridge::interop::peers::v4l2_device::{Direction as V4l2Direction, MappedBuffer, Memory, V4l2Device};
 use dmabridge::interop::negotiate::ConversionPlan;
 use dmabridge::interop::tiling::{ColourMatrix, ColourRange, FrameConversion};
-use dmabridge::interop::{format_info, Format, Fourcc, Layout, Modifier, TileLayout};
+use dmabridge::interop::{Format, Fourcc, Layout, Modifier, TileLayout};
 use dmabridge::{Converter, Engine, EngineOptions, ImageUse, ImportCache, ParticipantRequest};
 use serde_json::{json, Value};
 
@@ -203,12 +204,10 @@ fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
             .conversions
             .iter()
             .find(|c| plan.groups.get(c.to_group).is_some_and(|g| g.allocation.participants.iter().any(|p| p == "display")))
-            .map(|c| Feed { plan: Some(c.plan.at_extent(cfg.width, cfg.height)), fourcc: plan.groups[c.to_group].format.fourcc, why: why.clone() }),
-        (_, Some((display, _))) => Some(Feed { plan: None, fourcc: first_fourcc(display).unwrap_or(Fourcc::XRGB8888), why: why.clone() }),
+            .map(|c| Feed { plan: Some(c.plan.clone()), fourcc: plan.groups[c.to_group].format.fourcc, why }),
+        (_, Some((display, _))) => Some(Feed { plan: None, fourcc: first_fourcc(display).unwrap_or(Fourcc::XRGB8888), why }),
     };
-    let display_plan = display_feed;
-    tracing::info!(%stream, copy_to_display = display_plan.is_some(), "negotiated");
-    let stream_fourcc = stream.fourcc;
+    tracing::info!(%stream, copy_to_display = display_feed.is_some(), "negotiated");
 
     // The stream, in the format the camera and the device share.
     let code = v4l2_code(stream).ok_or_else(|| other(format!("no V4L2 format is {stream}")))?;
@@ -216,7 +215,8 @@ fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
     let layouts = plane_layouts(&fmt).map_err(other)?;
     let fourcc = stream.fourcc;
     let count = camera.request_buffers(buffers.max(3), Memory::Mmap)?;
-    let mut exported: Vec<Option<DmaBuf>> = (0..count).map(|_| None).collect();
+    // Per V4L2 buffer: its export and the camera's own mapping of it (the reference).
+    let mut exported: Vec<Option<(DmaBuf, MappedBuffer)>> = (0..count).map(|_| None).collect();
     for i in 0..count {
         camera.queue_mmap(i)?;
     }
@@ -225,7 +225,7 @@ fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
     // The conversion for the display reads the frames as the camera encoded them.
     let colorimetry = camera.colorimetry()?;
     let colour = colorimetry.matrix().map(|m| (m, colorimetry.range()));
-    let mut screen = display.as_ref().map(|(d, plane)| Screen::new(d, *plane, display_plan.clone(), (stream_fourcc, colour), fmt.width, fmt.height));
+    let mut screen = display.as_ref().map(|(d, plane)| Screen::new(d, *plane, display_feed, (fourcc, colour), fmt.width, fmt.height));
     camera.stream_on()?;
     let mut problems = Vec::new();
     let (mut verified, mut shown, mut pattern_frames, mut import_path) = (0u32, 0u32, 0u32, None);
@@ -233,15 +233,16 @@ fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
     for frame_no in 0..cfg.frames {
         let frame = camera.dequeue(FRAME_TIMEOUT)?;
         let index = frame.index as usize;
-        if exported.get(index).is_none() {
+        let Some(slot) = exported.get_mut(index) else {
             return Err(other(format!("the camera returned buffer {index} of {count}")));
-        }
-        if exported[index].is_none() {
+        };
+        // Each V4L2 buffer is exported and mapped once, on its first frame.
+        if slot.is_none() {
             let fds = camera.export_buffer(frame.index)?;
-            exported[index] = Some(DmaBuf::of_objects(fourcc, Layout::Explicit(Modifier::LINEAR), fmt.width, fmt.height, &fds, &layouts).map_err(other)?);
+            let buf = DmaBuf::of_objects(fourcc, Layout::Explicit(Modifier::LINEAR), fmt.width, fmt.height, &fds, &layouts).map_err(other)?;
+            *slot = Some((buf, camera.map_buffer(frame.index)?));
         }
-        let buf = exported[index].as_ref().ok_or_else(|| other("no descriptor"))?;
-        let map = camera.map_buffer(frame.index)?;
+        let (buf, map) = slot.as_ref().ok_or_else(|| other("no descriptor"))?;
         let planes: Vec<&[u8]> = (0..map.len()).filter_map(|i| map.plane(i)).collect();
         let expected = pack_planes(fourcc, fmt.width, fmt.height, &layouts, &planes).ok_or_else(|| other("the buffer is smaller than its layout"))?;
         let image = cache.import(buf.try_clone().map_err(other)?, ImageUse::new(SAMPLE_AND_READ)).map_err(|e| LiveError::Engine(e.to_string()))?;
@@ -266,7 +267,6 @@ fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
                 Err(e) => problems.push(format!("frame {frame_no}: {e}")),
             }
         }
-        drop(map);
         camera.queue_mmap(frame.index)?;
     }
     let elapsed = started.elapsed();
@@ -335,7 +335,6 @@ struct Screen<'a> {
 }
 
 /// How frames reach a display that does not share the camera's buffers.
-#[derive(Clone)]
 struct Feed {
     /// The negotiated copy plan's conversion, or `None` for the display's own buffer fed
     /// by the engine's conversion of the frame (a plain copy when the formats agree).
@@ -355,13 +354,17 @@ fn first_fourcc(p: &Participant) -> Option<Fourcc> {
 }
 
 struct CopyTarget {
-    buf: DmaBuf,
+    /// The frame's place in it: the top-left `width` x `height` at the buffer's pitch.
+    frame: DmaBuf,
     fb: dmabridge::interop::peers::kms_device::Framebuffer,
 }
 
 impl<'a> Screen<'a> {
+    /// `width` x `height` is the size the camera's driver chose, which the copy plan's
+    /// conversion is fitted to (the negotiation costed it at another).
     fn new(kms: &'a KmsDevice, plane: Option<u32>, feed: Option<Feed>, (from, colour): (Fourcc, Option<(ColourMatrix, ColourRange)>), width: u32, height: u32) -> Self {
         let refused = feed.as_ref().map(|f| f.why.clone());
+        let feed = feed.map(|f| Feed { plan: f.plan.map(|p| p.at_extent(width, height)), ..f });
         Screen { kms, plane, feed, from, colour, width, height, direct: Vec::new(), refused, copy: None, copies_verified: 0, last: None }
     }
 
@@ -398,23 +401,16 @@ impl<'a> Screen<'a> {
             self.copy = Some(self.copy_target(fourcc)?);
         }
         let target = self.copy.as_ref().ok_or_else(|| other("no copy target"))?;
-        let p = target.buf.plane(0).ok_or_else(|| other("no plane"))?;
-        let row = format_info(fourcc).map_or(0, |i| i.min_stride(0, self.width) as usize);
-        if row == 0 || rgb.len() < row * self.height as usize {
-            return Err(other(format!("the copy plan wrote {} bytes, short of a {}x{} {} frame", rgb.len(), self.width, self.height, fourcc.trimmed())));
-        }
-        for (r, line) in rgb.chunks_exact(row).take(self.height as usize).enumerate() {
-            write_all_at(p.fd, p.offset + r as u64 * p.stride, line).map_err(other)?;
-        }
-        let mut back = vec![0u8; row];
-        let mut same = true;
-        for r in 0..self.height as usize {
-            read_exact_at(p.fd, p.offset + r as u64 * p.stride, &mut back).map_err(other)?;
-            same &= back[..] == rgb[r * row..(r + 1) * row];
-        }
-        if !same {
+        // One write bracket for the frame's rows, then one read bracket to check them.
+        write_planes(&target.frame, &rgb).map_err(other)?;
+        let layouts = target.frame.plane_layouts();
+        let p = target.frame.plane(0).ok_or_else(|| other("no plane"))?;
+        let span = layouts.iter().filter_map(PlaneLayout::end).max().unwrap_or(0);
+        let view = PlaneMap::of_file(p.fd, 0, span, SyncAccess::Read, FdTrust::Untrusted, CPU_ACCESS_TIMEOUT).map_err(other)?;
+        if pack_planes(fourcc, self.width, self.height, &layouts, &[view.bytes()]).as_deref() != Some(&rgb[..]) {
             return Err(other("the display's buffer holds other bytes than the conversion wrote"));
         }
+        drop(view);
         self.copies_verified += 1;
         self.kms.show(&target.fb, self.plane)?;
         self.last = Some(rgb);
@@ -432,9 +428,11 @@ impl<'a> Screen<'a> {
         let dumb = self.kms.dumb_buffer(mode.width, mode.height, 32)?;
         let layout = [PlaneLayout::linear(0, u64::from(dumb.pitch), mode.height)];
         let how = if self.kms.addfb2_modifiers() { Layout::Explicit(Modifier::LINEAR) } else { Layout::Implicit };
+        let frame_fd = dumb.fd.try_clone().map_err(other)?;
         let buf = DmaBuf::in_one_file(fourcc, how, mode.width, mode.height, dumb.fd, &layout).map_err(other)?;
         let fb = self.kms.add_framebuffer(&buf)?;
-        Ok(CopyTarget { buf, fb })
+        let frame = DmaBuf::in_one_file(fourcc, how, self.width, self.height, frame_fd, &[PlaneLayout::linear(0, u64::from(dumb.pitch), self.height)]).map_err(other)?;
+        Ok(CopyTarget { frame, fb })
     }
 
     /// `display.png`: the last frame the display showed from its own buffer, if it is XR24

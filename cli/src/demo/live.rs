@@ -23,7 +23,7 @@ use dmabridge::interop::dmabuf::{fd_count, pack_planes, write_planes, DmaBuf, Fd
 use dmabridge::interop::sync::{SyncAccess, CPU_ACCESS_TIMEOUT};
 use dmabridge::interop::negotiate::{negotiate, Candidates, Member, Outcome, Participant, Report, ReportParticipant};
 use dmabridge::interop::peers::kms_device::KmsDevice;
-use dmabridge::interop::peers::v4l2::{self, plane_layouts, V4l2Mapping};
+use dmabridge::interop::peers::v4l2::{self, plane_layouts};
 use dmabridge::interop::peers::v4l2_device::{Direction as V4l2Direction, MappedBuffer, Memory, V4l2Device};
 use dmabridge::interop::negotiate::ConversionPlan;
 use dmabridge::interop::tiling::{ColourMatrix, ColourRange, FrameConversion};
@@ -78,14 +78,6 @@ pub enum LiveError {
 
 fn other(e: impl std::fmt::Display) -> LiveError {
     LiveError::Other(e.to_string())
-}
-
-/// The V4L2 single-buffer format that is `f` (the `M` variants need one fd per plane, which
-/// the import takes too, but the contiguous one is what a camera offers first).
-fn v4l2_code(f: Format) -> Option<u32> {
-    let mut entries: Vec<_> = v4l2::V4L2_FORMATS.iter().filter(|e| e.mapping == V4l2Mapping::Drm(f)).collect();
-    entries.sort_by_key(|e| e.mem_planes);
-    entries.first().map(|e| e.pixfmt.code())
 }
 
 /// The camera's format: the first it lists (its preference) that the device takes and that
@@ -210,7 +202,7 @@ fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
     tracing::info!(%stream, copy_to_display = display_feed.is_some(), "negotiated");
 
     // The stream, in the format the camera and the device share.
-    let code = v4l2_code(stream).ok_or_else(|| other(format!("no V4L2 format is {stream}")))?;
+    let code = v4l2::lookup_format(stream).ok_or_else(|| other(format!("no V4L2 format is {stream}")))?.pixfmt.code();
     let fmt = camera.set_format(code, cfg.width, cfg.height)?;
     let layouts = plane_layouts(&fmt).map_err(other)?;
     let fourcc = stream.fourcc;

@@ -208,6 +208,12 @@ pub fn lookup_code(pixfmt: u32) -> Option<&'static V4l2Entry> {
     V4L2_FORMATS.iter().find(|e| e.pixfmt.code() == pixfmt)
 }
 
+/// The V4L2 pixel format that is DRM format `f`: the contiguous one where V4L2 has both
+/// (`NV12` before `NV12M`, which needs one buffer per plane); `None` where V4L2 has none.
+pub fn lookup_format(f: Format) -> Option<&'static V4l2Entry> {
+    V4L2_FORMATS.iter().filter(|e| e.mapping == V4l2Mapping::Drm(f)).min_by_key(|e| e.mem_planes)
+}
+
 /// The formats a V4L2 device offers, split by what can name them.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct V4l2Formats {
@@ -416,6 +422,15 @@ mod tests {
         }
         let tiled_rows: usize = crate::tile_layout::TILE_LAYOUTS.iter().map(|r| r.v4l2.len()).sum();
         assert_eq!(tiled_rows, kernel.len());
+    }
+
+    #[test]
+    fn a_drm_format_finds_its_contiguous_v4l2_format() {
+        assert_eq!(lookup_format(Format::linear(Fourcc::NV12)).map(|e| e.name), Some("NV12"));
+        assert_eq!(lookup_format(Format::linear(Fourcc::XRGB8888)).map(|e| e.pixfmt), Some(fcc(b"XR24")));
+        let samsung = Format::new(Fourcc::NV12, TileLayout::Samsung64x32.modifier().unwrap());
+        assert_eq!(lookup_format(samsung).map(|e| e.pixfmt), Some(fcc(b"TM12")));
+        assert_eq!(lookup_format(Format::new(Fourcc::NV12, crate::Modifier::from_raw(0x0100_0000_0000_0001))), None);
     }
 
     #[test]

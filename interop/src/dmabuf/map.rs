@@ -16,7 +16,7 @@ use std::ptr::NonNull;
 use std::time::Duration;
 
 use super::checks::{CheckedImport, CheckedPlane};
-use super::fd_kind::{classify, file_size, FdTrust};
+use super::fd_kind::{classify, file_size, FdClass, FdTrust};
 use crate::sync::{CpuAccess, CpuAccessError, SyncAccess, CPU_ACCESS_TIMEOUT};
 
 /// Why a range of a file was not mapped.
@@ -92,14 +92,18 @@ impl Drop for Mapping {
 }
 
 /// The page-aligned start, the mapped length and the place of `offset` in it, for bytes
-/// `offset..offset + len` checked to lie in a `file_size`-byte file.
-fn page_range(offset: u64, len: u64, file_size: u64, from_zero: bool) -> Result<(u64, usize, usize, usize), MapError> {
+/// `offset..offset + len` checked to lie in a `file_size`-byte file of class `class`.
+///
+/// A dma-buf is mapped from its first byte: exporters built on the DRM shmem helpers
+/// (virtio-gpu and vgem in Linux 6.12) fault pages in by their place in the mapping and
+/// ignore the mmap offset, so a mapping that starts at page N shows page 0 there (found in
+/// the kernel lab: rows written at 5120 landed at 1024). Other files are mapped from the
+/// page that holds the first byte (mmap offsets are page-aligned).
+fn page_range(offset: u64, len: u64, file_size: u64, class: FdClass) -> Result<(u64, usize, usize, usize), MapError> {
     let out_of_file = || MapError::OutOfFile { plane: 0, offset, end: offset.saturating_add(len), file_size };
     let end = offset.checked_add(len).filter(|e| *e <= file_size).ok_or_else(out_of_file)?;
-    // From the page that holds the first byte (mmap offsets are page-aligned), or from the
-    // file's start where the exporter may ignore the mmap offset.
     let page = rustix::param::page_size() as u64;
-    let start = if from_zero { 0 } else { offset / page * page };
+    let start = if class == FdClass::DmaBuf { 0 } else { offset / page * page };
     let mapped = usize::try_from((end - start).max(1)).map_err(|_| out_of_file())?;
     let (in_map, len) = (usize::try_from(offset - start).map_err(|_| out_of_file())?, usize::try_from(len).map_err(|_| out_of_file())?);
     Ok((start, mapped, in_map, len))
@@ -134,17 +138,13 @@ impl PlaneMap {
             return Err(MapError::Shrinkable(0));
         }
         let size = file_size(fd, class).map_err(|e| MapError::NotMappable { plane: 0, reason: format!("its size cannot be read: {e}") })?;
-        Self::checked(fd, offset, len, size, access, timeout)
+        Self::checked(fd, offset, len, size, class, access, timeout)
     }
 
-    /// Maps a range already checked to lie inside a `file_size`-byte fixed-size file.
-    fn checked(fd: BorrowedFd<'_>, offset: u64, len: u64, file_size: u64, access: SyncAccess, timeout: Duration) -> Result<PlaneMap, MapError> {
-        // A dma-buf is mapped from its first byte: exporters built on the DRM shmem helpers
-        // (virtio-gpu and vgem in Linux 6.12) fault in pages by their place in the mapping
-        // and ignore the mmap offset, so a mapping that starts at page N shows page 0 there
-        // (found in the kernel lab: rows written at 5120 landed at 1024).
-        let from_zero = crate::sync::is_dma_buf(fd).unwrap_or(true);
-        let (start, mapped, in_map, len) = page_range(offset, len, file_size, from_zero)?;
+    /// Maps a range already checked to lie inside a `file_size`-byte fixed-size file of
+    /// class `class`.
+    fn checked(fd: BorrowedFd<'_>, offset: u64, len: u64, file_size: u64, class: FdClass, access: SyncAccess, timeout: Duration) -> Result<PlaneMap, MapError> {
+        let (start, mapped, in_map, len) = page_range(offset, len, file_size, class)?;
         let guard = CpuAccess::begin(fd, access, timeout).map_err(|source| MapError::Access { plane: 0, source })?;
         let writable = access != SyncAccess::Read;
         let prot = if writable { rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE } else { rustix::mm::ProtFlags::READ };
@@ -248,9 +248,7 @@ impl MapCache {
     /// next frames.
     pub fn map_plane(&mut self, checked: &CheckedImport<'_>, plane: usize, len: u64) -> Result<CachedView, MapError> {
         let (p, fd) = checked.mappable_plane(plane)?;
-        // From the file's start for a dma-buf, as in PlaneMap::checked.
-        let from_zero = crate::sync::is_dma_buf(fd).unwrap_or(true);
-        let (start, mapped, in_map, len) = page_range(p.offset, len, p.file_size, from_zero).map_err(|e| e.of_plane(plane))?;
+        let (start, mapped, in_map, len) = page_range(p.offset, len, p.file_size, p.class).map_err(|e| e.of_plane(plane))?;
         let st = rustix::fs::fstat(fd).map_err(|e| MapError::NotMappable { plane, reason: format!("fstat: {e}") })?;
         let file = (st.st_dev as u64, st.st_ino as u64);
         let end = start + mapped as u64;
@@ -298,6 +296,6 @@ impl CheckedImport<'_> {
     /// [`CheckedImport::map_plane`], waiting at most `timeout` for a dma-buf's fences.
     pub fn map_plane_within(&self, plane: usize, len: u64, timeout: Duration) -> Result<PlaneMap, MapError> {
         let (p, fd) = self.mappable_plane(plane)?;
-        PlaneMap::checked(fd, p.offset, len, p.file_size, SyncAccess::Read, timeout).map_err(|e| e.of_plane(plane))
+        PlaneMap::checked(fd, p.offset, len, p.file_size, p.class, SyncAccess::Read, timeout).map_err(|e| e.of_plane(plane))
     }
 }

@@ -26,7 +26,7 @@ egl_ok() {
 
 pkg_ok() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
 
-PKGS=(libvulkan1 vulkan-validationlayers gcc libc6-dev libegl1 libgles2 glslc spirv-tools gstreamer1.0-tools gstreamer1.0-plugins-base pkgconf)
+PKGS=(libvulkan1 vulkan-validationlayers strace gcc libc6-dev libegl1 libgles2 glslc spirv-tools gstreamer1.0-tools gstreamer1.0-plugins-base pkgconf)
 # The bench report's text (DejaVu, for the PNGs) and its check (headless Chromium renders
 # the page in the tests); the CPU libraries `bench` measures dmabridge's conversions beside
 # (libyuv, FFmpeg's swscale: loaded at run time, see cli/src/demo/cpu_peers.rs); all without

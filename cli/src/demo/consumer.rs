@@ -52,8 +52,24 @@ pub fn run(buffers: OwnedFd, control: OwnedFd, validation: bool, peer_timeout: s
 }
 
 fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool, peer: &Peer) -> Result<(), DemoError> {
-    let engine = Engine::new(&EngineOptions { validation, ..EngineOptions::from_env() })?;
+    // Counted across the device's whole life: the driver's own threads open and close files
+    // while a device lives (Mesa writes its shader cache from a thread of its own), so a
+    // count taken with the device open can catch one of them mid-write.
     let fds_before = fd_count()?;
+    let sheet = composite_modes(buffers, control, validation, peer)?;
+    let fds_after = fd_count()?;
+    send_msg(
+        control,
+        peer,
+        &ToProducer::Final { leaked_fds: fds_after as i64 - fds_before as i64, fds_before, fds_after, contact_sheet: sheet },
+    )?;
+    Ok(())
+}
+
+/// Opens the device, composites every mode the producer starts and writes the contact
+/// sheet; the device is gone when it returns.
+fn composite_modes(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool, peer: &Peer) -> Result<Option<String>, DemoError> {
+    let engine = Engine::new(&EngineOptions { validation, ..EngineOptions::from_env() })?;
     let formats = consumer_formats(&engine)?;
     send_msg(
         control,
@@ -115,7 +131,6 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool, pee
     } else {
         None
     };
-    let fds_after = fd_count()?;
     if let Some(log) = engine.validation() {
         let problems = log.problems();
         if !problems.is_empty() {
@@ -125,12 +140,7 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation: bool, pee
             )));
         }
     }
-    send_msg(
-        control,
-        peer,
-        &ToProducer::Final { leaked_fds: fds_after as i64 - fds_before as i64, fds_before, fds_after, contact_sheet: sheet },
-    )?;
-    Ok(())
+    Ok(sheet)
 }
 
 struct ModeCtx<'a> {

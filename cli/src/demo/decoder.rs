@@ -165,8 +165,10 @@ fn decoder_participant(width: u32, height: u32) -> Participant {
 
 /// Runs the decoder; `exe` is this program, started again for the peers.
 pub fn run(config: &DecoderConfig, exe: &std::path::Path) -> Result<DecoderOutcome, DemoError> {
-    let engine = Engine::new(&EngineOptions { validation: config.validation, ..EngineOptions::from_env() })?;
+    // Counted across the device's whole life: the driver's own threads open and close files
+    // while a device lives (Mesa's shader-cache writer), so a count with it open can race them.
     let before = fd_count()?;
+    let engine = Engine::new(&EngineOptions { validation: config.validation, ..EngineOptions::from_env() })?;
     let mut d = Decoder { config: config.clone(), engine, exe: exe.to_owned(), peers: Vec::new(), colls: Vec::new(), reference_errors: 0, problems: Vec::new(), frame: 0, lost: None };
     let result = d.stream().map_err(|e| d.explain(e));
     if result.is_err() {
@@ -187,21 +189,22 @@ pub fn run(config: &DecoderConfig, exe: &std::path::Path) -> Result<DecoderOutco
     let all_released = d.colls.iter().all(|c| c.outcome.as_deref() == Some("released"));
     let validation: Vec<String> = d.engine.validation().map(|v| v.problems()).unwrap_or_default().iter().map(|p| p.to_string()).collect();
     let device = d.engine.info().name.clone();
-    d.colls.clear();
+    let lost = d.lost.take();
+    let mut problems = std::mem::take(&mut d.problems);
+    let reference_errors = d.reference_errors;
+    drop(d);
     let decoder_leaked = fd_count()? as i64 - before as i64;
 
     let report_of = |role: Role| reports.iter().find(|(r, _)| *r == role).and_then(|(_, rep)| rep.clone());
     let consumer = report_of(Role::Consumer).unwrap_or_default();
     let recorder = report_of(Role::Recorder);
-    let lost = d.lost.take();
-    let mut problems = std::mem::take(&mut d.problems);
     problems.extend(validation.iter().map(|v| format!("validation: {v}")));
     if consumer.verified != config.frames {
         problems.push(format!("the consumer verified {} of {} frames", consumer.verified, config.frames));
     }
     problems.extend(consumer.mismatches.iter().map(|m| format!("consumer: {m}")));
-    if d.reference_errors > 0 {
-        problems.push(format!("{} reference frames were not intact when a later frame used them", d.reference_errors));
+    if reference_errors > 0 {
+        problems.push(format!("{} reference frames were not intact when a later frame used them", reference_errors));
     }
     if !all_released {
         problems.push("a collection's buffers were not released".into());
@@ -241,7 +244,7 @@ pub fn run(config: &DecoderConfig, exe: &std::path::Path) -> Result<DecoderOutco
         "collections": colls,
         "verified_frames": consumer.verified,
         "dropped_frames": dropped,
-        "reference_errors": d.reference_errors,
+        "reference_errors": reference_errors,
         "consumer": {
             "frames": consumer.frames,
             "verified": consumer.verified,

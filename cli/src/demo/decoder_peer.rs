@@ -94,12 +94,13 @@ pub fn run(role: Role, control: OwnedFd, validation: bool, timeout: Duration) ->
 }
 
 fn serve(role: Role, control: BorrowedFd<'_>, validation: bool, peer: Peer) -> Result<(), DemoError> {
+    // Counted across the device's whole life: the driver's own threads open and close files
+    // while a device lives (Mesa's shader-cache writer), so a count with it open can race them.
+    let before = fd_count()?;
     let engine = match role {
         Role::Consumer => Some(Engine::new(&EngineOptions { validation, ..EngineOptions::from_env() })?),
         Role::Recorder => None,
     };
-    // Counted once the device is open (its own files stay open until the engine goes).
-    let before = fd_count()?;
     let cache = engine.as_ref().map(|e| ImportCache::new(e, 32));
     let mut s = PeerState { role, peer, engine, cache, collections: BTreeMap::new(), queue: VecDeque::new(), last_frame: None, report: PeerReport::default() };
     loop {
@@ -134,8 +135,8 @@ fn serve(role: Role, control: BorrowedFd<'_>, validation: bool, peer: Peer) -> R
     }
     let mut report = std::mem::take(&mut s.report);
     drop(s.cache.take());
-    report.leaked_fds = fd_count()? as i64 - before as i64;
     drop(s);
+    report.leaked_fds = fd_count()? as i64 - before as i64;
     report.mismatches.truncate(64);
     send_msg(control, &peer, &FromPeer::Final(report))
 }

@@ -324,8 +324,9 @@ pub fn run(
     config: &DemoConfig,
     spawn: &mut dyn FnMut(BorrowedFd<'_>, BorrowedFd<'_>) -> std::io::Result<Child>,
 ) -> Result<DemoOutcome, DemoError> {
-    let engine = Engine::new(&EngineOptions { validation: config.validation, ..EngineOptions::from_env() })?;
+    // Counted across the device's whole life, as the consumer counts (see there).
     let fds_before = fd_count()?;
+    let engine = Engine::new(&EngineOptions { validation: config.validation, ..EngineOptions::from_env() })?;
     let peer = Peer { name: "consumer", pid: None, timeout: config.peer_timeout };
     let (outcome, status, pid) = {
         let (buf_ours, buf_theirs) = socketpair()?;
@@ -352,13 +353,6 @@ pub fn run(
     if !status.success() {
         return Err(DemoError::PeerDied { peer: "consumer", pid, how: Ending::of(status) });
     }
-    let fds_after = fd_count()?;
-    let producer_leaked = fds_after as i64 - fds_before as i64;
-    outcome.leaked_fds = producer_leaked + consumer_leaked;
-    if let Some(obj) = outcome.summary.as_object_mut() {
-        obj.insert("leaked_fds".into(), json!(outcome.leaked_fds));
-        obj.insert("producer_fds".into(), json!({"before": fds_before, "after": fds_after, "leaked": producer_leaked}));
-    }
     if let Some(log) = engine.validation() {
         let problems = log.problems();
         if !problems.is_empty() {
@@ -367,6 +361,14 @@ pub fn run(
                 problems.iter().map(|p| p.to_string()).collect::<Vec<_>>().join("; ")
             )));
         }
+    }
+    drop(engine);
+    let fds_after = fd_count()?;
+    let producer_leaked = fds_after as i64 - fds_before as i64;
+    outcome.leaked_fds = producer_leaked + consumer_leaked;
+    if let Some(obj) = outcome.summary.as_object_mut() {
+        obj.insert("leaked_fds".into(), json!(outcome.leaked_fds));
+        obj.insert("producer_fds".into(), json!({"before": fds_before, "after": fds_after, "leaked": producer_leaked}));
     }
     Ok(outcome)
 }

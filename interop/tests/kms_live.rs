@@ -326,3 +326,54 @@ fn a_vgem_dma_buf_is_imported_or_refused_typed() {
         assert_eq!(fd_count(), before, "fds leaked");
     }
 }
+
+#[test]
+fn a_shown_plane_flips_to_other_framebuffers_without_a_modeset() {
+    let before = fd_count();
+    {
+        let Some(dev) = virtio_gpu() else { return };
+        let out = dev.output(None).unwrap();
+        let (w, h) = (out.mode.width, out.mode.height);
+        let listed = xr24_layout(&dev);
+        let full = || {
+            let dumb = dev.dumb_buffer(w, h, 32).unwrap();
+            let pitch = dumb.pitch;
+            dev.add_framebuffer(&xr24(dumb.fd, listed, w, h, pitch)).unwrap()
+        };
+        let fbs = [full(), full()];
+        let started = std::time::Instant::now();
+        const SHOWS: u32 = 4;
+        let mut shown = None;
+        for i in 0..SHOWS {
+            shown = Some(dev.show(&fbs[i as usize % 2], None).unwrap());
+        }
+        let per_show = started.elapsed() / SHOWS;
+        let mut shown = shown.unwrap();
+        assert_eq!(dev.scanout(shown.plane).unwrap(), Some(fbs[1].id()), "the kernel's FB_ID after show");
+        let started = std::time::Instant::now();
+        const FLIPS: u32 = 20;
+        for i in 0..FLIPS {
+            let fb = &fbs[i as usize % 2];
+            dev.flip(&mut shown, fb).unwrap();
+            assert_eq!(shown.framebuffer, fb.id());
+        }
+        let per_flip = started.elapsed() / FLIPS;
+        assert_eq!(dev.scanout(shown.plane).unwrap(), Some(fbs[1].id()), "the kernel's FB_ID after {FLIPS} flips");
+        println!("{} {}x{}: show (resolve, TEST_ONLY, modeset) {per_show:?} each; flip (FB_ID alone) {per_flip:?} each", dev.driver_name(), w, h);
+
+        // A framebuffer smaller than the area shown: the kernel refuses the flip, typed, and
+        // the plane stays on the last framebuffer.
+        let dumb = dev.dumb_buffer(64, 64, 32).unwrap();
+        let pitch = dumb.pitch;
+        let small = dev.add_framebuffer(&xr24(dumb.fd, listed, 64, 64, pitch)).unwrap();
+        let e = dev.flip(&mut shown, &small).unwrap_err();
+        println!("flip to a 64x64 framebuffer: {e}");
+        assert!(matches!(e, KmsDeviceError::FlipRefused { width: 64, height: 64, .. }), "{e:?}");
+        assert!(e.errno().is_some(), "{e}");
+        assert_eq!(shown.framebuffer, fbs[1].id());
+        assert_eq!(dev.scanout(shown.plane).unwrap(), Some(fbs[1].id()), "the refused flip changed the plane");
+    }
+    if in_kernel_lab() {
+        assert_eq!(fd_count(), before, "fds leaked");
+    }
+}

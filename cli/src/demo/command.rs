@@ -224,7 +224,7 @@ fn run_live(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
             };
             format!("{how}; not the camera's buffers because {}", d["refused"].as_str().unwrap_or("?"))
         };
-        println!("camera -> display {}: {} frames shown, {how}", d["device"].as_str().unwrap_or("?"), d["frames_shown"]);
+        println!("camera -> display {}: {} frames shown ({} modeset, {} flips), {how}", d["device"].as_str().unwrap_or("?"), d["frames_shown"], d["modesets"], d["flips"]);
         if let Some(png) = d["png"].as_str() {
             println!("the display's last frame: {png}");
         }

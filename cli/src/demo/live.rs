@@ -22,7 +22,7 @@ use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::{fd_count, pack_planes, write_planes, DmaBuf, FdTrust, PlaneLayout, PlaneMap};
 use dmabridge::interop::sync::{SyncAccess, CPU_ACCESS_TIMEOUT};
 use dmabridge::interop::negotiate::{negotiate, Candidates, Member, Outcome, Participant, Report, ReportParticipant};
-use dmabridge::interop::peers::kms_device::KmsDevice;
+use dmabridge::interop::peers::kms_device::{Framebuffer, KmsDevice, Shown};
 use dmabridge::interop::peers::v4l2::{self, plane_layouts};
 use dmabridge::interop::peers::v4l2_device::{Direction as V4l2Direction, MappedBuffer, Memory, V4l2Device};
 use dmabridge::interop::negotiate::ConversionPlan;
@@ -263,6 +263,10 @@ fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
     }
     let elapsed = started.elapsed();
     camera.stream_off()?;
+    // The kernel's word on what the plane scans out after the last frame.
+    if let Some(Err(e)) = screen.as_ref().map(Screen::check_scanout) {
+        problems.push(format!("display: {e}"));
+    }
     let mut display_summary = screen.as_ref().map(|s| s.summary(shown));
     if let (Some(s), Some(d)) = (screen.as_ref(), display_summary.as_mut()) {
         d["png"] = json!(s.write_png(&cfg.out_dir)?.map(|p| p.display().to_string()));
@@ -316,7 +320,7 @@ struct Screen<'a> {
     width: u32,
     height: u32,
     /// Framebuffers on the camera's buffers, by V4L2 index (zero-copy), once each.
-    direct: Vec<Option<dmabridge::interop::peers::kms_device::Framebuffer>>,
+    direct: Vec<Option<Framebuffer>>,
     /// Why the camera's buffers are not scanned out directly, once that is known.
     refused: Option<String>,
     /// The copy plan's target: a dumb buffer of the display's, its framebuffer, its fd.
@@ -324,6 +328,25 @@ struct Screen<'a> {
     copies_verified: u32,
     /// The last frame as it was verified in the display's buffer (its format's bytes).
     last: Option<Vec<u8>>,
+    /// What the first frame's modeset lit up; later frames are flips onto it.
+    shown: Option<Shown>,
+    /// Frames put on screen by a flip (`FB_ID` alone), not a modeset.
+    flips: u32,
+}
+
+/// Puts `fb` on the display: a modeset for the first frame ([`KmsDevice::show`]), a flip
+/// of the plane's framebuffer for every later one ([`KmsDevice::flip`]; the same
+/// framebuffer again is still a commit, which makes a driver such as virtio-gpu push the
+/// rows just written to its host).
+fn put(kms: &KmsDevice, plane: Option<u32>, shown: &mut Option<Shown>, flips: &mut u32, fb: &Framebuffer) -> Result<(), LiveError> {
+    match shown {
+        Some(s) => {
+            kms.flip(s, fb)?;
+            *flips += 1;
+        }
+        None => *shown = Some(kms.show(fb, plane)?),
+    }
+    Ok(())
 }
 
 /// How frames reach a display that does not share the camera's buffers.
@@ -348,7 +371,7 @@ fn first_fourcc(p: &Participant) -> Option<Fourcc> {
 struct CopyTarget {
     /// The frame's place in it: the top-left `width` x `height` at the buffer's pitch.
     frame: DmaBuf,
-    fb: dmabridge::interop::peers::kms_device::Framebuffer,
+    fb: Framebuffer,
 }
 
 impl<'a> Screen<'a> {
@@ -357,7 +380,7 @@ impl<'a> Screen<'a> {
     fn new(kms: &'a KmsDevice, plane: Option<u32>, feed: Option<Feed>, (from, colour): (Fourcc, Option<(ColourMatrix, ColourRange)>), width: u32, height: u32) -> Self {
         let refused = feed.as_ref().map(|f| f.why.clone());
         let feed = feed.map(|f| Feed { plan: f.plan.map(|p| p.at_extent(width, height)), ..f });
-        Screen { kms, plane, feed, from, colour, width, height, direct: Vec::new(), refused, copy: None, copies_verified: 0, last: None }
+        Screen { kms, plane, feed, from, colour, width, height, direct: Vec::new(), refused, copy: None, copies_verified: 0, last: None, shown: None, flips: 0 }
     }
 
     fn show(&mut self, buf: &DmaBuf, index: usize, packed_frame: &[u8], converter: &Converter) -> Result<(), LiveError> {
@@ -372,8 +395,7 @@ impl<'a> Screen<'a> {
                 }
             }
             if let Some(fb) = &self.direct[index] {
-                self.kms.show(fb, self.plane)?;
-                return Ok(());
+                return put(self.kms, self.plane, &mut self.shown, &mut self.flips, fb);
             }
         }
         // The copy plan: convert into the display's own buffer (the frame at its top left),
@@ -404,7 +426,7 @@ impl<'a> Screen<'a> {
         }
         drop(view);
         self.copies_verified += 1;
-        self.kms.show(&target.fb, self.plane)?;
+        put(self.kms, self.plane, &mut self.shown, &mut self.flips, &target.fb)?;
         self.last = Some(rgb);
         Ok(())
     }
@@ -440,11 +462,22 @@ impl<'a> Screen<'a> {
         Ok(Some(path))
     }
 
+    /// That the plane scans out the framebuffer of the last commit, by its `FB_ID`.
+    fn check_scanout(&self) -> Result<(), LiveError> {
+        let Some(shown) = &self.shown else { return Ok(()) };
+        match self.kms.scanout(shown.plane)? {
+            Some(id) if id == shown.framebuffer => Ok(()),
+            other_fb => Err(other(format!("plane {} scans out framebuffer {other_fb:?}, not {} (the last one committed)", shown.plane, shown.framebuffer))),
+        }
+    }
+
     fn summary(&self, shown: u32) -> Value {
         json!({
             "device": self.kms.path(),
             "driver": self.kms.driver_name(),
             "frames_shown": shown,
+            "modesets": u32::from(self.shown.is_some()),
+            "flips": self.flips,
             "zero_copy": self.refused.is_none(),
             "refused": self.refused,
             "copy_frames_verified": self.copies_verified,

@@ -118,6 +118,20 @@ pub enum KmsDeviceError {
         mode: String,
         source: io::Error,
     },
+    /// The driver refused a flip ([`KmsDevice::flip`]): an atomic commit of the plane's
+    /// `FB_ID` alone, with no modeset allowed (a framebuffer smaller than the area shown,
+    /// or one whose format would need a modeset).
+    #[error("{path}: the driver refused to flip plane {plane} to framebuffer {framebuffer} {width}x{height} (DRM_IOCTL_MODE_ATOMIC, FB_ID only, no modeset; {shown_width}x{shown_height} shown): {source}")]
+    FlipRefused {
+        path: String,
+        plane: u32,
+        framebuffer: u32,
+        width: u32,
+        height: u32,
+        shown_width: u32,
+        shown_height: u32,
+        source: io::Error,
+    },
 }
 
 impl KmsDeviceError {
@@ -131,7 +145,8 @@ impl KmsDeviceError {
             | E::Ioctl { source, .. }
             | E::ImportRefused { source, .. }
             | E::FramebufferRefused { source, .. }
-            | E::CommitRefused { source, .. } => source.raw_os_error(),
+            | E::CommitRefused { source, .. }
+            | E::FlipRefused { source, .. } => source.raw_os_error(),
             E::NoAtomic { source, .. } => source.raw_os_error(),
             _ => None,
         }
@@ -197,7 +212,8 @@ pub struct KmsOutput {
     raw_mode: Mode,
 }
 
-/// What [`KmsDevice::show`] committed.
+/// What [`KmsDevice::show`] committed, and what [`KmsDevice::flip`] needs to put the next
+/// framebuffer on the same plane without resolving anything again.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Shown {
     pub plane: u32,
@@ -210,6 +226,9 @@ pub struct Shown {
     /// fills (the same: no scaling).
     pub width: u32,
     pub height: u32,
+    /// The plane's `FB_ID` property, resolved once by `show`.
+    #[serde(skip)]
+    fb_id_property: property::Handle,
 }
 
 /// A dumb buffer exported as a dma-buf ([`KmsDevice::dumb_buffer`]).
@@ -680,7 +699,8 @@ impl KmsDevice {
         let plane_prop = |name| self.prop(&pp, "plane", plane.id, name);
         let unsigned = |v: u32| property::Value::UnsignedRange(v.into());
         let signed = |v: u32| property::Value::SignedRange(v.into());
-        req.add_property(plane_h, plane_prop("FB_ID")?, property::Value::Framebuffer(Some(fb.id)));
+        let fb_id_property = plane_prop("FB_ID")?;
+        req.add_property(plane_h, fb_id_property, property::Value::Framebuffer(Some(fb.id)));
         req.add_property(plane_h, plane_prop("CRTC_ID")?, property::Value::CRTC(Some(crtc_h)));
         // SRC_* are 16.16 fixed point; CRTC_X/Y are signed.
         req.add_property(plane_h, plane_prop("SRC_X")?, unsigned(0));
@@ -729,7 +749,50 @@ impl KmsDevice {
             framebuffer: fb.id(),
             width: w,
             height: h,
+            fb_id_property,
         })
+    }
+
+    /// Puts `fb` on the plane that [`KmsDevice::show`] lit up, in its place: one blocking
+    /// atomic commit of the plane's `FB_ID` alone, with no `TEST_ONLY` check and no modeset
+    /// allowed, which is how a frame loop replaces each frame (`show` resolves the plane,
+    /// connector, mode and properties and does a modeset, each time). `fb` needs at least
+    /// `shown`'s width and height (the plane's source rectangle stays as `show` set it); the
+    /// kernel checks that, and the format, and a refusal leaves the plane on the last
+    /// framebuffer. On success `shown.framebuffer` is `fb`'s id.
+    pub fn flip(&self, shown: &mut Shown, fb: &Framebuffer) -> Result<(), KmsDeviceError> {
+        if let Err(source) = &self.atomic {
+            return Err(KmsDeviceError::NoAtomic { path: self.path.to_string(), source: source.clone() });
+        }
+        let plane_h: plane::Handle = handle(shown.plane).ok_or_else(|| self.no_such_plane(shown.plane))?;
+        let mut req = AtomicModeReq::new();
+        req.add_property(plane_h, shown.fb_id_property, property::Value::Framebuffer(Some(fb.id)));
+        self.card.atomic_commit(AtomicCommitFlags::empty(), req).map_err(|source| KmsDeviceError::FlipRefused {
+            path: self.path.to_string(),
+            plane: shown.plane,
+            framebuffer: fb.id(),
+            width: fb.width,
+            height: fb.height,
+            shown_width: shown.width,
+            shown_height: shown.height,
+            source,
+        })?;
+        shown.framebuffer = fb.id();
+        Ok(())
+    }
+
+    /// The framebuffer `plane` scans out now, as the kernel reports it (its `FB_ID`
+    /// property); `None` for a plane that is off.
+    pub fn scanout(&self, plane: u32) -> Result<Option<u32>, KmsDeviceError> {
+        let plane_h: plane::Handle = handle(plane).ok_or_else(|| self.no_such_plane(plane))?;
+        let props = self.props(plane_h)?;
+        let (_, value) = props.get("FB_ID").ok_or_else(|| KmsDeviceError::MissingProperty {
+            path: self.path.to_string(),
+            object: "plane",
+            id: plane,
+            name: "FB_ID",
+        })?;
+        Ok(u32::try_from(*value).ok().filter(|&id| id != 0))
     }
 
     /// A zeroed dumb buffer of the driver's own memory, exported as a dma-buf

@@ -23,7 +23,8 @@ use dmabridge::interop::peers::v4l2::{lookup, plane_layouts};
 use dmabridge::interop::peers::v4l2_device::{Memory, V4l2Device};
 use dmabridge::interop::sync::is_dma_buf;
 use dmabridge::interop::{Format, FormatSet, Fourcc, Layout, Modifier};
-use dmabridge::{ImportError, ImportPath};
+use dmabridge::interop::dmabuf::ImportCheckError;
+use dmabridge::{ImportError, ImportOptions, ImportPath, SupportQuery};
 
 const LINEAR: Layout = Layout::Explicit(Modifier::LINEAR);
 const SAMPLE_AND_READ: vk::ImageUsageFlags =
@@ -68,6 +69,11 @@ fn one_frame(device: &V4l2Device) -> dmabridge::interop::peers::v4l2_device::Deq
 /// One captured frame of `v4l2` format, exported and imported: the engine's read-back equals
 /// the V4L2 mapping. Returns the import path the engine took.
 fn capture_and_import(device: &V4l2Device, v4l2: &str, width: u32, height: u32) -> Result<ImportPath, ImportError> {
+    capture_and_import_with(device, v4l2, (width, height), ImportOptions::default())
+}
+
+/// [`capture_and_import`] with the import's options.
+fn capture_and_import_with(device: &V4l2Device, v4l2: &str, (width, height): (u32, u32), options: ImportOptions) -> Result<ImportPath, ImportError> {
     let engine = common::engine();
     let fmt = device.set_format(code(v4l2), width, height).expect("S_FMT");
     let entry = lookup(v4l2).unwrap();
@@ -89,7 +95,7 @@ fn capture_and_import(device: &V4l2Device, v4l2: &str, width: u32, height: u32) 
     let expected = pack_planes(fourcc, fmt.width, fmt.height, &layouts, &planes).expect("the layout fits the buffer");
     let buf = DmaBuf::of_objects(fourcc, LINEAR, fmt.width, fmt.height, &fds, &layouts).expect("descriptor");
     assert_eq!(buf.disjoint(), entry.mem_planes > 1);
-    let image = engine.import_dmabuf(&buf, SAMPLE_AND_READ);
+    let image = engine.import_dmabuf_with(&buf, SAMPLE_AND_READ, options);
     let result = image.map(|image| {
         assert_eq!(image.read_back().expect("read back"), expected, "the device reads what V4L2 mapped");
         image.path()
@@ -106,9 +112,13 @@ fn nv12_in_one_dma_buf_reads_back_exactly() {
     let Some((device, _lock)) = vivid(0) else { return };
     assert!(!device.is_multiplanar());
     let path = capture_and_import(&device, "NV12", 320, 180).expect("import NV12");
-    // lavapipe makes no multi-planar image from a dma-buf: it imports the memory as a buffer
-    // and copies (the device's own answer, asserted in tests/zero_copy.rs too).
-    assert_eq!(path, ImportPath::BufferCopy);
+    // An image over the memory where the device imports NV12 LINEAR as one, else the copy
+    // (lavapipe makes no multi-planar image from a dma-buf).
+    let engine = common::engine();
+    let support = engine.format_support(&SupportQuery::new(Fourcc::NV12, SAMPLE_AND_READ)).expect("format support");
+    let image = engine.has_modifiers() && support.get(Modifier::LINEAR).is_some_and(|m| m.can_import());
+    common::assert_clean(&engine);
+    assert_eq!(path, if image { ImportPath::Explicit } else { ImportPath::BufferCopy });
 }
 
 #[test]
@@ -123,9 +133,29 @@ fn an_rgb_frame_is_an_image_on_the_same_memory() {
 fn nv12m_is_two_dma_bufs_bound_disjoint_or_refused_with_the_reason() {
     let Some((device, _lock)) = vivid(1) else { return };
     assert!(device.is_multiplanar());
-    match capture_and_import(&device, "NM12", 320, 180) {
-        Ok(path) => assert_eq!(path, ImportPath::BufferCopy, "two planes in two files, copied plane by plane"),
-        Err(e) => panic!("NV12M from two fds: {e}"),
+    // The device's own answer for NV12 LINEAR in this use: an image over imported memory,
+    // and with one binding per plane?
+    let engine = common::engine();
+    let support = engine.format_support(&SupportQuery::new(Fourcc::NV12, SAMPLE_AND_READ)).expect("format support");
+    let linear = support.get(Modifier::LINEAR).filter(|_| engine.has_modifiers());
+    let image = linear.is_some_and(|m| m.can_import());
+    let disjoint = linear.is_some_and(|m| m.tiling_features.contains(vk::FormatFeatureFlags2::DISJOINT));
+    println!("{}: NV12 LINEAR imported as an image: {image}; disjoint: {disjoint}", engine.info().name);
+    common::assert_clean(&engine);
+    drop(engine);
+    // Zero-copy or nothing: bound disjoint where the device says it can, else refused with
+    // the reason (and nothing imported).
+    let zero_copy = capture_and_import_with(&device, "NM12", (320, 180), ImportOptions { require_zero_copy: true, ..Default::default() });
+    match (&zero_copy, image && disjoint) {
+        (Ok(path), true) => assert_eq!(*path, ImportPath::Explicit, "a disjoint image on the two fds"),
+        (Err(ImportError::NotZeroCopy(why)), false) => println!("NV12M zero-copy refused: {why}"),
+        (Err(e @ ImportError::Check(ImportCheckError::DisjointUnsupported { .. })), false) if image => println!("NV12M zero-copy refused: {e}"),
+        (other, _) => panic!("NV12M zero-copy, where the device imports NV12 LINEAR as an image: {image}, disjoint: {disjoint}: {other:?}"),
+    }
+    // Otherwise the copy path takes the two files, plane by plane, and reads back exactly.
+    if zero_copy.is_err() {
+        let path = capture_and_import(&device, "NM12", 320, 180).expect("NV12M from two fds by copy");
+        assert_eq!(path, ImportPath::BufferCopy, "two planes in two files, copied plane by plane");
     }
 }
 

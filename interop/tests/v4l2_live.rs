@@ -276,3 +276,53 @@ fn an_output_node_is_a_read_only_participant() {
     assert!(matches!(err, V4l2DeviceError::NoSuchDirection { direction: Direction::Output, .. }), "{err:?}");
     assert!(err.to_string().contains(&cap.display().to_string()), "{err}");
 }
+
+/// An output queue's `MMAP` buffer is mapped writable (vb2 refuses an output mapping
+/// without `PROT_WRITE`), filled through that mapping and consumed by vivid; a capture
+/// queue's mapping stays read-only and offers no writable slice.
+#[test]
+fn an_output_buffer_is_filled_through_its_writable_mapping_and_consumed() {
+    if !in_kernel_lab() {
+        eprintln!("an_output_buffer_is_filled_through_its_writable_mapping_and_consumed: skipped: needs vivid (the kernel lab)");
+        return;
+    }
+    use dmabridge_interop::peers::v4l2_device::Direction;
+    let before = fd_count().unwrap();
+    {
+        let out = find_node("vivid-000-vid-out").expect("vivid's output node");
+        let dev = V4l2Device::open(&out, Some(Direction::Output)).unwrap_or_else(|e| panic!("{e}"));
+        let fmt = dev.set_format(code("XR24"), 320, 180).expect("S_FMT on the output queue");
+        let count = dev.request_buffers(2, Memory::Mmap).expect("REQBUFS");
+        assert!(count >= 1);
+        let mut written = Vec::new();
+        for i in 0..count {
+            let mut map = dev.map_buffer(i).expect("a writable mapping of an output buffer");
+            assert!(map.writable());
+            let plane = map.plane_mut(0).expect("plane 0, writable");
+            assert!(plane.len() >= (fmt.planes[0].bytesperline * fmt.height) as usize, "{} bytes", plane.len());
+            plane.iter_mut().enumerate().for_each(|(k, b)| *b = (k as u32 * 7 + i) as u8);
+            written.push(plane.to_vec());
+            drop(map);
+            dev.queue_mmap(i).expect("QBUF an output buffer");
+        }
+        dev.stream_on().expect("STREAMON");
+        let done = dev.dequeue(FRAME_TIMEOUT).expect("vivid hands back a consumed output buffer");
+        assert!(done.index < count);
+        // What the mapping holds after the driver read it: what was written (an output
+        // queue's driver only reads).
+        let map = dev.map_buffer(done.index).expect("map again");
+        assert_eq!(map.plane(0).expect("plane 0"), &written[done.index as usize][..]);
+        drop(map);
+        dev.stream_off().expect("STREAMOFF");
+        dev.request_buffers(0, Memory::Mmap).expect("free the buffers");
+
+        let cap = vivid("vivid-000-vid-cap", "an_output_buffer_is_filled_through_its_writable_mapping_and_consumed").expect("vivid's capture node");
+        cap.set_format(code("XR24"), 320, 180).expect("S_FMT");
+        cap.request_buffers(1, Memory::Mmap).expect("REQBUFS");
+        let mut map = cap.map_buffer(0).expect("a capture buffer's mapping");
+        assert!(!map.writable() && map.plane_mut(0).is_none(), "a capture queue's mapping is read-only");
+        drop(map);
+        cap.request_buffers(0, Memory::Mmap).expect("free the buffers");
+    }
+    assert_eq!(fd_count().unwrap(), before, "an fd leaked");
+}

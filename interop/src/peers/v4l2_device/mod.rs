@@ -383,10 +383,12 @@ pub struct Dequeued {
     pub error: bool,
 }
 
-/// A read-only mapping of every plane of one `MMAP` buffer, unmapped on drop.
+/// A mapping of every plane of one `MMAP` buffer, unmapped on drop: read-only for a capture
+/// queue, readable and writable for an output queue (whose frames the caller fills).
 #[derive(Debug)]
 pub struct MappedBuffer {
     planes: Vec<(NonNull<u8>, usize)>,
+    writable: bool,
 }
 
 impl MappedBuffer {
@@ -406,6 +408,25 @@ impl MappedBuffer {
         // unmapped only by drop, which needs `&mut self`; the driver's writes to it happen only
         // while the buffer is queued, which the caller controls (as with any V4L2 mapping).
         Some(unsafe { std::slice::from_raw_parts(ptr.as_ptr(), len) })
+    }
+
+    /// Whether the planes are mapped writable (an output queue's buffer).
+    pub fn writable(&self) -> bool {
+        self.writable
+    }
+
+    /// The bytes of plane `i` to fill, where the mapping is writable (an output queue's
+    /// buffer); `None` for a capture queue's read-only mapping or a plane that is not there.
+    pub fn plane_mut(&mut self, i: usize) -> Option<&mut [u8]> {
+        if !self.writable {
+            return None;
+        }
+        let &(ptr, len) = self.planes.get(i)?;
+        // SAFETY: `ptr` is a live PROT_READ|PROT_WRITE mapping of `len` bytes (writable is
+        // set only for those) made by map_buffer and unmapped only by drop; `&mut self`
+        // makes this the only slice of the mapping. The driver reads it only while the
+        // buffer is queued, which the caller controls.
+        Some(unsafe { std::slice::from_raw_parts_mut(ptr.as_ptr(), len) })
     }
 }
 
@@ -913,24 +934,27 @@ impl V4l2Device {
         Ok(unsafe { OwnedFd::from_raw_fd(e.fd) })
     }
 
-    /// Maps every plane of `MMAP` buffer `index` read-only. A capture queue allows that; an
-    /// output queue's driver (vb2) refuses a mapping without `PROT_WRITE`.
+    /// Maps every plane of `MMAP` buffer `index`: read-only on a capture queue, readable and
+    /// writable on an output queue, whose driver (vb2) refuses a mapping without `PROT_WRITE`
+    /// and whose frames the caller writes ([`MappedBuffer::plane_mut`]).
     pub fn map_buffer(&self, index: u32) -> Result<MappedBuffer, V4l2DeviceError> {
         let info = self.query_buffer(index)?;
-        let mut mapped = MappedBuffer { planes: Vec::with_capacity(info.planes.len()) };
+        let writable = self.direction == Direction::Output;
+        let prot = if writable { ProtFlags::READ | ProtFlags::WRITE } else { ProtFlags::READ };
+        let mut mapped = MappedBuffer { planes: Vec::with_capacity(info.planes.len()), writable };
         for (plane, p) in info.planes.iter().enumerate() {
             let len = p.length as usize;
             let map_err = |source: io::Error| V4l2DeviceError::Map { path: self.path.clone(), index, plane, source };
             if len == 0 {
                 return Err(map_err(io::Error::from(io::ErrorKind::InvalidData)));
             }
-            // SAFETY: a new shared read-only mapping at an address the kernel picks, so no
-            // existing memory is affected; `len` and the offset are what QUERYBUF gave.
+            // SAFETY: a new shared mapping at an address the kernel picks, so no existing
+            // memory is affected; `len` and the offset are what QUERYBUF gave.
             let ptr = unsafe {
                 mmap(
                     std::ptr::null_mut(),
                     len,
-                    ProtFlags::READ,
+                    prot,
                     MapFlags::SHARED,
                     self.fd.as_fd(),
                     u64::from(p.mem_offset),

@@ -179,10 +179,12 @@ impl BenchOptions {
     }
 }
 
-/// Output GB/s of `run`, `bytes` bytes a call: one untimed warm-up call, then `reps` timed
-/// ones (at least one), a sample each. The first error ends it.
-pub(super) fn gbps_samples<E>(bytes: u64, reps: usize, mut run: impl FnMut() -> Result<(), E>) -> Result<Vec<f64>, E> {
-    run()?;
+/// Output GB/s of `run`, `bytes` bytes a call: `warmups` untimed calls (at least one), then
+/// `reps` timed ones (at least one), a sample each. The first error ends it.
+pub(super) fn gbps_samples<E>(bytes: u64, (warmups, reps): (usize, usize), mut run: impl FnMut() -> Result<(), E>) -> Result<Vec<f64>, E> {
+    for _ in 0..warmups.max(1) {
+        run()?;
+    }
     (0..reps.max(1))
         .map(|_| {
             let t = Instant::now();
@@ -222,7 +224,7 @@ pub fn memcpy_gbps(quick: bool) -> (f64, f64) {
         std::hint::black_box(&dst);
         Ok(())
     };
-    let mut samples = gbps_samples(len as u64, if quick { 5 } else { 15 }, copy).unwrap_or_else(|e| match e {});
+    let mut samples = gbps_samples(len as u64, (1, if quick { 5 } else { 15 }), copy).unwrap_or_else(|e| match e {});
     (median(&mut samples), spread(&mut samples))
 }
 
@@ -617,16 +619,25 @@ pub fn convert_gbps(conv: &dmabridge::Converter, c: &FrameConversion, reps: usiz
     let mut input = PageFrame::new(in_size as usize);
     input.bytes_mut().iter_mut().enumerate().for_each(|(i, b)| *b = (i.wrapping_mul(2_654_435_761) >> 13) as u8);
     let mut out = PageFrame::new(out_size as usize);
-    let mut samples = gbps_samples(out_size, reps, || conv.convert_frame_into(c, choice.path, input.bytes(), out.bytes_mut()))?;
+    let mut samples = gbps_samples(out_size, (1, reps), || conv.convert_frame_into(c, choice.path, input.bytes(), out.bytes_mut()))?;
     Ok((median(&mut samples), spread(&mut samples), choice, input))
 }
 
 /// Output GB/s of `c` on the CPU path on `threads` threads, from `input` into `out` (reused,
-/// so that no sample pays for fresh pages): the median of `reps` runs after one warm-up.
-fn cpu_gbps(c: &FrameConversion, input: &[u8], out: &mut [u8], threads: usize, reps: usize) -> Result<f64, dmabridge_interop::tiling::FrameConversionError> {
+/// so that no sample pays for fresh pages): the median of `reps` runs after `warmups`.
+fn cpu_gbps(c: &FrameConversion, input: &[u8], out: &mut [u8], threads: usize, runs: (usize, usize)) -> Result<f64, dmabridge_interop::tiling::FrameConversionError> {
     let out_size = c.sizes()?.1;
-    Ok(median(&mut gbps_samples(out_size, reps, || c.run_cpu_into(input, out, threads))?))
+    Ok(median(&mut gbps_samples(out_size, runs, || c.run_cpu_into(input, out, threads))?))
 }
+
+/// Untimed calls before each timed one when dmabridge on one thread and the one-thread
+/// peers take turns. A side timed right after another side ran measures slow for a few
+/// calls, whichever side it follows: with one untimed call, dmabridge measured 14.6-15.8 GB/s
+/// (after swscale) against 22.7-23.3 with five, and libyuv `NV12ToARGBMatrix` 16.2-16.5
+/// against 20.1 (4K NV12 -> XR24 in the bench's rotation, three runs each, 2026-11-26). Why
+/// it lasts several calls (each writes the whole 33 MB frame) is not known; every side gets
+/// the same number.
+pub const TURN_WARMUPS: usize = 5;
 
 /// Runs everything, calling `progress` with a label before each step.
 pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<BenchReport, DemoError> {
@@ -683,8 +694,9 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
         let cpu = choice.path == dmabridge::ConvertPath::Cpu;
         let threads = if cpu { dmabridge_interop::tiling::default_threads() as u32 } else { 0 };
         // dmabridge on one thread and each peer (one thread too) take turns, a sample each
-        // per round, so that the machine's drift over the seconds this takes (large on a
-        // shared VM) lands on both sides of the per-thread ratio alike.
+        // per round after `TURN_WARMUPS` untimed calls, so that the machine's drift over the
+        // seconds this takes (large on a shared VM) lands on both sides of the per-thread
+        // ratio alike.
         let cases = cpu_peers::PeerCase::of(&c);
         progress(&format!("convert {c} on one thread, taking turns with {} peer(s)", cases.len()));
         let mut out = PageFrame::new(c.sizes().map_or(0, |s| s.1) as usize);
@@ -692,14 +704,14 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
         let mut theirs: Vec<Result<Vec<f64>, cpu_peers::PeerError>> = cases.iter().map(|_| Ok(Vec::new())).collect();
         for _ in 0..if opts.quick { 3 } else { 8 } {
             if cpu && one_error.is_none() {
-                match cpu_gbps(&c, input.bytes(), out.bytes_mut(), 1, 1) {
+                match cpu_gbps(&c, input.bytes(), out.bytes_mut(), 1, (TURN_WARMUPS, 1)) {
                     Ok(g) => ours.push(g),
                     Err(e) => one_error = Some(e),
                 }
             }
             for (peer, samples) in cases.iter().zip(theirs.iter_mut()) {
                 if let Ok(v) = samples {
-                    match cpu_peers::measure(*peer, &c, input.bytes(), out.bytes_mut(), 1) {
+                    match cpu_peers::measure(*peer, &c, input.bytes(), out.bytes_mut(), (TURN_WARMUPS, 1)) {
                         Ok(g) => v.push(g),
                         Err(e) => *samples = Err(e),
                     }

@@ -115,9 +115,10 @@ fn symbol<T: Copy>(lib: &Library, library: &'static str, name: &str) -> Result<T
 /// One call of a peer into the output frame; its C return value.
 type Run = dyn FnMut(&mut [u8]) -> c_int;
 
-/// `c`'s input frame converted by `peer` into `out`, `reps` times after one warm-up; the
-/// median output GB/s. `input` is laid out as dmabridge lays `c`'s input out.
-pub fn measure(peer: PeerCase, c: &FrameConversion, input: &[u8], out: &mut [u8], reps: usize) -> Result<f64, PeerError> {
+/// `c`'s input frame converted by `peer` into `out`, `reps` times after `warmups` untimed
+/// calls (`runs` = (`warmups`, `reps`)); the median output GB/s. `input` is laid out as
+/// dmabridge lays `c`'s input out.
+pub fn measure(peer: PeerCase, c: &FrameConversion, input: &[u8], out: &mut [u8], runs: (usize, usize)) -> Result<f64, PeerError> {
     let (w, h) = (c.width, c.height);
     let g = tiled_size(c.from_layout, c.from, w, h)?;
     // The input's first plane, and its second (the first again for one-plane RGB).
@@ -245,7 +246,7 @@ pub fn measure(peer: PeerCase, c: &FrameConversion, input: &[u8], out: &mut [u8]
             Err(PeerError::Refused { peer: peer.name(), detail: format!("it returned {r}") })
         }
     };
-    Ok(super::bench::median(&mut super::bench::gbps_samples(out_size, reps, once)?))
+    Ok(super::bench::median(&mut super::bench::gbps_samples(out_size, runs, once)?))
 }
 
 /// A swscale context, freed (with the library kept loaded until then) when dropped.
@@ -277,7 +278,7 @@ mod tests {
         let mm21 = FrameConversion::new((TileLayout::Nv12_16L32S, Fourcc::NV12), (TileLayout::Linear, Fourcc::NV12), w, h);
         let tiled = test_pattern(tiled_size(TileLayout::Nv12_16L32S, Fourcc::NV12, w, h).expect("size").size as usize, 3);
         let mut out = vec![0u8; (w * h * 3 / 2) as usize];
-        measure(PeerCase::LibyuvMm21ToNv12, &mm21, &tiled, &mut out, 1).expect("libyuv MM21ToNV12");
+        measure(PeerCase::LibyuvMm21ToNv12, &mm21, &tiled, &mut out, (1, 1)).expect("libyuv MM21ToNV12");
         assert!(out == detile_to_vec(TileLayout::Nv12_16L32S, Fourcc::NV12, w, h, &tiled).expect("detile"), "MM21ToNV12 detiles as dmabridge does");
 
         let colour = FrameConversion::new((TileLayout::Linear, Fourcc::NV12), (TileLayout::Linear, Fourcc::XRGB8888), w, h);
@@ -301,7 +302,7 @@ mod tests {
         ] {
             let want = yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XRGB8888, matrix, ColourRange::Limited, w, h, &nv12).expect("reference");
             let mut got = vec![0u8; want.len()];
-            measure(peer, &colour, &nv12, &mut got, 1).unwrap_or_else(|e| panic!("{}: {e}", peer.name()));
+            measure(peer, &colour, &nv12, &mut got, (1, 1)).unwrap_or_else(|e| panic!("{}: {e}", peer.name()));
             // Pixels inside the RGB gamut only: where the formula clamps, libraries clamp
             // their fixed-point intermediates at other points, and differ by more.
             let inside = |px: &[u8]| px[..3].iter().all(|&v| v > 0 && v < 255);
@@ -325,7 +326,7 @@ mod tests {
         }).collect();
         let want = rgb_to_nv12_vec(Fourcc::XRGB8888, ColourMatrix::Bt601, ColourRange::Limited, w, h, &rgb).expect("reference");
         let mut got = vec![0u8; want.len()];
-        measure(PeerCase::LibyuvArgbToNv12, &c, &rgb, &mut got, 1).expect("libyuv ARGBToNV12");
+        measure(PeerCase::LibyuvArgbToNv12, &c, &rgb, &mut got, (1, 1)).expect("libyuv ARGBToNV12");
         let worst = got.iter().zip(&want).map(|(g, w)| (i32::from(*g) - i32::from(*w)).abs()).max();
         eprintln!("libyuv ARGBToNV12: at most {worst:?} code values from the reference");
         // 1 measured with its AVX2 loops; 2 leaves room for its other SIMD paths' rounding.
@@ -348,7 +349,7 @@ mod tests {
         let p010: Vec<u8> = luma.chain(chroma).collect();
         let want = yuv_to_rgb_vec(Fourcc::P010, Fourcc::ARGB2101010, ColourMatrix::Bt709, ColourRange::Limited, w, h, &p010).expect("reference");
         let mut got = vec![0u8; want.len()];
-        measure(PeerCase::LibyuvP010ToAr30Bt709, &c, &p010, &mut got, 1).expect("libyuv P010ToAR30Matrix");
+        measure(PeerCase::LibyuvP010ToAr30Bt709, &c, &p010, &mut got, (1, 1)).expect("libyuv P010ToAR30Matrix");
         let channels = |px: &[u8]| {
             let v = u32::from_le_bytes([px[0], px[1], px[2], px[3]]);
             [(v >> 20) & 1023, (v >> 10) & 1023, v & 1023].map(|c| c as i32)
@@ -365,7 +366,7 @@ mod tests {
     fn a_frame_shorter_than_its_conversion_is_refused() {
         let c = FrameConversion::new((TileLayout::Linear, Fourcc::NV12), (TileLayout::Linear, Fourcc::XRGB8888), 64, 64);
         let mut out = vec![0u8; 64 * 64 * 4];
-        assert!(matches!(measure(PeerCase::LibyuvNv12ToArgb, &c, &[0u8; 100], &mut out, 1), Err(PeerError::Refused { .. })));
-        assert!(matches!(measure(PeerCase::SwscaleNv12ToBgra, &c, &vec![0u8; 64 * 96], &mut out[..10], 1), Err(PeerError::Refused { .. })));
+        assert!(matches!(measure(PeerCase::LibyuvNv12ToArgb, &c, &[0u8; 100], &mut out, (1, 1)), Err(PeerError::Refused { .. })));
+        assert!(matches!(measure(PeerCase::SwscaleNv12ToBgra, &c, &vec![0u8; 64 * 96], &mut out[..10], (1, 1)), Err(PeerError::Refused { .. })));
     }
 }

@@ -439,6 +439,24 @@ impl KmsDevice {
         Ok(out)
     }
 
+    /// Property `name` of KMS object `object` `id`: its handle and value, or the error
+    /// naming what is missing.
+    fn prop_entry(
+        &self,
+        props: &Props,
+        object: &'static str,
+        id: u32,
+        name: &'static str,
+    ) -> Result<(property::Handle, property::RawValue), KmsDeviceError> {
+        props.get(name).copied().ok_or_else(|| KmsDeviceError::MissingProperty {
+            path: self.path.to_string(),
+            object,
+            id,
+            name,
+        })
+    }
+
+    /// The handle of property `name` (see [`KmsDevice::prop_entry`]).
     fn prop(
         &self,
         props: &Props,
@@ -446,12 +464,7 @@ impl KmsDevice {
         id: u32,
         name: &'static str,
     ) -> Result<property::Handle, KmsDeviceError> {
-        props.get(name).map(|(h, _)| *h).ok_or_else(|| KmsDeviceError::MissingProperty {
-            path: self.path.to_string(),
-            object,
-            id,
-            name,
-        })
+        self.prop_entry(props, object, id, name).map(|(h, _)| h)
     }
 
     /// Every plane, in the kernel's order, with its kind, CRTCs and formats.
@@ -472,13 +485,8 @@ impl KmsDevice {
         let info = self.card.get_plane(handle).map_err(self.ioctl("DRM_IOCTL_MODE_GETPLANE"))?;
         self.bound("DRM_IOCTL_MODE_GETPLANE", "formats", info.formats().len(), MAX_KMS_PLANE_FORMATS)?;
         let props = self.props(handle)?;
-        let (_, kind) = props.get("type").ok_or_else(|| KmsDeviceError::MissingProperty {
-            path: self.path.to_string(),
-            object: "plane",
-            id,
-            name: "type",
-        })?;
-        let kind = match *kind {
+        let (_, kind) = self.prop_entry(&props, "plane", id, "type")?;
+        let kind = match kind {
             k if k == PlaneType::Primary as u64 => PlaneKind::Primary,
             k if k == PlaneType::Overlay as u64 => PlaneKind::Overlay,
             k if k == PlaneType::Cursor as u64 => PlaneKind::Cursor,
@@ -785,14 +793,8 @@ impl KmsDevice {
     /// property); `None` for a plane that is off.
     pub fn scanout(&self, plane: u32) -> Result<Option<u32>, KmsDeviceError> {
         let plane_h: plane::Handle = handle(plane).ok_or_else(|| self.no_such_plane(plane))?;
-        let props = self.props(plane_h)?;
-        let (_, value) = props.get("FB_ID").ok_or_else(|| KmsDeviceError::MissingProperty {
-            path: self.path.to_string(),
-            object: "plane",
-            id: plane,
-            name: "FB_ID",
-        })?;
-        Ok(u32::try_from(*value).ok().filter(|&id| id != 0))
+        let (_, value) = self.prop_entry(&self.props(plane_h)?, "plane", plane, "FB_ID")?;
+        Ok(u32::try_from(value).ok().filter(|&id| id != 0))
     }
 
     /// A zeroed dumb buffer of the driver's own memory, exported as a dma-buf

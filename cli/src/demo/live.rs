@@ -328,25 +328,33 @@ struct Screen<'a> {
     copies_verified: u32,
     /// The last frame as it was verified in the display's buffer (its format's bytes).
     last: Option<Vec<u8>>,
-    /// What the first frame's modeset lit up; later frames are flips onto it.
+    /// What is on screen, and how it got there.
+    scanout: Scanout,
+}
+
+/// The plane the first frame's modeset lit up, and how many frames were flipped onto it.
+#[derive(Default)]
+struct Scanout {
     shown: Option<Shown>,
     /// Frames put on screen by a flip (`FB_ID` alone), not a modeset.
     flips: u32,
 }
 
-/// Puts `fb` on the display: a modeset for the first frame ([`KmsDevice::show`]), a flip
-/// of the plane's framebuffer for every later one ([`KmsDevice::flip`]; the same
-/// framebuffer again is still a commit, which makes a driver such as virtio-gpu push the
-/// rows just written to its host).
-fn put(kms: &KmsDevice, plane: Option<u32>, shown: &mut Option<Shown>, flips: &mut u32, fb: &Framebuffer) -> Result<(), LiveError> {
-    match shown {
-        Some(s) => {
-            kms.flip(s, fb)?;
-            *flips += 1;
+impl Scanout {
+    /// Puts `fb` on the display: a modeset for the first frame ([`KmsDevice::show`]), a
+    /// flip of the plane's framebuffer for every later one ([`KmsDevice::flip`]; the same
+    /// framebuffer again is still a commit, which makes a driver such as virtio-gpu push the
+    /// rows just written to its host).
+    fn put(&mut self, kms: &KmsDevice, plane: Option<u32>, fb: &Framebuffer) -> Result<(), LiveError> {
+        match &mut self.shown {
+            Some(s) => {
+                kms.flip(s, fb)?;
+                self.flips += 1;
+            }
+            None => self.shown = Some(kms.show(fb, plane)?),
         }
-        None => *shown = Some(kms.show(fb, plane)?),
+        Ok(())
     }
-    Ok(())
 }
 
 /// How frames reach a display that does not share the camera's buffers.
@@ -380,7 +388,7 @@ impl<'a> Screen<'a> {
     fn new(kms: &'a KmsDevice, plane: Option<u32>, feed: Option<Feed>, (from, colour): (Fourcc, Option<(ColourMatrix, ColourRange)>), width: u32, height: u32) -> Self {
         let refused = feed.as_ref().map(|f| f.why.clone());
         let feed = feed.map(|f| Feed { plan: f.plan.map(|p| p.at_extent(width, height)), ..f });
-        Screen { kms, plane, feed, from, colour, width, height, direct: Vec::new(), refused, copy: None, copies_verified: 0, last: None, shown: None, flips: 0 }
+        Screen { kms, plane, feed, from, colour, width, height, direct: Vec::new(), refused, copy: None, copies_verified: 0, last: None, scanout: Scanout::default() }
     }
 
     fn show(&mut self, buf: &DmaBuf, index: usize, packed_frame: &[u8], converter: &Converter) -> Result<(), LiveError> {
@@ -395,7 +403,7 @@ impl<'a> Screen<'a> {
                 }
             }
             if let Some(fb) = &self.direct[index] {
-                return put(self.kms, self.plane, &mut self.shown, &mut self.flips, fb);
+                return self.scanout.put(self.kms, self.plane, fb);
             }
         }
         // The copy plan: convert into the display's own buffer (the frame at its top left),
@@ -426,7 +434,7 @@ impl<'a> Screen<'a> {
         }
         drop(view);
         self.copies_verified += 1;
-        put(self.kms, self.plane, &mut self.shown, &mut self.flips, &target.fb)?;
+        self.scanout.put(self.kms, self.plane, &target.fb)?;
         self.last = Some(rgb);
         Ok(())
     }
@@ -464,7 +472,7 @@ impl<'a> Screen<'a> {
 
     /// That the plane scans out the framebuffer of the last commit, by its `FB_ID`.
     fn check_scanout(&self) -> Result<(), LiveError> {
-        let Some(shown) = &self.shown else { return Ok(()) };
+        let Some(shown) = &self.scanout.shown else { return Ok(()) };
         match self.kms.scanout(shown.plane)? {
             Some(id) if id == shown.framebuffer => Ok(()),
             other_fb => Err(other(format!("plane {} scans out framebuffer {other_fb:?}, not {} (the last one committed)", shown.plane, shown.framebuffer))),
@@ -476,8 +484,8 @@ impl<'a> Screen<'a> {
             "device": self.kms.path(),
             "driver": self.kms.driver_name(),
             "frames_shown": shown,
-            "modesets": u32::from(self.shown.is_some()),
-            "flips": self.flips,
+            "modesets": u32::from(self.scanout.shown.is_some()),
+            "flips": self.scanout.flips,
             "zero_copy": self.refused.is_none(),
             "refused": self.refused,
             "copy_frames_verified": self.copies_verified,

@@ -637,7 +637,7 @@ fn cpu_gbps(c: &FrameConversion, input: &[u8], out: &mut [u8], threads: usize, r
 /// against 20.1 (4K NV12 -> XR24 in the bench's rotation, three runs each, 2026-11-26). Why
 /// it lasts several calls (each writes the whole 33 MB frame) is not known; every side gets
 /// the same number.
-pub const TURN_WARMUPS: usize = 5;
+const TURN_WARMUPS: usize = 5;
 
 /// Runs everything, calling `progress` with a label before each step.
 pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<BenchReport, DemoError> {

@@ -107,6 +107,19 @@ fn capture_and_import_with(device: &V4l2Device, v4l2: &str, (width, height): (u3
     result
 }
 
+/// The device's own answer for NV12 LINEAR in this use: whether it imports it as an image
+/// over the memory, and whether its tiling offers `DISJOINT` (one binding per plane).
+fn nv12_linear_import() -> (bool, bool) {
+    let engine = common::engine();
+    let support = engine.format_support(&SupportQuery::new(Fourcc::NV12, SAMPLE_AND_READ)).expect("format support");
+    let linear = support.get(Modifier::LINEAR).filter(|_| engine.has_modifiers());
+    let image = linear.is_some_and(|m| m.can_import());
+    let disjoint = linear.is_some_and(|m| m.tiling_features.contains(vk::FormatFeatureFlags2::DISJOINT));
+    println!("{}: NV12 LINEAR imported as an image: {image}; disjoint: {disjoint}", engine.info().name);
+    common::assert_clean(&engine);
+    (image, disjoint)
+}
+
 #[test]
 fn nv12_in_one_dma_buf_reads_back_exactly() {
     let Some((device, _lock)) = vivid(0) else { return };
@@ -114,10 +127,7 @@ fn nv12_in_one_dma_buf_reads_back_exactly() {
     let path = capture_and_import(&device, "NV12", 320, 180).expect("import NV12");
     // An image over the memory where the device imports NV12 LINEAR as one, else the copy
     // (lavapipe makes no multi-planar image from a dma-buf).
-    let engine = common::engine();
-    let support = engine.format_support(&SupportQuery::new(Fourcc::NV12, SAMPLE_AND_READ)).expect("format support");
-    let image = engine.has_modifiers() && support.get(Modifier::LINEAR).is_some_and(|m| m.can_import());
-    common::assert_clean(&engine);
+    let (image, _) = nv12_linear_import();
     assert_eq!(path, if image { ImportPath::Explicit } else { ImportPath::BufferCopy });
 }
 
@@ -133,16 +143,7 @@ fn an_rgb_frame_is_an_image_on_the_same_memory() {
 fn nv12m_is_two_dma_bufs_bound_disjoint_or_refused_with_the_reason() {
     let Some((device, _lock)) = vivid(1) else { return };
     assert!(device.is_multiplanar());
-    // The device's own answer for NV12 LINEAR in this use: an image over imported memory,
-    // and with one binding per plane?
-    let engine = common::engine();
-    let support = engine.format_support(&SupportQuery::new(Fourcc::NV12, SAMPLE_AND_READ)).expect("format support");
-    let linear = support.get(Modifier::LINEAR).filter(|_| engine.has_modifiers());
-    let image = linear.is_some_and(|m| m.can_import());
-    let disjoint = linear.is_some_and(|m| m.tiling_features.contains(vk::FormatFeatureFlags2::DISJOINT));
-    println!("{}: NV12 LINEAR imported as an image: {image}; disjoint: {disjoint}", engine.info().name);
-    common::assert_clean(&engine);
-    drop(engine);
+    let (image, disjoint) = nv12_linear_import();
     // Zero-copy or nothing: bound disjoint where the device says it can, else refused with
     // the reason (and nothing imported).
     let zero_copy = capture_and_import_with(&device, "NM12", (320, 180), ImportOptions { require_zero_copy: true, ..Default::default() });

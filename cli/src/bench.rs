@@ -178,6 +178,17 @@ pub fn run(args: &BenchArgs) -> ExitCode {
             }
         }
     }
+    let fused: Vec<(&bench::ConvertResult, bench::BesideLinear)> = report.convert.iter().filter_map(|c| c.beside_linear.map(|b| (c, b))).collect();
+    if !fused.is_empty() {
+        println!();
+        println!("fused tiled -> RGB beside dmabridge's linear conversion of the same formats, taking turns (GB/s of output):");
+        println!("{:<36} {:>7} {:>8} {:>8} {:>15}", "conversion", "threads", "fused", "linear", "fused ÷ linear");
+        for (c, b) in fused {
+            let what = format!("{} {} -> {}", c.format, c.layout, c.to_format);
+            println!("{what:<36} {:>7} {:>8.2} {:>8.2} {:>15.3}", b.threads, b.fused_gbps, b.linear_gbps, b.fused_gbps / b.linear_gbps);
+            println!("{what:<36} {:>7} {:>8.2} {:>8.2} {:>15.3}", 1, b.fused_gbps_one_thread, b.linear_gbps_one_thread, b.fused_gbps_one_thread / b.linear_gbps_one_thread);
+        }
+    }
     println!();
     println!("negotiation: {:.1} µs; descriptor handoff: {:.1} µs", report.negotiate_us, report.handoff_us);
     println!();

@@ -32,7 +32,7 @@ use dmabridge::{
 };
 use dmabridge_interop::dmabuf::{recv, send_buffer, socketpair, BufferIdentity, DmaBuf, PlaneDesc, Received};
 use dmabridge_interop::negotiate::{negotiate_with, Member, NegotiateOptions};
-use dmabridge_interop::tiling::{FrameConversion};
+use dmabridge_interop::tiling::{FrameConversion, RgbPacking};
 use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{format_info, Fourcc, Layout, Modifier, TileLayout};
 use serde::{Deserialize, Serialize};
@@ -105,6 +105,28 @@ pub struct ConvertResult {
     /// ([`super::cpu_peers`]).
     #[serde(default)]
     pub peers: Vec<PeerResult>,
+    /// For a fused tiled -> RGB conversion on the CPU path: it and dmabridge's linear
+    /// conversion of the same formats, taking turns ([`fused_beside_linear`]).
+    #[serde(default)]
+    pub beside_linear: Option<BesideLinear>,
+}
+
+/// A fused tiled -> RGB conversion and the linear conversion of the same formats (NV12 ->
+/// XR24), both on dmabridge's CPU path, measured in one loop that takes turns: each round
+/// times the fused and the linear conversion on the CPU path's threads, then each on one
+/// thread, every side after [`TURN_WARMUPS`] untimed calls. Measured apart, the two saw
+/// different machines: the linear conversion on two threads read 24.4 GB/s in one run and
+/// 43.3 in the next, and the ratio with it (0.68-1.16 over eight runs).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct BesideLinear {
+    /// The CPU path's threads, which the first pair ran on.
+    pub threads: u32,
+    /// Output GB/s (medians) on `threads` threads.
+    pub fused_gbps: f64,
+    pub linear_gbps: f64,
+    /// Output GB/s (medians) on one thread each.
+    pub fused_gbps_one_thread: f64,
+    pub linear_gbps_one_thread: f64,
 }
 
 /// One CPU library's figure beside a conversion.
@@ -554,15 +576,15 @@ pub const CONVERT_LAYOUTS: [TileLayout; 5] =
     [TileLayout::Samsung64x32, TileLayout::Allwinner32x32, TileLayout::Nv12_4L4, TileLayout::Nv12_16L32S, TileLayout::Nv12_8L128];
 
 /// Every frame conversion the bench measures at 4K: the decoder layouts' detiles, NV12 ->
-/// XR24 (GStreamer's BGRx), the fused tiled NV12 -> XR24 a display fed by a decoder needs, and
-/// XR24 -> NV12 (what an encoder fed by a renderer needs).
+/// XR24 (GStreamer's BGRx), each decoder layout's fused tiled NV12 -> XR24 (what a display
+/// fed by a decoder needs), and XR24 -> NV12 (what an encoder fed by a renderer needs).
 pub fn conversions(w: u32, h: u32) -> Vec<FrameConversion> {
     let mut out: Vec<FrameConversion> = CONVERT_LAYOUTS
         .iter()
         .map(|&l| FrameConversion::new((l, Fourcc::NV12), (TileLayout::Linear, Fourcc::NV12), w, h))
         .collect();
     out.push(FrameConversion::new((TileLayout::Linear, Fourcc::NV12), (TileLayout::Linear, Fourcc::XRGB8888), w, h));
-    out.push(FrameConversion::new((TileLayout::Samsung64x32, Fourcc::NV12), (TileLayout::Linear, Fourcc::XRGB8888), w, h));
+    out.extend(CONVERT_LAYOUTS.iter().map(|&l| FrameConversion::new((l, Fourcc::NV12), (TileLayout::Linear, Fourcc::XRGB8888), w, h)));
     out.push(FrameConversion::new((TileLayout::Linear, Fourcc::XRGB8888), (TileLayout::Linear, Fourcc::NV12), w, h));
     out.push(FrameConversion::new((TileLayout::Linear, Fourcc::P010), (TileLayout::Linear, Fourcc::ARGB2101010), w, h));
     out
@@ -572,7 +594,7 @@ pub fn conversions(w: u32, h: u32) -> Vec<FrameConversion> {
 fn gst_case(c: &FrameConversion) -> Option<GstCase> {
     match (c.from_layout, c.to) {
         (l, t) if t == Fourcc::NV12 && gst_format(l).is_some() => Some(GstCase::Detile(l)),
-        (TileLayout::Linear, t) if t == Fourcc::XRGB8888 && c.from == Fourcc::NV12 => Some(GstCase::Nv12ToBgrx),
+        (l, t) if t == Fourcc::XRGB8888 && c.from == Fourcc::NV12 && (l == TileLayout::Linear || gst_format(l).is_some()) => Some(GstCase::Nv12ToBgrx(l)),
         (TileLayout::Linear, t) if t == Fourcc::NV12 && c.from == Fourcc::XRGB8888 => Some(GstCase::BgrxToNv12),
         (TileLayout::Linear, t) if t == Fourcc::ARGB2101010 && c.from == Fourcc::P010 => Some(GstCase::P010ToBgr10a2),
         _ => None,
@@ -600,6 +622,13 @@ impl PageFrame {
         PageFrame { buf, at, len }
     }
 
+    /// `len` bytes of content: a constant frame could flatter a branchy path.
+    pub fn with_content(len: usize) -> PageFrame {
+        let mut f = PageFrame::new(len);
+        f.bytes_mut().iter_mut().enumerate().for_each(|(i, b)| *b = (i.wrapping_mul(2_654_435_761) >> 13) as u8);
+        f
+    }
+
     pub fn bytes(&self) -> &[u8] {
         &self.buf[self.at..self.at + self.len]
     }
@@ -615,9 +644,7 @@ impl PageFrame {
 pub fn convert_gbps(conv: &dmabridge::Converter, c: &FrameConversion, reps: usize) -> Result<(f64, f64, dmabridge::Choice, PageFrame), dmabridge::ConvertError> {
     let choice = conv.choose(c, None)?;
     let (in_size, out_size) = c.sizes()?;
-    // A frame with content (a constant frame could flatter a branchy path).
-    let mut input = PageFrame::new(in_size as usize);
-    input.bytes_mut().iter_mut().enumerate().for_each(|(i, b)| *b = (i.wrapping_mul(2_654_435_761) >> 13) as u8);
+    let input = PageFrame::with_content(in_size as usize);
     let mut out = PageFrame::new(out_size as usize);
     let mut samples = gbps_samples(out_size, (1, reps), || conv.convert_frame_into(c, choice.path, input.bytes(), out.bytes_mut()))?;
     Ok((median(&mut samples), spread(&mut samples), choice, input))
@@ -638,6 +665,27 @@ fn cpu_gbps(c: &FrameConversion, input: &[u8], out: &mut [u8], threads: usize, r
 /// it lasts several calls (each writes the whole 33 MB frame) is not known; every side gets
 /// the same number.
 const TURN_WARMUPS: usize = 5;
+
+/// [`BesideLinear`] for the fused conversion `c` (tiled NV12 -> RGB) from `input`, on
+/// `threads` threads and on one, in `rounds` rounds; `None` where `c` is not fused (its
+/// input is linear, or its output not RGB).
+pub fn fused_beside_linear(c: &FrameConversion, input: &[u8], threads: usize, rounds: usize) -> Result<Option<BesideLinear>, dmabridge_interop::tiling::FrameConversionError> {
+    let yuv_to_rgb = (c.from == Fourcc::NV12 || c.from == Fourcc::P010) && RgbPacking::of(c.to).is_some();
+    if c.from_layout == TileLayout::Linear || c.to_layout != TileLayout::Linear || !yuv_to_rgb {
+        return Ok(None);
+    }
+    let linear = FrameConversion::new((TileLayout::Linear, c.from), (TileLayout::Linear, c.to), c.width, c.height);
+    let linear_input = PageFrame::with_content(linear.sizes()?.0 as usize);
+    let mut out = PageFrame::new(c.sizes()?.1 as usize);
+    let mut samples = [(); 4].map(|()| Vec::with_capacity(rounds));
+    for _ in 0..rounds.max(1) {
+        for (i, (t, conversion, from)) in [(threads, c, input), (threads, &linear, linear_input.bytes()), (1, c, input), (1, &linear, linear_input.bytes())].into_iter().enumerate() {
+            samples[i].push(cpu_gbps(conversion, from, out.bytes_mut(), t, (TURN_WARMUPS, 1))?);
+        }
+    }
+    let [fused, lin, fused_one, lin_one] = samples.map(|mut v| median(&mut v));
+    Ok(Some(BesideLinear { threads: threads as u32, fused_gbps: fused, linear_gbps: lin, fused_gbps_one_thread: fused_one, linear_gbps_one_thread: lin_one }))
+}
 
 /// Runs everything, calling `progress` with a label before each step.
 pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str)) -> Result<BenchReport, DemoError> {
@@ -722,6 +770,15 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
             notes.push(format!("convert {c} on one thread: {e}"));
         }
         let one_thread = (!ours.is_empty()).then(|| median(&mut ours));
+        let beside_linear = if cpu {
+            progress(&format!("convert {c} and the linear conversion, taking turns"));
+            fused_beside_linear(&c, input.bytes(), threads as usize, if opts.quick { 3 } else { 8 }).unwrap_or_else(|e| {
+                notes.push(format!("convert {c} beside the linear conversion: {e}"));
+                None
+            })
+        } else {
+            None
+        };
         let peers = cases
             .iter()
             .zip(theirs)
@@ -753,6 +810,7 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
             threads,
             gbps_one_thread: one_thread,
             peers,
+            beside_linear,
         });
     }
     Ok(BenchReport {
@@ -766,4 +824,25 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
         handoff_us: handoff,
         notes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Only a tiled YUV -> RGB conversion is paired with the linear one, and both sides are
+    /// measured (a small frame: the figures' size is not the point here).
+    #[test]
+    fn fused_conversions_are_measured_beside_the_linear_one() {
+        let conv = |from: TileLayout, to: Fourcc| FrameConversion::new((from, Fourcc::NV12), (TileLayout::Linear, to), 256, 128);
+        for (c, paired) in [(conv(TileLayout::Nv12_8L128, Fourcc::XRGB8888), true), (conv(TileLayout::Linear, Fourcc::XRGB8888), false), (conv(TileLayout::Samsung64x32, Fourcc::NV12), false)] {
+            let input = PageFrame::with_content(c.sizes().unwrap().0 as usize);
+            let got = fused_beside_linear(&c, input.bytes(), 2, 2).unwrap();
+            assert_eq!(got.is_some(), paired, "{c}");
+            if let Some(b) = got {
+                assert_eq!(b.threads, 2);
+                assert!([b.fused_gbps, b.linear_gbps, b.fused_gbps_one_thread, b.linear_gbps_one_thread].iter().all(|g| g.is_finite() && *g > 0.0), "{b:?}");
+            }
+        }
+    }
 }

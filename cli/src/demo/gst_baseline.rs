@@ -7,7 +7,10 @@
 //!   raw format for (the layouts with a GStreamer name in
 //!   [`dmabridge_interop::tile_layout::TILE_LAYOUTS`]), to linear NV12;
 //! - **colour**: linear NV12 to BGRx (DRM XR24), BGRx to NV12, and P010 to BGR10A2_LE
-//!   (DRM AR30).
+//!   (DRM AR30);
+//! - **detile and colour**: tiled NV12 to BGRx in one `videoconvert`, which is what a
+//!   GStreamer pipeline from a tiling decoder to an RGB sink does (it unpacks the tiles
+//!   line by line as it converts), beside dmabridge's fused conversion.
 //!
 //! The rate is the *output* bytes (the tightly packed linear output image) per second, the
 //! same quantity dmabridge's own conversions report.
@@ -89,8 +92,9 @@ const NOISY_ENV: [&str; 3] = ["GST_DEBUG", "GST_TRACERS", "GST_DEBUG_DUMP_DOT_DI
 pub enum GstCase {
     /// Tiled NV12 in this layout to linear NV12.
     Detile(TileLayout),
-    /// Linear NV12 to BGRx (DRM XR24).
-    Nv12ToBgrx,
+    /// NV12 in this layout (linear, or tiled: detile and colour in one `videoconvert`) to
+    /// BGRx (DRM XR24).
+    Nv12ToBgrx(TileLayout),
     /// Linear BGRx (DRM XR24) to NV12.
     BgrxToNv12,
     /// Linear P010 to BGR10A2_LE (DRM AR30).
@@ -211,7 +215,11 @@ impl Spec {
                 let format = gst_format(layout).ok_or_else(|| format!("GStreamer has no raw video format for the {layout} layout"))?;
                 (format, (layout, Fourcc::NV12), Fourcc::NV12, "video/x-raw,format=NV12")
             }
-            GstCase::Nv12ToBgrx => ("nv12".to_owned(), (TileLayout::Linear, Fourcc::NV12), Fourcc::XRGB8888, "video/x-raw,format=BGRx"),
+            GstCase::Nv12ToBgrx(TileLayout::Linear) => ("nv12".to_owned(), (TileLayout::Linear, Fourcc::NV12), Fourcc::XRGB8888, "video/x-raw,format=BGRx"),
+            GstCase::Nv12ToBgrx(layout) => {
+                let format = gst_format(layout).ok_or_else(|| format!("GStreamer has no raw video format for the {layout} layout"))?;
+                (format, (layout, Fourcc::NV12), Fourcc::XRGB8888, "video/x-raw,format=BGRx")
+            }
             GstCase::BgrxToNv12 => ("bgrx".to_owned(), (TileLayout::Linear, Fourcc::XRGB8888), Fourcc::NV12, "video/x-raw,format=NV12"),
             GstCase::P010ToBgr10a2 => ("p010-10le".to_owned(), (TileLayout::Linear, Fourcc::P010), Fourcc::ARGB2101010, "video/x-raw,format=BGR10A2_LE"),
         };
@@ -547,13 +555,36 @@ mod tests {
         }
         let (w, h) = (64, 32);
         let frame = pattern((w * h * 3 / 2) as usize, 7);
-        let bgrx = convert_one(GstCase::Nv12ToBgrx, w, h, &frame).unwrap();
+        let bgrx = convert_one(GstCase::Nv12ToBgrx(TileLayout::Linear), w, h, &frame).unwrap();
         assert_eq!(bgrx.len(), (w * h * 4) as usize);
-        let spec = Spec::new(GstCase::Nv12ToBgrx, w, h).unwrap();
+        let spec = Spec::new(GstCase::Nv12ToBgrx(TileLayout::Linear), w, h).unwrap();
         let input = InputFile::write(&frame, 3).unwrap();
         check_framing(&spec, input.path(), 3).unwrap();
         // Told there are more frames than the stream holds: caught.
         assert!(check_framing(&spec, input.path(), 4).is_err());
+    }
+
+    /// A tiled frame's BGRx is the BGRx of the same frame detiled: GStreamer's detile is
+    /// exact and its colour math the same whatever the layout, so the tiled case converts
+    /// the picture dmabridge's fused conversion does (a wrong layout or plane offset would
+    /// scramble it).
+    #[test]
+    fn tiled_bgrx_is_the_bgrx_of_the_detiled_frame() {
+        if let Err(why) = available() {
+            eprintln!("skipped: {why}");
+            return;
+        }
+        let (w, h) = (256u32, 128u32);
+        let linear = tiled_size(TileLayout::Linear, Fourcc::NV12, w, h).unwrap();
+        let image = pattern(linear.size as usize, 3);
+        let want = convert_one(GstCase::Nv12ToBgrx(TileLayout::Linear), w, h, &image).unwrap();
+        assert_eq!(want.len(), (w * h * 4) as usize);
+        for layout in [TileLayout::Samsung64x32, TileLayout::Nv12_16L32S] {
+            let tiled = tile_to_vec(layout, Fourcc::NV12, w, h, &image).unwrap();
+            let got = convert_one(GstCase::Nv12ToBgrx(layout), w, h, &tiled).unwrap();
+            assert!(got == want, "{layout}: GStreamer's tiled -> BGRx differs from its linear -> BGRx of the same picture");
+        }
+        assert!(Spec::new(GstCase::Nv12ToBgrx(TileLayout::I915Y), w, h).is_err(), "a layout GStreamer has no format for");
     }
 
     /// The RGB -> NV12 and P010 -> AR30 pipelines are given the frames as dmabridge lays
@@ -605,9 +636,9 @@ mod tests {
 
     #[test]
     fn refuses_bad_input_without_running_anything() {
-        assert!(videoconvert_gbps(GstCase::Nv12ToBgrx, 64, 32, &[0; 100], 2).is_err());
+        assert!(videoconvert_gbps(GstCase::Nv12ToBgrx(TileLayout::Linear), 64, 32, &[0; 100], 2).is_err());
         assert!(videoconvert_gbps(GstCase::Detile(TileLayout::I915Y), 64, 32, &[0; 1 << 16], 2).is_err());
-        assert!(videoconvert_gbps(GstCase::Nv12ToBgrx, 64, 32, &[0; 3072], 0).is_err());
+        assert!(videoconvert_gbps(GstCase::Nv12ToBgrx(TileLayout::Linear), 64, 32, &[0; 3072], 0).is_err());
         assert!(Spec::new(GstCase::Detile(TileLayout::Linear), 64, 32).is_err());
     }
 

@@ -18,7 +18,7 @@
 
 use super::colour_simd::{Kernel, RgbKernel};
 use super::colour::{check_rgb_to_nv12, packing, yuv_bits, ColourError, ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};
-use super::fast::{band_quantum, default_threads, detile_bands, run_shares, tile_by_tile, STREAM_BYTES};
+use super::fast::{band_quantum, default_threads, detile_rows, partial_bands, run_shares, tile_by_tile, tiled_rows_region, STREAM_BYTES};
 use super::geometry::{check_linear, tiled_size, PlaneGeometry};
 use super::{PlaneLayout, TilingError};
 use crate::tiling::AddressKind;
@@ -224,13 +224,13 @@ impl Job<'_> {
         // Steps: one per row pair, so a window's worth of rows fetches the next window.
         let (luma_steps, chroma_steps) = (luma.rows_per_window() / 2, chroma.rows_per_window());
         for y in rows.clone().step_by(2) {
-            if let Some(r) = chroma.fetch(y / 2) {
-                chroma_ahead = Prefetch::new(r, chroma_steps);
+            if let Some(ahead) = chroma.fetch(y / 2, chroma_steps) {
+                chroma_ahead = ahead;
             }
-            // Both rows of a pair lie in one window (windows hold whole tiles, of an even
-            // height), and share their chroma row.
-            if let Some(r) = luma.fetch(y) {
-                luma_ahead = Prefetch::new(r, luma_steps);
+            // Both rows of a pair lie in one window (windows hold an even number of rows),
+            // and share their chroma row.
+            if let Some(ahead) = luma.fetch(y, luma_steps) {
+                luma_ahead = ahead;
             }
             let pair = y + 1 < rows.end;
             let (c, y0, y1) = (chroma.get(y / 2), luma.get(y), if pair { luma.get(y + 1) } else { &[][..] });
@@ -322,69 +322,75 @@ struct Window<'a> {
     plane: &'a [u8],
     /// Where the plane starts in the source.
     base: usize,
-    /// Bands per window.
-    bands: u32,
+    /// Rows per window (0 for a linear plane, which needs none).
+    rows: u32,
     buf: Vec<u8>,
-    /// The first band of the window in `buf`.
+    /// The first row of the window in `buf`.
     first: Option<u32>,
 }
+
+/// Rows of a window that starts inside a band ([`partial_bands`]): a band of nv12-8l128
+/// (128 rows, 480 KiB a plane at 4K) would not stay in cache beside the other plane's
+/// window and the next windows' tiles. Measured at 4K nv12-8l128 -> XR24, one thread: whole
+/// bands read row by row 0.48x the linear conversion; 32-row windows tile by tile, see the
+/// note on [`Window`].
+const PARTIAL_WINDOW_ROWS: u32 = 32;
 
 impl<'a> Window<'a> {
     fn new(p: &PlaneGeometry, src: &'a [u8]) -> Self {
         let plane = &src[p.offset as usize..(p.offset + p.size) as usize];
-        let bands = if p.kind == AddressKind::Linear {
+        let rows = if p.kind == AddressKind::Linear {
             0
+        } else if partial_bands(p) && p.tile_height > PARTIAL_WINDOW_ROWS && p.tile_height % PARTIAL_WINDOW_ROWS == 0 {
+            PARTIAL_WINDOW_ROWS
         } else if tile_by_tile(p) {
-            1
+            p.tile_height
         } else {
-            band_quantum(p)
+            band_quantum(p) * p.tile_height
         };
-        let buf = spare_window((bands * p.tile_height) as usize * p.width_bytes as usize);
-        Window { p: *p, plane, base: p.offset as usize, bands, buf, first: None }
+        let buf = spare_window(rows as usize * p.width_bytes as usize);
+        Window { p: *p, plane, base: p.offset as usize, rows, buf, first: None }
     }
 
     /// Rows in one window (1 for a linear plane).
     fn rows_per_window(&self) -> u32 {
-        (self.bands * self.p.tile_height).max(1)
+        self.rows.max(1)
     }
 
     /// Makes row `r` available to [`Window::get`], detiling its window first if it is not
-    /// the one held; returns then the source range of the next window's tiles, to fetch
-    /// ahead.
-    fn fetch(&mut self, r: u32) -> Option<std::ops::Range<usize>> {
-        let (p, wb) = (&self.p, self.p.width_bytes as usize);
-        if self.bands == 0 {
+    /// the one held; returns then the source region of the next window's tiles, to fetch
+    /// ahead over `steps` steps.
+    fn fetch(&mut self, r: u32, steps: u32) -> Option<Prefetch> {
+        if self.rows == 0 {
             return None;
         }
-        let th = p.tile_height;
-        let w0 = r / th / self.bands * self.bands;
+        let (p, wb) = (&self.p, self.p.width_bytes as usize);
+        let w0 = r / self.rows * self.rows;
         if self.first == Some(w0) {
             return None;
         }
-        let w1 = (w0 + self.bands).min(p.tiles_y);
-        let rows = ((w1 * th).min(p.rows) - w0 * th) as usize;
-        detile_bands(p, self.plane, (w0, w1), &mut self.buf[..rows * wb], wb);
+        let w1 = (w0 + self.rows).min(p.rows);
+        detile_rows(p, self.plane, (w0, w1), &mut self.buf[..(w1 - w0) as usize * wb], wb);
         self.first = Some(w0);
-        // The tiles of the next window lie in the band group (Z-flip-Z: pair) it starts.
-        let band = (p.size / u64::from(p.tiles_y.max(1))) as usize;
-        let q = band_quantum(p);
-        let n0 = w1 / q * q;
-        let n1 = (n0 + q.max(self.bands)).min(p.tiles_y);
-        (n0 < n1).then(|| self.base + n0 as usize * band..self.base + n1 as usize * band)
+        let next = (w1, (w1 + self.rows).min(p.rows));
+        (next.0 < next.1).then(|| {
+            let (start, len, step, count) = tiled_rows_region(p, next);
+            Prefetch::new(self.base + start, (len, step, count), steps)
+        })
     }
 
     /// Row `r`'s visible bytes: a linear plane's own, or from the window [`Window::fetch`]
     /// made (which must hold `r`).
     fn get(&self, r: u32) -> &[u8] {
         let (p, wb) = (&self.p, self.p.width_bytes as usize);
-        let at = if self.bands == 0 {
+        let at = if self.rows == 0 {
             r as usize * p.padded_width_bytes as usize
         } else {
             let w0 = self.first.unwrap_or(0);
-            debug_assert!(r >= w0 * p.tile_height && r < (w0 + self.bands) * p.tile_height, "row {r} is outside the window held");
-            (r - w0 * p.tile_height) as usize * wb
+            debug_assert!(r >= w0 && r < w0 + self.rows, "row {r} is outside the window held");
+            (r - w0) as usize * wb
         };
-        let rows = if self.bands == 0 { self.plane } else { &self.buf[..] };
+        let rows = if self.rows == 0 { self.plane } else { &self.buf[..] };
         &rows[at..at + wb]
     }
 }
@@ -427,25 +433,45 @@ fn spare_window(len: usize) -> Vec<u8> {
     buf
 }
 
-/// A byte range of the source to bring into cache, a few cache lines per step.
+/// Bytes of the source to bring into cache, a few cache lines per step: `count` runs of
+/// `len` bytes, `step` apart.
 #[derive(Default)]
 struct Prefetch {
-    range: std::ops::Range<usize>,
+    /// The next line to fetch.
+    at: usize,
+    /// Where the run being fetched ends.
+    run_end: usize,
+    len: usize,
+    step: usize,
+    /// Runs left after this one.
+    runs_left: usize,
     per_step: usize,
 }
 
 impl Prefetch {
-    /// `range`, spread over `steps` steps.
-    fn new(range: std::ops::Range<usize>, steps: u32) -> Self {
-        let per_step = range.len().div_ceil(64).div_ceil(steps.max(1) as usize);
-        Prefetch { range, per_step }
+    /// The runs `(len, step, count)` from `start`, spread over `steps` steps.
+    fn new(start: usize, (len, step, count): (usize, usize, usize), steps: u32) -> Self {
+        let lines = len.div_ceil(64) * count;
+        let per_step = lines.div_ceil(steps.max(1) as usize);
+        let runs_left = count.saturating_sub(1);
+        let run_end = if count == 0 { start } else { start + len };
+        Prefetch { at: start, run_end, len, step, runs_left, per_step }
     }
 
     /// Asks for the next `per_step` cache lines of `src`.
     fn step(&mut self, src: &[u8]) {
-        let r = &mut self.range;
         for _ in 0..self.per_step {
-            if r.start >= r.end.min(src.len()) {
+            if self.at >= self.run_end {
+                if self.runs_left == 0 {
+                    return;
+                }
+                self.runs_left -= 1;
+                self.at = self.run_end - self.len + self.step;
+                self.run_end = self.at + self.len;
+            }
+            if self.at >= src.len() {
+                self.runs_left = 0;
+                self.run_end = self.at;
                 return;
             }
             #[cfg(target_arch = "x86_64")]
@@ -453,9 +479,9 @@ impl Prefetch {
             // sees; the address is inside `src` all the same (checked above).
             unsafe {
                 use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-                _mm_prefetch::<_MM_HINT_T0>(src.as_ptr().add(r.start).cast());
+                _mm_prefetch::<_MM_HINT_T0>(src.as_ptr().add(self.at).cast());
             }
-            r.start += 64;
+            self.at += 64;
         }
     }
 }

@@ -315,7 +315,14 @@ impl Job<'_> {
 /// at a time between rows, double-buffered, 6.9 against 9.4 GB/s; reading the tiles in
 /// place with each next tile row fetched a row ahead, 0.35-0.55x the linear conversion
 /// against 0.6x; converting the band in narrow vertical strips, 0.4x, its RGB rows written
-/// in short pieces. Windows of 4 to 32 rows of a band all measured alike.)
+/// in short pieces. Windows of 4 to 32 rows of a band all measured alike.) Tried again on
+/// 2026-11-26, fused ÷ linear on one thread, taking turns: the vector loop reading each
+/// block straight from its tile, the next band group fetched ahead, 0.60 against the
+/// window's 0.68 for 3840x256 samsung-64x32 (its input in L2) and 0.59 against 0.68 for
+/// nv12-16l32s; windows of 2, 4 and 8 rows inside the band group, the next group fetched,
+/// 0.45, 0.54 and 0.67 against 0.73; the window copied row by row from the fetched band,
+/// alike for samsung-64x32 and 0.58 against 0.69 for nv12-16l32s; prefetch hints T1 and T2
+/// alike, NTA or none 0.58-0.59.
 struct Window<'a> {
     p: PlaneGeometry,
     /// The plane's bytes.

@@ -348,8 +348,13 @@ impl Mover for Gather<'_> {
     }
 }
 
-/// Rows `0..rows` of `groups` groups of four tiles 8 bytes wide (`tile` bytes apart, from
-/// `src`) into rows `stride` apart from `dst`, 32 bytes a group: see [`Gather::band`].
+/// Rows `0..rows` of `groups` groups of four row-major tiles 8 bytes wide (`tile` bytes
+/// apart, from `src`; nv12-8l128) into rows `stride` apart from `dst`, 32 bytes a group: a
+/// transpose of 4x4 8-byte words per four rows of a group, so that each row takes one
+/// 32-byte store rather than four 8-byte ones. For the detile ([`Gather::band`]) and the
+/// fused path's windows ([`detile_rows`]), whose cost was those stores: at 4K nv12-8l128 ->
+/// XR24 on one thread, with 8-byte stores the window's detile took as long as the colour
+/// conversion.
 ///
 /// # Safety
 /// The CPU has AVX2; `src` is readable for `(4 * groups - 1) * tile + rows * 8` bytes,
@@ -600,7 +605,7 @@ fn band_tiles(p: &PlaneGeometry, ba: &BandAddress, bases: &[usize], (i0, i1): (u
         return;
     }
     let rows = i1 - i0;
-    // Tiles 8 bytes wide, four at a time where the CPU has AVX2 (see `four_narrow_tiles`).
+    // Tiles 8 bytes wide, four at a time where the CPU has AVX2 (see `narrow_band`).
     let mut done = 0;
     #[cfg(target_arch = "x86_64")]
     if tw == 8 && rows % 4 == 0 && std::is_x86_feature_detected!("avx2") {
@@ -612,8 +617,8 @@ fn band_tiles(p: &PlaneGeometry, ba: &BandAddress, bases: &[usize], (i0, i1): (u
             // SAFETY: AVX2 was detected; `src` holds the four tiles' rows (the first's
             // from `i0`, each next `tb` on: `3 * tb + rows * 8` bytes) and `dst` the rows
             // `stride` apart, 32 bytes each (`(rows - 1) * stride + 32`), as the function
-            // requires; `rows` is a multiple of 4.
-            unsafe { four_narrow_tiles(src.as_ptr(), tb, dst.as_mut_ptr(), stride, rows) };
+            // requires for one group; `rows` is a multiple of 4; no streaming.
+            unsafe { narrow_band(src.as_ptr(), tb, dst.as_mut_ptr(), stride, rows, 1, false) };
             done += 4;
         }
     }
@@ -659,42 +664,6 @@ pub(super) fn tiled_rows_region(p: &PlaneGeometry, (y0, y1): (u32, u32)) -> (usi
     let q = band_quantum(p);
     let (n0, n1) = (b0 / q * q, (b1.div_ceil(q) * q).min(p.tiles_y));
     (n0 as usize * ba.band_bytes, (n1 - n0) as usize * ba.band_bytes, 0, 1)
-}
-
-/// Four row-major tiles 8 bytes wide, side by side (nv12-8l128), into 32-byte rows: a
-/// transpose of 4x4 8-byte words per four rows, so that each row is one 32-byte store
-/// rather than four 8-byte ones. The stores were the detile's cost: at 4K nv12-8l128 ->
-/// XR24 on one thread, with 8-byte stores the detile took as long as the colour conversion.
-///
-/// # Safety
-/// The CPU has AVX2; `src` is readable for `3 * tile_bytes + rows * 8` bytes (tile k's rows
-/// from `src + k * tile_bytes`), `dst` writable for `(rows - 1) * stride + 32`; `rows` is a
-/// multiple of 4.
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2")]
-unsafe fn four_narrow_tiles(src: *const u8, tile_bytes: usize, dst: *mut u8, stride: usize, rows: usize) {
-    use std::arch::x86_64::*;
-    // SAFETY: the caller guarantees AVX2 and the bounds: load k of group iy reads bytes
-    // `k * tile_bytes + iy * 8 .. + 32` of `src`, store r writes `(iy + r) * stride .. + 32`
-    // of `dst`, iy + 3 < rows; loadu/storeu take any alignment.
-    unsafe {
-        for iy in (0..rows).step_by(4) {
-            let t = |k: usize| _mm256_loadu_si256(src.add(k * tile_bytes + iy * 8).cast());
-            let (a0, a1, a2, a3) = (t(0), t(1), t(2), t(3));
-            // Rows 0 and 2 of tiles 0, 1 (and 2, 3), then rows 1 and 3.
-            let (e01, o01) = (_mm256_unpacklo_epi64(a0, a1), _mm256_unpackhi_epi64(a0, a1));
-            let (e23, o23) = (_mm256_unpacklo_epi64(a2, a3), _mm256_unpackhi_epi64(a2, a3));
-            let out = [
-                _mm256_permute2x128_si256::<0x20>(e01, e23),
-                _mm256_permute2x128_si256::<0x20>(o01, o23),
-                _mm256_permute2x128_si256::<0x31>(e01, e23),
-                _mm256_permute2x128_si256::<0x31>(o01, o23),
-            ];
-            for (r, v) in out.into_iter().enumerate() {
-                _mm256_storeu_si256(dst.add((iy + r) * stride).cast(), v);
-            }
-        }
-    }
 }
 
 /// One tile whose rows are `N` bytes (`src`, its rows back to back) into rows `stride`

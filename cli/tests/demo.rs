@@ -532,7 +532,7 @@ fn bench_human_output_has_the_table_ratios_and_the_plot() {
     for goal in [
         "slowest detile ÷ GStreamer videoconvert",
         "slowest colour conversion ÷ GStreamer videoconvert",
-        "slowest fused tiled -> XR24 ÷ linear NV12 -> XR24",
+        "slowest fused tiled -> RGB ÷ linear NV12 -> RGB, taking turns",
         "per thread ÷ libyuv NV12ToARGBMatrix",
     ] {
         assert!(stdout.lines().any(|l| l.contains(goal) && (l.ends_with(" met") || l.ends_with(" unmet"))), "no goal line for {goal:?}: {stdout}");

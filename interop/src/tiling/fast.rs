@@ -759,9 +759,6 @@ mod tests {
 
     use crate::tiling::test_pattern as pattern;
 
-    /// Every layout, odd and even sizes, padded strides and offsets, 1 to 3 threads: the
-    /// fast path writes exactly what the reference writes, in both directions, and leaves
-    /// the same bytes alone.
     /// Where the fused path fetches a window's tiles from: each tile's part for rows inside
     /// a band of row-major tiles, the band (pair, for Z-flip-Z) otherwise; and that region
     /// is what `detile_rows` reads (the rows it detiles equal the whole detile's).
@@ -799,6 +796,9 @@ mod tests {
         out
     }
 
+    /// Every layout, odd and even sizes, padded strides and offsets, 1 to 3 threads: the
+    /// fast path writes exactly what the reference writes, in both directions, and leaves
+    /// the same bytes alone.
     #[test]
     fn the_fast_path_equals_the_reference() {
         for layout in TileLayout::ALL {

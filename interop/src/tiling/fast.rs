@@ -132,6 +132,8 @@ struct BandAddress {
     tile_bytes: usize,
     /// Bytes of one band on the tiled side.
     band_bytes: usize,
+    /// Row-major tiles, which lie back to back: a band's tiles need only its first looked up.
+    row_major: bool,
 }
 
 impl BandAddress {
@@ -148,6 +150,7 @@ impl BandAddress {
             runs_per_tile: tile_width / run.max(1),
             tile_bytes,
             band_bytes: tile_bytes * p.tiles_x as usize,
+            row_major: p.kind == AddressKind::RowMajorTiles,
         }
     }
 
@@ -157,7 +160,12 @@ impl BandAddress {
         out.clear();
         let origin = first_band as usize * self.band_bytes;
         let y = band * self.tile_height;
-        out.extend((0..tiles_x).map(|tx| self.addr.offset(tx * self.tile_width as u32, y) as usize - origin));
+        if self.row_major {
+            let first = self.addr.offset(0, y) as usize - origin;
+            out.extend((0..tiles_x as usize).map(|tx| first + tx * self.tile_bytes));
+        } else {
+            out.extend((0..tiles_x).map(|tx| self.addr.offset(tx * self.tile_width as u32, y) as usize - origin));
+        }
     }
 
     /// Offsets inside a tile of the runs of row `iy` of the tile (in x order).
@@ -459,15 +467,8 @@ fn walk_share(p: &PlaneGeometry, (b0, b1): (u32, u32), stride: usize, m: &mut im
     let mut bases = Vec::with_capacity(p.tiles_x as usize);
     let mut inner = Vec::with_capacity(ba.runs_per_tile);
     let first_row = b0 * p.tile_height;
-    // Row-major tiles lie back to back: only the band's first tile is looked up.
-    let row_major = p.kind == AddressKind::RowMajorTiles;
     for band in b0..b1 {
-        if row_major {
-            bases.clear();
-            bases.push(ba.addr.offset(0, band * p.tile_height) as usize - b0 as usize * ba.band_bytes);
-        } else {
-            ba.tile_bases(band, b0, p.tiles_x, &mut bases);
-        }
+        ba.tile_bases(band, b0, p.tiles_x, &mut bases);
         let y0 = band * p.tile_height;
         let rows = p.tile_height.min(p.rows.saturating_sub(y0));
         // Narrow row-major tiles (4 bytes: 4L4, Vivante, whole bands; 8 bytes: 8L128): tile
@@ -582,14 +583,7 @@ pub(super) fn detile_rows(p: &PlaneGeometry, tiled: &[u8], (y0, y1): (u32, u32),
     let mut m = Gather { tiled: region, linear: out, stream: false };
     let mut bases = Vec::with_capacity(p.tiles_x as usize);
     for band in b0..b1 {
-        if p.kind == AddressKind::RowMajorTiles {
-            // Back to back: only the band's first tile is looked up.
-            let origin = ba.addr.offset(0, band * th) as usize - first as usize * ba.band_bytes;
-            bases.clear();
-            bases.extend((0..p.tiles_x as usize).map(|tx| origin + tx * ba.tile_bytes));
-        } else {
-            ba.tile_bases(band, first, p.tiles_x, &mut bases);
-        }
+        ba.tile_bases(band, first, p.tiles_x, &mut bases);
         let top = band * th;
         let (i0, i1) = (y0.max(top) - top, y1.min(top + th).min(p.rows).saturating_sub(top));
         let row0 = (top + i0 - y0) as usize * stride;

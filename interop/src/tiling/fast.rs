@@ -359,8 +359,8 @@ impl Mover for Gather<'_> {
 /// Rows `0..rows` of `groups` groups of four row-major tiles 8 bytes wide (`tile` bytes
 /// apart, from `src`; nv12-8l128) into rows `stride` apart from `dst`, 32 bytes a group: a
 /// transpose of 4x4 8-byte words per four rows of a group, so that each row takes one
-/// 32-byte store rather than four 8-byte ones. For the detile ([`Gather::band`]) and the
-/// fused path's windows ([`detile_rows`]), whose cost was those stores: at 4K nv12-8l128 ->
+/// 32-byte store rather than four 8-byte ones. For the detile and the fused path's windows
+/// ([`detile_rows`]), both through [`Gather::band`], whose cost was those stores: at 4K nv12-8l128 ->
 /// XR24 on one thread, with 8-byte stores the window's detile took as long as the colour
 /// conversion.
 ///
@@ -599,23 +599,13 @@ fn band_tiles(p: &PlaneGeometry, ba: &BandAddress, bases: &[usize], (i0, i1): (u
         return;
     }
     let rows = i1 - i0;
-    // Tiles 8 bytes wide, four at a time where the CPU has AVX2 (see `narrow_band`).
-    let mut done = 0;
-    #[cfg(target_arch = "x86_64")]
-    if tw == 8 && rows % 4 == 0 && std::is_x86_feature_detected!("avx2") {
-        let tb = ba.tile_bytes;
-        while (done + 4) * 8 <= wb && done + 4 <= bases.len() && bases[done + 3] == bases[done] + 3 * tb {
-            let base = bases[done] + i0 * 8;
-            let (x, last_row) = (done * 8, row0 + (rows - 1) * stride);
-            let (src, dst) = (&m.tiled[base..base + 3 * tb + rows * 8], &mut m.linear[row0 + x..last_row + x + 32]);
-            // SAFETY: AVX2 was detected; `src` holds the four tiles' rows (the first's
-            // from `i0`, each next `tb` on: `3 * tb + rows * 8` bytes) and `dst` the rows
-            // `stride` apart, 32 bytes each (`(rows - 1) * stride + 32`), as the function
-            // requires for one group; `rows` is a multiple of 4; no streaming.
-            unsafe { narrow_band(src.as_ptr(), tb, dst.as_mut_ptr(), stride, rows, 1, false) };
-            done += 4;
-        }
-    }
+    // Row-major tiles 8 bytes wide (back to back): the detile's own band path, four tiles at
+    // a time where the CPU has AVX2 (`Gather::band`); the row's ragged end below.
+    let whole = wb / tw;
+    let done = match bases.first() {
+        Some(&first) if ba.row_major && tw == 8 && m.band::<8>(first + i0 * 8, rows, ba.tile_bytes, row0, stride, whole) => whole,
+        _ => 0,
+    };
     for (tx, &base) in bases.iter().enumerate().skip(done) {
         let x = tx * tw;
         if x >= wb {

@@ -32,7 +32,7 @@ use dmabridge::{
 };
 use dmabridge_interop::dmabuf::{recv, send_buffer, socketpair, BufferIdentity, DmaBuf, PlaneDesc, Received};
 use dmabridge_interop::negotiate::{negotiate_with, Member, NegotiateOptions};
-use dmabridge_interop::tiling::{FrameConversion, RgbPacking};
+use dmabridge_interop::tiling::{FrameConversion, Step};
 use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{format_info, Fourcc, Layout, Modifier, TileLayout};
 use serde::{Deserialize, Serialize};
@@ -666,12 +666,16 @@ fn cpu_gbps(c: &FrameConversion, input: &[u8], out: &mut [u8], threads: usize, r
 /// the same number.
 const TURN_WARMUPS: usize = 5;
 
+/// Whether `c` is one fused step, detile and colour in one pass (tiled NV12/P010 -> linear
+/// RGB), as the conversion's own plan says.
+fn fused(c: &FrameConversion) -> bool {
+    matches!(c.steps().as_deref(), Ok([Step::YuvToRgb { layout, .. }]) if *layout != TileLayout::Linear)
+}
+
 /// [`BesideLinear`] for the fused conversion `c` (tiled NV12 -> RGB) from `input`, on
-/// `threads` threads and on one, in `rounds` rounds; `None` where `c` is not fused (its
-/// input is linear, or its output not RGB).
+/// `threads` threads and on one, in `rounds` rounds; `None` where `c` is not [`fused`].
 pub fn fused_beside_linear(c: &FrameConversion, input: &[u8], threads: usize, rounds: usize) -> Result<Option<BesideLinear>, dmabridge_interop::tiling::FrameConversionError> {
-    let yuv_to_rgb = (c.from == Fourcc::NV12 || c.from == Fourcc::P010) && RgbPacking::of(c.to).is_some();
-    if c.from_layout == TileLayout::Linear || c.to_layout != TileLayout::Linear || !yuv_to_rgb {
+    if !fused(c) {
         return Ok(None);
     }
     let linear = FrameConversion::new((TileLayout::Linear, c.from), (TileLayout::Linear, c.to), c.width, c.height);
@@ -770,7 +774,7 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
             notes.push(format!("convert {c} on one thread: {e}"));
         }
         let one_thread = (!ours.is_empty()).then(|| median(&mut ours));
-        let beside_linear = if cpu {
+        let beside_linear = if cpu && fused(&c) {
             progress(&format!("convert {c} and the linear conversion, taking turns"));
             fused_beside_linear(&c, input.bytes(), threads as usize, if opts.quick { 3 } else { 8 }).unwrap_or_else(|e| {
                 notes.push(format!("convert {c} beside the linear conversion: {e}"));

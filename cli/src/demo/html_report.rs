@@ -75,6 +75,15 @@ fn figure(what: impl FnOnce() -> String, v: f64) -> Result<f64, ReportError> {
     }
 }
 
+/// `v`, when it is a [`figure`] that others are divided by: above 0 as well.
+fn divisor(what: impl Fn() -> String, v: f64) -> Result<f64, ReportError> {
+    let v = figure(&what, v)?;
+    if v <= 0.0 {
+        return Err(ReportError::OutOfRange { what: what(), value: v.to_string(), range: "above 0".into() });
+    }
+    Ok(v)
+}
+
 /// `v`, when it is a frame dimension up to [`MAX_DIMENSION`].
 fn dimension(what: impl FnOnce() -> String, v: u32) -> Result<f64, ReportError> {
     if v <= MAX_DIMENSION {
@@ -166,10 +175,7 @@ impl Figures {
         if count > MAX_ENTRIES {
             return Err(ReportError::TooManyEntries { count });
         }
-        let memcpy = figure(|| "memcpy_gbps".into(), r.memcpy_gbps)?;
-        if memcpy <= 0.0 {
-            return Err(ReportError::OutOfRange { what: "memcpy_gbps".into(), value: memcpy.to_string(), range: "above 0".into() });
-        }
+        let memcpy = divisor(|| "memcpy_gbps".into(), r.memcpy_gbps)?;
         let system = [("driver", &r.system.driver), ("cpu", &r.system.cpu), ("kernel", &r.system.kernel)];
         let mut out = Figures {
             device: r.device.clone(),
@@ -202,10 +208,7 @@ impl Figures {
             for (j, p) in c.peers.iter().enumerate() {
                 let Some(g) = p.gbps else { continue };
                 let what = |field: &str| format!("convert[{i}].peers[{j}].{field}");
-                let g = figure(|| what("gbps"), g)?;
-                if g <= 0.0 {
-                    return Err(ReportError::OutOfRange { what: what("gbps"), value: g.to_string(), range: "above 0".into() });
-                }
+                let g = divisor(|| what("gbps"), g)?;
                 let per_thread = p.ratio_per_thread.map(|r| figure(|| what("ratio_per_thread"), r)).transpose()?;
                 let one_thread = c.gbps_one_thread.map(|g| figure(|| what("gbps_one_thread"), g)).transpose()?;
                 out.peers.push(PeerFigure { conversion: name.clone(), peer: p.name.clone(), gbps: g, ratio_total: gbps / g, ratio_per_thread: per_thread, one_thread_gbps: one_thread });
@@ -213,13 +216,13 @@ impl Figures {
             }
             if let Some(b) = &c.beside_linear {
                 let what = |field: &str| format!("convert[{i}].beside_linear.{field}");
-                let mut checked = *b;
-                for (field, v) in [("fused_gbps", &mut checked.fused_gbps), ("linear_gbps", &mut checked.linear_gbps), ("fused_gbps_one_thread", &mut checked.fused_gbps_one_thread), ("linear_gbps_one_thread", &mut checked.linear_gbps_one_thread)] {
-                    *v = figure(|| what(field), *v)?;
-                    if *v <= 0.0 {
-                        return Err(ReportError::OutOfRange { what: what(field), value: v.to_string(), range: "above 0".into() });
-                    }
-                }
+                let checked = BesideLinear {
+                    threads: b.threads,
+                    fused_gbps: divisor(|| what("fused_gbps"), b.fused_gbps)?,
+                    linear_gbps: divisor(|| what("linear_gbps"), b.linear_gbps)?,
+                    fused_gbps_one_thread: divisor(|| what("fused_gbps_one_thread"), b.fused_gbps_one_thread)?,
+                    linear_gbps_one_thread: divisor(|| what("linear_gbps_one_thread"), b.linear_gbps_one_thread)?,
+                };
                 out.beside_linear.push((name.clone(), checked));
             }
             out.figures.push(Figure { name, value: gbps, unit: "GB/s", normalised: gbps / memcpy, spread: figure(|| what("spread"), c.spread)? });

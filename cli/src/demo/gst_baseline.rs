@@ -209,17 +209,12 @@ struct Spec {
 impl Spec {
     fn new(case: GstCase, width: u32, height: u32) -> Result<Spec, String> {
         let geometry = |layout, fourcc| tiled_size(layout, fourcc, width, height).map_err(|e| format!("{case:?} at {width}x{height}: {e}"));
+        let tiled = |layout| gst_format(layout).ok_or_else(|| format!("GStreamer has no raw video format for the {layout} layout"));
         // GStreamer's input format, dmabridge's input and output, and the output caps.
         let (format, (layout, from), to, out_caps) = match case {
-            GstCase::Detile(layout) => {
-                let format = gst_format(layout).ok_or_else(|| format!("GStreamer has no raw video format for the {layout} layout"))?;
-                (format, (layout, Fourcc::NV12), Fourcc::NV12, "video/x-raw,format=NV12")
-            }
+            GstCase::Detile(layout) => (tiled(layout)?, (layout, Fourcc::NV12), Fourcc::NV12, "video/x-raw,format=NV12"),
             GstCase::Nv12ToBgrx(TileLayout::Linear) => ("nv12".to_owned(), (TileLayout::Linear, Fourcc::NV12), Fourcc::XRGB8888, "video/x-raw,format=BGRx"),
-            GstCase::Nv12ToBgrx(layout) => {
-                let format = gst_format(layout).ok_or_else(|| format!("GStreamer has no raw video format for the {layout} layout"))?;
-                (format, (layout, Fourcc::NV12), Fourcc::XRGB8888, "video/x-raw,format=BGRx")
-            }
+            GstCase::Nv12ToBgrx(layout) => (tiled(layout)?, (layout, Fourcc::NV12), Fourcc::XRGB8888, "video/x-raw,format=BGRx"),
             GstCase::BgrxToNv12 => ("bgrx".to_owned(), (TileLayout::Linear, Fourcc::XRGB8888), Fourcc::NV12, "video/x-raw,format=NV12"),
             GstCase::P010ToBgr10a2 => ("p010-10le".to_owned(), (TileLayout::Linear, Fourcc::P010), Fourcc::ARGB2101010, "video/x-raw,format=BGR10A2_LE"),
         };

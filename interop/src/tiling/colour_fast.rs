@@ -5,9 +5,15 @@
 //! the tests compare the two.
 //!
 //! Why it is fast where the reference is not:
-//! - Rows are produced a group at a time (a few tile rows of luma and their chroma), detiled
-//!   into small per-thread buffers that stay in cache, and converted from there: the tiled
-//!   frame is read once and the RGB frame written once, with no full linear intermediate.
+//! - Where the tiles hold their rows back to back and are a whole number of sixteen-pixel
+//!   blocks wide (samsung-64x32, allwinner-32x32, nv12-16l32s, i915-x), the vector loop
+//!   reads each tile where it lies and writes the tile's piece of each RGB row
+//!   ([`Job::run_tiles`]): the tiled frame is read once, in its own order, and nothing is
+//!   copied.
+//! - Elsewhere, rows are produced a group at a time (a few tile rows of luma and their
+//!   chroma), detiled into small per-thread buffers that stay in cache, and converted from
+//!   there: the tiled frame is read once and the RGB frame written once, with no full linear
+//!   intermediate.
 //! - A chroma sample's three products are computed once for the four pixels that share it,
 //!   and pixels are packed with precomputed shifts rather than per-byte indexing.
 //! - Where the CPU has AVX2, sixteen pixels at a time (`colour_simd`, the same
@@ -18,7 +24,7 @@
 
 use super::colour_simd::{Kernel, RgbKernel};
 use super::colour::{check_rgb_to_nv12, packing, yuv_bits, ColourError, ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};
-use super::fast::{band_quantum, default_threads, detile_rows, partial_bands, run_shares, tile_by_tile, tiled_rows_region, STREAM_BYTES};
+use super::fast::{band_quantum, band_tile_offsets, default_threads, detile_rows, partial_bands, rows_in_tiles, run_shares, tile_by_tile, tiled_rows_region, STREAM_BYTES};
 use super::geometry::{check_linear, tiled_size, PlaneGeometry};
 use super::{PlaneLayout, TilingError};
 use crate::tiling::AddressKind;
@@ -33,6 +39,18 @@ fn group_rows(y: &PlaneGeometry, uv: &PlaneGeometry) -> u32 {
     }
     let q = band_quantum(y);
     (y.tile_height * q).max(2 * uv.tile_height * q)
+}
+
+/// Whether the vector loop converts the tiles of `py` (luma) and `pc` (chroma) where they lie
+/// ([`Job::run_tiles`]): both planes' tiles hold their rows back to back, are as wide in
+/// bytes as each other and a whole number of sixteen-pixel blocks, and each luma band's
+/// chroma rows lie in one chroma band. samsung-64x32, allwinner-32x32, nv12-16l32s and
+/// i915-x are; nv12-4l4 and nv12-8l128 (tiles 4 and 8 pixels wide), i915-y and NVIDIA block
+/// linear (16-byte columns) go through a [`Window`].
+fn converts_in_place(py: &PlaneGeometry, pc: &PlaneGeometry, bits: u32) -> bool {
+    let bytes = if bits == 8 { 1 } else { 2 };
+    let (tw, th) = (py.tile_width, py.tile_height);
+    rows_in_tiles(py) && rows_in_tiles(pc) && pc.tile_width == tw && tw % (16 * bytes) == 0 && th % 2 == 0 && pc.tile_height % (th / 2) == 0
 }
 
 /// NV12/P010 in `layout` (the tiled buffer at the start of `src`, as [`tiled_size`] lays it
@@ -69,8 +87,13 @@ pub fn tiled_yuv_to_rgb_fast(
     let stride = dst_plane.stride as usize;
     let end = dst_plane.offset as usize + (height as usize - 1) * stride + width as usize * 4;
     let mut rest = &mut dst[dst_plane.offset as usize..end];
-    let simd = Kernel::detect(k, pack, bits == 10).map(|k| k.streaming(end - (dst_plane.offset as usize) >= STREAM_BYTES));
-    let job = Job { k, simd, shifts: pack.shifts(), alpha: pack.alpha_bits(), bits, width, height, py, pc, group, stride, src };
+    let in_place = converts_in_place(&py, &pc, bits);
+    // Tiles converted in place write each RGB row in pieces a tile wide: streamed only where
+    // every piece is whole cache lines, else a line would leave in two parts at two times.
+    let lines = (rest.as_ptr() as usize) % 64 == 0 && stride % 64 == 0;
+    let stream = end - (dst_plane.offset as usize) >= STREAM_BYTES && (lines || !in_place);
+    let simd = Kernel::detect(k, pack, bits == 10).map(|k| k.streaming(stream));
+    let job = Job { k, simd, in_place, shifts: pack.shifts(), alpha: pack.alpha_bits(), bits, width, height, py, pc, group, stride, src };
     let job = &job;
     let mut work = Vec::new();
     let mut g0 = 0;
@@ -199,6 +222,8 @@ struct Job<'a> {
     k: YuvToRgb,
     /// The vector loop, where the CPU has one.
     simd: Option<Kernel>,
+    /// [`converts_in_place`]: the vector loop reads the tiles where they lie.
+    in_place: bool,
     shifts: [u32; 4],
     /// The pixel word's alpha (or padding) bits: all ones.
     alpha: u32,
@@ -215,6 +240,9 @@ struct Job<'a> {
 impl Job<'_> {
     /// Converts groups `groups` into `out` (its rows, from the first group's first row).
     fn run(&self, groups: std::ops::Range<u32>, out: &mut [u8]) {
+        if let (true, Some(k)) = (self.in_place, &self.simd) {
+            return self.run_tiles(k, groups, out);
+        }
         let rows = groups.start * self.group..(groups.end * self.group).min(self.height);
         let (mut luma, mut chroma) = (Window::new(&self.py, self.src), Window::new(&self.pc, self.src));
         // Each plane's next window of tiles is fetched while this one converts, so its
@@ -263,6 +291,74 @@ impl Job<'_> {
         }
         if let Some(k) = &self.simd {
             k.fence();
+        }
+    }
+
+    /// As [`Job::run`], reading the tiles where they lie ([`converts_in_place`]): band by
+    /// band, each tile's rows (and its chroma tile's) in one call of the vector loop, which
+    /// writes the tile's piece of each RGB row. The tiled frame is read in its own order, a
+    /// few KiB a tile, and nothing is copied: the windows' detile was most of what the fused
+    /// conversion cost beyond the linear one. Measured at 4K -> XR24, fused ÷ linear on one
+    /// thread, taking turns: samsung-64x32 0.89 (windows 0.71), allwinner-32x32 0.90 (0.75),
+    /// nv12-16l32s 0.85 (0.72).
+    fn run_tiles(&self, k: &Kernel, groups: std::ops::Range<u32>, out: &mut [u8]) {
+        let rows = groups.start * self.group..(groups.end * self.group).min(self.height);
+        let (py, pc) = (&self.py, &self.pc);
+        let plane = |p: &PlaneGeometry| &self.src[p.offset as usize..(p.offset + p.size) as usize];
+        let (luma, chroma) = (plane(py), plane(pc));
+        let (th, tw) = (py.tile_height, py.tile_width as usize);
+        let tile_px = if self.bits == 8 { tw } else { tw / 2 };
+        let width = self.width as usize;
+        let (mut ybases, mut cbases) = (Vec::with_capacity(py.tiles_x as usize), Vec::with_capacity(pc.tiles_x as usize));
+        // Groups start on bands (`group_rows` is a multiple of the luma tile's height).
+        for band in rows.start / th..rows.end.div_ceil(th) {
+            let top = band * th;
+            let n = (rows.end.min(top + th) - top) as usize;
+            band_tile_offsets(py, band, &mut ybases);
+            // The band's chroma rows, in one chroma band (`converts_in_place`).
+            let c0 = top / 2;
+            band_tile_offsets(pc, c0 / pc.tile_height, &mut cbases);
+            let into = (c0 % pc.tile_height) as usize * tw;
+            for (tx, (&yt, &ct)) in ybases.iter().zip(&cbases).enumerate() {
+                let x0 = tx * tile_px;
+                if x0 >= width {
+                    break;
+                }
+                let w = tile_px.min(width - x0);
+                let o = (top - rows.start) as usize * self.stride + 4 * x0;
+                let piece = &mut out[o..o + (n - 1) * self.stride + 4 * w];
+                self.tile(k, &luma[yt..yt + n * tw], &chroma[ct + into..ct + into + n.div_ceil(2) * tw], piece, w);
+            }
+        }
+        k.fence();
+    }
+
+    /// The first `w` pixels of the rows of one tile (`y`, its rows back to back, as many as
+    /// the piece has; `c`, its chroma rows) into `piece` (rows `self.stride` apart): row
+    /// pairs in one call of the vector loop, a last odd row alone, and what is left of each
+    /// row (fewer than sixteen pixels) one pixel at a time.
+    fn tile(&self, k: &Kernel, y: &[u8], c: &[u8], piece: &mut [u8], w: usize) {
+        let stride = self.stride;
+        let n = (piece.len() - 4 * w) / stride + 1;
+        let tw = y.len() / n;
+        let pairs = n / 2;
+        let done = if pairs > 0 { k.tile(y, c, piece, (tw, tw, stride), w, pairs) } else { 0 };
+        if done == w && n % 2 == 0 {
+            return;
+        }
+        let b = if self.bits == 8 { 1 } else { 2 };
+        for r in 0..n {
+            let (yr, cr) = (&y[r * tw..r * tw + tw], &c[r / 2 * tw..r / 2 * tw + tw]);
+            let row = &mut piece[r * stride..r * stride + 4 * w];
+            let from = if r < 2 * pairs { done } else { k.rows([yr, yr], cr, (&mut *row, None), w) };
+            if from == w {
+                continue;
+            }
+            if self.bits == 8 {
+                self.row8(&yr[b * from..], &cr[b * from..], &mut row[4 * from..], w - from);
+            } else {
+                self.row10(&yr[b * from..], &cr[b * from..], &mut row[4 * from..], w - from);
+            }
         }
     }
 
@@ -315,7 +411,9 @@ impl Job<'_> {
 /// at a time between rows, double-buffered, 6.9 against 9.4 GB/s; reading the tiles in
 /// place with each next tile row fetched a row ahead, 0.35-0.55x the linear conversion
 /// against 0.6x; converting the band in narrow vertical strips, 0.4x, its RGB rows written
-/// in short pieces. Windows of 4 to 32 rows of a band all measured alike.) Tried again on
+/// in short pieces, with a call of the loop per row; one call per tile, which keeps the
+/// loop's constants in registers, is now [`Job::run_tiles`] and is faster than windows.
+/// Windows of 4 to 32 rows of a band all measured alike.) Tried again on
 /// 2026-11-26, fused ÷ linear on one thread, taking turns: the vector loop reading each
 /// block straight from its tile, the next band group fetched ahead, 0.60 against the
 /// window's 0.68 for 3840x256 samsung-64x32 (its input in L2) and 0.59 against 0.68 for
@@ -539,7 +637,7 @@ mod tests {
         let (w, h) = (1024u32, 1040u32);
         assert!(w as usize * 4 * h as usize >= STREAM_BYTES);
         let planes = packed_planes(Fourcc::NV12, w, h).expect("planes");
-        for layout in [TileLayout::Linear, TileLayout::Samsung64x32, TileLayout::Nv12_16L32S] {
+        for layout in [TileLayout::Linear, TileLayout::Samsung64x32, TileLayout::Nv12_16L32S, TileLayout::Allwinner32x32, TileLayout::Nv12_8L128] {
             let g = tiled_size(layout, Fourcc::NV12, w, h).expect("geometry");
             let tiled = pattern(g.size as usize, 5);
             let linear = detile_to_vec(layout, Fourcc::NV12, w, h, &tiled).expect("detile");
@@ -560,9 +658,32 @@ mod tests {
         }
     }
 
+    /// The layouts whose tiles the vector loop reads where they lie, and those it does not.
+    #[test]
+    fn which_tiles_convert_in_place() {
+        let planes = |layout, fourcc| tiled_size(layout, fourcc, 256, 64).expect("geometry").planes;
+        for (layout, fourcc, yes) in [
+            (TileLayout::Samsung64x32, Fourcc::NV12, true),
+            (TileLayout::Allwinner32x32, Fourcc::NV12, true),
+            (TileLayout::Nv12_16L32S, Fourcc::NV12, true),
+            (TileLayout::I915X, Fourcc::NV12, true),
+            (TileLayout::I915X, Fourcc::P010, true),
+            (TileLayout::Nv12_4L4, Fourcc::NV12, false),
+            (TileLayout::Nv12_8L128, Fourcc::NV12, false),
+            (TileLayout::I915Y, Fourcc::NV12, false),
+            (TileLayout::NvidiaBlockLinear(2), Fourcc::P010, false),
+            (TileLayout::Linear, Fourcc::NV12, false),
+        ] {
+            let p = planes(layout, fourcc);
+            let bits = if fourcc == Fourcc::P010 { 10 } else { 8 };
+            assert_eq!(converts_in_place(&p[0], &p[1], bits), yes, "{layout} {fourcc}");
+        }
+    }
+
     #[test]
     fn p010_linear_and_tiled() {
-        for layout in [TileLayout::Linear, TileLayout::I915Y, TileLayout::NvidiaBlockLinear(2)] {
+        // i915-x's tiles are converted where they lie, 10-bit samples included.
+        for layout in [TileLayout::Linear, TileLayout::I915Y, TileLayout::NvidiaBlockLinear(2), TileLayout::I915X] {
             let (w, h) = (70u32, 36u32);
             let g = tiled_size(layout, Fourcc::P010, w, h).expect("size");
             let tiled = pattern(g.size as usize, 5);

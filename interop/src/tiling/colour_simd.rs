@@ -139,25 +139,61 @@ impl Kernel {
         if blocks == 0 {
             return 0;
         }
+        let (one, o0) = (out1.is_none(), out0.as_mut_ptr());
+        let o1 = out1.map_or(o0, |o| o.as_mut_ptr());
+        // SAFETY: the blocks read `16 * bytes * blocks` bytes of each luma row and of `c`
+        // and write `64 * blocks` of each output row, all inside the slices by the minimum
+        // above (with one row, the loop reads and writes only the first); one pair, so the
+        // steps are never taken.
+        unsafe { self.dispatch(([y[0].as_ptr(), y1.as_ptr()], c.as_ptr(), [o0, o1]), (blocks, 1, [0; 3]), one) }
+    }
+
+    /// Converts the leading pixels of `pairs` row pairs of a rectangle, sixteen at a time:
+    /// luma rows `strides.0` bytes apart from the start of `y`, chroma rows `strides.1`
+    /// apart in `c` (one per pair), 4-byte pixels into rows `strides.2` apart in `out`. One
+    /// call for a whole tile, so that the loop keeps its constants in registers from one
+    /// row to the next: the fused path's tiles, converted where they lie.
+    /// Returns how many pixels of each row it wrote (a multiple of 16, at most `width`;
+    /// 0 where a slice is too short for all the rows), the rest being the caller's.
+    pub(super) fn tile(&self, y: &[u8], c: &[u8], out: &mut [u8], (ys, cs, os): (usize, usize, usize), width: usize, pairs: usize) -> usize {
+        let bytes = if self.ten_bit { 2 } else { 1 };
+        let blocks = width / 16;
+        // The last pair's rows end where these say; every row before it ends earlier.
+        let reach = |rows: usize, stride: usize, len: usize| rows.checked_sub(1).and_then(|r| r.checked_mul(stride)).and_then(|v| v.checked_add(len));
+        let fits = |have: usize, need: Option<usize>| need.is_some_and(|n| n <= have);
+        let row = 16 * bytes * blocks;
+        if blocks == 0 || !fits(y.len(), reach(2 * pairs, ys, row)) || !fits(c.len(), reach(pairs, cs, row)) || !fits(out.len(), reach(2 * pairs, os, 64 * blocks)) {
+            return 0;
+        }
+        let (y0, o0) = (y.as_ptr(), out.as_mut_ptr());
+        // SAFETY: pair p reads luma rows `2p * ys` and `(2p + 1) * ys`, chroma row `p * cs`
+        // (`16 * bytes * blocks` bytes each) and writes output rows `2p * os` and `(2p +
+        // 1) * os` (`64 * blocks` bytes each): the last pair's end inside each slice by the
+        // checks above, so the second rows' starts (`ys`, `os` on) are inside too.
+        unsafe { self.dispatch(([y0, y0.add(ys)], c.as_ptr(), [o0, o0.add(os)]), (blocks, pairs, [2 * ys, cs, 2 * os]), false) }
+    }
+
+    /// The loop for this kernel's depth and byte order ([`Kernel::blocks_avx2`]); returns
+    /// the pixels done per row (`16 * blocks`, or 0 where there is no such loop).
+    ///
+    /// # Safety
+    /// As [`Kernel::blocks_avx2`]'s bounds, for pairs `0..pairs` at `steps` apart.
+    #[allow(clippy::type_complexity)]
+    unsafe fn dispatch(&self, (y, c, out): ([*const u8; 2], *const u8, [*mut u8; 2]), (blocks, pairs, steps): (usize, usize, [usize; 3]), one: bool) -> usize {
         #[cfg(target_arch = "x86_64")]
         {
-            let (one, o0) = (out1.is_none(), out0.as_mut_ptr());
-            let o1 = out1.map_or(o0, |o| o.as_mut_ptr());
-            // SAFETY: a `Kernel` exists only where `detect` found AVX2; the blocks read
-            // `16 * bytes * blocks` bytes of each luma row and of `c` and write `64 * blocks`
-            // of each output row, all inside the slices by the minimum above (with one row,
-            // the loop reads and writes only the first).
+            // SAFETY: a `Kernel` exists only where `detect` found AVX2; the caller
+            // guarantees the bounds.
             unsafe {
-                let (y, c) = ([y[0].as_ptr(), y1.as_ptr()], c.as_ptr());
                 // One loop per depth and byte order (the orders of `RGB8_FORMATS`, and
                 // 2:10:10:10).
                 macro_rules! dispatch {
                     ($($o:expr),*) => {
                         match (self.ten_bit, self.order, one) {
-                            $((false, o, false) if o == $o => self.blocks_avx2::<false, { $o }, 2>(y, c, [o0, o1], blocks),
-                              (true, o, false) if o == $o => self.blocks_avx2::<true, { $o }, 2>(y, c, [o0, o1], blocks),
-                              (false, o, true) if o == $o => self.blocks_avx2::<false, { $o }, 1>(y, c, [o0, o1], blocks),
-                              (true, o, true) if o == $o => self.blocks_avx2::<true, { $o }, 1>(y, c, [o0, o1], blocks),)*
+                            $((false, o, false) if o == $o => self.blocks_avx2::<false, { $o }, 2>(y, c, out, blocks, pairs, steps),
+                              (true, o, false) if o == $o => self.blocks_avx2::<true, { $o }, 2>(y, c, out, blocks, pairs, steps),
+                              (false, o, true) if o == $o => self.blocks_avx2::<false, { $o }, 1>(y, c, out, blocks, pairs, steps),
+                              (true, o, true) if o == $o => self.blocks_avx2::<true, { $o }, 1>(y, c, out, blocks, pairs, steps),)*
                             _ => return 0,
                         }
                     };
@@ -168,7 +204,7 @@ impl Kernel {
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (y, c, out0, out1);
+            let _ = (y, c, out, blocks, pairs, steps, one);
             0
         }
     }
@@ -178,18 +214,22 @@ impl Kernel {
     /// that the loop holds no branch and only its own constants (which then stay in
     /// registers), and the channels go to their bytes without a shuffle.
     ///
+    /// Row pair `p` of `pairs` starts `p * steps[0]` bytes on from `y`, `p * steps[1]` from
+    /// `c` and `p * steps[2]` from `out`.
+    ///
     /// # Safety
-    /// The CPU has AVX2; both `y` and `c` are readable for `16 * blocks` bytes (8-bit
-    /// samples) or `32 * blocks` (10-bit), both `out` writable for `64 * blocks` bytes,
-    /// `TEN` is `self.ten_bit` and `ORDER` is `self.order`. `ROWS` (1 or 2) is how many
-    /// of the rows the loop converts.
+    /// The CPU has AVX2; for every pair, both its `y` and its `c` are readable for `16 *
+    /// blocks` bytes (8-bit samples) or `32 * blocks` (10-bit), both its `out` writable for
+    /// `64 * blocks` bytes; `TEN` is `self.ten_bit` and `ORDER` is `self.order`. `ROWS` (1
+    /// or 2) is how many of the rows the loop converts.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn blocks_avx2<const TEN: bool, const ORDER: u32, const ROWS: usize>(&self, y: [*const u8; 2], c: *const u8, out: [*mut u8; 2], blocks: usize) {
+    unsafe fn blocks_avx2<const TEN: bool, const ORDER: u32, const ROWS: usize>(&self, y: [*const u8; 2], c: *const u8, out: [*mut u8; 2], blocks: usize, pairs: usize, steps: [usize; 3]) {
         use std::arch::x86_64::*;
         let k = &self.k;
         // SAFETY: the caller guarantees AVX2 (every intrinsic's requirement), that the
-        // bytes each block reads are readable and that its 64 output bytes are writable;
+        // bytes each block of each pair reads are readable and that its 64 output bytes are
+        // writable;
         // loadu/storeu and the broadcast loads take any alignment, and the non-temporal
         // stores are used only where they land aligned: `out` aligned to 32 bytes, or to 16
         // with the 32-byte stores shifted by 16 (each block is 64 bytes on from the last;
@@ -208,92 +248,96 @@ impl Kernel {
             let (top10, sign) = (_mm256_set1_epi16(0xffc0u16 as i16), _mm256_set1_epi16(i16::MIN));
             let flip = _mm256_set1_epi8(0x80u8 as i8);
             let opaque = _mm256_set1_epi16(255);
-            // Non-temporal stores need their alignment: 32 bytes for a whole register, else
-            // 16 for its halves; rows that have neither are stored as usual.
-            let stream = out.map(|o| match (self.stream, o as usize % 32) {
-                (true, 0) => Stream::Wide,
-                (true, 16) => Stream::Shifted,
-                _ => Stream::No,
-            });
             let (zero, max) = (_mm256_setzero_si256(), set(k.max));
             let alpha_hi = _mm256_set1_epi16((3u16 << 14) as i16);
             // Each row's last block's second register, for `Stream::Shifted`.
             let mut carry = [_mm256_setzero_si256(); 2];
-            for i in 0..blocks {
-                // Each pixel's chroma, less the offset, in the top bits of its word (as
-                // signed words), and its terms, which the two rows share.
-                let (u, v) = if TEN {
-                    // Quarters 0 2 | 1 3: chroma pairs 0 1 4 5 | 2 3 6 7.
-                    let cs = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_loadu_si256(c.add(32 * i).cast()));
-                    let cs = _mm256_xor_si256(_mm256_and_si256(cs, top10), sign);
-                    (_mm256_shuffle_epi8(cs, ten_u), _mm256_shuffle_epi8(cs, ten_v))
-                } else {
-                    let cs = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128(c.add(16 * i).cast())), flip);
-                    (_mm256_shuffle_epi8(cs, u_order), _mm256_shuffle_epi8(cs, v_order))
-                };
-                let (cr, cb) = (_mm256_mulhrs_epi16(v, rv), _mm256_mulhrs_epi16(u, bu));
-                let cg = _mm256_add_epi16(_mm256_mulhrs_epi16(u, gu), _mm256_mulhrs_epi16(v, gv));
-                for row in 0..ROWS {
-                    // Each pixel's luma sample in the top bits of its word.
-                    let yl = if TEN {
-                        // Pixels 0-3 8-11 | 4-7 12-15.
-                        _mm256_and_si256(_mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_loadu_si256(y[row].add(32 * i).cast())), top10)
+            for pair in 0..pairs {
+                let [dy, dc, dout] = steps.map(|s| s * pair);
+                let (y, c, out) = ([y[0].add(dy), y[1].add(dy)], c.add(dc), [out[0].add(dout), out[1].add(dout)]);
+                // Non-temporal stores need their alignment: 32 bytes for a whole register, else
+                // 16 for its halves; rows that have neither are stored as usual.
+                let stream = out.map(|o| match (self.stream, o as usize % 32) {
+                    (true, 0) => Stream::Wide,
+                    (true, 16) => Stream::Shifted,
+                    _ => Stream::No,
+                });
+                for i in 0..blocks {
+                    // Each pixel's chroma, less the offset, in the top bits of its word (as
+                    // signed words), and its terms, which the two rows share.
+                    let (u, v) = if TEN {
+                        // Quarters 0 2 | 1 3: chroma pairs 0 1 4 5 | 2 3 6 7.
+                        let cs = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_loadu_si256(c.add(32 * i).cast()));
+                        let cs = _mm256_xor_si256(_mm256_and_si256(cs, top10), sign);
+                        (_mm256_shuffle_epi8(cs, ten_u), _mm256_shuffle_epi8(cs, ten_v))
                     } else {
-                        _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(y[row].add(16 * i).cast())), luma_order)
+                        let cs = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128(c.add(16 * i).cast())), flip);
+                        (_mm256_shuffle_epi8(cs, u_order), _mm256_shuffle_epi8(cs, v_order))
                     };
-                    // `vpmulhuw` written out: given the intrinsic, LLVM (Rust 1.95) rewrites
-                    // this one multiply into seven instructions on 32-bit lanes, which costs
-                    // the loop a fifth of its speed.
-                    let luma: __m256i;
-                    std::arch::asm!("vpmulhuw {l}, {y}, {m}", l = lateout(ymm_reg) luma, y = in(ymm_reg) yl, m = in(ymm_reg) ym, options(pure, nomem, nostack, preserves_flags));
-                    let l = _mm256_add_epi16(luma, bias);
-                    // The fraction bits: 6 for 8-bit output, 4 for 10-bit (`YuvToRgb::shift`).
-                    let channel = |t: __m256i| {
-                        let sum = _mm256_adds_epi16(l, t);
-                        if bytes { _mm256_srai_epi16::<6>(sum) } else { _mm256_srai_epi16::<4>(sum) }
-                    };
-                    let (r, g, b) = (channel(cr), channel(cg), channel(cb));
-                    let (first, second) = if bytes {
-                        // Saturating packs clamp to 0..=255. With bytes 0 and 2 of each pixel
-                        // in one pack and 1 and 3 in the other, the unpacks interleave them into
-                        // pixels: lane 0 into pixels 0-3 and 8-11, lane 1 into 4-7 and 12-15.
-                        let channels = [r, g, b, opaque];
-                        let at = |byte| channels[channel_at(ORDER, byte)];
-                        let (even, odd) = (_mm256_packus_epi16(at(0), at(2)), _mm256_packus_epi16(at(1), at(3)));
-                        let (lo, hi) = (_mm256_unpacklo_epi8(even, odd), _mm256_unpackhi_epi8(even, odd));
-                        (_mm256_unpacklo_epi16(lo, hi), _mm256_unpackhi_epi16(lo, hi))
-                    } else {
-                        // 2:10:10:10 (the one 10-bit packing): the low and high 16 bits of each
-                        // pixel word, interleaved.
-                        let clamp = |x: __m256i| _mm256_min_epi16(_mm256_max_epi16(x, zero), max);
-                        let (r, g, b) = (clamp(r), clamp(g), clamp(b));
-                        let low = _mm256_or_si256(b, _mm256_slli_epi16::<10>(g));
-                        let high = _mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16::<6>(g), _mm256_slli_epi16::<4>(r)), alpha_hi);
-                        (_mm256_unpacklo_epi16(low, high), _mm256_unpackhi_epi16(low, high))
-                    };
-                    let o = out[row].add(64 * i);
-                    match stream[row] {
-                        Stream::Wide => {
-                            _mm256_stream_si256(o.cast(), first);
-                            _mm256_stream_si256(o.add(32).cast(), second);
-                        }
-                        Stream::Shifted => {
-                            // Bytes -16..16 of the block: the last block's top half and this
-                            // one's first (the row's first 16 bytes alone), then 16..48.
-                            if i == 0 {
-                                _mm_stream_si128(o.cast(), _mm256_castsi256_si128(first));
-                            } else {
-                                _mm256_stream_si256(o.sub(16).cast(), _mm256_permute2x128_si256::<0x21>(carry[row], first));
+                    let (cr, cb) = (_mm256_mulhrs_epi16(v, rv), _mm256_mulhrs_epi16(u, bu));
+                    let cg = _mm256_add_epi16(_mm256_mulhrs_epi16(u, gu), _mm256_mulhrs_epi16(v, gv));
+                    for row in 0..ROWS {
+                        // Each pixel's luma sample in the top bits of its word.
+                        let yl = if TEN {
+                            // Pixels 0-3 8-11 | 4-7 12-15.
+                            _mm256_and_si256(_mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_loadu_si256(y[row].add(32 * i).cast())), top10)
+                        } else {
+                            _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(y[row].add(16 * i).cast())), luma_order)
+                        };
+                        // `vpmulhuw` written out: given the intrinsic, LLVM (Rust 1.95) rewrites
+                        // this one multiply into seven instructions on 32-bit lanes, which costs
+                        // the loop a fifth of its speed.
+                        let luma: __m256i;
+                        std::arch::asm!("vpmulhuw {l}, {y}, {m}", l = lateout(ymm_reg) luma, y = in(ymm_reg) yl, m = in(ymm_reg) ym, options(pure, nomem, nostack, preserves_flags));
+                        let l = _mm256_add_epi16(luma, bias);
+                        // The fraction bits: 6 for 8-bit output, 4 for 10-bit (`YuvToRgb::shift`).
+                        let channel = |t: __m256i| {
+                            let sum = _mm256_adds_epi16(l, t);
+                            if bytes { _mm256_srai_epi16::<6>(sum) } else { _mm256_srai_epi16::<4>(sum) }
+                        };
+                        let (r, g, b) = (channel(cr), channel(cg), channel(cb));
+                        let (first, second) = if bytes {
+                            // Saturating packs clamp to 0..=255. With bytes 0 and 2 of each pixel
+                            // in one pack and 1 and 3 in the other, the unpacks interleave them into
+                            // pixels: lane 0 into pixels 0-3 and 8-11, lane 1 into 4-7 and 12-15.
+                            let channels = [r, g, b, opaque];
+                            let at = |byte| channels[channel_at(ORDER, byte)];
+                            let (even, odd) = (_mm256_packus_epi16(at(0), at(2)), _mm256_packus_epi16(at(1), at(3)));
+                            let (lo, hi) = (_mm256_unpacklo_epi8(even, odd), _mm256_unpackhi_epi8(even, odd));
+                            (_mm256_unpacklo_epi16(lo, hi), _mm256_unpackhi_epi16(lo, hi))
+                        } else {
+                            // 2:10:10:10 (the one 10-bit packing): the low and high 16 bits of each
+                            // pixel word, interleaved.
+                            let clamp = |x: __m256i| _mm256_min_epi16(_mm256_max_epi16(x, zero), max);
+                            let (r, g, b) = (clamp(r), clamp(g), clamp(b));
+                            let low = _mm256_or_si256(b, _mm256_slli_epi16::<10>(g));
+                            let high = _mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16::<6>(g), _mm256_slli_epi16::<4>(r)), alpha_hi);
+                            (_mm256_unpacklo_epi16(low, high), _mm256_unpackhi_epi16(low, high))
+                        };
+                        let o = out[row].add(64 * i);
+                        match stream[row] {
+                            Stream::Wide => {
+                                _mm256_stream_si256(o.cast(), first);
+                                _mm256_stream_si256(o.add(32).cast(), second);
                             }
-                            _mm256_stream_si256(o.add(16).cast(), _mm256_permute2x128_si256::<0x21>(first, second));
-                            carry[row] = second;
-                            if i + 1 == blocks {
-                                _mm_stream_si128(o.add(48).cast(), _mm256_extracti128_si256::<1>(second));
+                            Stream::Shifted => {
+                                // Bytes -16..16 of the block: the last block's top half and this
+                                // one's first (the row's first 16 bytes alone), then 16..48.
+                                if i == 0 {
+                                    _mm_stream_si128(o.cast(), _mm256_castsi256_si128(first));
+                                } else {
+                                    _mm256_stream_si256(o.sub(16).cast(), _mm256_permute2x128_si256::<0x21>(carry[row], first));
+                                }
+                                _mm256_stream_si256(o.add(16).cast(), _mm256_permute2x128_si256::<0x21>(first, second));
+                                carry[row] = second;
+                                if i + 1 == blocks {
+                                    _mm_stream_si128(o.add(48).cast(), _mm256_extracti128_si256::<1>(second));
+                                }
                             }
-                        }
-                        Stream::No => {
-                            _mm256_storeu_si256(o.cast(), first);
-                            _mm256_storeu_si256(o.add(32).cast(), second);
+                            Stream::No => {
+                                _mm256_storeu_si256(o.cast(), first);
+                                _mm256_storeu_si256(o.add(32).cast(), second);
+                            }
                         }
                     }
                 }
@@ -475,6 +519,38 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// A rectangle's row pairs in one call ([`Kernel::tile`], 8- and 10-bit, rows of a tile
+    /// read with their strides, output rows padded): each pair as [`Kernel::rows`] writes
+    /// it, the pixels past the last whole sixteen and the bytes between the rows left alone;
+    /// slices too short for the last pair are refused whole.
+    #[test]
+    fn a_tile_is_its_row_pairs() {
+        let (w, pairs) = (53usize, 3usize);
+        for ten_bit in [false, true] {
+            let bytes = if ten_bit { 2 } else { 1 };
+            let (ys, cs, os) = (64 * bytes, 64 * bytes + 8, w * 4 + 44);
+            let (y, c) = (pattern(2 * pairs * ys, 7), pattern(pairs * cs, 9));
+            let pack = RgbPacking::of(if ten_bit { crate::Fourcc::XRGB2101010 } else { crate::Fourcc::ABGR8888 }).expect("packing");
+            let k = YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, if ten_bit { 10 } else { 8 }, pack.bits());
+            let Some(kernel) = Kernel::detect(k, pack, ten_bit) else { return };
+            let len = (2 * pairs - 1) * os + 4 * w;
+            let mut got = vec![0x5au8; len];
+            assert_eq!(kernel.tile(&y, &c, &mut got, (ys, cs, os), w, pairs), 48);
+            let mut want = vec![0x5au8; len];
+            for p in 0..pairs {
+                let (a, rest) = want[2 * p * os..].split_at_mut(os);
+                let row = |r: usize| &y[r * ys..r * ys + w * bytes];
+                kernel.rows([row(2 * p), row(2 * p + 1)], &c[p * cs..p * cs + w * bytes], (&mut a[..4 * w], Some(&mut rest[..4 * w])), w);
+            }
+            assert!(got == want, "ten_bit {ten_bit}");
+            assert!(got[48 * 4..4 * w].iter().all(|&b| b == 0x5a), "pixels 48.. are the caller's");
+            assert_eq!(kernel.tile(&y[..(2 * pairs - 1) * ys + 48 * bytes - 1], &c, &mut got, (ys, cs, os), w, pairs), 0);
+            assert_eq!(kernel.tile(&y, &c[..(pairs - 1) * cs + 48 * bytes - 1], &mut got, (ys, cs, os), w, pairs), 0);
+            assert_eq!(kernel.tile(&y, &c, &mut got[..len - 4 * w + 191], (ys, cs, os), w, pairs), 0);
+            assert_eq!(kernel.tile(&y, &c, &mut got, (ys, cs, os), 15, pairs), 0);
         }
     }
 

@@ -543,6 +543,17 @@ fn walk_share(p: &PlaneGeometry, (b0, b1): (u32, u32), stride: usize, m: &mut im
     }
 }
 
+/// Offsets from the plane's first byte of the tiles of band `band` of `p`, in tx order.
+pub(super) fn band_tile_offsets(p: &PlaneGeometry, band: u32, out: &mut Vec<usize>) {
+    BandAddress::of(p).tile_bases(band, 0, p.tiles_x, out);
+}
+
+/// Whether each tile of `p` holds its rows back to back, `tile_width` bytes apart (row-major
+/// tiles, Z-flip-Z): a tile's rows can then be read where they lie.
+pub(super) fn rows_in_tiles(p: &PlaneGeometry) -> bool {
+    matches!(p.kind, AddressKind::RowMajorTiles | AddressKind::SamsungZFlipZ) && BandAddress::of(p).run == p.tile_width as usize
+}
+
 /// Whether [`detile_rows`] reads `p` tile by tile, which lets it start at any band (and,
 /// for row-major tiles, at any row of one): tiles whose rows are whole runs of 8, 16, 32 or
 /// 64 bytes (8: row-major only).

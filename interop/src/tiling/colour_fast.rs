@@ -10,10 +10,13 @@
 //!   reads each tile where it lies and writes the tile's piece of each RGB row
 //!   ([`Job::run_tiles`]): the tiled frame is read once, in its own order, and nothing is
 //!   copied.
-//! - Elsewhere, rows are produced a group at a time (a few tile rows of luma and their
-//!   chroma), detiled into small per-thread buffers that stay in cache, and converted from
-//!   there: the tiled frame is read once and the RGB frame written once, with no full linear
-//!   intermediate.
+//! - Tiles too narrow for that (nv12-4l4, nv12-8l128) are detiled a strip at a time, a few
+//!   hundred pixels by up to 128 rows, into buffers that stay in L1, and each strip converted
+//!   as one tile ([`Job::run_strips`]).
+//! - Elsewhere (and where the CPU has no vector loop), rows are produced a group at a time
+//!   (a few tile rows of luma and their chroma), detiled into small per-thread buffers that
+//!   stay in cache, and converted from there: the tiled frame is read once and the RGB frame
+//!   written once, with no full linear intermediate.
 //! - A chroma sample's three products are computed once for the four pixels that share it,
 //!   and pixels are packed with precomputed shifts rather than per-byte indexing.
 //! - Where the CPU has AVX2, sixteen pixels at a time (`colour_simd`, the same
@@ -24,7 +27,7 @@
 
 use super::colour_simd::{Kernel, RgbKernel};
 use super::colour::{check_rgb_to_nv12, packing, yuv_bits, ColourError, ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};
-use super::fast::{band_quantum, band_tile_offsets, default_threads, detile_rows, partial_bands, rows_in_tiles, run_shares, tile_by_tile, tiled_rows_region, STREAM_BYTES};
+use super::fast::{band_quantum, band_tile_offsets, default_threads, detile_rows, detile_strip, partial_bands, rows_in_tiles, run_shares, tile_by_tile, tiled_rows_region, STREAM_BYTES};
 use super::geometry::{check_linear, tiled_size, PlaneGeometry};
 use super::{PlaneLayout, TilingError};
 use crate::tiling::AddressKind;
@@ -45,12 +48,20 @@ fn group_rows(y: &PlaneGeometry, uv: &PlaneGeometry) -> u32 {
 /// ([`Job::run_tiles`]): both planes' tiles hold their rows back to back, are as wide in
 /// bytes as each other and a whole number of sixteen-pixel blocks, and each luma band's
 /// chroma rows lie in one chroma band. samsung-64x32, allwinner-32x32, nv12-16l32s and
-/// i915-x are; nv12-4l4 and nv12-8l128 (tiles 4 and 8 pixels wide), i915-y and NVIDIA block
-/// linear (16-byte columns) go through a [`Window`].
+/// i915-x are; nv12-4l4 and nv12-8l128 (tiles 4 and 8 pixels wide) go in strips
+/// ([`converts_in_strips`]), i915-y and NVIDIA block linear (16-byte columns) through a
+/// [`Window`].
 fn converts_in_place(py: &PlaneGeometry, pc: &PlaneGeometry, bits: u32) -> bool {
     let bytes = if bits == 8 { 1 } else { 2 };
     let (tw, th) = (py.tile_width, py.tile_height);
     rows_in_tiles(py) && rows_in_tiles(pc) && pc.tile_width == tw && tw % (16 * bytes) == 0 && th % 2 == 0 && pc.tile_height % (th / 2) == 0
+}
+
+/// Whether [`Job::run_strips`] converts `py` and `pc`: row-major tiles as wide in bytes as
+/// each other, too narrow to convert in place (nv12-4l4, nv12-8l128).
+fn converts_in_strips(py: &PlaneGeometry, pc: &PlaneGeometry, bits: u32) -> bool {
+    let bytes = if bits == 8 { 1 } else { 2 };
+    py.kind == AddressKind::RowMajorTiles && pc.kind == AddressKind::RowMajorTiles && rows_in_tiles(py) && rows_in_tiles(pc) && pc.tile_width == py.tile_width && py.tile_width < 16 * bytes && (16 * bytes) % py.tile_width == 0
 }
 
 /// NV12/P010 in `layout` (the tiled buffer at the start of `src`, as [`tiled_size`] lays it
@@ -70,6 +81,32 @@ pub fn tiled_yuv_to_rgb_fast(
     dst_plane: PlaneLayout,
     threads: usize,
 ) -> Result<(), ColourError> {
+    fused(layout, (from, to), (matrix, range), (width, height), src, (dst, dst_plane), threads, Route::Fastest)
+}
+
+/// Which way [`fused`] reads the tiles.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    /// In place or in strips where the layout and the CPU allow, else through windows.
+    Fastest,
+    /// Through windows always: the path of CPUs without the vector loop, which the tests
+    /// check on CPUs that have it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    Windows,
+}
+
+/// [`tiled_yuv_to_rgb_fast`], by `route`.
+#[allow(clippy::too_many_arguments)]
+fn fused(
+    layout: TileLayout,
+    (from, to): (Fourcc, Fourcc),
+    (matrix, range): (ColourMatrix, ColourRange),
+    (width, height): (u32, u32),
+    src: &[u8],
+    (dst, dst_plane): (&mut [u8], PlaneLayout),
+    threads: usize,
+    route: Route,
+) -> Result<(), ColourError> {
     let bits = yuv_bits(from, to)?;
     let pack = packing(to, from, false, false)?;
     let g = tiled_size(layout, from, width, height)?;
@@ -87,7 +124,7 @@ pub fn tiled_yuv_to_rgb_fast(
     let stride = dst_plane.stride as usize;
     let end = dst_plane.offset as usize + (height as usize - 1) * stride + width as usize * 4;
     let mut rest = &mut dst[dst_plane.offset as usize..end];
-    let in_place = converts_in_place(&py, &pc, bits);
+    let in_place = route == Route::Fastest && (converts_in_place(&py, &pc, bits) || converts_in_strips(&py, &pc, bits));
     // Tiles converted in place write each RGB row in pieces a tile wide: streamed only where
     // every piece is whole cache lines, else a line would leave in two parts at two times.
     let lines = (rest.as_ptr() as usize) % 64 == 0 && stride % 64 == 0;
@@ -241,6 +278,9 @@ impl Job<'_> {
     /// Converts groups `groups` into `out` (its rows, from the first group's first row).
     fn run(&self, groups: std::ops::Range<u32>, out: &mut [u8]) {
         if let (true, Some(k)) = (self.in_place, &self.simd) {
+            if converts_in_strips(&self.py, &self.pc, self.bits) {
+                return self.run_strips(k, groups, out);
+            }
             return self.run_tiles(k, groups, out);
         }
         let rows = groups.start * self.group..(groups.end * self.group).min(self.height);
@@ -328,6 +368,39 @@ impl Job<'_> {
                 let o = (top - rows.start) as usize * self.stride + 4 * x0;
                 let piece = &mut out[o..o + (n - 1) * self.stride + 4 * w];
                 self.tile(k, &luma[yt..yt + n * tw], &chroma[ct + into..ct + into + n.div_ceil(2) * tw], piece, w);
+            }
+        }
+        k.fence();
+    }
+
+    /// As [`Job::run`], for tiles too narrow for [`Job::run_tiles`]: strips ([`strip`])
+    /// detiled into buffers that stay in L1 ([`detile_strip`]), each then converted as one
+    /// tile. Windows of whole rows did not stay in L1.
+    fn run_strips(&self, k: &Kernel, groups: std::ops::Range<u32>, out: &mut [u8]) {
+        let rows = groups.start * self.group..(groups.end * self.group).min(self.height);
+        let (py, pc) = (&self.py, &self.pc);
+        let plane = |p: &PlaneGeometry| &self.src[p.offset as usize..(p.offset + p.size) as usize];
+        let (luma, chroma) = (plane(py), plane(pc));
+        let tw = py.tile_width as usize;
+        let bytes = if self.bits == 8 { 1 } else { 2 };
+        let width = self.width as usize;
+        let (strip_rows, strip_px) = strip(py, pc);
+        let sb = strip_px * bytes;
+        let mut ybuf = vec![0u8; sb * strip_rows as usize];
+        let mut cbuf = vec![0u8; sb * strip_rows.div_ceil(2) as usize];
+        for y0 in rows.clone().step_by(strip_rows as usize) {
+            let y1 = (y0 + strip_rows).min(rows.end);
+            let n = (y1 - y0) as usize;
+            let (c0, c1) = (y0 / 2, y1.div_ceil(2));
+            for x0 in (0..width).step_by(strip_px) {
+                let w = strip_px.min(width - x0);
+                let tiles = (w * bytes).div_ceil(tw);
+                let tx0 = x0 * bytes / tw;
+                detile_strip(py, luma, (y0, y1), (tx0, tiles), &mut ybuf, sb);
+                detile_strip(pc, chroma, (c0, c1), (tx0, tiles), &mut cbuf, sb);
+                let o = (y0 - rows.start) as usize * self.stride + 4 * x0;
+                let piece = &mut out[o..o + (n - 1) * self.stride + 4 * w];
+                self.tile(k, &ybuf[..n * sb], &cbuf[..n.div_ceil(2) * sb], piece, w);
             }
         }
         k.fence();
@@ -434,6 +507,21 @@ struct Window<'a> {
     buf: Vec<u8>,
     /// The first row of the window in `buf`.
     first: Option<u32>,
+}
+
+/// The rows and pixels of a strip of [`Job::run_strips`]: whole bands of both planes (the
+/// four-tile detile of nv12-4l4 takes a whole band), up to 128 rows, and as many pixels as
+/// make 16 KiB of luma (at most 512), which stay in L1 with their chroma. Measured at 4K ->
+/// XR24, fused ÷ linear on one thread, taking turns:
+/// - nv12-4l4: 8 rows 0.76-0.80 with 256-1024 pixels, 0.60-0.71 with 64-128; 4 rows (half a
+///   chroma band, detiled a row at a time) 0.28-0.30. Windows of whole rows: 0.55-0.71.
+/// - nv12-8l128: 128 rows of 128 pixels (whole tiles, read front to back) 0.72-0.77; 64
+///   rows 0.66-0.79; 32 rows 0.57-0.75; 8 or 16 rows or 64 pixels 0.28-0.72. Windows of
+///   whole rows: 0.64-0.69. Fetching the next strip's tiles ahead changed nothing.
+fn strip(py: &PlaneGeometry, pc: &PlaneGeometry) -> (u32, usize) {
+    let (th, both) = (py.tile_height, 2 * pc.tile_height);
+    let rows = if both % th == 0 { both } else { th * both }.min(128);
+    (rows, (16384 / rows as usize).min(512))
 }
 
 /// Rows of a window that starts inside a band ([`partial_bands`]): a band of nv12-8l128
@@ -603,7 +691,8 @@ mod tests {
     use crate::tiling::test_pattern as pattern;
 
     /// Every layout NV12 has, every RGB format, odd sizes, padded RGB rows, 1 and 3
-    /// threads: the fused path writes what detile-then-reference writes.
+    /// threads, by the fastest route and through windows: the fused path writes what
+    /// detile-then-reference writes.
     #[test]
     fn fused_equals_detile_then_reference() {
         for layout in TileLayout::ALL {
@@ -618,10 +707,10 @@ mod tests {
                         let len = 8 + plane.stride as usize * h as usize;
                         let mut want = vec![0x5au8; len];
                         yuv_to_rgb(Fourcc::NV12, to, m, r, w, h, &linear, &planes, &mut want, plane).expect("reference");
-                        for threads in [1, 3] {
+                        for (threads, route) in [(1, Route::Fastest), (3, Route::Fastest), (1, Route::Windows), (3, Route::Windows)] {
                             let mut got = vec![0x5au8; len];
-                            tiled_yuv_to_rgb_fast(layout, Fourcc::NV12, to, m, r, w, h, &tiled, &mut got, plane, threads).expect("fast");
-                            assert!(got == want, "{layout} -> {to} {w}x{h} {m:?} {r:?} on {threads} threads");
+                            fused(layout, (Fourcc::NV12, to), (m, r), (w, h), &tiled, (&mut got, plane), threads, route).expect("fast");
+                            assert!(got == want, "{layout} -> {to} {w}x{h} {m:?} {r:?} on {threads} threads, windows {}", route == Route::Windows);
                         }
                     }
                 }
@@ -630,8 +719,9 @@ mod tests {
     }
 
     /// Frames of [`STREAM_BYTES`] and more are written with non-temporal stores: the same
-    /// bytes, on one thread and on two, from rows that start cache lines (converted a pair
-    /// at a time), 32 bytes into one and 16 bytes into one (a row at a time).
+    /// bytes, on one thread and on two (and through windows), from rows that start cache
+    /// lines (converted a pair at a time, or in tiles' pieces), 32 bytes into one and 16
+    /// bytes into one (a row at a time, or in pieces not streamed).
     #[test]
     fn large_frames_stream_the_same_bytes() {
         let (w, h) = (1024u32, 1040u32);
@@ -648,11 +738,12 @@ mod tests {
             let line = buf.as_ptr().align_offset(64);
             for into_line in [0usize, 32, 16] {
                 let at = line + into_line;
-                for threads in [1, 2] {
+                for (threads, route) in [(1, Route::Fastest), (2, Route::Fastest), (2, Route::Windows)] {
                     buf.fill(0);
                     let plane = PlaneLayout::linear(0, w as u64 * 4, h);
-                    tiled_yuv_to_rgb_fast(layout, Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt709, ColourRange::Limited, w, h, &tiled, &mut buf[at..at + len], plane, threads).expect("fast");
-                    assert!(buf[at..at + len] == want[..], "{layout}, rows {into_line} bytes into a line, on {threads} threads");
+                    let colour = (ColourMatrix::Bt709, ColourRange::Limited);
+                    fused(layout, (Fourcc::NV12, Fourcc::XRGB8888), colour, (w, h), &tiled, (&mut buf[at..at + len], plane), threads, route).expect("fast");
+                    assert!(buf[at..at + len] == want[..], "{layout}, rows {into_line} bytes into a line, on {threads} threads, windows {}", route == Route::Windows);
                 }
             }
         }

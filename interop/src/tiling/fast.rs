@@ -554,6 +554,37 @@ pub(super) fn rows_in_tiles(p: &PlaneGeometry) -> bool {
     matches!(p.kind, AddressKind::RowMajorTiles | AddressKind::SamsungZFlipZ) && BandAddress::of(p).run == p.tile_width as usize
 }
 
+/// Rows `y0..y1` of tile columns `tx0..tx0 + count` of plane `p` (`tiled`: the whole
+/// plane's tiled bytes), whose tiles hold their rows back to back ([`rows_in_tiles`]), into
+/// `out`, rows `stride` apart: a strip of narrow tiles for the fused path to convert while it
+/// stays in L1. Four tiles at a time where [`Gather::band`] can (nv12-8l128 four rows at a
+/// time, nv12-4l4 a whole band); else a row of a tile at a time.
+pub(super) fn detile_strip(p: &PlaneGeometry, tiled: &[u8], (y0, y1): (u32, u32), (tx0, count): (usize, usize), out: &mut [u8], stride: usize) {
+    let ba = BandAddress::of(p);
+    let (th, tw) = (p.tile_height, ba.tile_width);
+    let mut m = Gather { tiled, linear: out, stream: false };
+    let mut y = y0;
+    while y < y1 {
+        let (band, iy) = (y / th, (y % th) as usize);
+        let rows = (y1.min((band + 1) * th) - y) as usize;
+        let t0 = ba.addr.offset(0, band * th) as usize + tx0 * ba.tile_bytes + iy * tw;
+        let l0 = (y - y0) as usize * stride;
+        let done = match tw {
+            4 => m.band::<4>(t0, rows, ba.tile_bytes, l0, stride, count),
+            8 => m.band::<8>(t0, rows, ba.tile_bytes, l0, stride, count),
+            _ => false,
+        };
+        if !done {
+            for k in 0..count {
+                for r in 0..rows {
+                    m.copy(t0 + k * ba.tile_bytes + r * tw, l0 + r * stride + k * tw, tw);
+                }
+            }
+        }
+        y += rows as u32;
+    }
+}
+
 /// Whether [`detile_rows`] reads `p` tile by tile, which lets it start at any band (and,
 /// for row-major tiles, at any row of one): tiles whose rows are whole runs of 8, 16, 32 or
 /// 64 bytes (8: row-major only).
@@ -780,6 +811,37 @@ mod tests {
                 let mut out = vec![0u8; (y1 - y0) as usize * wb];
                 detile_rows(&p, &tiled, (y0, y1), &mut out, wb);
                 assert!(out[..] == full[y0 as usize * wb..y1 as usize * wb], "{layout} rows {y0}..{y1}");
+            }
+        }
+    }
+
+    /// Strips of narrow row-major tiles (both planes of nv12-4l4 and nv12-8l128; whole
+    /// bands, parts of bands, several bands, odd rows, fewer than four tiles, the ragged last
+    /// tile column) are their part of the whole plane's detile.
+    #[test]
+    fn a_strip_is_its_part_of_the_detile() {
+        let (w, h) = (328u32, 300u32);
+        for layout in [TileLayout::Nv12_4L4, TileLayout::Nv12_8L128] {
+            for p in crate::tiling::tiled_size(layout, Fourcc::NV12, w, h).unwrap().planes {
+                assert!(rows_in_tiles(&p), "{layout}");
+                let tiled = crate::tiling::test_pattern(p.size as usize, 13);
+                let full = detile_to_vec_plane(&p, &tiled);
+                let (wb, tw) = (p.width_bytes as usize, p.tile_width as usize);
+                for (y0, y1) in [(0, 8), (8, 16), (0, 128), (32, 96), (124, 136), (96, 101), (p.rows - 7, p.rows)] {
+                    let (y0, y1) = (y0.min(p.rows), y1.min(p.rows));
+                    for (tx0, count) in [(0, 16), (4, 3), (8, 32), (p.tiles_x as usize - 5, 5)] {
+                        let stride = count * tw + 24;
+                        let mut out = vec![0x5au8; (y1 - y0) as usize * stride];
+                        detile_strip(&p, &tiled, (y0, y1), (tx0, count), &mut out, stride);
+                        for y in y0..y1 {
+                            let (x0, x1) = (tx0 * tw, ((tx0 + count) * tw).min(wb));
+                            let row = &out[(y - y0) as usize * stride..][..stride];
+                            let want = &full[y as usize * wb..][x0..x1];
+                            assert!(row[..x1 - x0] == *want, "{layout} plane at {} rows {y0}..{y1} tiles {tx0}+{count}: row {y}", p.offset);
+                            assert!(row[count * tw..].iter().all(|&b| b == 0x5a), "{layout}: past the strip");
+                        }
+                    }
+                }
             }
         }
     }

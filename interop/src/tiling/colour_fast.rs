@@ -33,9 +33,11 @@ use super::{PlaneLayout, TilingError};
 use crate::tiling::AddressKind;
 use crate::{Fourcc, TileLayout};
 
-/// The rows a thread's share is counted in: 16 for linear input, else enough rows that both
-/// planes' windows (a band, or a Z-flip-Z pair) end on the group's edge, so each thread
-/// starts on a window of its own.
+/// The rows a thread's share is counted in, for tiles read through a [`Window`]: 16 for
+/// linear input, else enough rows that both planes' windows (a band, or a Z-flip-Z pair) end
+/// on the group's edge, so each thread starts on a window of its own. Tiles read in place or
+/// in strips start anywhere on an even row, and are counted in 16 rows too: with a
+/// nv12-8l128 window's 256, two threads' shares of 2160 rows were 1280 and 880.
 fn group_rows(y: &PlaneGeometry, uv: &PlaneGeometry) -> u32 {
     if y.kind == AddressKind::Linear {
         return 16;
@@ -117,19 +119,20 @@ fn fused(
     check_linear(&dg, &[dst_plane], dst.len(), "RGB destination")?;
     let k = YuvToRgb::new(matrix, range, bits, pack.bits());
     let (py, pc) = (g.planes[0], g.planes[1]);
-    let group = group_rows(&py, &pc);
+    let simd = Kernel::detect(k, pack, bits == 10);
+    let in_place = simd.is_some() && route == Route::Fastest && (converts_in_place(&py, &pc, bits) || converts_in_strips(&py, &pc, bits));
+    let group = if in_place { 16 } else { group_rows(&py, &pc) };
     let groups = height.div_ceil(group);
     let threads = if threads == 0 { default_threads() } else { threads };
     let per = groups.div_ceil(threads.clamp(1, groups.max(1) as usize) as u32).max(1);
     let stride = dst_plane.stride as usize;
     let end = dst_plane.offset as usize + (height as usize - 1) * stride + width as usize * 4;
     let mut rest = &mut dst[dst_plane.offset as usize..end];
-    let in_place = route == Route::Fastest && (converts_in_place(&py, &pc, bits) || converts_in_strips(&py, &pc, bits));
     // Tiles converted in place write each RGB row in pieces a tile wide: streamed only where
     // every piece is whole cache lines, else a line would leave in two parts at two times.
     let lines = (rest.as_ptr() as usize) % 64 == 0 && stride % 64 == 0;
     let stream = end - (dst_plane.offset as usize) >= STREAM_BYTES && (lines || !in_place);
-    let simd = Kernel::detect(k, pack, bits == 10).map(|k| k.streaming(stream));
+    let simd = simd.map(|k| k.streaming(stream));
     let job = Job { k, simd, in_place, shifts: pack.shifts(), alpha: pack.alpha_bits(), bits, width, height, py, pc, group, stride, src };
     let job = &job;
     let mut work = Vec::new();
@@ -350,10 +353,11 @@ impl Job<'_> {
         let tile_px = if self.bits == 8 { tw } else { tw / 2 };
         let width = self.width as usize;
         let (mut ybases, mut cbases) = (Vec::with_capacity(py.tiles_x as usize), Vec::with_capacity(pc.tiles_x as usize));
-        // Groups start on bands (`group_rows` is a multiple of the luma tile's height).
+        // A share starts on an even row, inside a band or on its edge.
         for band in rows.start / th..rows.end.div_ceil(th) {
-            let top = band * th;
-            let n = (rows.end.min(top + th) - top) as usize;
+            let top = (band * th).max(rows.start);
+            let skip = (top - band * th) as usize * tw;
+            let n = (rows.end.min(band * th + th) - top) as usize;
             band_tile_offsets(py, band, &mut ybases);
             // The band's chroma rows, in one chroma band (`converts_in_place`).
             let c0 = top / 2;
@@ -367,7 +371,7 @@ impl Job<'_> {
                 let w = tile_px.min(width - x0);
                 let o = (top - rows.start) as usize * self.stride + 4 * x0;
                 let piece = &mut out[o..o + (n - 1) * self.stride + 4 * w];
-                self.tile(k, &luma[yt..yt + n * tw], &chroma[ct + into..ct + into + n.div_ceil(2) * tw], piece, w);
+                self.tile(k, &luma[yt + skip..yt + skip + n * tw], &chroma[ct + into..ct + into + n.div_ceil(2) * tw], piece, w);
             }
         }
         k.fence();
@@ -388,8 +392,11 @@ impl Job<'_> {
         let sb = strip_px * bytes;
         let mut ybuf = vec![0u8; sb * strip_rows as usize];
         let mut cbuf = vec![0u8; sb * strip_rows.div_ceil(2) as usize];
-        for y0 in rows.clone().step_by(strip_rows as usize) {
-            let y1 = (y0 + strip_rows).min(rows.end);
+        // Strips start on multiples of their rows (so on bands) where the share does not.
+        let mut next = rows.start;
+        while next < rows.end {
+            let (y0, y1) = (next, ((next / strip_rows + 1) * strip_rows).min(rows.end));
+            next = y1;
             let n = (y1 - y0) as usize;
             let (c0, c1) = (y0 / 2, y1.div_ceil(2));
             for x0 in (0..width).step_by(strip_px) {

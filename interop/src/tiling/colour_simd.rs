@@ -28,6 +28,30 @@ pub(super) struct Kernel {
     stream: bool,
 }
 
+/// Where [`Kernel::tile`]'s rows and blocks lie, in bytes from the start of each slice.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Steps {
+    /// From one luma row to the next.
+    pub luma_row: usize,
+    /// From one chroma row (a row pair's) to the next.
+    pub chroma_row: usize,
+    /// From one output row to the next.
+    pub out_row: usize,
+    /// From one sixteen-pixel block of a luma row to the next: its samples' bytes (16, or 32
+    /// for 10-bit) in a row, a tile's bytes where each block is a tile of its own.
+    pub luma_block: usize,
+    /// As `luma_block`, in a chroma row.
+    pub chroma_block: usize,
+}
+
+impl Steps {
+    /// Rows `luma_row`, `chroma_row` and `out_row` bytes apart, their blocks back to back.
+    pub(super) fn rows(ten_bit: bool, (luma_row, chroma_row, out_row): (usize, usize, usize)) -> Steps {
+        let block = if ten_bit { 32 } else { 16 };
+        Steps { luma_row, chroma_row, out_row, luma_block: block, chroma_block: block }
+    }
+}
+
 /// Pixel slot j of a register (16-bit slots; lane 0 holds 0..8) holds this pixel of the
 /// block.
 const PIXELS: [usize; 16] = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15];
@@ -145,41 +169,52 @@ impl Kernel {
         // and write `64 * blocks` of each output row, all inside the slices by the minimum
         // above (with one row, the loop reads and writes only the first); one pair, so the
         // steps are never taken.
-        unsafe { self.dispatch(([y[0].as_ptr(), y1.as_ptr()], c.as_ptr(), [o0, o1]), (blocks, 1, [0; 3]), one) }
+        unsafe { self.dispatch(([y[0].as_ptr(), y1.as_ptr()], c.as_ptr(), [o0, o1]), (blocks, [16 * bytes; 2]), (1, [0; 3]), one) }
     }
 
     /// Converts the leading pixels of `pairs` row pairs of a rectangle, sixteen at a time:
-    /// luma rows `strides.0` bytes apart from the start of `y`, chroma rows `strides.1`
-    /// apart in `c` (one per pair), 4-byte pixels into rows `strides.2` apart in `out`. One
-    /// call for a whole tile, so that the loop keeps its constants in registers from one
-    /// row to the next: the fused path's tiles, converted where they lie.
+    /// luma rows from the start of `y`, chroma rows (one per pair) from the start of `c`,
+    /// 4-byte pixels into rows of `out`, where `steps` says. One call for a whole tile (or a
+    /// run of tiles sixteen pixels wide, a block each), so that the loop keeps its constants
+    /// in registers from one row to the next: the fused path's tiles, converted where they
+    /// lie.
     /// Returns how many pixels of each row it wrote (a multiple of 16, at most `width`;
     /// 0 where a slice is too short for all the rows), the rest being the caller's.
-    pub(super) fn tile(&self, y: &[u8], c: &[u8], out: &mut [u8], (ys, cs, os): (usize, usize, usize), width: usize, pairs: usize) -> usize {
+    pub(super) fn tile(&self, y: &[u8], c: &[u8], out: &mut [u8], steps: Steps, width: usize, pairs: usize) -> usize {
         let bytes = if self.ten_bit { 2 } else { 1 };
         let blocks = width / 16;
-        // The last pair's rows end where these say; every row before it ends earlier.
-        let reach = |rows: usize, stride: usize, len: usize| rows.checked_sub(1).and_then(|r| r.checked_mul(stride)).and_then(|v| v.checked_add(len));
+        let Steps { luma_row: ys, chroma_row: cs, out_row: os, luma_block, chroma_block } = steps;
+        // The last pair's last block ends where these say; every other block ends earlier
+        // (blocks do not overlap, so each is at least its bytes on from the last).
+        let reach = |rows: usize, stride: usize, block: usize, len: usize| {
+            let last = rows.checked_sub(1)?.checked_mul(stride)?;
+            last.checked_add((blocks - 1).checked_mul(block)?)?.checked_add(len)
+        };
         let fits = |have: usize, need: Option<usize>| need.is_some_and(|n| n <= have);
-        let row = 16 * bytes * blocks;
-        if blocks == 0 || !fits(y.len(), reach(2 * pairs, ys, row)) || !fits(c.len(), reach(pairs, cs, row)) || !fits(out.len(), reach(2 * pairs, os, 64 * blocks)) {
+        let sample = 16 * bytes;
+        if blocks == 0 || luma_block < sample || chroma_block < sample {
+            return 0;
+        }
+        if !fits(y.len(), reach(2 * pairs, ys, luma_block, sample)) || !fits(c.len(), reach(pairs, cs, chroma_block, sample)) || !fits(out.len(), reach(2 * pairs, os, 64, 64)) {
             return 0;
         }
         let (y0, o0) = (y.as_ptr(), out.as_mut_ptr());
-        // SAFETY: pair p reads luma rows `2p * ys` and `(2p + 1) * ys`, chroma row `p * cs`
-        // (`16 * bytes * blocks` bytes each) and writes output rows `2p * os` and `(2p +
-        // 1) * os` (`64 * blocks` bytes each): the last pair's end inside each slice by the
-        // checks above, so the second rows' starts (`ys`, `os` on) are inside too.
-        unsafe { self.dispatch(([y0, y0.add(ys)], c.as_ptr(), [o0, o0.add(os)]), (blocks, pairs, [2 * ys, cs, 2 * os]), false) }
+        // SAFETY: block i of pair p reads `sample` bytes at `2p * ys + i * luma_block` and
+        // `(2p + 1) * ys + i * luma_block` of `y` and at `p * cs + i * chroma_block` of `c`,
+        // and writes 64 bytes at `2p * os + 64i` and `(2p + 1) * os + 64i` of `out`: the
+        // last pair's last block's end inside each slice by the checks above, so the second
+        // rows' starts (`ys`, `os` on) are inside too.
+        unsafe { self.dispatch(([y0, y0.add(ys)], c.as_ptr(), [o0, o0.add(os)]), (blocks, [luma_block, chroma_block]), (pairs, [2 * ys, cs, 2 * os]), false) }
     }
 
     /// The loop for this kernel's depth and byte order ([`Kernel::blocks_avx2`]); returns
     /// the pixels done per row (`16 * blocks`, or 0 where there is no such loop).
     ///
     /// # Safety
-    /// As [`Kernel::blocks_avx2`]'s bounds, for pairs `0..pairs` at `steps` apart.
+    /// As [`Kernel::blocks_avx2`]'s bounds, for pairs `0..pairs` at `steps` apart and
+    /// blocks `block` apart.
     #[allow(clippy::type_complexity)]
-    unsafe fn dispatch(&self, (y, c, out): ([*const u8; 2], *const u8, [*mut u8; 2]), (blocks, pairs, steps): (usize, usize, [usize; 3]), one: bool) -> usize {
+    unsafe fn dispatch(&self, (y, c, out): ([*const u8; 2], *const u8, [*mut u8; 2]), (blocks, block): (usize, [usize; 2]), (pairs, steps): (usize, [usize; 3]), one: bool) -> usize {
         #[cfg(target_arch = "x86_64")]
         {
             // SAFETY: a `Kernel` exists only where `detect` found AVX2; the caller
@@ -190,10 +225,10 @@ impl Kernel {
                 macro_rules! dispatch {
                     ($($o:expr),*) => {
                         match (self.ten_bit, self.order, one) {
-                            $((false, o, false) if o == $o => self.blocks_avx2::<false, { $o }, 2>(y, c, out, blocks, pairs, steps),
-                              (true, o, false) if o == $o => self.blocks_avx2::<true, { $o }, 2>(y, c, out, blocks, pairs, steps),
-                              (false, o, true) if o == $o => self.blocks_avx2::<false, { $o }, 1>(y, c, out, blocks, pairs, steps),
-                              (true, o, true) if o == $o => self.blocks_avx2::<true, { $o }, 1>(y, c, out, blocks, pairs, steps),)*
+                            $((false, o, false) if o == $o => self.blocks_avx2::<false, { $o }, 2>(y, c, out, (blocks, block), pairs, steps),
+                              (true, o, false) if o == $o => self.blocks_avx2::<true, { $o }, 2>(y, c, out, (blocks, block), pairs, steps),
+                              (false, o, true) if o == $o => self.blocks_avx2::<false, { $o }, 1>(y, c, out, (blocks, block), pairs, steps),
+                              (true, o, true) if o == $o => self.blocks_avx2::<true, { $o }, 1>(y, c, out, (blocks, block), pairs, steps),)*
                             _ => return 0,
                         }
                     };
@@ -204,7 +239,7 @@ impl Kernel {
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (y, c, out, blocks, pairs, steps, one);
+            let _ = (y, c, out, blocks, block, pairs, steps, one);
             0
         }
     }
@@ -215,16 +250,17 @@ impl Kernel {
     /// registers), and the channels go to their bytes without a shuffle.
     ///
     /// Row pair `p` of `pairs` starts `p * steps[0]` bytes on from `y`, `p * steps[1]` from
-    /// `c` and `p * steps[2]` from `out`.
+    /// `c` and `p * steps[2]` from `out`; block `i` of a pair `i * block[0]` bytes on in its
+    /// luma rows, `i * block[1]` in its chroma row and `64 * i` in its output rows.
     ///
     /// # Safety
-    /// The CPU has AVX2; for every pair, both its `y` and its `c` are readable for `16 *
-    /// blocks` bytes (8-bit samples) or `32 * blocks` (10-bit), both its `out` writable for
-    /// `64 * blocks` bytes; `TEN` is `self.ten_bit` and `ORDER` is `self.order`. `ROWS` (1
+    /// The CPU has AVX2; for every block of every pair, its bytes of both `y` and of `c`
+    /// are readable (16 for 8-bit samples, 32 for 10-bit) and its 64 bytes of both `out`
+    /// writable; `TEN` is `self.ten_bit` and `ORDER` is `self.order`. `ROWS` (1
     /// or 2) is how many of the rows the loop converts.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn blocks_avx2<const TEN: bool, const ORDER: u32, const ROWS: usize>(&self, y: [*const u8; 2], c: *const u8, out: [*mut u8; 2], blocks: usize, pairs: usize, steps: [usize; 3]) {
+    unsafe fn blocks_avx2<const TEN: bool, const ORDER: u32, const ROWS: usize>(&self, y: [*const u8; 2], c: *const u8, out: [*mut u8; 2], (blocks, [yb, cb]): (usize, [usize; 2]), pairs: usize, steps: [usize; 3]) {
         use std::arch::x86_64::*;
         let k = &self.k;
         // SAFETY: the caller guarantees AVX2 (every intrinsic's requirement), that the
@@ -267,11 +303,11 @@ impl Kernel {
                     // signed words), and its terms, which the two rows share.
                     let (u, v) = if TEN {
                         // Quarters 0 2 | 1 3: chroma pairs 0 1 4 5 | 2 3 6 7.
-                        let cs = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_loadu_si256(c.add(32 * i).cast()));
+                        let cs = _mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_loadu_si256(c.add(cb * i).cast()));
                         let cs = _mm256_xor_si256(_mm256_and_si256(cs, top10), sign);
                         (_mm256_shuffle_epi8(cs, ten_u), _mm256_shuffle_epi8(cs, ten_v))
                     } else {
-                        let cs = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128(c.add(16 * i).cast())), flip);
+                        let cs = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128(c.add(cb * i).cast())), flip);
                         (_mm256_shuffle_epi8(cs, u_order), _mm256_shuffle_epi8(cs, v_order))
                     };
                     let (cr, cb) = (_mm256_mulhrs_epi16(v, rv), _mm256_mulhrs_epi16(u, bu));
@@ -280,9 +316,9 @@ impl Kernel {
                         // Each pixel's luma sample in the top bits of its word.
                         let yl = if TEN {
                             // Pixels 0-3 8-11 | 4-7 12-15.
-                            _mm256_and_si256(_mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_loadu_si256(y[row].add(32 * i).cast())), top10)
+                            _mm256_and_si256(_mm256_permute4x64_epi64::<0b11_01_10_00>(_mm256_loadu_si256(y[row].add(yb * i).cast())), top10)
                         } else {
-                            _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(y[row].add(16 * i).cast())), luma_order)
+                            _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(y[row].add(yb * i).cast())), luma_order)
                         };
                         // `vpmulhuw` written out: given the intrinsic, LLVM (Rust 1.95) rewrites
                         // this one multiply into seven instructions on 32-bit lanes, which costs
@@ -538,7 +574,8 @@ mod tests {
             let Some(kernel) = Kernel::detect(k, pack, ten_bit) else { return };
             let len = (2 * pairs - 1) * os + 4 * w;
             let mut got = vec![0x5au8; len];
-            assert_eq!(kernel.tile(&y, &c, &mut got, (ys, cs, os), w, pairs), 48);
+            let steps = Steps::rows(ten_bit, (ys, cs, os));
+            assert_eq!(kernel.tile(&y, &c, &mut got, steps, w, pairs), 48);
             let mut want = vec![0x5au8; len];
             for p in 0..pairs {
                 let (a, rest) = want[2 * p * os..].split_at_mut(os);
@@ -547,11 +584,38 @@ mod tests {
             }
             assert!(got == want, "ten_bit {ten_bit}");
             assert!(got[48 * 4..4 * w].iter().all(|&b| b == 0x5a), "pixels 48.. are the caller's");
-            assert_eq!(kernel.tile(&y[..(2 * pairs - 1) * ys + 48 * bytes - 1], &c, &mut got, (ys, cs, os), w, pairs), 0);
-            assert_eq!(kernel.tile(&y, &c[..(pairs - 1) * cs + 48 * bytes - 1], &mut got, (ys, cs, os), w, pairs), 0);
-            assert_eq!(kernel.tile(&y, &c, &mut got[..len - 4 * w + 191], (ys, cs, os), w, pairs), 0);
-            assert_eq!(kernel.tile(&y, &c, &mut got, (ys, cs, os), 15, pairs), 0);
+            assert_eq!(kernel.tile(&y[..(2 * pairs - 1) * ys + 48 * bytes - 1], &c, &mut got, steps, w, pairs), 0);
+            assert_eq!(kernel.tile(&y, &c[..(pairs - 1) * cs + 48 * bytes - 1], &mut got, steps, w, pairs), 0);
+            assert_eq!(kernel.tile(&y, &c, &mut got[..len - 4 * w + 191], steps, w, pairs), 0);
+            assert_eq!(kernel.tile(&y, &c, &mut got, steps, 15, pairs), 0);
         }
+    }
+
+    /// Blocks that lie apart (each a tile of its own, as in a run of nv12-16l32s tiles):
+    /// each converts as the same block gathered into a row does.
+    #[test]
+    fn blocks_apart_are_the_blocks_gathered() {
+        let (blocks, pairs, (yb, cb)) = (5usize, 2usize, (48usize, 40usize));
+        let k = YuvToRgb::new(ColourMatrix::Bt601, ColourRange::Full, 8, 8);
+        let Some(kernel) = Kernel::detect(k, RgbPacking::of(crate::Fourcc::XRGB8888).expect("XR24"), false) else { return };
+        let (ys, cs, os) = (16usize, 16usize, 64 * blocks + 32);
+        let (y, c) = (pattern(2 * pairs * ys + (blocks - 1) * yb, 3), pattern(pairs * cs + (blocks - 1) * cb, 4));
+        let len = (2 * pairs - 1) * os + 64 * blocks;
+        let mut got = vec![0u8; len];
+        let steps = Steps { luma_row: ys, chroma_row: cs, out_row: os, luma_block: yb, chroma_block: cb };
+        assert_eq!(kernel.tile(&y, &c, &mut got, steps, 16 * blocks, pairs), 16 * blocks);
+        let gather = |s: &[u8], at: usize, step: usize| (0..blocks).flat_map(|i| s[at + i * step..at + i * step + 16].to_vec()).collect::<Vec<u8>>();
+        for p in 0..pairs {
+            let rows = [gather(&y, 2 * p * ys, yb), gather(&y, (2 * p + 1) * ys, yb)];
+            let mut want = [vec![0u8; 64 * blocks], vec![0u8; 64 * blocks]];
+            let [w0, w1] = &mut want;
+            kernel.rows([&rows[0], &rows[1]], &gather(&c, p * cs, cb), (w0, Some(w1)), 16 * blocks);
+            for (r, w) in want.iter().enumerate() {
+                assert!(got[(2 * p + r) * os..][..64 * blocks] == w[..], "pair {p} row {r}");
+            }
+        }
+        // Blocks closer than their own bytes would overlap: refused.
+        assert_eq!(kernel.tile(&y, &c, &mut got, Steps { luma_block: 15, ..steps }, 16 * blocks, pairs), 0);
     }
 
     /// Rows shorter than sixteen pixels, or slices shorter than the width says, are left

@@ -60,7 +60,8 @@ fn converts_in_place(py: &PlaneGeometry, pc: &PlaneGeometry, bits: u32) -> bool 
 }
 
 /// Whether [`Job::run_strips`] converts `py` and `pc`: row-major tiles as wide in bytes as
-/// each other, too narrow to convert in place (nv12-4l4, nv12-8l128).
+/// each other, too narrow to convert in place (nv12-4l4, nv12-8l128), and a whole number to
+/// a sixteen-pixel block (so that a strip, a number of blocks wide, starts on a tile).
 fn converts_in_strips(py: &PlaneGeometry, pc: &PlaneGeometry, bits: u32) -> bool {
     let bytes = if bits == 8 { 1 } else { 2 };
     py.kind == AddressKind::RowMajorTiles && pc.kind == AddressKind::RowMajorTiles && rows_in_tiles(py) && rows_in_tiles(pc) && pc.tile_width == py.tile_width && py.tile_width < 16 * bytes && (16 * bytes) % py.tile_width == 0
@@ -262,7 +263,8 @@ struct Job<'a> {
     k: YuvToRgb,
     /// The vector loop, where the CPU has one.
     simd: Option<Kernel>,
-    /// [`converts_in_place`]: the vector loop reads the tiles where they lie.
+    /// The vector loop reads the tiles where they lie ([`converts_in_place`]) or from
+    /// strips ([`converts_in_strips`]), not through a [`Window`].
     in_place: bool,
     shifts: [u32; 4],
     /// The pixel word's alpha (or padding) bits: all ones.
@@ -370,10 +372,10 @@ impl Job<'_> {
                 // Tiles a block wide (nv12-16l32s), back to back: a run of them in one call.
                 let run = if tile_px == 16 && n % 2 == 0 { block_run(&ybases[tx..], &cbases[tx..], (py, pc), ((width - x0) / 16).min(RUN_TILES)) } else { 0 };
                 if run > 1 {
-                    let (y0, c0) = (ybases[tx] + skip, cbases[tx] + into);
+                    let (yt, ct) = (ybases[tx] + skip, cbases[tx] + into);
                     let (ytile, ctile) = ((py.tile_height * py.tile_width) as usize, (pc.tile_height * pc.tile_width) as usize);
-                    let y = &luma[y0..y0 + (run - 1) * ytile + n * tw];
-                    let c = &chroma[c0..c0 + (run - 1) * ctile + n / 2 * tw];
+                    let y = &luma[yt..yt + (run - 1) * ytile + n * tw];
+                    let c = &chroma[ct..ct + (run - 1) * ctile + n / 2 * tw];
                     let piece = &mut out[o..o + (n - 1) * self.stride + 64 * run];
                     let steps = Steps { luma_row: tw, chroma_row: tw, out_row: self.stride, luma_block: ytile, chroma_block: ctile };
                     if k.tile(y, c, piece, steps, 16 * run, n / 2) == 16 * run {
@@ -546,8 +548,9 @@ fn block_run(ybases: &[usize], cbases: &[usize], (py, pc): (&PlaneGeometry, &Pla
 }
 
 /// The rows and pixels of a strip of [`Job::run_strips`]: whole bands of both planes (the
-/// four-tile detile of nv12-4l4 takes a whole band), up to 128 rows, and as many pixels as
-/// make 16 KiB of luma (at most 512), which stay in L1 with their chroma. Measured at 4K ->
+/// four-tile detile of nv12-4l4 takes a whole band: 8 rows) up to 128 rows (nv12-8l128: a
+/// luma band, half a chroma band), and as many pixels as make 16 KiB of luma (at most 512),
+/// which stay in L1 with their chroma. Measured at 4K ->
 /// XR24, fused ÷ linear on one thread, taking turns:
 /// - nv12-4l4: 8 rows 0.76-0.80 with 256-1024 pixels, 0.60-0.71 with 64-128; 4 rows (half a
 ///   chroma band, detiled a row at a time) 0.28-0.30. Windows of whole rows: 0.55-0.71.

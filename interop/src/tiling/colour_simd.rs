@@ -179,7 +179,8 @@ impl Kernel {
     /// in registers from one row to the next: the fused path's tiles, converted where they
     /// lie.
     /// Returns how many pixels of each row it wrote (a multiple of 16, at most `width`;
-    /// 0 where a slice is too short for all the rows), the rest being the caller's.
+    /// 0 where a slice is too short for all the rows or the blocks would overlap), the rest
+    /// being the caller's.
     pub(super) fn tile(&self, y: &[u8], c: &[u8], out: &mut [u8], steps: Steps, width: usize, pairs: usize) -> usize {
         let bytes = if self.ten_bit { 2 } else { 1 };
         let blocks = width / 16;

@@ -288,7 +288,7 @@ impl Job<'_> {
             }
             return self.run_tiles(k, groups, out);
         }
-        let rows = groups.start * self.group..(groups.end * self.group).min(self.height);
+        let rows = self.rows(groups);
         let (mut luma, mut chroma) = (Window::new(&self.py, self.src), Window::new(&self.pc, self.src));
         // Each plane's next window of tiles is fetched while this one converts, so its
         // detile finds them in cache instead of stalling on memory.
@@ -339,6 +339,17 @@ impl Job<'_> {
         }
     }
 
+    /// The rows of groups `groups`.
+    fn rows(&self, groups: std::ops::Range<u32>) -> std::ops::Range<u32> {
+        groups.start * self.group..(groups.end * self.group).min(self.height)
+    }
+
+    /// The luma and the chroma plane's tiled bytes.
+    fn planes(&self) -> (&[u8], &[u8]) {
+        let plane = |p: &PlaneGeometry| &self.src[p.offset as usize..(p.offset + p.size) as usize];
+        (plane(&self.py), plane(&self.pc))
+    }
+
     /// As [`Job::run`], reading the tiles where they lie ([`converts_in_place`]): band by
     /// band, each tile's rows (and its chroma tile's) in one call of the vector loop, which
     /// writes the tile's piece of each RGB row. The tiled frame is read in its own order, a
@@ -347,10 +358,7 @@ impl Job<'_> {
     /// thread, taking turns: samsung-64x32 0.89 (windows 0.71), allwinner-32x32 0.90 (0.75),
     /// nv12-16l32s 0.70-0.85 (0.72), 0.80-0.91 in runs of [`RUN_TILES`].
     fn run_tiles(&self, k: &Kernel, groups: std::ops::Range<u32>, out: &mut [u8]) {
-        let rows = groups.start * self.group..(groups.end * self.group).min(self.height);
-        let (py, pc) = (&self.py, &self.pc);
-        let plane = |p: &PlaneGeometry| &self.src[p.offset as usize..(p.offset + p.size) as usize];
-        let (luma, chroma) = (plane(py), plane(pc));
+        let (rows, (py, pc), (luma, chroma)) = (self.rows(groups), (&self.py, &self.pc), self.planes());
         let (th, tw) = (py.tile_height, py.tile_width as usize);
         let tile_px = if self.bits == 8 { tw } else { tw / 2 };
         let width = self.width as usize;
@@ -397,10 +405,7 @@ impl Job<'_> {
     /// detiled into buffers that stay in L1 ([`detile_strip`]), each then converted as one
     /// tile. Windows of whole rows did not stay in L1.
     fn run_strips(&self, k: &Kernel, groups: std::ops::Range<u32>, out: &mut [u8]) {
-        let rows = groups.start * self.group..(groups.end * self.group).min(self.height);
-        let (py, pc) = (&self.py, &self.pc);
-        let plane = |p: &PlaneGeometry| &self.src[p.offset as usize..(p.offset + p.size) as usize];
-        let (luma, chroma) = (plane(py), plane(pc));
+        let (rows, (py, pc), (luma, chroma)) = (self.rows(groups), (&self.py, &self.pc), self.planes());
         let tw = py.tile_width as usize;
         let bytes = if self.bits == 8 { 1 } else { 2 };
         let width = self.width as usize;

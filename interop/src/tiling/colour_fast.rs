@@ -46,25 +46,47 @@ fn group_rows(y: &PlaneGeometry, uv: &PlaneGeometry) -> u32 {
     (y.tile_height * q).max(2 * uv.tile_height * q)
 }
 
-/// Whether the vector loop converts the tiles of `py` (luma) and `pc` (chroma) where they lie
-/// ([`Job::run_tiles`]): both planes' tiles hold their rows back to back, are as wide in
-/// bytes as each other and a whole number of sixteen-pixel blocks, and each luma band's
-/// chroma rows lie in one chroma band. samsung-64x32, allwinner-32x32, nv12-16l32s and
-/// i915-x are; nv12-4l4 and nv12-8l128 (tiles 4 and 8 pixels wide) go in strips
-/// ([`converts_in_strips`]), i915-y and NVIDIA block linear (16-byte columns) through a
-/// [`Window`].
-fn converts_in_place(py: &PlaneGeometry, pc: &PlaneGeometry, bits: u32) -> bool {
-    let bytes = if bits == 8 { 1 } else { 2 };
-    let (tw, th) = (py.tile_width, py.tile_height);
-    rows_in_tiles(py) && rows_in_tiles(pc) && pc.tile_width == tw && tw % (16 * bytes) == 0 && th % 2 == 0 && pc.tile_height % (th / 2) == 0
+/// How the vector loop reads a tiled frame other than through a [`Window`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Reading {
+    /// Each tile where it lies ([`Job::run_tiles`]).
+    InPlace,
+    /// A strip of tiles at a time, detiled into buffers that stay in L1 ([`Job::run_strips`]).
+    Strips,
 }
 
-/// Whether [`Job::run_strips`] converts `py` and `pc`: row-major tiles as wide in bytes as
-/// each other, too narrow to convert in place (nv12-4l4, nv12-8l128), and a whole number to
-/// a sixteen-pixel block (so that a strip, a number of blocks wide, starts on a tile).
-fn converts_in_strips(py: &PlaneGeometry, pc: &PlaneGeometry, bits: u32) -> bool {
-    let bytes = if bits == 8 { 1 } else { 2 };
-    py.kind == AddressKind::RowMajorTiles && pc.kind == AddressKind::RowMajorTiles && rows_in_tiles(py) && rows_in_tiles(pc) && pc.tile_width == py.tile_width && py.tile_width < 16 * bytes && (16 * bytes) % py.tile_width == 0
+/// How the vector loop reads the tiles of `py` (luma) and `pc` (chroma) of `bits`-bit
+/// samples, or `None` for through a [`Window`]. Both take tiles that hold their rows back to
+/// back and are as wide in bytes as each other's:
+/// - [`Reading::InPlace`]: tiles a whole number of sixteen-pixel blocks wide, with each luma
+///   band's chroma rows in one chroma band (samsung-64x32, allwinner-32x32, nv12-16l32s,
+///   i915-x);
+/// - [`Reading::Strips`]: row-major tiles narrower than a block, a whole number to a block,
+///   so that a strip, a number of blocks wide, starts on a tile (nv12-4l4, nv12-8l128).
+///
+/// i915-y and NVIDIA block linear (16-byte columns) go through a [`Window`].
+fn reading(py: &PlaneGeometry, pc: &PlaneGeometry, bits: u32) -> Option<Reading> {
+    let block = 16 * sample_bytes(bits) as u32;
+    let (tw, th) = (py.tile_width, py.tile_height);
+    if !(rows_in_tiles(py) && rows_in_tiles(pc) && pc.tile_width == tw) {
+        return None;
+    }
+    if tw % block == 0 && th % 2 == 0 && pc.tile_height % (th / 2) == 0 {
+        Some(Reading::InPlace)
+    } else if py.kind == AddressKind::RowMajorTiles && pc.kind == AddressKind::RowMajorTiles && tw < block && block % tw == 0 {
+        Some(Reading::Strips)
+    } else {
+        None
+    }
+}
+
+/// Bytes of one sample: 1 for 8-bit, 2 for 10-bit (in 16-bit words).
+fn sample_bytes(bits: u32) -> usize {
+    if bits == 8 {
+        1
+    } else {
+        2
+    }
 }
 
 /// NV12/P010 in `layout` (the tiled buffer at the start of `src`, as [`tiled_size`] lays it
@@ -121,8 +143,8 @@ fn fused(
     let k = YuvToRgb::new(matrix, range, bits, pack.bits());
     let (py, pc) = (g.planes[0], g.planes[1]);
     let simd = Kernel::detect(k, pack, bits == 10);
-    let in_place = simd.is_some() && route == Route::Fastest && (converts_in_place(&py, &pc, bits) || converts_in_strips(&py, &pc, bits));
-    let group = if in_place { 16 } else { group_rows(&py, &pc) };
+    let reading = if simd.is_some() && route == Route::Fastest { reading(&py, &pc, bits) } else { None };
+    let group = if reading.is_some() { 16 } else { group_rows(&py, &pc) };
     let groups = height.div_ceil(group);
     let threads = if threads == 0 { default_threads() } else { threads };
     let per = groups.div_ceil(threads.clamp(1, groups.max(1) as usize) as u32).max(1);
@@ -132,9 +154,9 @@ fn fused(
     // Tiles converted in place write each RGB row in pieces a tile wide: streamed only where
     // every piece is whole cache lines, else a line would leave in two parts at two times.
     let lines = (rest.as_ptr() as usize) % 64 == 0 && stride % 64 == 0;
-    let stream = end - (dst_plane.offset as usize) >= STREAM_BYTES && (lines || !in_place);
+    let stream = end - (dst_plane.offset as usize) >= STREAM_BYTES && (lines || reading.is_none());
     let simd = simd.map(|k| k.streaming(stream));
-    let job = Job { k, simd, in_place, shifts: pack.shifts(), alpha: pack.alpha_bits(), bits, width, height, py, pc, group, stride, src };
+    let job = Job { k, simd, reading, shifts: pack.shifts(), alpha: pack.alpha_bits(), bits, width, height, py, pc, group, stride, src };
     let job = &job;
     let mut work = Vec::new();
     let mut g0 = 0;
@@ -263,9 +285,9 @@ struct Job<'a> {
     k: YuvToRgb,
     /// The vector loop, where the CPU has one.
     simd: Option<Kernel>,
-    /// The vector loop reads the tiles where they lie ([`converts_in_place`]) or from
-    /// strips ([`converts_in_strips`]), not through a [`Window`].
-    in_place: bool,
+    /// How the vector loop reads the tiles, other than through a [`Window`] ([`reading`]);
+    /// only where there is a vector loop.
+    reading: Option<Reading>,
     shifts: [u32; 4],
     /// The pixel word's alpha (or padding) bits: all ones.
     alpha: u32,
@@ -282,11 +304,10 @@ struct Job<'a> {
 impl Job<'_> {
     /// Converts groups `groups` into `out` (its rows, from the first group's first row).
     fn run(&self, groups: std::ops::Range<u32>, out: &mut [u8]) {
-        if let (true, Some(k)) = (self.in_place, &self.simd) {
-            if converts_in_strips(&self.py, &self.pc, self.bits) {
-                return self.run_strips(k, groups, out);
-            }
-            return self.run_tiles(k, groups, out);
+        match (self.reading, &self.simd) {
+            (Some(Reading::InPlace), Some(k)) => return self.run_tiles(k, groups, out),
+            (Some(Reading::Strips), Some(k)) => return self.run_strips(k, groups, out),
+            _ => {}
         }
         let rows = self.rows(groups);
         let (mut luma, mut chroma) = (Window::new(&self.py, self.src), Window::new(&self.pc, self.src));
@@ -322,7 +343,7 @@ impl Job<'_> {
                     out1.as_deref_mut().map_or(done, |o| done.min(k.rows([y1, y1], c, (o, None), width)))
                 }
             };
-            let b = if self.bits == 8 { done } else { 2 * done };
+            let b = sample_bytes(self.bits) * done;
             for (yrow, orow) in [(y0, Some(out0)), (y1, out1)] {
                 let Some(orow) = orow else { continue };
                 if self.bits == 8 {
@@ -350,7 +371,7 @@ impl Job<'_> {
         (plane(&self.py), plane(&self.pc))
     }
 
-    /// As [`Job::run`], reading the tiles where they lie ([`converts_in_place`]): band by
+    /// As [`Job::run`], reading the tiles where they lie ([`Reading::InPlace`]): band by
     /// band, each tile's rows (and its chroma tile's) in one call of the vector loop, which
     /// writes the tile's piece of each RGB row. The tiled frame is read in its own order, a
     /// few KiB a tile, and nothing is copied: the windows' detile was most of what the fused
@@ -360,7 +381,7 @@ impl Job<'_> {
     fn run_tiles(&self, k: &Kernel, groups: std::ops::Range<u32>, out: &mut [u8]) {
         let (rows, (py, pc), (luma, chroma)) = (self.rows(groups), (&self.py, &self.pc), self.planes());
         let (th, tw) = (py.tile_height, py.tile_width as usize);
-        let tile_px = if self.bits == 8 { tw } else { tw / 2 };
+        let tile_px = tw / sample_bytes(self.bits);
         let width = self.width as usize;
         let (mut ybases, mut cbases) = (Vec::with_capacity(py.tiles_x as usize), Vec::with_capacity(pc.tiles_x as usize));
         // A share starts on an even row, inside a band or on its edge.
@@ -369,7 +390,7 @@ impl Job<'_> {
             let skip = (top - band * th) as usize * tw;
             let n = (rows.end.min(band * th + th) - top) as usize;
             band_tile_offsets(py, band, &mut ybases);
-            // The band's chroma rows, in one chroma band (`converts_in_place`).
+            // The band's chroma rows, in one chroma band (`reading`).
             let c0 = top / 2;
             band_tile_offsets(pc, c0 / pc.tile_height, &mut cbases);
             let into = (c0 % pc.tile_height) as usize * tw;
@@ -407,7 +428,7 @@ impl Job<'_> {
     fn run_strips(&self, k: &Kernel, groups: std::ops::Range<u32>, out: &mut [u8]) {
         let (rows, (py, pc), (luma, chroma)) = (self.rows(groups), (&self.py, &self.pc), self.planes());
         let tw = py.tile_width as usize;
-        let bytes = if self.bits == 8 { 1 } else { 2 };
+        let bytes = sample_bytes(self.bits);
         let width = self.width as usize;
         let (strip_rows, strip_px) = strip(py, pc);
         let sb = strip_px * bytes;
@@ -447,7 +468,7 @@ impl Job<'_> {
         if done == w && n % 2 == 0 {
             return;
         }
-        let b = if self.bits == 8 { 1 } else { 2 };
+        let b = sample_bytes(self.bits);
         for r in 0..n {
             let (yr, cr) = (&y[r * tw..r * tw + tw], &c[r / 2 * tw..r / 2 * tw + tw]);
             let row = &mut piece[r * stride..r * stride + 4 * w];
@@ -793,7 +814,8 @@ mod tests {
         }
     }
 
-    /// The layouts whose tiles the vector loop reads where they lie, and those it does not.
+    /// The layouts whose tiles the vector loop reads where they lie, those it reads in strips,
+    /// and those it reads through windows.
     #[test]
     fn which_tiles_convert_in_place() {
         let planes = |layout, fourcc| tiled_size(layout, fourcc, 256, 64).expect("geometry").planes;
@@ -811,7 +833,9 @@ mod tests {
         ] {
             let p = planes(layout, fourcc);
             let bits = if fourcc == Fourcc::P010 { 10 } else { 8 };
-            assert_eq!(converts_in_place(&p[0], &p[1], bits), yes, "{layout} {fourcc}");
+            let how = reading(&p[0], &p[1], bits);
+            assert_eq!(how == Some(Reading::InPlace), yes, "{layout} {fourcc}");
+            assert_eq!(how == Some(Reading::Strips), matches!(layout, TileLayout::Nv12_4L4 | TileLayout::Nv12_8L128), "{layout} {fourcc}: strips");
         }
     }
 

@@ -589,9 +589,8 @@ pub(super) fn detile_strip(p: &PlaneGeometry, tiled: &[u8], (y0, y1): (u32, u32)
 /// for row-major tiles, at any row of one): tiles whose rows are whole runs of 8, 16, 32 or
 /// 64 bytes (8: row-major only).
 pub(super) fn tile_by_tile(p: &PlaneGeometry) -> bool {
-    let ba = BandAddress::of(p);
-    let widths: &[usize] = if p.kind == AddressKind::RowMajorTiles { &[8, 16, 32, 64] } else { &[16, 32, 64] };
-    matches!(p.kind, AddressKind::RowMajorTiles | AddressKind::SamsungZFlipZ) && ba.run == ba.tile_width && widths.contains(&ba.tile_width)
+    let widths: &[u32] = if p.kind == AddressKind::RowMajorTiles { &[8, 16, 32, 64] } else { &[16, 32, 64] };
+    rows_in_tiles(p) && widths.contains(&p.tile_width)
 }
 
 /// Rows of a band that [`detile_rows`] may start and end a window on: any row of

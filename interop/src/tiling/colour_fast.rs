@@ -25,9 +25,9 @@
 //!   elsewhere.
 //! - Frames of `fast::STREAM_BYTES` (4 MiB) and more are written with non-temporal stores.
 
-use super::colour_simd::{Kernel, RgbKernel, Steps};
+use super::colour_simd::{Ahead, Kernel, RgbKernel, Steps};
 use super::colour::{check_rgb_to_nv12, packing, yuv_bits, ColourError, ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};
-use super::fast::{band_quantum, band_tile_offsets, default_threads, detile_rows, detile_strip, partial_bands, rows_in_tiles, run_shares, tile_by_tile, tiled_rows_region, STREAM_BYTES};
+use super::fast::{band_quantum, band_tile_offsets, default_threads, detile_rows, detile_strip, partial_bands, strip_pieces, rows_in_tiles, run_shares, tile_by_tile, tiled_rows_region, STREAM_BYTES};
 use super::geometry::{check_linear, tiled_size, PlaneGeometry};
 use super::{PlaneLayout, TilingError};
 use crate::tiling::AddressKind;
@@ -407,7 +407,7 @@ impl Job<'_> {
                     let c = &chroma[ct..ct + (run - 1) * ctile + n / 2 * tw];
                     let piece = &mut out[o..o + (n - 1) * self.stride + 64 * run];
                     let steps = Steps { luma_row: tw, chroma_row: tw, out_row: self.stride, luma_block: ytile, chroma_block: ctile };
-                    if k.tile(y, c, piece, steps, 16 * run, n / 2) == 16 * run {
+                    if k.tile(y, c, piece, steps, 16 * run, n / 2, &Ahead::NONE) == 16 * run {
                         tx += run;
                         continue;
                     }
@@ -415,7 +415,7 @@ impl Job<'_> {
                 let (yt, ct) = (ybases[tx], cbases[tx]);
                 let w = tile_px.min(width - x0);
                 let piece = &mut out[o..o + (n - 1) * self.stride + 4 * w];
-                self.tile(k, &luma[yt + skip..yt + skip + n * tw], &chroma[ct + into..ct + into + n.div_ceil(2) * tw], piece, w);
+                self.tile(k, &luma[yt + skip..yt + skip + n * tw], &chroma[ct + into..ct + into + n.div_ceil(2) * tw], piece, w, &Ahead::NONE);
                 tx += 1;
             }
         }
@@ -424,47 +424,79 @@ impl Job<'_> {
 
     /// As [`Job::run`], for tiles too narrow for [`Job::run_tiles`]: strips ([`strip`])
     /// detiled into buffers that stay in L1 ([`detile_strip`]), each then converted as one
-    /// tile. Windows of whole rows did not stay in L1.
+    /// tile, the next strip's tiles fetched meanwhile where [`Job::fetches_ahead`]. Windows
+    /// of whole rows did not stay in L1.
     fn run_strips(&self, k: &Kernel, groups: std::ops::Range<u32>, out: &mut [u8]) {
         let (rows, (py, pc), (luma, chroma)) = (self.rows(groups), (&self.py, &self.pc), self.planes());
-        let tw = py.tile_width as usize;
-        let bytes = sample_bytes(self.bits);
-        let width = self.width as usize;
         let (strip_rows, strip_px) = strip(py, pc);
-        let sb = strip_px * bytes;
+        let sb = strip_px * sample_bytes(self.bits);
         let mut ybuf = vec![0u8; sb * strip_rows as usize];
         let mut cbuf = vec![0u8; sb * strip_rows.div_ceil(2) as usize];
-        // Strips start on multiples of their rows (so on bands) where the share does not.
-        let mut next = rows.start;
-        while next < rows.end {
-            let (y0, y1) = (next, ((next / strip_rows + 1) * strip_rows).min(rows.end));
-            next = y1;
-            let n = (y1 - y0) as usize;
-            let (c0, c1) = (y0 / 2, y1.div_ceil(2));
-            for x0 in (0..width).step_by(strip_px) {
-                let w = strip_px.min(width - x0);
-                let tiles = (w * bytes).div_ceil(tw);
-                let tx0 = x0 * bytes / tw;
-                detile_strip(py, luma, (y0, y1), (tx0, tiles), &mut ybuf, sb);
-                detile_strip(pc, chroma, (c0, c1), (tx0, tiles), &mut cbuf, sb);
-                let o = (y0 - rows.start) as usize * self.stride + 4 * x0;
-                let piece = &mut out[o..o + (n - 1) * self.stride + 4 * w];
-                self.tile(k, &ybuf[..n * sb], &cbuf[..n.div_ceil(2) * sb], piece, w);
-            }
+        let fetch = self.fetches_ahead();
+        let mut strips = self.strips(rows.clone()).peekable();
+        while let Some(s) = strips.next() {
+            let (y0, n) = (s.rows.0, (s.rows.1 - s.rows.0) as usize);
+            detile_strip(py, luma, s.rows, (s.tx0, s.tiles), &mut ybuf, sb);
+            detile_strip(pc, chroma, s.chroma_rows(), (s.tx0, s.tiles), &mut cbuf, sb);
+            let ahead = strips.peek().filter(|_| fetch).map_or(Ahead::NONE, |next| self.strip_ahead(next));
+            let o = (y0 - rows.start) as usize * self.stride + 4 * s.x0;
+            let piece = &mut out[o..o + (n - 1) * self.stride + 4 * s.width];
+            self.tile(k, &ybuf[..n * sb], &cbuf[..n.div_ceil(2) * sb], piece, s.width, &ahead);
         }
         k.fence();
+    }
+
+    /// The strips of [`Job::run_strips`] over `rows`, in the order it converts them: row by
+    /// row of strips, each row of them from the left. They start on multiples of their rows
+    /// (so on bands) where the share does not.
+    fn strips(&self, rows: std::ops::Range<u32>) -> impl Iterator<Item = Strip> {
+        let (strip_rows, px) = strip(&self.py, &self.pc);
+        let (bytes, tw, width) = (sample_bytes(self.bits), self.py.tile_width as usize, self.width as usize);
+        let end = rows.end;
+        let tops = std::iter::successors(Some(rows.start), move |&y| Some(((y / strip_rows + 1) * strip_rows).min(end))).take_while(move |&y| y < end);
+        tops.flat_map(move |y0| {
+            let y1 = ((y0 / strip_rows + 1) * strip_rows).min(end);
+            (0..width).step_by(px).map(move |x0| {
+                let w = px.min(width - x0);
+                Strip { rows: (y0, y1), x0, width: w, tx0: x0 * bytes / tw, tiles: (w * bytes).div_ceil(tw) }
+            })
+        })
+    }
+
+    /// Whether [`Job::run_strips`] has the vector loop fetch each next strip's tiles
+    /// ([`Job::strip_ahead`]): where strips are not whole tiles of both planes. Whole tiles
+    /// (nv12-4l4's strips are whole bands) lie front to back, which the CPU's own prefetcher
+    /// follows, and fetching them as well cost nv12-4l4 10%; nv12-8l128's strips hold half
+    /// of each chroma tile, 512 bytes a KiB apart.
+    fn fetches_ahead(&self) -> bool {
+        let rows = strip(&self.py, &self.pc).0;
+        rows % self.py.tile_height != 0 || rows.div_ceil(2) % self.pc.tile_height != 0
+    }
+
+    /// The tiled bytes of strip `s` of both planes, for the vector loop to fetch while it
+    /// converts the strip before: fetched only when its detile came to them, they stalled
+    /// it on memory while no RGB row was being written.
+    fn strip_ahead(&self, s: &Strip) -> Ahead<'_> {
+        let (luma, chroma) = self.planes();
+        let mut ahead = Ahead::NONE;
+        for (p, plane, rows) in [(&self.py, luma, s.rows), (&self.pc, chroma, s.chroma_rows())] {
+            for piece in strip_pieces(p, rows, s.tx0) {
+                ahead.add(plane, piece.first, (piece.rows * p.tile_width as usize, piece.tile_bytes, s.tiles));
+            }
+        }
+        ahead
     }
 
     /// The first `w` pixels of the rows of one tile (`y`, its rows back to back, as many as
     /// the piece has; `c`, its chroma rows) into `piece` (rows `self.stride` apart): row
     /// pairs in one call of the vector loop, a last odd row alone, and what is left of each
     /// row (fewer than sixteen pixels) one pixel at a time.
-    fn tile(&self, k: &Kernel, y: &[u8], c: &[u8], piece: &mut [u8], w: usize) {
+    fn tile(&self, k: &Kernel, y: &[u8], c: &[u8], piece: &mut [u8], w: usize, ahead: &Ahead) {
         let stride = self.stride;
         let n = (piece.len() - 4 * w) / stride + 1;
         let tw = y.len() / n;
         let pairs = n / 2;
-        let done = if pairs > 0 { k.tile(y, c, piece, Steps::rows(self.bits == 10, (tw, tw, stride)), w, pairs) } else { 0 };
+        let done = if pairs > 0 { k.tile(y, c, piece, Steps::rows(self.bits == 10, (tw, tw, stride)), w, pairs, ahead) } else { 0 };
         if done == w && n % 2 == 0 {
             return;
         }
@@ -558,6 +590,25 @@ struct Window<'a> {
     first: Option<u32>,
 }
 
+/// One strip of [`Job::run_strips`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Strip {
+    /// Its luma rows, `y0..y1`.
+    rows: (u32, u32),
+    /// Its first pixel, and its pixels.
+    x0: usize,
+    width: usize,
+    /// Its first tile column, and its tile columns (both planes alike).
+    tx0: usize,
+    tiles: usize,
+}
+
+impl Strip {
+    fn chroma_rows(&self) -> (u32, u32) {
+        (self.rows.0 / 2, self.rows.1.div_ceil(2))
+    }
+}
+
 /// Tiles a block wide converted in one call of the vector loop ([`Job::run_tiles`]): 8 KiB
 /// of nv12-16l32s luma and 4 KiB of chroma, read front to back, and 1 KiB of each RGB row.
 /// Measured at 4K nv12-16l32s -> XR24, fused ÷ linear on one thread, taking turns: a call
@@ -582,7 +633,11 @@ fn block_run(ybases: &[usize], cbases: &[usize], (py, pc): (&PlaneGeometry, &Pla
 ///   chroma band, detiled a row at a time) 0.28-0.30. Windows of whole rows: 0.55-0.71.
 /// - nv12-8l128: 128 rows of 128 pixels (whole tiles, read front to back) 0.72-0.77; 64
 ///   rows 0.66-0.79; 32 rows 0.57-0.75; 8 or 16 rows or 64 pixels 0.28-0.72. Windows of
-///   whole rows: 0.64-0.69. Fetching the next strip's tiles ahead changed nothing.
+///   whole rows: 0.64-0.69. Fetching the next strip's tiles between calls of the loop
+///   changed nothing; the loop fetching them, a few lines a row pair
+///   ([`super::colour_simd::Ahead`]), 0.64-0.68 -> 0.71-0.84 (2026-11-26, the strips' own
+///   detile then finding its tiles in cache: 0.27 ms a frame, against 0.6-1.1 unfetched).
+///   With it, 256 rows or 256-512 pixels measured alike.
 fn strip(py: &PlaneGeometry, pc: &PlaneGeometry) -> (u32, usize) {
     let (th, both) = (py.tile_height, 2 * pc.tile_height);
     let rows = if both % th == 0 { both } else { th * both }.min(128);
@@ -836,6 +891,44 @@ mod tests {
             let how = reading(&p[0], &p[1], bits);
             assert_eq!(how == Some(Reading::InPlace), yes, "{layout} {fourcc}");
             assert_eq!(how == Some(Reading::Strips), matches!(layout, TileLayout::Nv12_4L4 | TileLayout::Nv12_8L128), "{layout} {fourcc}: strips");
+        }
+    }
+
+    /// While a strip converts, the vector loop fetches the next strip's tiles: exactly the
+    /// lines that hold them, in both planes, for shares that start on a band and inside one.
+    /// The strips cover the share's rows and pixels once.
+    #[test]
+    fn each_strip_fetches_the_next_ones_tiles() {
+        use crate::tiling::address::PlaneAddress;
+        use std::collections::BTreeSet;
+        let (w, h) = (300u32, 270u32);
+        for layout in [TileLayout::Nv12_8L128, TileLayout::Nv12_4L4] {
+            let g = tiled_size(layout, Fourcc::NV12, w, h).expect("geometry");
+            let src = vec![0u8; g.size as usize];
+            let pack = crate::tiling::colour::RgbPacking::of(Fourcc::XRGB8888).expect("XR24");
+            let k = YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 8, pack.bits());
+            let (py, pc) = (g.planes[0], g.planes[1]);
+            let job = Job { k, simd: None, reading: reading(&py, &pc, 8), shifts: pack.shifts(), alpha: pack.alpha_bits(), bits: 8, width: w, height: h, py, pc, group: 16, stride: 4 * w as usize, src: &src };
+            assert_eq!(job.reading, Some(Reading::Strips), "{layout}");
+            assert_eq!(job.fetches_ahead(), layout == TileLayout::Nv12_8L128, "{layout}");
+            for rows in [0..h, 18..h - 4] {
+                let strips: Vec<Strip> = job.strips(rows.clone()).collect();
+                let area: u64 = strips.iter().map(|s| u64::from(s.rows.1 - s.rows.0) * s.width as u64).sum();
+                assert_eq!(area, u64::from(rows.end - rows.start) * u64::from(w), "{layout} {rows:?}");
+                for (s, next) in strips.iter().zip(&strips[1..]) {
+                    let got: BTreeSet<usize> = job.strip_ahead(next).lines().into_iter().map(|l| l as usize / 64).collect();
+                    let mut want = BTreeSet::new();
+                    for (p, (y0, y1)) in [(&py, next.rows), (&pc, next.chroma_rows())] {
+                        let (a, tw) = (PlaneAddress::of(p), p.tile_width as usize);
+                        for y in y0..y1 {
+                            for x in next.tx0 * tw..(next.tx0 + next.tiles) * tw {
+                                want.insert((src.as_ptr() as usize + p.offset as usize + a.offset(x as u32, y) as usize) / 64);
+                            }
+                        }
+                    }
+                    assert!(got == want, "{layout} {rows:?}: after {s:?}, {next:?}: {} lines, want {}", got.len(), want.len());
+                }
+            }
         }
     }
 

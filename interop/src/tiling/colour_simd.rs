@@ -52,6 +52,91 @@ impl Steps {
     }
 }
 
+/// Bytes for [`Kernel::tile`] to bring into cache while it converts: the fused path's next
+/// strip of tiles, which the strip's detile would otherwise read from memory while no RGB
+/// row is being written. The loop fetches them a few cache lines per row pair, spread over
+/// the call: fetched all at once between calls, they queued behind one another and the loop
+/// with them.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Ahead<'a> {
+    runs: [Runs<'a>; 4],
+}
+
+/// `count` runs of `len` bytes, `step` apart, at the start of `bytes`.
+#[derive(Debug, Clone, Copy)]
+struct Runs<'a> {
+    bytes: &'a [u8],
+    len: usize,
+    step: usize,
+    count: usize,
+}
+
+impl Ahead<'static> {
+    /// Nothing to fetch.
+    pub(super) const NONE: Self = Ahead { runs: [Runs { bytes: &[], len: 0, step: 0, count: 0 }; 4] };
+}
+
+impl<'a> Ahead<'a> {
+    /// Adds `count` runs of `len` bytes, `step` apart, from byte `first` of `plane`; where
+    /// four are held already, or the runs leave `plane`, they are not fetched (a hint
+    /// left out costs speed, never bytes).
+    pub(super) fn add(&mut self, plane: &'a [u8], first: usize, (len, step, count): (usize, usize, usize)) {
+        let end = count.checked_sub(1).and_then(|c| c.checked_mul(step)).and_then(|v| v.checked_add(first)).and_then(|v| v.checked_add(len));
+        let (Some(end), Some(slot)) = (end, self.runs.iter_mut().find(|r| r.count == 0)) else { return };
+        if len > 0 && end <= plane.len() {
+            // Runs back to back are one run, so that a line is fetched once.
+            let (len, count) = if len == step { (end - first, 1) } else { (len, count) };
+            *slot = Runs { bytes: &plane[first..end], len, step, count };
+        }
+    }
+
+    /// Each line [`Kernel::tile`] would fetch, in order.
+    #[cfg(test)]
+    pub(super) fn lines(&self) -> Vec<*const u8> {
+        let mut f = Fetching { ahead: self, r: 0, j: 0, o: 0 };
+        std::iter::from_fn(|| f.next()).collect()
+    }
+
+    /// The cache lines that hold the runs' bytes (a line that two runs share, twice).
+    fn line_count(&self) -> usize {
+        let lines = |r: &Runs| (0..r.count).map(|j| (r.bytes.as_ptr() as usize + j * r.step) % 64 + r.len).map(|b| b.div_ceil(64)).sum::<usize>();
+        self.runs.iter().map(lines).sum()
+    }
+}
+
+/// Where [`Ahead`]'s fetches have got to: run `r`, its `j`th repeat, byte `o` from the
+/// line that holds the repeat's first byte.
+struct Fetching<'a> {
+    ahead: &'a Ahead<'a>,
+    r: usize,
+    j: usize,
+    o: usize,
+}
+
+impl Fetching<'_> {
+    /// The next cache line to fetch (its first byte, which may lie before the run's).
+    #[inline(always)]
+    fn next(&mut self) -> Option<*const u8> {
+        loop {
+            let run = self.ahead.runs.get(self.r)?;
+            if self.j >= run.count {
+                (self.r, self.j, self.o) = (self.r + 1, 0, 0);
+                continue;
+            }
+            // Wrapping: the line's start may be before the slice; only its address is
+            // wanted, for a prefetch, which reads nothing that a program sees.
+            let at = run.bytes.as_ptr().wrapping_add(self.j * run.step);
+            let line = at.wrapping_sub(at as usize % 64).wrapping_add(self.o);
+            if line >= at.wrapping_add(run.len) {
+                (self.j, self.o) = (self.j + 1, 0);
+                continue;
+            }
+            self.o += 64;
+            return Some(line);
+        }
+    }
+}
+
 /// Pixel slot j of a register (16-bit slots; lane 0 holds 0..8) holds this pixel of the
 /// block.
 const PIXELS: [usize; 16] = [0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6, 7, 12, 13, 14, 15];
@@ -169,7 +254,7 @@ impl Kernel {
         // and write `64 * blocks` of each output row, all inside the slices by the minimum
         // above (with one row, the loop reads and writes only the first); one pair, so the
         // steps are never taken.
-        unsafe { self.dispatch(([y[0].as_ptr(), y1.as_ptr()], c.as_ptr(), [o0, o1]), (blocks, [16 * bytes; 2]), (1, [0; 3]), one) }
+        unsafe { self.dispatch(([y[0].as_ptr(), y1.as_ptr()], c.as_ptr(), [o0, o1]), (blocks, [16 * bytes; 2]), (1, [0; 3]), one, &Ahead::NONE) }
     }
 
     /// Converts the leading pixels of `pairs` row pairs of a rectangle, sixteen at a time:
@@ -178,10 +263,12 @@ impl Kernel {
     /// run of tiles sixteen pixels wide, a block each), so that the loop keeps its constants
     /// in registers from one row to the next: the fused path's tiles, converted where they
     /// lie.
+    /// Meanwhile it brings `ahead` into cache.
     /// Returns how many pixels of each row it wrote (a multiple of 16, at most `width`;
     /// 0 where a slice is too short for all the rows or the blocks would overlap), the rest
     /// being the caller's.
-    pub(super) fn tile(&self, y: &[u8], c: &[u8], out: &mut [u8], steps: Steps, width: usize, pairs: usize) -> usize {
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn tile(&self, y: &[u8], c: &[u8], out: &mut [u8], steps: Steps, width: usize, pairs: usize, ahead: &Ahead) -> usize {
         let bytes = if self.ten_bit { 2 } else { 1 };
         let blocks = width / 16;
         let Steps { luma_row: ys, chroma_row: cs, out_row: os, luma_block, chroma_block } = steps;
@@ -205,7 +292,7 @@ impl Kernel {
         // and writes 64 bytes at `2p * os + 64i` and `(2p + 1) * os + 64i` of `out`: the
         // last pair's last block's end inside each slice by the checks above, so the second
         // rows' starts (`ys`, `os` on) are inside too.
-        unsafe { self.dispatch(([y0, y0.add(ys)], c.as_ptr(), [o0, o0.add(os)]), (blocks, [luma_block, chroma_block]), (pairs, [2 * ys, cs, 2 * os]), false) }
+        unsafe { self.dispatch(([y0, y0.add(ys)], c.as_ptr(), [o0, o0.add(os)]), (blocks, [luma_block, chroma_block]), (pairs, [2 * ys, cs, 2 * os]), false, ahead) }
     }
 
     /// The loop for this kernel's depth and byte order ([`Kernel::blocks_avx2`]); returns
@@ -215,21 +302,25 @@ impl Kernel {
     /// As [`Kernel::blocks_avx2`]'s bounds, for pairs `0..pairs` at `steps` apart and
     /// blocks `block` apart.
     #[allow(clippy::type_complexity)]
-    unsafe fn dispatch(&self, (y, c, out): ([*const u8; 2], *const u8, [*mut u8; 2]), (blocks, block): (usize, [usize; 2]), (pairs, steps): (usize, [usize; 3]), one: bool) -> usize {
+    unsafe fn dispatch(&self, (y, c, out): ([*const u8; 2], *const u8, [*mut u8; 2]), (blocks, block): (usize, [usize; 2]), (pairs, steps): (usize, [usize; 3]), one: bool, ahead: &Ahead) -> usize {
         #[cfg(target_arch = "x86_64")]
         {
             // SAFETY: a `Kernel` exists only where `detect` found AVX2; the caller
             // guarantees the bounds.
             unsafe {
                 // One loop per depth and byte order (the orders of `RGB8_FORMATS`, and
-                // 2:10:10:10).
+                // 2:10:10:10), and for pairs with lines to fetch: the fetches' bookkeeping
+                // in every loop slowed the linear conversion by 7%.
+                let fetch = ahead.runs[0].count > 0;
                 macro_rules! dispatch {
                     ($($o:expr),*) => {
-                        match (self.ten_bit, self.order, one) {
-                            $((false, o, false) if o == $o => self.blocks_avx2::<false, { $o }, 2>(y, c, out, (blocks, block), pairs, steps),
-                              (true, o, false) if o == $o => self.blocks_avx2::<true, { $o }, 2>(y, c, out, (blocks, block), pairs, steps),
-                              (false, o, true) if o == $o => self.blocks_avx2::<false, { $o }, 1>(y, c, out, (blocks, block), pairs, steps),
-                              (true, o, true) if o == $o => self.blocks_avx2::<true, { $o }, 1>(y, c, out, (blocks, block), pairs, steps),)*
+                        match (self.ten_bit, self.order, one, fetch) {
+                            $((false, o, false, false) if o == $o => self.blocks_avx2::<false, { $o }, 2, false>(y, c, out, (blocks, block), pairs, steps, ahead),
+                              (true, o, false, false) if o == $o => self.blocks_avx2::<true, { $o }, 2, false>(y, c, out, (blocks, block), pairs, steps, ahead),
+                              (false, o, false, true) if o == $o => self.blocks_avx2::<false, { $o }, 2, true>(y, c, out, (blocks, block), pairs, steps, ahead),
+                              (true, o, false, true) if o == $o => self.blocks_avx2::<true, { $o }, 2, true>(y, c, out, (blocks, block), pairs, steps, ahead),
+                              (false, o, true, _) if o == $o => self.blocks_avx2::<false, { $o }, 1, false>(y, c, out, (blocks, block), pairs, steps, ahead),
+                              (true, o, true, _) if o == $o => self.blocks_avx2::<true, { $o }, 1, false>(y, c, out, (blocks, block), pairs, steps, ahead),)*
                             _ => return 0,
                         }
                     };
@@ -240,7 +331,7 @@ impl Kernel {
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
-            let _ = (y, c, out, blocks, block, pairs, steps, one);
+            let _ = (y, c, out, blocks, block, pairs, steps, one, ahead);
             0
         }
     }
@@ -258,10 +349,12 @@ impl Kernel {
     /// The CPU has AVX2; for every block of every pair, its bytes of both `y` and of `c`
     /// are readable (16 for 8-bit samples, 32 for 10-bit) and its 64 bytes of both `out`
     /// writable; `TEN` is `self.ten_bit` and `ORDER` is `self.order`. `ROWS` (1
-    /// or 2) is how many of the rows the loop converts.
+    /// or 2) is how many of the rows the loop converts. With `FETCH`, each pair first fetches
+    /// its share of `ahead`'s lines (without, `ahead` is not looked at).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn blocks_avx2<const TEN: bool, const ORDER: u32, const ROWS: usize>(&self, y: [*const u8; 2], c: *const u8, out: [*mut u8; 2], (blocks, [yb, cb]): (usize, [usize; 2]), pairs: usize, steps: [usize; 3]) {
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn blocks_avx2<const TEN: bool, const ORDER: u32, const ROWS: usize, const FETCH: bool>(&self, y: [*const u8; 2], c: *const u8, out: [*mut u8; 2], (blocks, [yb, cb]): (usize, [usize; 2]), pairs: usize, steps: [usize; 3], ahead: &Ahead) {
         use std::arch::x86_64::*;
         let k = &self.k;
         // SAFETY: the caller guarantees AVX2 (every intrinsic's requirement), that the
@@ -271,7 +364,8 @@ impl Kernel {
         // stores are used only where they land aligned: `out` aligned to 32 bytes, or to 16
         // with the 32-byte stores shifted by 16 (each block is 64 bytes on from the last;
         // the shifted stores write bytes -16..48 of block i > 0, inside the row because
-        // block i - 1 wrote there, and the first and last 16 bytes alone). The one `asm!` is a
+        // block i - 1 wrote there, and the first and last 16 bytes alone). A prefetch only
+        // hints: it never faults, and reads nothing the program sees. The one `asm!` is a
         // register-to-register AVX2 multiply: it touches no memory, stack or flags.
         unsafe {
             let set = |v: i32| _mm256_set1_epi16(v as i16);
@@ -289,7 +383,13 @@ impl Kernel {
             let alpha_hi = _mm256_set1_epi16((3u16 << 14) as i16);
             // Each row's last block's second register, for `Stream::Shifted`.
             let mut carry = [_mm256_setzero_si256(); 2];
+            let per_pair = if FETCH { ahead.line_count().div_ceil(pairs.max(1)) } else { 0 };
+            let mut fetch = Fetching { ahead, r: 0, j: 0, o: 0 };
             for pair in 0..pairs {
+                for _ in 0..per_pair {
+                    let Some(line) = fetch.next() else { break };
+                    _mm_prefetch::<_MM_HINT_T0>(line.cast());
+                }
                 let [dy, dc, dout] = steps.map(|s| s * pair);
                 let (y, c, out) = ([y[0].add(dy), y[1].add(dy)], c.add(dc), [out[0].add(dout), out[1].add(dout)]);
                 // Non-temporal stores need their alignment: 32 bytes for a whole register, else
@@ -576,7 +676,11 @@ mod tests {
             let len = (2 * pairs - 1) * os + 4 * w;
             let mut got = vec![0x5au8; len];
             let steps = Steps::rows(ten_bit, (ys, cs, os));
-            assert_eq!(kernel.tile(&y, &c, &mut got, steps, w, pairs), 48);
+            // Fetching other bytes meanwhile (more lines than pairs) changes none of these.
+            let other = pattern(4096, 1);
+            let mut ahead = Ahead::NONE;
+            ahead.add(&other, 8, (1000, 1024, 4));
+            assert_eq!(kernel.tile(&y, &c, &mut got, steps, w, pairs, &ahead), 48);
             let mut want = vec![0x5au8; len];
             for p in 0..pairs {
                 let (a, rest) = want[2 * p * os..].split_at_mut(os);
@@ -585,10 +689,10 @@ mod tests {
             }
             assert!(got == want, "ten_bit {ten_bit}");
             assert!(got[48 * 4..4 * w].iter().all(|&b| b == 0x5a), "pixels 48.. are the caller's");
-            assert_eq!(kernel.tile(&y[..(2 * pairs - 1) * ys + 48 * bytes - 1], &c, &mut got, steps, w, pairs), 0);
-            assert_eq!(kernel.tile(&y, &c[..(pairs - 1) * cs + 48 * bytes - 1], &mut got, steps, w, pairs), 0);
-            assert_eq!(kernel.tile(&y, &c, &mut got[..len - 4 * w + 191], steps, w, pairs), 0);
-            assert_eq!(kernel.tile(&y, &c, &mut got, steps, 15, pairs), 0);
+            assert_eq!(kernel.tile(&y[..(2 * pairs - 1) * ys + 48 * bytes - 1], &c, &mut got, steps, w, pairs, &Ahead::NONE), 0);
+            assert_eq!(kernel.tile(&y, &c[..(pairs - 1) * cs + 48 * bytes - 1], &mut got, steps, w, pairs, &Ahead::NONE), 0);
+            assert_eq!(kernel.tile(&y, &c, &mut got[..len - 4 * w + 191], steps, w, pairs, &Ahead::NONE), 0);
+            assert_eq!(kernel.tile(&y, &c, &mut got, steps, 15, pairs, &Ahead::NONE), 0);
         }
     }
 
@@ -604,7 +708,7 @@ mod tests {
         let len = (2 * pairs - 1) * os + 64 * blocks;
         let mut got = vec![0u8; len];
         let steps = Steps { luma_row: ys, chroma_row: cs, out_row: os, luma_block: yb, chroma_block: cb };
-        assert_eq!(kernel.tile(&y, &c, &mut got, steps, 16 * blocks, pairs), 16 * blocks);
+        assert_eq!(kernel.tile(&y, &c, &mut got, steps, 16 * blocks, pairs, &Ahead::NONE), 16 * blocks);
         let gather = |s: &[u8], at: usize, step: usize| (0..blocks).flat_map(|i| s[at + i * step..at + i * step + 16].to_vec()).collect::<Vec<u8>>();
         for p in 0..pairs {
             let rows = [gather(&y, 2 * p * ys, yb), gather(&y, (2 * p + 1) * ys, yb)];
@@ -616,7 +720,44 @@ mod tests {
             }
         }
         // Blocks closer than their own bytes would overlap: refused.
-        assert_eq!(kernel.tile(&y, &c, &mut got, Steps { luma_block: 15, ..steps }, 16 * blocks, pairs), 0);
+        assert_eq!(kernel.tile(&y, &c, &mut got, Steps { luma_block: 15, ..steps }, 16 * blocks, pairs, &Ahead::NONE), 0);
+    }
+
+    /// What the loop fetches ([`Ahead`]): the lines holding each run's bytes, in order, runs
+    /// back to back as one (each line once), nothing of runs that leave their slice or past
+    /// the fourth.
+    #[test]
+    fn ahead_names_each_line_once() {
+        let buf = vec![0u8; 8192 + 64];
+        // A plane that starts on a line, so that offsets from it name lines.
+        let plane = &buf[buf.as_ptr().align_offset(64)..][..8192];
+        let lines = |a: &Ahead| {
+            let got = a.lines().into_iter().map(|p| (p as usize).wrapping_sub(plane.as_ptr() as usize) as isize).collect::<Vec<_>>();
+            assert_eq!(got.len(), a.line_count());
+            got
+        };
+        assert_eq!(lines(&Ahead::NONE), [0isize; 0]);
+        let mut a = Ahead::NONE;
+        // Two rows of 100 bytes, 1 KiB apart; four tiles of 16 bytes back to back.
+        a.add(plane, 64, (100, 1024, 2));
+        a.add(plane, 4096, (16, 16, 4));
+        // To the plane's end (8000 + 3 * 64 = 8192) is in it; a byte past, left out.
+        let mut whole = Ahead::NONE;
+        whole.add(plane, 8000, (64, 64, 3));
+        assert_eq!(lines(&whole), [8000, 8064, 8128]);
+        a.add(plane, 8001, (64, 64, 3));
+        assert_eq!(lines(&a), [64, 128, 1088, 1152, 4096]);
+        // A run that starts inside a line begins with that line; empty runs have none.
+        a.add(plane, 10, (60, 60, 1));
+        a.add(plane, 6000, (0, 1, 1));
+        a.add(plane, 6000, (130, 130, 1));
+        a.add(plane, 7000, (1, 1, 1));
+        assert_eq!(lines(&a), [64, 128, 1088, 1152, 4096, 0, 64, 5952, 6016, 6080]);
+        // Overflowing sizes are no runs either.
+        let mut b = Ahead::NONE;
+        b.add(plane, usize::MAX, (2, 1, 1));
+        b.add(plane, 0, (1, usize::MAX, 3));
+        assert_eq!(lines(&b), [0isize; 0]);
     }
 
     /// Rows shorter than sixteen pixels, or slices shorter than the width says, are left

@@ -561,14 +561,10 @@ pub(super) fn rows_in_tiles(p: &PlaneGeometry) -> bool {
 /// time, nv12-4l4 a whole band); else a row of a tile at a time.
 pub(super) fn detile_strip(p: &PlaneGeometry, tiled: &[u8], (y0, y1): (u32, u32), (tx0, count): (usize, usize), out: &mut [u8], stride: usize) {
     let ba = BandAddress::of(p);
-    let (th, tw) = (p.tile_height, ba.tile_width);
+    let tw = ba.tile_width;
     let mut m = Gather { tiled, linear: out, stream: false };
-    let mut y = y0;
-    while y < y1 {
-        let (band, iy) = (y / th, (y % th) as usize);
-        let rows = (y1.min((band + 1) * th) - y) as usize;
-        let t0 = ba.addr.offset(0, band * th) as usize + tx0 * ba.tile_bytes + iy * tw;
-        let l0 = (y - y0) as usize * stride;
+    for StripPiece { first: t0, row, rows, tile_bytes: _ } in strip_pieces(p, (y0, y1), tx0) {
+        let l0 = row * stride;
         let done = match tw {
             4 => m.band::<4>(t0, rows, ba.tile_bytes, l0, stride, count),
             8 => m.band::<8>(t0, rows, ba.tile_bytes, l0, stride, count),
@@ -581,8 +577,34 @@ pub(super) fn detile_strip(p: &PlaneGeometry, tiled: &[u8], (y0, y1): (u32, u32)
                 }
             }
         }
-        y += rows as u32;
     }
+}
+
+/// One band's part of a strip ([`strip_pieces`]).
+pub(super) struct StripPiece {
+    /// The plane's byte where the strip's first tile in this band holds its first row.
+    pub first: usize,
+    /// That row's number in the strip.
+    pub row: usize,
+    /// Its rows in this band, each `tile_width` bytes of every tile.
+    pub rows: usize,
+    /// From one tile to the next.
+    pub tile_bytes: usize,
+}
+
+/// Rows `y0..y1` of tile columns `tx0..` of plane `p`, whose tiles hold their rows back to
+/// back ([`rows_in_tiles`]), band by band: what [`detile_strip`] reads, and the fused path
+/// fetches ahead.
+pub(super) fn strip_pieces(p: &PlaneGeometry, (y0, y1): (u32, u32), tx0: usize) -> impl Iterator<Item = StripPiece> {
+    let ba = BandAddress::of(p);
+    let (th, tw) = (p.tile_height.max(1), ba.tile_width);
+    let bands = if y0 < y1 { y0 / th..y1.div_ceil(th) } else { 0..0 };
+    bands.map(move |band| {
+        let top = y0.max(band * th);
+        let rows = (y1.min((band + 1) * th) - top) as usize;
+        let first = ba.addr.offset(0, band * th) as usize + tx0 * ba.tile_bytes + (top % th) as usize * tw;
+        StripPiece { first, row: (top - y0) as usize, rows, tile_bytes: ba.tile_bytes }
+    })
 }
 
 /// Whether [`detile_rows`] reads `p` tile by tile, which lets it start at any band (and,

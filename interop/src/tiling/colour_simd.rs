@@ -586,16 +586,20 @@ impl RgbKernel {
                 // Each 2x2 block's sums by byte, in words (at most 1020): the rows added,
                 // then each pixel pair (the high 64 bits of each 128 onto the low), then the
                 // low and high unpacks' blocks gathered: blocks 0 1 | 2 3 of the group.
-                let chroma = [0, 1].map(|g| {
-                    let pairs = [0, 1].map(|h| {
+                // Loops, not `map` closures: LLVM (Rust 1.95) left a nested closure here out of
+                // line, its registers passed through memory, which cost a fourth of the speed.
+                let mut chroma = [zero; 2];
+                for (g, out) in chroma.iter_mut().enumerate() {
+                    let mut pairs = [zero; 2];
+                    for (h, pair) in pairs.iter_mut().enumerate() {
                         let s = _mm256_add_epi16(wide[0][g][h], wide[1][g][h]);
-                        _mm256_add_epi16(s, _mm256_srli_si256::<8>(s))
-                    });
+                        *pair = _mm256_add_epi16(s, _mm256_srli_si256::<8>(s));
+                    }
                     let blocks4 = _mm256_unpacklo_epi64(pairs[0], pairs[1]);
                     // U0 U1 V0 V1 | U2 U3 V2 V3, then U0 V0 U1 V1 | U2 V2 U3 V3.
                     let uv = _mm256_hadd_epi32(_mm256_madd_epi16(blocks4, ku), _mm256_madd_epi16(blocks4, kv));
-                    _mm256_shuffle_epi32::<0b11_01_10_00>(_mm256_srai_epi32::<17>(_mm256_add_epi32(uv, cbias)))
-                });
+                    *out = _mm256_shuffle_epi32::<0b11_01_10_00>(_mm256_srai_epi32::<17>(_mm256_add_epi32(uv, cbias)));
+                }
                 _mm_storeu_si128(uv.add(16 * i).cast(), bytes(chroma[0], chroma[1]));
             }
         }

@@ -151,8 +151,9 @@ fn fused(
     let stride = dst_plane.stride as usize;
     let end = dst_plane.offset as usize + (height as usize - 1) * stride + width as usize * 4;
     let mut rest = &mut dst[dst_plane.offset as usize..end];
-    // Tiles converted in place write each RGB row in pieces a tile wide: streamed only where
-    // every piece is whole cache lines, else a line would leave in two parts at two times.
+    // Tiles converted in place or in strips write each RGB row in pieces a tile (or strip)
+    // wide: streamed only where every piece is whole cache lines, else a line would leave in
+    // two parts at two times.
     let lines = (rest.as_ptr() as usize) % 64 == 0 && stride % 64 == 0;
     let stream = end - (dst_plane.offset as usize) >= STREAM_BYTES && (lines || reading.is_none());
     let simd = simd.map(|k| k.streaming(stream));
@@ -383,6 +384,7 @@ impl Job<'_> {
         let (th, tw) = (py.tile_height, py.tile_width as usize);
         let tile_px = tw / sample_bytes(self.bits);
         let width = self.width as usize;
+        let tiles = ((py.tile_height * py.tile_width) as usize, (pc.tile_height * pc.tile_width) as usize);
         let (mut ybases, mut cbases) = (Vec::with_capacity(py.tiles_x as usize), Vec::with_capacity(pc.tiles_x as usize));
         // A share starts on an even row, inside a band or on its edge.
         for band in rows.start / th..rows.end.div_ceil(th) {
@@ -399,10 +401,10 @@ impl Job<'_> {
                 let x0 = tx * tile_px;
                 let o = (top - rows.start) as usize * self.stride + 4 * x0;
                 // Tiles a block wide (nv12-16l32s), back to back: a run of them in one call.
-                let run = if tile_px == 16 && n % 2 == 0 { block_run(&ybases[tx..], &cbases[tx..], (py, pc), ((width - x0) / 16).min(RUN_TILES)) } else { 0 };
+                let run = if tile_px == 16 && n % 2 == 0 { block_run(&ybases[tx..], &cbases[tx..], tiles, ((width - x0) / 16).min(RUN_TILES)) } else { 0 };
                 if run > 1 {
                     let (yt, ct) = (ybases[tx] + skip, cbases[tx] + into);
-                    let (ytile, ctile) = ((py.tile_height * py.tile_width) as usize, (pc.tile_height * pc.tile_width) as usize);
+                    let (ytile, ctile) = tiles;
                     let y = &luma[yt..yt + (run - 1) * ytile + n * tw];
                     let c = &chroma[ct..ct + (run - 1) * ctile + n / 2 * tw];
                     let piece = &mut out[o..o + (n - 1) * self.stride + 64 * run];
@@ -453,9 +455,11 @@ impl Job<'_> {
         let (strip_rows, px) = strip(&self.py, &self.pc);
         let (bytes, tw, width) = (sample_bytes(self.bits), self.py.tile_width as usize, self.width as usize);
         let end = rows.end;
-        let tops = std::iter::successors(Some(rows.start), move |&y| Some(((y / strip_rows + 1) * strip_rows).min(end))).take_while(move |&y| y < end);
+        // Where the strip that starts at row y ends: the next multiple of its rows.
+        let bottom = move |y: u32| ((y / strip_rows + 1) * strip_rows).min(end);
+        let tops = std::iter::successors(Some(rows.start), move |&y| Some(bottom(y))).take_while(move |&y| y < end);
         tops.flat_map(move |y0| {
-            let y1 = ((y0 / strip_rows + 1) * strip_rows).min(end);
+            let y1 = bottom(y0);
             (0..width).step_by(px).map(move |x0| {
                 let w = px.min(width - x0);
                 Strip { rows: (y0, y1), x0, width: w, tx0: x0 * bytes / tw, tiles: (w * bytes).div_ceil(tw) }
@@ -617,9 +621,8 @@ impl Strip {
 const RUN_TILES: usize = 16;
 
 /// How many of the tiles at `ybases` and `cbases` (at most `most`) lie back to back in both
-/// planes, from the first.
-fn block_run(ybases: &[usize], cbases: &[usize], (py, pc): (&PlaneGeometry, &PlaneGeometry), most: usize) -> usize {
-    let (ytile, ctile) = ((py.tile_height * py.tile_width) as usize, (pc.tile_height * pc.tile_width) as usize);
+/// planes (tiles of `ytile` and `ctile` bytes), from the first.
+fn block_run(ybases: &[usize], cbases: &[usize], (ytile, ctile): (usize, usize), most: usize) -> usize {
     let (Some(&y0), Some(&c0)) = (ybases.first(), cbases.first()) else { return 0 };
     ybases.iter().zip(cbases).take(most).enumerate().take_while(|&(i, (&y, &c))| y == y0 + i * ytile && c == c0 + i * ctile).count()
 }

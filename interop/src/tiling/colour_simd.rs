@@ -90,6 +90,11 @@ impl<'a> Ahead<'a> {
         }
     }
 
+    /// Whether there is nothing to fetch.
+    fn is_empty(&self) -> bool {
+        self.runs.iter().all(|r| r.count == 0)
+    }
+
     /// Each line [`Kernel::tile`] would fetch, in order.
     #[cfg(test)]
     pub(super) fn lines(&self) -> Vec<*const u8> {
@@ -311,7 +316,7 @@ impl Kernel {
                 // One loop per depth and byte order (the orders of `RGB8_FORMATS`, and
                 // 2:10:10:10), and for pairs with lines to fetch: the fetches' bookkeeping
                 // in every loop slowed the linear conversion by 7%.
-                let fetch = ahead.runs[0].count > 0;
+                let fetch = !ahead.is_empty();
                 macro_rules! dispatch {
                     ($($o:expr),*) => {
                         match (self.ten_bit, self.order, one, fetch) {

@@ -560,20 +560,19 @@ pub(super) fn rows_in_tiles(p: &PlaneGeometry) -> bool {
 /// stays in L1. Four tiles at a time where [`Gather::band`] can (nv12-8l128 four rows at a
 /// time, nv12-4l4 a whole band); else a row of a tile at a time.
 pub(super) fn detile_strip(p: &PlaneGeometry, tiled: &[u8], (y0, y1): (u32, u32), (tx0, count): (usize, usize), out: &mut [u8], stride: usize) {
-    let ba = BandAddress::of(p);
-    let tw = ba.tile_width;
+    let tw = p.tile_width as usize;
     let mut m = Gather { tiled, linear: out, stream: false };
-    for StripPiece { first: t0, row, rows, tile_bytes: _ } in strip_pieces(p, (y0, y1), tx0) {
+    for StripPiece { first: t0, row, rows, tile_bytes } in strip_pieces(p, (y0, y1), tx0) {
         let l0 = row * stride;
         let done = match tw {
-            4 => m.band::<4>(t0, rows, ba.tile_bytes, l0, stride, count),
-            8 => m.band::<8>(t0, rows, ba.tile_bytes, l0, stride, count),
+            4 => m.band::<4>(t0, rows, tile_bytes, l0, stride, count),
+            8 => m.band::<8>(t0, rows, tile_bytes, l0, stride, count),
             _ => false,
         };
         if !done {
             for k in 0..count {
                 for r in 0..rows {
-                    m.copy(t0 + k * ba.tile_bytes + r * tw, l0 + r * stride + k * tw, tw);
+                    m.copy(t0 + k * tile_bytes + r * tw, l0 + r * stride + k * tw, tw);
                 }
             }
         }

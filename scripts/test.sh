@@ -29,6 +29,9 @@ cargo clippy --workspace --all-targets --quiet -- -D warnings
 # see DEVELOPERS.md "Adding a tiled layout") is linted too, in the CLI and the element.
 cargo clippy -p dmabridge-cli --features test-layout --all-targets --quiet -- -D warnings
 cargo clippy -p gst-plugin-dmabridge --features test-layout --all-targets --quiet -- -D warnings
+# The API docs too: a broken or private intra-doc link, or two targets' docs on one path
+# (the C ABI's and the CLI's `dmabridge` beside the engine's), fails the run.
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --quiet
 
 # Build once (tests, benches and the examples), without the preload, so that cargo and
 # rustc never run under it.

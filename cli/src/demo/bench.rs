@@ -114,7 +114,7 @@ pub struct ConvertResult {
 /// A fused tiled -> RGB conversion and the linear conversion of the same formats (NV12 ->
 /// XR24), both on dmabridge's CPU path, measured in one loop that takes turns: each round
 /// times the fused and the linear conversion on the CPU path's threads, then each on one
-/// thread, every side after [`TURN_WARMUPS`] untimed calls. Measured apart, the two saw
+/// thread, every side after `TURN_WARMUPS` untimed calls. Measured apart, the two saw
 /// different machines: the linear conversion on two threads read 24.4 GB/s in one run and
 /// 43.3 in the next, and the ratio with it (0.68-1.16 over eight runs).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -652,6 +652,12 @@ pub fn convert_gbps(conv: &dmabridge::Converter, c: &FrameConversion, reps: usiz
 
 /// Output GB/s of `c` on the CPU path on `threads` threads, from `input` into `out` (reused,
 /// so that no sample pays for fresh pages): the median of `reps` runs after `warmups`.
+///
+/// A frame loop writes a pool of frames in turn. One reused 4K RGB frame (33 MB) partly
+/// stays in this machine's 32 MB L3, which helps ordinary stores (libyuv's) and not
+/// non-temporal ones (dmabridge's). Into one frame, 32-byte stores wrote 30-33 GB/s and
+/// non-temporal ones 28; into four in turn, 20-23 and 26 (one thread, 2026-11-26, two runs
+/// taking turns). Left so: against libyuv per thread, this is the harder case for dmabridge.
 fn cpu_gbps(c: &FrameConversion, input: &[u8], out: &mut [u8], threads: usize, runs: (usize, usize)) -> Result<f64, dmabridge_interop::tiling::FrameConversionError> {
     let out_size = c.sizes()?.1;
     Ok(median(&mut gbps_samples(out_size, runs, || c.run_cpu_into(input, out, threads))?))
@@ -673,7 +679,7 @@ fn fused(c: &FrameConversion) -> bool {
 }
 
 /// [`BesideLinear`] for the fused conversion `c` (tiled NV12 -> RGB) from `input`, on
-/// `threads` threads and on one, in `rounds` rounds; `None` where `c` is not [`fused`].
+/// `threads` threads and on one, in `rounds` rounds; `None` where `c` is not a fused conversion.
 pub fn fused_beside_linear(c: &FrameConversion, input: &[u8], threads: usize, rounds: usize) -> Result<Option<BesideLinear>, dmabridge_interop::tiling::FrameConversionError> {
     if !fused(c) {
         return Ok(None);

@@ -8,11 +8,11 @@
 //! - Where the tiles hold their rows back to back and are a whole number of sixteen-pixel
 //!   blocks wide (samsung-64x32, allwinner-32x32, nv12-16l32s, i915-x), the vector loop
 //!   reads each tile where it lies and writes the tile's piece of each RGB row
-//!   ([`Job::run_tiles`]): the tiled frame is read once, in its own order, and nothing is
+//!   (`Job::run_tiles`): the tiled frame is read once, in its own order, and nothing is
 //!   copied.
 //! - Tiles too narrow for that (nv12-4l4, nv12-8l128) are detiled a strip at a time, a few
 //!   hundred pixels by up to 128 rows, into buffers that stay in L1, and each strip converted
-//!   as one tile ([`Job::run_strips`]).
+//!   as one tile (`Job::run_strips`).
 //! - Elsewhere (and where the CPU has no vector loop), rows are produced a group at a time
 //!   (a few tile rows of luma and their chroma), detiled into small per-thread buffers that
 //!   stay in cache, and converted from there: the tiled frame is read once and the RGB frame

@@ -13,7 +13,7 @@
 //! header's offsets, so no Rust union (and no `unsafe` read of one) is needed.
 //!
 //! Pixel formats are named through [`super::v4l2`]'s table ([`lookup_code`],
-//! [`formats_of`], [`plane_layouts`]), never here.
+//! [`formats_of`], [`plane_layouts`](super::v4l2::plane_layouts)), never here.
 //!
 //! Every count the driver controls is bounded ([`MAX_V4L2_FORMATS`], [`MAX_FRAME_SIZES`],
 //! [`VIDEO_MAX_PLANES`], [`MAX_BUFFERS`]); every failure is a [`V4l2DeviceError`] that names

@@ -10,7 +10,11 @@
 //!   reads each tile where it lies and writes the tile's piece of each RGB row
 //!   (`Job::run_tiles`): the tiled frame is read once, in its own order, and nothing is
 //!   copied.
-//! - Tiles too narrow for that (nv12-4l4, nv12-8l128) are detiled a strip at a time, a few
+//! - nv12-4l4's 8-bit tiles are read where they lie too, eight rows (two luma bands and
+//!   their chroma band) sixteen pixels at a time, transposed in registers
+//!   (`Job::run_bands4`): three streams read front to back, and nothing copied.
+//! - Other tiles too narrow for the vector loop (nv12-8l128; nv12-4l4's 10-bit samples, and
+//!   the pixels and rows its eight-row groups leave) are detiled a strip at a time, a few
 //!   hundred pixels by up to 128 rows, into buffers that stay in L1, and each strip converted
 //!   as one tile (`Job::run_strips`).
 //! - Elsewhere (and where the CPU has no vector loop), rows are produced a group at a time
@@ -62,7 +66,9 @@ enum Reading {
 ///   band's chroma rows in one chroma band (samsung-64x32, allwinner-32x32, nv12-16l32s,
 ///   i915-x);
 /// - [`Reading::Strips`]: row-major tiles narrower than a block, a whole number to a block,
-///   so that a strip, a number of blocks wide, starts on a tile (nv12-4l4, nv12-8l128).
+///   so that a strip, a number of blocks wide, starts on a tile (nv12-4l4, nv12-8l128);
+///   nv12-4l4's whole eight-row groups of 8-bit samples are read in place
+///   ([`Job::run_bands4`]) before the strips take the rest.
 ///
 /// i915-y and NVIDIA block linear (16-byte columns) go through a [`Window`].
 fn reading(py: &PlaneGeometry, pc: &PlaneGeometry, bits: u32) -> Option<Reading> {
@@ -427,15 +433,17 @@ impl Job<'_> {
     /// As [`Job::run`], for tiles too narrow for [`Job::run_tiles`]: strips ([`strip`])
     /// detiled into buffers that stay in L1 ([`detile_strip`]), each then converted as one
     /// tile, the next strip's tiles fetched meanwhile where [`Job::fetches_ahead`]. Windows
-    /// of whole rows did not stay in L1.
+    /// of whole rows did not stay in L1. nv12-4l4's whole eight-row groups go first, read in
+    /// place ([`Job::run_bands4`]); its strips are then only what those leave.
     fn run_strips(&self, k: &Kernel, groups: std::ops::Range<u32>, out: &mut [u8]) {
         let (rows, (py, pc), (luma, chroma)) = (self.rows(groups), (&self.py, &self.pc), self.planes());
+        let (end, px) = self.run_bands4(k, rows.clone(), out);
         let (strip_rows, strip_px) = strip(py, pc);
         let sb = strip_px * sample_bytes(self.bits);
         let mut ybuf = vec![0u8; sb * strip_rows as usize];
         let mut cbuf = vec![0u8; sb * strip_rows.div_ceil(2) as usize];
         let fetch = self.fetches_ahead();
-        let mut strips = self.strips(rows.clone()).peekable();
+        let mut strips = self.strips(rows.start..end, px).chain(self.strips(end..rows.end, 0)).peekable();
         while let Some(s) = strips.next() {
             let (y0, n) = (s.rows.0, (s.rows.1 - s.rows.0) as usize);
             detile_strip(py, luma, s.rows, (s.tx0, s.tiles), &mut ybuf, sb);
@@ -448,10 +456,39 @@ impl Job<'_> {
         k.fence();
     }
 
-    /// The strips of [`Job::run_strips`] over `rows`, in the order it converts them: row by
-    /// row of strips, each row of them from the left. They start on multiples of their rows
-    /// (so on bands) where the share does not.
-    fn strips(&self, rows: std::ops::Range<u32>) -> impl Iterator<Item = Strip> {
+    /// nv12-4l4's whole eight-row groups of `rows` (two luma bands and their chroma band),
+    /// from the first, read where they lie ([`Kernel::bands4`]) rather than in strips:
+    /// returns the row it stopped at and how many pixels of each row before it it wrote, the
+    /// rest being [`Job::run_strips`]'s. Each call converts a group across the share's whole
+    /// width, so that all three bands are read front to back, which the CPU's own prefetcher
+    /// follows.
+    fn run_bands4(&self, k: &Kernel, rows: std::ops::Range<u32>, out: &mut [u8]) -> (u32, usize) {
+        let four = |p: &PlaneGeometry| p.tile_width == 4 && p.tile_height == 4;
+        if self.bits != 8 || !four(&self.py) || !four(&self.pc) || rows.start % 8 != 0 {
+            return (rows.start, 0);
+        }
+        let (luma, chroma) = self.planes();
+        // The band that starts at row `row` of plane `p`, from its first tile.
+        fn band<'p>(p: &PlaneGeometry, plane: &'p [u8], row: u32) -> &'p [u8] {
+            strip_pieces(p, (row, row + 4), 0).next().map_or(&[][..], |s| &plane[s.first.min(plane.len())..])
+        }
+        let (mut y0, mut px) = (rows.start, 0);
+        while y0 + 8 <= rows.end {
+            let o = (y0 - rows.start) as usize * self.stride;
+            let done = k.bands4([band(&self.py, luma, y0), band(&self.py, luma, y0 + 4)], band(&self.pc, chroma, y0 / 2), &mut out[o..], self.stride, self.width as usize);
+            // Every group is as wide; a group refused (too short a slice) is the strips'.
+            if done == 0 || (px != 0 && done != px) {
+                break;
+            }
+            (y0, px) = (y0 + 8, done);
+        }
+        (y0, px)
+    }
+
+    /// The strips of [`Job::run_strips`] over `rows`, from pixel `x` of each, in the order
+    /// it converts them: row by row of strips, each row of them from the left. They start on
+    /// multiples of their rows (so on bands) where the share does not.
+    fn strips(&self, rows: std::ops::Range<u32>, x: usize) -> impl Iterator<Item = Strip> {
         let (strip_rows, px) = strip(&self.py, &self.pc);
         let (bytes, tw, width) = (sample_bytes(self.bits), self.py.tile_width as usize, self.width as usize);
         let end = rows.end;
@@ -460,7 +497,7 @@ impl Job<'_> {
         let tops = std::iter::successors(Some(rows.start), move |&y| Some(bottom(y))).take_while(move |&y| y < end);
         tops.flat_map(move |y0| {
             let y1 = bottom(y0);
-            (0..width).step_by(px).map(move |x0| {
+            (x..width).step_by(px).map(move |x0| {
                 let w = px.min(width - x0);
                 Strip { rows: (y0, y1), x0, width: w, tx0: x0 * bytes / tw, tiles: (w * bytes).div_ceil(tw) }
             })
@@ -632,7 +669,7 @@ fn block_run(ybases: &[usize], cbases: &[usize], (ytile, ctile): (usize, usize),
 /// luma band, half a chroma band), and as many pixels as make 16 KiB of luma (at most 512),
 /// which stay in L1 with their chroma. Measured at 4K ->
 /// XR24, fused ÷ linear on one thread, taking turns:
-/// - nv12-4l4: 8 rows 0.76-0.80 with 256-1024 pixels, 0.60-0.71 with 64-128; 4 rows (half a
+/// - nv12-4l4 (now only what [`Job::run_bands4`] leaves): 8 rows 0.76-0.80 with 256-1024 pixels, 0.60-0.71 with 64-128; 4 rows (half a
 ///   chroma band, detiled a row at a time) 0.28-0.30. Windows of whole rows: 0.55-0.71.
 /// - nv12-8l128: 128 rows of 128 pixels (whole tiles, read front to back) 0.72-0.77; 64
 ///   rows 0.66-0.79; 32 rows 0.57-0.75; 8 or 16 rows or 64 pixels 0.28-0.72. Windows of
@@ -850,7 +887,7 @@ mod tests {
         let (w, h) = (1024u32, 1040u32);
         assert!(w as usize * 4 * h as usize >= STREAM_BYTES);
         let planes = packed_planes(Fourcc::NV12, w, h).expect("planes");
-        for layout in [TileLayout::Linear, TileLayout::Samsung64x32, TileLayout::Nv12_16L32S, TileLayout::Allwinner32x32, TileLayout::Nv12_8L128] {
+        for layout in [TileLayout::Linear, TileLayout::Samsung64x32, TileLayout::Nv12_16L32S, TileLayout::Allwinner32x32, TileLayout::Nv12_4L4, TileLayout::Nv12_8L128] {
             let g = tiled_size(layout, Fourcc::NV12, w, h).expect("geometry");
             let tiled = pattern(g.size as usize, 5);
             let linear = detile_to_vec(layout, Fourcc::NV12, w, h, &tiled).expect("detile");
@@ -915,7 +952,7 @@ mod tests {
             assert_eq!(job.reading, Some(Reading::Strips), "{layout}");
             assert_eq!(job.fetches_ahead(), layout == TileLayout::Nv12_8L128, "{layout}");
             for rows in [0..h, 18..h - 4] {
-                let strips: Vec<Strip> = job.strips(rows.clone()).collect();
+                let strips: Vec<Strip> = job.strips(rows.clone(), 0).collect();
                 let area: u64 = strips.iter().map(|s| u64::from(s.rows.1 - s.rows.0) * s.width as u64).sum();
                 assert_eq!(area, u64::from(rows.end - rows.start) * u64::from(w), "{layout} {rows:?}");
                 for (s, next) in strips.iter().zip(&strips[1..]) {

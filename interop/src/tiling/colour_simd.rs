@@ -189,6 +189,28 @@ const V_HIGH: [u8; 32] = high(true, 1);
 const TEN_U: [u8; 32] = ten(0);
 const TEN_V: [u8; 32] = ten(2);
 
+/// For [`Kernel::bands4_avx2`], whose unpacks leave row `r` of a block's four nv12-4l4 tiles
+/// (of luma: pixels 0-3, 4-7, 8-11, 12-15; of chroma: their pairs) in dwords `2h` (tile 0 in
+/// lane 0, tile 1 in lane 1) and `2h + 1` (tiles 2 and 3), `h` being `r % 2`: the byte
+/// shuffle that puts the luma byte (`chroma` false) or the U (`plus` 0) or V (`plus` 1)
+/// byte of each slot's pixel ([`PIXELS`]) of such a row in the high byte of its slot, and
+/// zeroes the low byte.
+const fn band4(chroma: bool, h: usize, plus: usize) -> [u8; 32] {
+    let mut m = [0x80u8; 32];
+    let mut slot = 0;
+    while slot < 16 {
+        // The slot's pixel in its lane's two tiles: 0-3 in the first, 4-7 in the second.
+        let at = slot % 8;
+        m[2 * slot + 1] = (8 * h + if chroma { at / 2 * 2 + plus } else { at }) as u8;
+        slot += 1;
+    }
+    m
+}
+
+const BAND4_LUMA: [[u8; 32]; 2] = [band4(false, 0, 0), band4(false, 1, 0)];
+const BAND4_U: [[u8; 32]; 2] = [band4(true, 0, 0), band4(true, 1, 0)];
+const BAND4_V: [[u8; 32]; 2] = [band4(true, 0, 1), band4(true, 1, 1)];
+
 /// How [`Kernel`]'s loop stores a row: non-temporal stores of whole registers to a row
 /// aligned to 32 bytes; to one aligned to 16 only, the same stores shifted by 16 bytes
 /// (each made of the halves of two registers, the row's first and last 16 bytes stored
@@ -213,6 +235,103 @@ const fn channel_at(order: u32, byte: u32) -> usize {
 /// [`RgbPacking::shader_word`] of byte indices R, G, B, A.
 const fn order(r: u32, g: u32, b: u32, a: u32) -> u32 {
     r | g << 2 | b << 4 | a << 6
+}
+
+/// The arithmetic that every YUV -> RGB loop of [`Kernel`] shares: the coefficients in
+/// registers, a block's chroma terms, and its sixteen pixels.
+#[cfg(target_arch = "x86_64")]
+#[derive(Clone, Copy)]
+struct Arith {
+    ym: std::arch::x86_64::__m256i,
+    bias: std::arch::x86_64::__m256i,
+    /// The chroma coefficients: R from V, G from U and V, B from U.
+    rv: std::arch::x86_64::__m256i,
+    gu: std::arch::x86_64::__m256i,
+    gv: std::arch::x86_64::__m256i,
+    bu: std::arch::x86_64::__m256i,
+    max: std::arch::x86_64::__m256i,
+}
+
+#[cfg(target_arch = "x86_64")]
+impl Arith {
+    /// # Safety
+    /// The CPU has AVX2.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    // The intrinsics are unsafe to call before Rust 1.86 (`rust-version` is older).
+    #[allow(unused_unsafe)]
+    unsafe fn new(k: &YuvToRgb) -> Arith {
+        use std::arch::x86_64::_mm256_set1_epi16;
+        // SAFETY: the caller guarantees AVX2, the intrinsics' one requirement.
+        let set = |v: i32| unsafe { _mm256_set1_epi16(v as i16) };
+        Arith { ym: set(k.y_mul), bias: set(k.bias), rv: set(k.r_v), gu: set(k.g_u), gv: set(k.g_v), bu: set(k.b_u), max: set(k.max) }
+    }
+
+    /// The R, G and B terms of each pixel's chroma (`u`, `v`: less the offset, in the top
+    /// bits of signed words), which a row pair shares.
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    #[allow(unused_unsafe)]
+    unsafe fn terms(&self, u: std::arch::x86_64::__m256i, v: std::arch::x86_64::__m256i) -> [std::arch::x86_64::__m256i; 3] {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller guarantees AVX2, the intrinsics' one requirement.
+        unsafe {
+            let (cr, cb) = (_mm256_mulhrs_epi16(v, self.rv), _mm256_mulhrs_epi16(u, self.bu));
+            [cr, _mm256_add_epi16(_mm256_mulhrs_epi16(u, self.gu), _mm256_mulhrs_epi16(v, self.gv)), cb]
+        }
+    }
+
+    /// Sixteen pixels in byte order `ORDER` ([`Kernel::blocks_avx2`]'s), from each pixel's
+    /// luma in the top bits of its word (`yl`, slots in [`PIXELS`] order) and its chroma's
+    /// terms: pixels 0-7 and 8-15, a register each.
+    ///
+    /// # Safety
+    /// The CPU has AVX2.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    #[allow(unused_unsafe)]
+    unsafe fn pixels<const ORDER: u32>(&self, yl: std::arch::x86_64::__m256i, [cr, cg, cb]: [std::arch::x86_64::__m256i; 3]) -> [std::arch::x86_64::__m256i; 2] {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller guarantees AVX2, the intrinsics' one requirement; the one
+        // `asm!` reads and writes registers only.
+        unsafe {
+            let bytes = ORDER != u32::MAX;
+            // `vpmulhuw` written out: given the intrinsic, LLVM (Rust 1.95) rewrites this one
+            // multiply into seven instructions on 32-bit lanes, which costs the loop a fifth of
+            // its speed.
+            let luma: __m256i;
+            std::arch::asm!("vpmulhuw {l}, {y}, {m}", l = lateout(ymm_reg) luma, y = in(ymm_reg) yl, m = in(ymm_reg) self.ym, options(pure, nomem, nostack, preserves_flags));
+            let l = _mm256_add_epi16(luma, self.bias);
+            // The fraction bits: 6 for 8-bit output, 4 for 10-bit (`YuvToRgb::shift`).
+            let channel = |t: __m256i| {
+                let sum = _mm256_adds_epi16(l, t);
+                if bytes { _mm256_srai_epi16::<6>(sum) } else { _mm256_srai_epi16::<4>(sum) }
+            };
+            let (r, g, b) = (channel(cr), channel(cg), channel(cb));
+            let (first, second) = if bytes {
+                // Saturating packs clamp to 0..=255. With bytes 0 and 2 of each pixel in one
+                // pack and 1 and 3 in the other, the unpacks interleave them into pixels: lane
+                // 0 into pixels 0-3 and 8-11, lane 1 into 4-7 and 12-15.
+                let channels = [r, g, b, _mm256_set1_epi16(255)];
+                let at = |byte| channels[channel_at(ORDER, byte)];
+                let (even, odd) = (_mm256_packus_epi16(at(0), at(2)), _mm256_packus_epi16(at(1), at(3)));
+                let (lo, hi) = (_mm256_unpacklo_epi8(even, odd), _mm256_unpackhi_epi8(even, odd));
+                (_mm256_unpacklo_epi16(lo, hi), _mm256_unpackhi_epi16(lo, hi))
+            } else {
+                // 2:10:10:10 (the one 10-bit packing): the low and high 16 bits of each pixel
+                // word, interleaved.
+                let clamp = |x: __m256i| _mm256_min_epi16(_mm256_max_epi16(x, _mm256_setzero_si256()), self.max);
+                let (r, g, b) = (clamp(r), clamp(g), clamp(b));
+                let low = _mm256_or_si256(b, _mm256_slli_epi16::<10>(g));
+                let high = _mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16::<6>(g), _mm256_slli_epi16::<4>(r)), _mm256_set1_epi16((3u16 << 14) as i16));
+                (_mm256_unpacklo_epi16(low, high), _mm256_unpackhi_epi16(low, high))
+            };
+            [first, second]
+        }
+    }
 }
 
 impl Kernel {
@@ -308,6 +427,103 @@ impl Kernel {
         unsafe { self.dispatch(([y0, y0.add(ys)], c.as_ptr(), [o0, o0.add(os)]), (blocks, [luma_block, chroma_block]), (pairs, [2 * ys, cs, 2 * os]), false, ahead) }
     }
 
+    /// Converts the leading pixels of a group of eight rows of nv12-4l4 where its tiles lie,
+    /// sixteen pixels (four tiles of each band) at a time, with no detile: `y` the group's
+    /// two luma bands and `c` its chroma band, each from the group's first tile, and 4-byte
+    /// pixels into `out`'s eight rows, `stride` bytes apart.
+    /// Returns how many pixels of each row it wrote (a multiple of 16, at most `width`; 0
+    /// for 10-bit samples, or where a slice is too short), the rest being the caller's.
+    pub(super) fn bands4(&self, y: [&[u8]; 2], c: &[u8], out: &mut [u8], stride: usize, width: usize) -> usize {
+        let blocks = width / 16;
+        let bytes = 64 * blocks;
+        let fits = |s: &[u8]| s.len() >= bytes;
+        let rows = stride.checked_mul(7).and_then(|r| r.checked_add(bytes));
+        if self.ten_bit || blocks == 0 || !(fits(y[0]) && fits(y[1]) && fits(c)) || !rows.is_some_and(|r| r <= out.len()) {
+            return 0;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (y, c, rows) = ([y[0].as_ptr(), y[1].as_ptr()], c.as_ptr(), out.as_mut_ptr());
+            // SAFETY: a `Kernel` exists only where `detect` found AVX2; block i reads bytes
+            // `64i..64i + 64` of each of `y` and of `c`, and writes bytes `64i..64i + 64` of
+            // rows 0-7 of `out`: the last block's inside every slice by the checks above.
+            // `ORDER` is `self.order`, by the match, and the samples are 8-bit.
+            unsafe {
+                macro_rules! dispatch {
+                    ($($o:expr),*) => {
+                        match self.order {
+                            $(o if o == $o => self.bands4_avx2::<{ $o }>(y, c, rows, stride, blocks),)*
+                            _ => return 0,
+                        }
+                    };
+                }
+                dispatch!(order(2, 1, 0, 3), order(0, 1, 2, 3), order(3, 2, 1, 0), order(1, 2, 3, 0), u32::MAX)
+            };
+            16 * blocks
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (y, c, out, stride);
+            0
+        }
+    }
+
+    /// The loop of [`Kernel::bands4`] for the byte order `ORDER`. A block is four tiles of
+    /// each band, 64 bytes back to back: two loads and two unpacks put two rows of the four
+    /// tiles in a register, in the order that [`Kernel::blocks_avx2`]'s byte shuffles
+    /// produce ([`band4`]), so that each block converts as the linear loop's do, its rows
+    /// read with half their loads. Measured at 4K nv12-4l4 -> XR24, fused ÷ linear taking
+    /// turns (2026-11-26, harness, three alternating runs): one thread 1.07-1.11 against the
+    /// strips' 0.72-0.76, two threads 0.99-1.02 against 0.95-0.98. Read in place the same way
+    /// (two 64-byte lines of a tile pair, a `vpermq` more per two rows), nv12-8l128 measured
+    /// 0.60-0.72 against its strips' 0.74-0.81, in every order tried (eight rows across the
+    /// band, a band's 128 rows sixteen pixels at a time, or strips of 4-240 blocks between).
+    ///
+    /// # Safety
+    /// The CPU has AVX2; bytes `0..64 * blocks` of both `y` and of `c` are readable, those
+    /// of rows 0-7 of `out` (`stride` apart) writable; `ORDER` is `self.order`, and the
+    /// samples are 8-bit.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn bands4_avx2<const ORDER: u32>(&self, y: [*const u8; 2], c: *const u8, out: *mut u8, stride: usize, blocks: usize) {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller guarantees AVX2 (every intrinsic's requirement) and the bounds
+        // of every load and store; loadu takes any alignment, and the non-temporal stores
+        // are used only where every row starts 32-byte aligned.
+        unsafe {
+            let a = Arith::new(&self.k);
+            let load = |m: &[u8; 32]| _mm256_loadu_si256(m.as_ptr().cast());
+            let luma = BAND4_LUMA.each_ref().map(load);
+            let (u_at, v_at) = (BAND4_U.each_ref().map(load), BAND4_V.each_ref().map(load));
+            let flip = _mm256_set1_epi8(0x80u8 as i8);
+            let wide = self.stream && out as usize % 32 == 0 && stride % 32 == 0;
+            for i in 0..blocks {
+                // Rows 0-1 and 2-3 of a band's four tiles ([`band4`]).
+                let rows = |p: *const u8| {
+                    let (t01, t23) = (_mm256_loadu_si256(p.add(64 * i).cast()), _mm256_loadu_si256(p.add(64 * i + 32).cast()));
+                    [_mm256_unpacklo_epi32(t01, t23), _mm256_unpackhi_epi32(t01, t23)]
+                };
+                let ([y01, y23], [y45, y67]) = (rows(y[0]), rows(y[1]));
+                let cs = rows(c).map(|r| _mm256_xor_si256(r, flip));
+                for (p, pair) in [y01, y23, y45, y67].into_iter().enumerate() {
+                    let cp = cs[p / 2];
+                    let terms = a.terms(_mm256_shuffle_epi8(cp, u_at[p % 2]), _mm256_shuffle_epi8(cp, v_at[p % 2]));
+                    for (r, order) in luma.iter().enumerate() {
+                        let [first, second] = a.pixels::<ORDER>(_mm256_shuffle_epi8(pair, *order), terms);
+                        let o = out.add((2 * p + r) * stride + 64 * i);
+                        if wide {
+                            _mm256_stream_si256(o.cast(), first);
+                            _mm256_stream_si256(o.add(32).cast(), second);
+                        } else {
+                            _mm256_storeu_si256(o.cast(), first);
+                            _mm256_storeu_si256(o.add(32).cast(), second);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The loop for this kernel's depth and byte order ([`Kernel::blocks_avx2`]); returns
     /// the pixels done per row (`16 * blocks`, or 0 where there is no such loop).
     ///
@@ -369,7 +585,7 @@ impl Kernel {
     #[allow(clippy::too_many_arguments)]
     unsafe fn blocks_avx2<const TEN: bool, const ORDER: u32, const ROWS: usize, const FETCH: bool>(&self, y: [*const u8; 2], c: *const u8, out: [*mut u8; 2], (blocks, [yb, cb]): (usize, [usize; 2]), pairs: usize, steps: [usize; 3], ahead: &Ahead) {
         use std::arch::x86_64::*;
-        let k = &self.k;
+        debug_assert_eq!(self.k.shift, if ORDER != u32::MAX { 6 } else { 4 });
         // SAFETY: the caller guarantees AVX2 (every intrinsic's requirement), that the
         // bytes each block of each pair reads are readable and that its 64 output bytes are
         // writable;
@@ -378,22 +594,14 @@ impl Kernel {
         // with the 32-byte stores shifted by 16 (each block is 64 bytes on from the last;
         // the shifted stores write bytes -16..48 of block i > 0, inside the row because
         // block i - 1 wrote there, and the first and last 16 bytes alone). A prefetch only
-        // hints: it never faults, and reads nothing the program sees. The one `asm!` is a
-        // register-to-register AVX2 multiply: it touches no memory, stack or flags.
+        // hints: it never faults, and reads nothing the program sees.
         unsafe {
-            let set = |v: i32| _mm256_set1_epi16(v as i16);
-            let (ym, bias) = (set(k.y_mul), set(k.bias));
-            let (rv, gu, gv, bu) = (set(k.r_v), set(k.g_u), set(k.g_v), set(k.b_u));
-            let bytes = ORDER != u32::MAX;
-            debug_assert_eq!(k.shift, if bytes { 6 } else { 4 });
+            let a = Arith::new(&self.k);
             let load = |m: &[u8; 32]| _mm256_loadu_si256(m.as_ptr().cast());
             let (luma_order, u_order, v_order) = (load(&LUMA_HIGH), load(&U_HIGH), load(&V_HIGH));
             let (ten_u, ten_v) = (load(&TEN_U), load(&TEN_V));
             let (top10, sign) = (_mm256_set1_epi16(0xffc0u16 as i16), _mm256_set1_epi16(i16::MIN));
             let flip = _mm256_set1_epi8(0x80u8 as i8);
-            let opaque = _mm256_set1_epi16(255);
-            let (zero, max) = (_mm256_setzero_si256(), set(k.max));
-            let alpha_hi = _mm256_set1_epi16((3u16 << 14) as i16);
             // Each row's last block's second register, for `Stream::Shifted`.
             let mut carry = [_mm256_setzero_si256(); 2];
             let per_pair = if FETCH { ahead.line_count().div_ceil(pairs.max(1)) } else { 0 };
@@ -424,8 +632,7 @@ impl Kernel {
                         let cs = _mm256_xor_si256(_mm256_broadcastsi128_si256(_mm_loadu_si128(c.add(cb * i).cast())), flip);
                         (_mm256_shuffle_epi8(cs, u_order), _mm256_shuffle_epi8(cs, v_order))
                     };
-                    let (cr, cb) = (_mm256_mulhrs_epi16(v, rv), _mm256_mulhrs_epi16(u, bu));
-                    let cg = _mm256_add_epi16(_mm256_mulhrs_epi16(u, gu), _mm256_mulhrs_epi16(v, gv));
+                    let terms = a.terms(u, v);
                     for row in 0..ROWS {
                         // Each pixel's luma sample in the top bits of its word.
                         let yl = if TEN {
@@ -434,36 +641,7 @@ impl Kernel {
                         } else {
                             _mm256_shuffle_epi8(_mm256_broadcastsi128_si256(_mm_loadu_si128(y[row].add(yb * i).cast())), luma_order)
                         };
-                        // `vpmulhuw` written out: given the intrinsic, LLVM (Rust 1.95) rewrites
-                        // this one multiply into seven instructions on 32-bit lanes, which costs
-                        // the loop a fifth of its speed.
-                        let luma: __m256i;
-                        std::arch::asm!("vpmulhuw {l}, {y}, {m}", l = lateout(ymm_reg) luma, y = in(ymm_reg) yl, m = in(ymm_reg) ym, options(pure, nomem, nostack, preserves_flags));
-                        let l = _mm256_add_epi16(luma, bias);
-                        // The fraction bits: 6 for 8-bit output, 4 for 10-bit (`YuvToRgb::shift`).
-                        let channel = |t: __m256i| {
-                            let sum = _mm256_adds_epi16(l, t);
-                            if bytes { _mm256_srai_epi16::<6>(sum) } else { _mm256_srai_epi16::<4>(sum) }
-                        };
-                        let (r, g, b) = (channel(cr), channel(cg), channel(cb));
-                        let (first, second) = if bytes {
-                            // Saturating packs clamp to 0..=255. With bytes 0 and 2 of each pixel
-                            // in one pack and 1 and 3 in the other, the unpacks interleave them into
-                            // pixels: lane 0 into pixels 0-3 and 8-11, lane 1 into 4-7 and 12-15.
-                            let channels = [r, g, b, opaque];
-                            let at = |byte| channels[channel_at(ORDER, byte)];
-                            let (even, odd) = (_mm256_packus_epi16(at(0), at(2)), _mm256_packus_epi16(at(1), at(3)));
-                            let (lo, hi) = (_mm256_unpacklo_epi8(even, odd), _mm256_unpackhi_epi8(even, odd));
-                            (_mm256_unpacklo_epi16(lo, hi), _mm256_unpackhi_epi16(lo, hi))
-                        } else {
-                            // 2:10:10:10 (the one 10-bit packing): the low and high 16 bits of each
-                            // pixel word, interleaved.
-                            let clamp = |x: __m256i| _mm256_min_epi16(_mm256_max_epi16(x, zero), max);
-                            let (r, g, b) = (clamp(r), clamp(g), clamp(b));
-                            let low = _mm256_or_si256(b, _mm256_slli_epi16::<10>(g));
-                            let high = _mm256_or_si256(_mm256_or_si256(_mm256_srli_epi16::<6>(g), _mm256_slli_epi16::<4>(r)), alpha_hi);
-                            (_mm256_unpacklo_epi16(low, high), _mm256_unpackhi_epi16(low, high))
-                        };
+                        let [first, second] = a.pixels::<ORDER>(yl, terms);
                         let o = out[row].add(64 * i);
                         match stream[row] {
                             Stream::Wide => {
@@ -738,6 +916,56 @@ mod tests {
         }
         // Blocks closer than their own bytes would overlap: refused.
         assert_eq!(kernel.tile(&y, &c, &mut got, Steps { luma_block: 15, ..steps }, 16 * blocks, pairs, &Ahead::NONE), 0);
+    }
+
+    /// Eight rows of nv12-4l4 read where they lie ([`Kernel::bands4`]), into every byte
+    /// order, with ordinary and non-temporal stores: each row pair as [`Kernel::rows`]
+    /// converts the same rows detiled, the pixels past the last whole sixteen left alone.
+    /// A slice a byte too short for the last block is refused whole, as are 10-bit samples.
+    #[test]
+    fn nv12_4l4_bands_are_their_rows_detiled() {
+        let (w, stride) = (16 * 3 + 7usize, 256usize);
+        let band_bytes = 16 * w.div_ceil(4);
+        let (luma, chroma) = ([pattern(band_bytes, 3), pattern(band_bytes, 5)], pattern(band_bytes, 7));
+        // Row `r` of a band: each tile's row `r`, tile after tile.
+        let row = |band: &[u8], r: usize| band.chunks_exact(16).flat_map(|t| t[4 * r..4 * r + 4].to_vec()).collect::<Vec<u8>>();
+        let len = 7 * stride + 4 * w;
+        for to in RGB8_FORMATS.into_iter().chain(RGB10_FORMATS) {
+            let pack = RgbPacking::of(to).expect("packing");
+            let k = YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 8, pack.bits());
+            let Some(kernel) = Kernel::detect(k, pack, false) else { return };
+            for stream in [false, true] {
+                let kernel = kernel.streaming(stream);
+                let mut buf = vec![0x5au8; len + 32];
+                let at = buf.as_ptr().align_offset(32);
+                let got = &mut buf[at..at + len];
+                assert_eq!(kernel.bands4([&luma[0], &luma[1]], &chroma, got, stride, w), 48);
+                kernel.fence();
+                let mut want = vec![0x5au8; len];
+                for p in 0..4 {
+                    let (y0, y1) = (row(&luma[p / 2], 2 * (p % 2)), row(&luma[p / 2], 2 * (p % 2) + 1));
+                    let (a, rest) = want[2 * p * stride..].split_at_mut(stride);
+                    kernel.rows([&y0, &y1], &row(&chroma, p), (&mut a[..4 * w], Some(&mut rest[..4 * w])), w);
+                }
+                for r in 0..8 {
+                    want[r * stride + 48 * 4..r * stride + 4 * w].fill(0x5a);
+                }
+                assert!(buf[at..at + len] == want[..], "{to} stream {stream}");
+                // The last block's bytes end at byte 192 of each slice, and of the last row.
+                let got = &mut buf[at..at + len];
+                let end = |s: &[u8], n: usize| s[..n].to_vec();
+                assert_eq!(kernel.bands4([&end(&luma[0], 192), &end(&luma[1], 192)], &end(&chroma, 192), &mut got[..7 * stride + 192], stride, 48), 48);
+                assert_eq!(kernel.bands4([&end(&luma[0], 191), &luma[1]], &chroma, got, stride, 48), 0);
+                assert_eq!(kernel.bands4([&luma[0], &end(&luma[1], 191)], &chroma, got, stride, 48), 0);
+                assert_eq!(kernel.bands4([&luma[0], &luma[1]], &end(&chroma, 191), got, stride, 48), 0);
+                assert_eq!(kernel.bands4([&luma[0], &luma[1]], &chroma, &mut got[..7 * stride + 191], stride, 48), 0);
+                assert_eq!(kernel.bands4([&luma[0], &luma[1]], &chroma, got, stride, 15), 0);
+            }
+        }
+        let ten = Kernel::detect(YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 10, 10), RgbPacking::of(crate::Fourcc::XRGB2101010).expect("XR30"), true);
+        if let Some(ten) = ten {
+            assert_eq!(ten.bands4([&luma[0], &luma[1]], &chroma, &mut vec![0u8; len], stride, w), 0);
+        }
     }
 
     /// What the loop fetches ([`Ahead`]): the lines holding each run's bytes, in order, runs

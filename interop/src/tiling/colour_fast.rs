@@ -10,13 +10,13 @@
 //!   reads each tile where it lies and writes the tile's piece of each RGB row
 //!   (`Job::run_tiles`): the tiled frame is read once, in its own order, and nothing is
 //!   copied.
-//! - nv12-4l4's 8-bit tiles are read where they lie too, eight rows (two luma bands and
-//!   their chroma band) sixteen pixels at a time, transposed in registers
-//!   (`Job::run_bands4`): three streams read front to back, and nothing copied.
-//! - Other tiles too narrow for the vector loop (nv12-8l128; nv12-4l4's 10-bit samples, and
-//!   the pixels and rows its eight-row groups leave) are detiled a strip at a time, a few
-//!   hundred pixels by up to 128 rows, into buffers that stay in L1, and each strip converted
-//!   as one tile (`Job::run_strips`).
+//! - Tiles four or eight pixels wide (nv12-4l4, nv12-8l128) of 8-bit samples are read where
+//!   they lie too, eight rows at a time across the frame, sixteen pixels at a time
+//!   transposed in registers (`Job::run_narrow`); nothing is copied.
+//! - What those leave (10-bit samples; the last rows and pixels where the frame is not a
+//!   whole number of eight-row groups and sixteen-pixel blocks) is detiled a strip at a
+//!   time, a few hundred pixels by up to 128 rows, into buffers that stay in L1, and each
+//!   strip converted as one tile (`Job::run_strips`).
 //! - Elsewhere (and where the CPU has no vector loop), rows are produced a group at a time
 //!   (a few tile rows of luma and their chroma), detiled into small per-thread buffers that
 //!   stay in cache, and converted from there: the tiled frame is read once and the RGB frame
@@ -29,7 +29,7 @@
 //!   elsewhere.
 //! - Frames of `fast::STREAM_BYTES` (4 MiB) and more are written with non-temporal stores.
 
-use super::colour_simd::{Ahead, Kernel, RgbKernel, Steps};
+use super::colour_simd::{Ahead, Kernel, Narrow, RgbKernel, Steps};
 use super::colour::{check_rgb_to_nv12, packing, yuv_bits, ColourError, ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};
 use super::fast::{band_quantum, band_tile_offsets, default_threads, detile_rows, detile_strip, partial_bands, strip_pieces, rows_in_tiles, run_shares, tile_by_tile, tiled_rows_region, STREAM_BYTES};
 use super::geometry::{check_linear, tiled_size, PlaneGeometry};
@@ -67,8 +67,8 @@ enum Reading {
 ///   i915-x);
 /// - [`Reading::Strips`]: row-major tiles narrower than a block, a whole number to a block,
 ///   so that a strip, a number of blocks wide, starts on a tile (nv12-4l4, nv12-8l128);
-///   nv12-4l4's whole eight-row groups of 8-bit samples are read in place
-///   ([`Job::run_bands4`]) before the strips take the rest.
+///   their whole eight-row groups of 8-bit samples are read in place ([`Job::run_narrow`])
+///   before the strips take the rest.
 ///
 /// i915-y and NVIDIA block linear (16-byte columns) go through a [`Window`].
 fn reading(py: &PlaneGeometry, pc: &PlaneGeometry, bits: u32) -> Option<Reading> {
@@ -433,11 +433,11 @@ impl Job<'_> {
     /// As [`Job::run`], for tiles too narrow for [`Job::run_tiles`]: strips ([`strip`])
     /// detiled into buffers that stay in L1 ([`detile_strip`]), each then converted as one
     /// tile, the next strip's tiles fetched meanwhile where [`Job::fetches_ahead`]. Windows
-    /// of whole rows did not stay in L1. nv12-4l4's whole eight-row groups go first, read in
-    /// place ([`Job::run_bands4`]); its strips are then only what those leave.
+    /// of whole rows did not stay in L1. Whole eight-row groups of 8-bit samples go first,
+    /// read in place ([`Job::run_narrow`]), and the strips are then only what those leave.
     fn run_strips(&self, k: &Kernel, groups: std::ops::Range<u32>, out: &mut [u8]) {
         let (rows, (py, pc), (luma, chroma)) = (self.rows(groups), (&self.py, &self.pc), self.planes());
-        let (end, px) = self.run_bands4(k, rows.clone(), out);
+        let (end, px) = self.run_narrow(k, rows.clone(), out);
         let (strip_rows, strip_px) = strip(py, pc);
         let sb = strip_px * sample_bytes(self.bits);
         let mut ybuf = vec![0u8; sb * strip_rows as usize];
@@ -456,26 +456,36 @@ impl Job<'_> {
         k.fence();
     }
 
-    /// nv12-4l4's whole eight-row groups of `rows` (two luma bands and their chroma band),
-    /// from the first, read where they lie ([`Kernel::bands4`]) rather than in strips:
-    /// returns the row it stopped at and how many pixels of each row before it it wrote, the
-    /// rest being [`Job::run_strips`]'s. Each call converts a group across the share's whole
-    /// width, so that all three bands are read front to back, which the CPU's own prefetcher
-    /// follows.
-    fn run_bands4(&self, k: &Kernel, rows: std::ops::Range<u32>, out: &mut [u8]) -> (u32, usize) {
-        let four = |p: &PlaneGeometry| p.tile_width == 4 && p.tile_height == 4;
-        if self.bits != 8 || !four(&self.py) || !four(&self.pc) || rows.start % 8 != 0 {
+    /// The whole eight-row groups of `rows`, from the first, of tiles four or eight pixels
+    /// wide (nv12-4l4, nv12-8l128), read where they lie ([`Kernel::narrow`]) rather than in
+    /// strips: returns the row it stopped at and how many pixels of each row before it it
+    /// wrote, the rest being [`Job::run_strips`]'s. Each call converts a group across the
+    /// share's whole width, its RGB rows written front to back, eight at a time.
+    fn run_narrow(&self, k: &Kernel, rows: std::ops::Range<u32>, out: &mut [u8]) -> (u32, usize) {
+        let (py, pc) = (&self.py, &self.pc);
+        let tall = match (py.tile_width, py.tile_height, pc.tile_width, pc.tile_height) {
+            (4, 4, 4, 4) => false,
+            (8, 128, 8, 128) => true,
+            _ => return (rows.start, 0),
+        };
+        if self.bits != 8 || rows.start % 8 != 0 {
             return (rows.start, 0);
         }
         let (luma, chroma) = self.planes();
-        // The band that starts at row `row` of plane `p`, from its first tile.
-        fn band<'p>(p: &PlaneGeometry, plane: &'p [u8], row: u32) -> &'p [u8] {
-            strip_pieces(p, (row, row + 4), 0).next().map_or(&[][..], |s| &plane[s.first.min(plane.len())..])
-        }
+        // Where rows `y0..y1` of plane `p` start: a band's, or (nv12-8l128) a tile's rows.
+        let at = |p: &PlaneGeometry, y0: u32, y1: u32| strip_pieces(p, (y0, y1), 0).map(|s| (s.first, s.tile_bytes));
         let (mut y0, mut px) = (rows.start, 0);
         while y0 + 8 <= rows.end {
+            let mut ys = at(py, y0, y0 + 8);
+            let (Some((l, tile)), Some((c, _))) = (ys.next(), at(pc, y0 / 2, y0 / 2 + 4).next()) else { break };
+            let layout = if tall {
+                Narrow::Tall { tile }
+            } else {
+                let Some(band) = ys.next().and_then(|(b, _)| b.checked_sub(l)) else { break };
+                Narrow::Four { band }
+            };
             let o = (y0 - rows.start) as usize * self.stride;
-            let done = k.bands4([band(&self.py, luma, y0), band(&self.py, luma, y0 + 4)], band(&self.pc, chroma, y0 / 2), &mut out[o..], self.stride, self.width as usize);
+            let done = k.narrow(&luma[l.min(luma.len())..], &chroma[c.min(chroma.len())..], &mut out[o..], self.stride, self.width as usize, layout);
             // Every group is as wide; a group refused (too short a slice) is the strips'.
             if done == 0 || (px != 0 && done != px) {
                 break;
@@ -667,9 +677,10 @@ fn block_run(ybases: &[usize], cbases: &[usize], (ytile, ctile): (usize, usize),
 /// The rows and pixels of a strip of [`Job::run_strips`]: whole bands of both planes (the
 /// four-tile detile of nv12-4l4 takes a whole band: 8 rows) up to 128 rows (nv12-8l128: a
 /// luma band, half a chroma band), and as many pixels as make 16 KiB of luma (at most 512),
-/// which stay in L1 with their chroma. Measured at 4K ->
-/// XR24, fused ÷ linear on one thread, taking turns:
-/// - nv12-4l4 (now only what [`Job::run_bands4`] leaves): 8 rows 0.76-0.80 with 256-1024 pixels, 0.60-0.71 with 64-128; 4 rows (half a
+/// which stay in L1 with their chroma. Measured at 4K -> XR24, fused ÷ linear on one thread,
+/// taking turns, when strips converted whole frames (they now take only what
+/// [`Job::run_narrow`] leaves, which measured faster for both layouts):
+/// - nv12-4l4: 8 rows 0.76-0.80 with 256-1024 pixels, 0.60-0.71 with 64-128; 4 rows (half a
 ///   chroma band, detiled a row at a time) 0.28-0.30. Windows of whole rows: 0.55-0.71.
 /// - nv12-8l128: 128 rows of 128 pixels (whole tiles, read front to back) 0.72-0.77; 64
 ///   rows 0.66-0.79; 32 rows 0.57-0.75; 8 or 16 rows or 64 pixels 0.28-0.72. Windows of

@@ -52,14 +52,43 @@ impl Steps {
     }
 }
 
+/// Where [`Kernel::narrow`]'s tiles lie. A block, sixteen pixels of a group of eight rows,
+/// is two pieces of 64 luma bytes and two of 32 chroma bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Narrow {
+    /// nv12-4l4: four tiles of each of the group's two luma bands, `band` bytes apart, and
+    /// two tiles each of its chroma band, back to back; each block 64 bytes on.
+    Four { band: usize },
+    /// nv12-8l128: a line (eight rows) of each of two tiles, `tile` bytes apart, and half a
+    /// line (four chroma rows) of each of their chroma tiles; each block two tiles on.
+    Tall { tile: usize },
+}
+
+impl Narrow {
+    /// From a block's first piece to its second (luma, chroma), and from one block to the
+    /// next.
+    fn steps(self) -> ([usize; 2], usize) {
+        match self {
+            Narrow::Four { band } => ([band, 32], 64),
+            Narrow::Tall { tile } => ([tile, tile], tile.saturating_mul(2)),
+        }
+    }
+}
+
+/// How many blocks ahead nv12-8l128's [`Kernel::narrow`] fetches: 16 blocks (32 KiB of
+/// luma) measured alike to 8 and 32, and above 2 and 4.
+const NARROW_AHEAD: usize = 16;
+
 /// Bytes for [`Kernel::tile`] to bring into cache while it converts: the fused path's next
 /// strip of tiles, which the strip's detile would otherwise read from memory while no RGB
 /// row is being written. The loop fetches them a few cache lines per row pair, spread over
 /// the call: fetched all at once between calls, they queued behind one another and the loop
 /// with them.
 ///
-/// The fetched bytes themselves are what the fused nv12-8l128 conversion still pays for
-/// (4K -> XR24 on one thread, 2026-11-26, harness): the loop on strips already in L1 ran at
+/// Used now only by the strips that [`Kernel::narrow`] leaves (the last rows and pixels of
+/// frames that are not whole groups and blocks, and 10-bit samples). When the strips took
+/// whole frames, the fetched bytes themselves were what the fused nv12-8l128 conversion paid
+/// for (4K -> XR24 on one thread, 2026-11-26, harness): the loop on strips already in L1 ran at
 /// 22.7-26.5 GB/s alone and 14.6-17.6 with these fetches, their detile then adding little;
 /// fetching only the luma or only the chroma, 20-21. The hint (T0, T1, T2, NTA) changed
 /// nothing; ordinary loads instead, or fetching every second, fourth or eighth line for the
@@ -189,13 +218,13 @@ const V_HIGH: [u8; 32] = high(true, 1);
 const TEN_U: [u8; 32] = ten(0);
 const TEN_V: [u8; 32] = ten(2);
 
-/// For [`Kernel::bands4_avx2`], whose unpacks leave row `r` of a block's four nv12-4l4 tiles
-/// (of luma: pixels 0-3, 4-7, 8-11, 12-15; of chroma: their pairs) in dwords `2h` (tile 0 in
-/// lane 0, tile 1 in lane 1) and `2h + 1` (tiles 2 and 3), `h` being `r % 2`: the byte
-/// shuffle that puts the luma byte (`chroma` false) or the U (`plus` 0) or V (`plus` 1)
-/// byte of each slot's pixel ([`PIXELS`]) of such a row in the high byte of its slot, and
-/// zeroes the low byte.
-const fn band4(chroma: bool, h: usize, plus: usize) -> [u8; 32] {
+/// For [`Kernel::narrow_avx2`], whose loads and unpacks leave two rows of a block in a
+/// register: row `h` (0 or 1) in dwords `2h` and `2h + 1` of each lane, pixels 0-3 and 8-11
+/// in lane 0 and 4-7 and 12-15 in lane 1 (of chroma, those pixels' pairs). The byte shuffle
+/// that puts the luma byte (`chroma` false) or the U (`plus` 0) or V (`plus` 1) byte of each
+/// slot's pixel ([`PIXELS`]) of row `h` in the high byte of its slot, and zeroes the low
+/// byte.
+const fn two_rows(chroma: bool, h: usize, plus: usize) -> [u8; 32] {
     let mut m = [0x80u8; 32];
     let mut slot = 0;
     while slot < 16 {
@@ -207,9 +236,9 @@ const fn band4(chroma: bool, h: usize, plus: usize) -> [u8; 32] {
     m
 }
 
-const BAND4_LUMA: [[u8; 32]; 2] = [band4(false, 0, 0), band4(false, 1, 0)];
-const BAND4_U: [[u8; 32]; 2] = [band4(true, 0, 0), band4(true, 1, 0)];
-const BAND4_V: [[u8; 32]; 2] = [band4(true, 0, 1), band4(true, 1, 1)];
+const NARROW_LUMA: [[u8; 32]; 2] = [two_rows(false, 0, 0), two_rows(false, 1, 0)];
+const NARROW_U: [[u8; 32]; 2] = [two_rows(true, 0, 0), two_rows(true, 1, 0)];
+const NARROW_V: [[u8; 32]; 2] = [two_rows(true, 0, 1), two_rows(true, 1, 1)];
 
 /// How [`Kernel`]'s loop stores a row: non-temporal stores of whole registers to a row
 /// aligned to 32 bytes; to one aligned to 16 only, the same stores shifted by 16 bytes
@@ -427,32 +456,36 @@ impl Kernel {
         unsafe { self.dispatch(([y0, y0.add(ys)], c.as_ptr(), [o0, o0.add(os)]), (blocks, [luma_block, chroma_block]), (pairs, [2 * ys, cs, 2 * os]), false, ahead) }
     }
 
-    /// Converts the leading pixels of a group of eight rows of nv12-4l4 where its tiles lie,
-    /// sixteen pixels (four tiles of each band) at a time, with no detile: `y` the group's
-    /// two luma bands and `c` its chroma band, each from the group's first tile, and 4-byte
-    /// pixels into `out`'s eight rows, `stride` bytes apart.
+    /// Converts the leading pixels of a group of eight rows of tiles four or eight pixels
+    /// wide (nv12-4l4, nv12-8l128) where the tiles lie, sixteen pixels at a time, with no
+    /// detile: luma from the start of `y` and chroma from the start of `c`, as `at` says,
+    /// and 4-byte pixels into `out`'s eight rows, `stride` bytes apart.
     /// Returns how many pixels of each row it wrote (a multiple of 16, at most `width`; 0
     /// for 10-bit samples, or where a slice is too short), the rest being the caller's.
-    pub(super) fn bands4(&self, y: [&[u8]; 2], c: &[u8], out: &mut [u8], stride: usize, width: usize) -> usize {
+    pub(super) fn narrow(&self, y: &[u8], c: &[u8], out: &mut [u8], stride: usize, width: usize, at: Narrow) -> usize {
         let blocks = width / 16;
-        let bytes = 64 * blocks;
-        let fits = |s: &[u8]| s.len() >= bytes;
-        let rows = stride.checked_mul(7).and_then(|r| r.checked_add(bytes));
-        if self.ten_bit || blocks == 0 || !(fits(y[0]) && fits(y[1]) && fits(c)) || !rows.is_some_and(|r| r <= out.len()) {
+        let (second, block) = at.steps();
+        // The last block ends where these say; every other one earlier.
+        let reach = |second: usize, piece: usize| blocks.checked_sub(1)?.checked_mul(block)?.checked_add(second)?.checked_add(piece);
+        let rows = stride.checked_mul(7).and_then(|r| r.checked_add(64 * blocks));
+        let fits = |have: usize, need: Option<usize>| need.is_some_and(|n| n <= have);
+        if self.ten_bit || blocks == 0 || !fits(y.len(), reach(second[0], 64)) || !fits(c.len(), reach(second[1], 32)) || !fits(out.len(), rows) {
             return 0;
         }
         #[cfg(target_arch = "x86_64")]
         {
-            let (y, c, rows) = ([y[0].as_ptr(), y[1].as_ptr()], c.as_ptr(), out.as_mut_ptr());
-            // SAFETY: a `Kernel` exists only where `detect` found AVX2; block i reads bytes
-            // `64i..64i + 64` of each of `y` and of `c`, and writes bytes `64i..64i + 64` of
-            // rows 0-7 of `out`: the last block's inside every slice by the checks above.
-            // `ORDER` is `self.order`, by the match, and the samples are 8-bit.
+            let (ys, cs, rows) = ((y.as_ptr(), y.len()), (c.as_ptr(), c.len()), out.as_mut_ptr());
+            // SAFETY: a `Kernel` exists only where `detect` found AVX2; block i reads 64
+            // bytes at `i * block` and at `second[0]` on from there of `y`, 32 at `i * block`
+            // and `second[1]` on of `c`, and writes bytes `64i..64i + 64` of rows 0-7 of
+            // `out`: the last block's inside every slice by the checks above. `ORDER` is
+            // `self.order`, by the match, and the samples are 8-bit.
             unsafe {
                 macro_rules! dispatch {
                     ($($o:expr),*) => {
-                        match self.order {
-                            $(o if o == $o => self.bands4_avx2::<{ $o }>(y, c, rows, stride, blocks),)*
+                        match (self.order, at) {
+                            $((o, Narrow::Four { .. }) if o == $o => self.narrow_avx2::<{ $o }, false>(ys, cs, rows, stride, blocks, (second, block)),
+                              (o, Narrow::Tall { .. }) if o == $o => self.narrow_avx2::<{ $o }, true>(ys, cs, rows, stride, blocks, (second, block)),)*
                             _ => return 0,
                         }
                     };
@@ -468,49 +501,79 @@ impl Kernel {
         }
     }
 
-    /// The loop of [`Kernel::bands4`] for the byte order `ORDER`. A block is four tiles of
-    /// each band, 64 bytes back to back: two loads and two unpacks put two rows of the four
-    /// tiles in a register, in the order that [`Kernel::blocks_avx2`]'s byte shuffles
-    /// produce ([`band4`]), so that each block converts as the linear loop's do, its rows
-    /// read with half their loads. Measured at 4K nv12-4l4 -> XR24, fused ÷ linear taking
-    /// turns (2026-11-26, harness, three alternating runs): one thread 1.07-1.11 against the
-    /// strips' 0.72-0.76, two threads 0.99-1.02 against 0.95-0.98. Read in place the same way
-    /// (two 64-byte lines of a tile pair, a `vpermq` more per two rows), nv12-8l128 measured
-    /// 0.60-0.72 against its strips' 0.74-0.81, in every order tried (eight rows across the
-    /// band, a band's 128 rows sixteen pixels at a time, or strips of 4-240 blocks between).
+    /// The loop of [`Kernel::narrow`] for the byte order `ORDER`, nv12-8l128 where `TALL`,
+    /// else nv12-4l4. Loads and unpacks (and, for nv12-8l128, a `vpermq`) put two rows of a
+    /// block in each register, in the order that [`Kernel::blocks_avx2`]'s byte shuffles
+    /// produce ([`two_rows`]), so that each block converts as the linear loop's do. Measured
+    /// at 4K -> XR24, fused ÷ linear taking turns (2026-11-26, harness, alternating runs),
+    /// one thread / two:
+    /// - nv12-4l4, its three bands read front to back: 1.07-1.11 / 0.99-1.02, against its
+    ///   strips' 0.72-0.76 / 0.95-0.98. Its rows need half the linear loop's loads.
+    /// - nv12-8l128, each block a line of each of two tiles (a tile apart) and half a line of
+    ///   each of their chroma tiles: 0.83-0.98 / 0.96-1.07 with each block fetching the block
+    ///   [`NARROW_AHEAD`] on, against its strips' 0.78-0.86 / 0.83-0.91 in the same
+    ///   minutes, and 0.64-0.68 without the fetch: the CPU's own prefetcher does not follow
+    ///   lines a KiB apart. Blocks of the band's 128 rows at a time, or strips of 4-8
+    ///   blocks, measured 0.60-0.72.
     ///
     /// # Safety
-    /// The CPU has AVX2; bytes `0..64 * blocks` of both `y` and of `c` are readable, those
-    /// of rows 0-7 of `out` (`stride` apart) writable; `ORDER` is `self.order`, and the
-    /// samples are 8-bit.
+    /// The CPU has AVX2; `ys` and `cs` are readable slices (start, length) holding every
+    /// block's bytes ([`Kernel::narrow`]), and rows 0-7 of `out` (`stride` apart) hold
+    /// `64 * blocks` writable bytes; `ORDER` is `self.order`, and the samples are 8-bit.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn bands4_avx2<const ORDER: u32>(&self, y: [*const u8; 2], c: *const u8, out: *mut u8, stride: usize, blocks: usize) {
+    unsafe fn narrow_avx2<const ORDER: u32, const TALL: bool>(&self, ys: (*const u8, usize), cs: (*const u8, usize), out: *mut u8, stride: usize, blocks: usize, (second, block): ([usize; 2], usize)) {
         use std::arch::x86_64::*;
         // SAFETY: the caller guarantees AVX2 (every intrinsic's requirement) and the bounds
         // of every load and store; loadu takes any alignment, and the non-temporal stores
-        // are used only where every row starts 32-byte aligned.
+        // are used only where every row starts 32-byte aligned. A prefetch only hints: it
+        // never faults, reads nothing the program sees, and is given addresses inside the
+        // slices.
         unsafe {
             let a = Arith::new(&self.k);
             let load = |m: &[u8; 32]| _mm256_loadu_si256(m.as_ptr().cast());
-            let luma = BAND4_LUMA.each_ref().map(load);
-            let (u_at, v_at) = (BAND4_U.each_ref().map(load), BAND4_V.each_ref().map(load));
+            let luma = NARROW_LUMA.each_ref().map(load);
+            let (u_at, v_at) = (NARROW_U.each_ref().map(load), NARROW_V.each_ref().map(load));
             let flip = _mm256_set1_epi8(0x80u8 as i8);
             let wide = self.stream && out as usize % 32 == 0 && stride % 32 == 0;
+            let ld = |p: *const u8| _mm256_loadu_si256(p.cast());
+            // Quarters 0 2 | 1 3.
+            let q = |x: __m256i| _mm256_permute4x64_epi64::<0b11_01_10_00>(x);
+            let ((y, y_len), (c, c_len)) = (ys, cs);
+            // The blocks whose lines can be fetched: those whose pieces all lie in the slices.
+            let ahead = if TALL { blocks + NARROW_AHEAD } else { 0 };
+            let fetchable = |len: usize, reach: usize| (len - reach) / block + 1;
+            let fetch_to = ahead.min(fetchable(y_len, second[0] + 64)).min(fetchable(c_len, second[1] + 32));
             for i in 0..blocks {
-                // Rows 0-1 and 2-3 of a band's four tiles ([`band4`]).
-                let rows = |p: *const u8| {
-                    let (t01, t23) = (_mm256_loadu_si256(p.add(64 * i).cast()), _mm256_loadu_si256(p.add(64 * i + 32).cast()));
-                    [_mm256_unpacklo_epi32(t01, t23), _mm256_unpackhi_epi32(t01, t23)]
+                let later = i + NARROW_AHEAD;
+                if TALL && later < fetch_to {
+                    for (p, second) in [(y, second[0]), (c, second[1])] {
+                        _mm_prefetch::<_MM_HINT_T0>(p.add(later * block).cast());
+                        _mm_prefetch::<_MM_HINT_T0>(p.add(later * block + second).cast());
+                    }
+                }
+                let (yp, cp) = (y.add(i * block), c.add(i * block));
+                let (a0, a1, b0, b1) = (ld(yp), ld(yp.add(32)), ld(yp.add(second[0])), ld(yp.add(second[0] + 32)));
+                let (c0, c1) = (ld(cp), ld(cp.add(second[1])));
+                // Two rows a register, and where luma row `l` and chroma row `r` are: the
+                // register, and its half ([`two_rows`]'s `h`).
+                let (ys, cs) = if TALL {
+                    // A line of each tile, its rows 0-3 then 4-7 (chroma: its four rows).
+                    let (lo, hi) = (_mm256_unpacklo_epi32, _mm256_unpackhi_epi32);
+                    ([q(lo(a0, b0)), q(hi(a0, b0)), q(lo(a1, b1)), q(hi(a1, b1))], [q(lo(c0, c1)), q(hi(c0, c1))])
+                } else {
+                    // Four tiles of each band, tiles 0-1 then 2-3 (chroma: of its band).
+                    let (lo, hi) = (_mm256_unpacklo_epi32, _mm256_unpackhi_epi32);
+                    ([lo(a0, a1), hi(a0, a1), lo(b0, b1), hi(b0, b1)], [lo(c0, c1), hi(c0, c1)])
                 };
-                let ([y01, y23], [y45, y67]) = (rows(y[0]), rows(y[1]));
-                let cs = rows(c).map(|r| _mm256_xor_si256(r, flip));
-                for (p, pair) in [y01, y23, y45, y67].into_iter().enumerate() {
-                    let cp = cs[p / 2];
-                    let terms = a.terms(_mm256_shuffle_epi8(cp, u_at[p % 2]), _mm256_shuffle_epi8(cp, v_at[p % 2]));
-                    for (r, order) in luma.iter().enumerate() {
-                        let [first, second] = a.pixels::<ORDER>(_mm256_shuffle_epi8(pair, *order), terms);
-                        let o = out.add((2 * p + r) * stride + 64 * i);
+                let cs = cs.map(|r| _mm256_xor_si256(r, flip));
+                for p in 0..4 {
+                    let (ci, h) = if TALL { (p % 2, p / 2) } else { (p / 2, p % 2) };
+                    let terms = a.terms(_mm256_shuffle_epi8(cs[ci], u_at[h]), _mm256_shuffle_epi8(cs[ci], v_at[h]));
+                    for l in [2 * p, 2 * p + 1] {
+                        let (li, h) = if TALL { (l / 4 * 2 + l % 2, l % 4 / 2) } else { (l / 2, l % 2) };
+                        let [first, second] = a.pixels::<ORDER>(_mm256_shuffle_epi8(ys[li], luma[h]), terms);
+                        let o = out.add(l * stride + 64 * i);
                         if wide {
                             _mm256_stream_si256(o.cast(), first);
                             _mm256_stream_si256(o.add(32).cast(), second);
@@ -918,53 +981,57 @@ mod tests {
         assert_eq!(kernel.tile(&y, &c, &mut got, Steps { luma_block: 15, ..steps }, 16 * blocks, pairs, &Ahead::NONE), 0);
     }
 
-    /// Eight rows of nv12-4l4 read where they lie ([`Kernel::bands4`]), into every byte
-    /// order, with ordinary and non-temporal stores: each row pair as [`Kernel::rows`]
-    /// converts the same rows detiled, the pixels past the last whole sixteen left alone.
-    /// A slice a byte too short for the last block is refused whole, as are 10-bit samples.
+    /// Eight rows of nv12-4l4 and of nv12-8l128 read where they lie ([`Kernel::narrow`]),
+    /// into every byte order, with ordinary and non-temporal stores: each row pair as
+    /// [`Kernel::rows`] converts the same rows detiled, the pixels past the last whole
+    /// sixteen left alone. A slice a byte too short for the last block is refused whole,
+    /// as are 10-bit samples.
     #[test]
-    fn nv12_4l4_bands_are_their_rows_detiled() {
+    fn narrow_tiles_are_their_rows_detiled() {
         let (w, stride) = (16 * 3 + 7usize, 256usize);
-        let band_bytes = 16 * w.div_ceil(4);
-        let (luma, chroma) = ([pattern(band_bytes, 3), pattern(band_bytes, 5)], pattern(band_bytes, 7));
-        // Row `r` of a band: each tile's row `r`, tile after tile.
-        let row = |band: &[u8], r: usize| band.chunks_exact(16).flat_map(|t| t[4 * r..4 * r + 4].to_vec()).collect::<Vec<u8>>();
-        let len = 7 * stride + 4 * w;
-        for to in RGB8_FORMATS.into_iter().chain(RGB10_FORMATS) {
-            let pack = RgbPacking::of(to).expect("packing");
-            let k = YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 8, pack.bits());
-            let Some(kernel) = Kernel::detect(k, pack, false) else { return };
-            for stream in [false, true] {
-                let kernel = kernel.streaming(stream);
-                let mut buf = vec![0x5au8; len + 32];
-                let at = buf.as_ptr().align_offset(32);
-                let got = &mut buf[at..at + len];
-                assert_eq!(kernel.bands4([&luma[0], &luma[1]], &chroma, got, stride, w), 48);
-                kernel.fence();
-                let mut want = vec![0x5au8; len];
-                for p in 0..4 {
-                    let (y0, y1) = (row(&luma[p / 2], 2 * (p % 2)), row(&luma[p / 2], 2 * (p % 2) + 1));
-                    let (a, rest) = want[2 * p * stride..].split_at_mut(stride);
-                    kernel.rows([&y0, &y1], &row(&chroma, p), (&mut a[..4 * w], Some(&mut rest[..4 * w])), w);
+        for (tw, th) in [(4usize, 4usize), (8, 128)] {
+            let tiles = w.div_ceil(tw);
+            let band = tiles * tw * th;
+            let (luma, chroma) = (pattern(band * 8usize.div_ceil(th), 3), pattern(band, 5));
+            // Row `r` of a plane of row-major tiles: each tile's row, tile after tile.
+            let row = |plane: &[u8], r: usize| (0..tiles).flat_map(|t| plane[r / th * band + t * tw * th + r % th * tw..][..tw].to_vec()).collect::<Vec<u8>>();
+            let (at, ends) = if th == 4 { (Narrow::Four { band }, [band + 192, 192]) } else { (Narrow::Tall { tile: 1024 }, [5 * 1024 + 64, 5 * 1024 + 32]) };
+            let len = 7 * stride + 4 * w;
+            for to in RGB8_FORMATS.into_iter().chain(RGB10_FORMATS) {
+                let pack = RgbPacking::of(to).expect("packing");
+                let k = YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 8, pack.bits());
+                let Some(kernel) = Kernel::detect(k, pack, false) else { return };
+                for stream in [false, true] {
+                    let kernel = kernel.streaming(stream);
+                    let mut buf = vec![0x5au8; len + 32];
+                    let start = buf.as_ptr().align_offset(32);
+                    let got = &mut buf[start..start + len];
+                    assert_eq!(kernel.narrow(&luma, &chroma, got, stride, w, at), 48);
+                    kernel.fence();
+                    let mut want = vec![0x5au8; len];
+                    for p in 0..4 {
+                        let (a, rest) = want[2 * p * stride..].split_at_mut(stride);
+                        kernel.rows([&row(&luma, 2 * p), &row(&luma, 2 * p + 1)], &row(&chroma, p), (&mut a[..4 * w], Some(&mut rest[..4 * w])), w);
+                    }
+                    for r in 0..8 {
+                        want[r * stride + 48 * 4..r * stride + 4 * w].fill(0x5a);
+                    }
+                    assert!(buf[start..start + len] == want[..], "{tw}x{th} -> {to} stream {stream}");
+                    // The last block's bytes end at `ends` of the planes, and at byte 192 of
+                    // the last row.
+                    let got = &mut buf[start..start + len];
+                    let (y, c) = (&luma[..ends[0]], &chroma[..ends[1]]);
+                    assert_eq!(kernel.narrow(y, c, &mut got[..7 * stride + 192], stride, 48, at), 48);
+                    assert_eq!(kernel.narrow(&y[..ends[0] - 1], c, got, stride, 48, at), 0);
+                    assert_eq!(kernel.narrow(y, &c[..ends[1] - 1], got, stride, 48, at), 0);
+                    assert_eq!(kernel.narrow(y, c, &mut got[..7 * stride + 191], stride, 48, at), 0);
+                    assert_eq!(kernel.narrow(y, c, got, stride, 15, at), 0);
                 }
-                for r in 0..8 {
-                    want[r * stride + 48 * 4..r * stride + 4 * w].fill(0x5a);
-                }
-                assert!(buf[at..at + len] == want[..], "{to} stream {stream}");
-                // The last block's bytes end at byte 192 of each slice, and of the last row.
-                let got = &mut buf[at..at + len];
-                let end = |s: &[u8], n: usize| s[..n].to_vec();
-                assert_eq!(kernel.bands4([&end(&luma[0], 192), &end(&luma[1], 192)], &end(&chroma, 192), &mut got[..7 * stride + 192], stride, 48), 48);
-                assert_eq!(kernel.bands4([&end(&luma[0], 191), &luma[1]], &chroma, got, stride, 48), 0);
-                assert_eq!(kernel.bands4([&luma[0], &end(&luma[1], 191)], &chroma, got, stride, 48), 0);
-                assert_eq!(kernel.bands4([&luma[0], &luma[1]], &end(&chroma, 191), got, stride, 48), 0);
-                assert_eq!(kernel.bands4([&luma[0], &luma[1]], &chroma, &mut got[..7 * stride + 191], stride, 48), 0);
-                assert_eq!(kernel.bands4([&luma[0], &luma[1]], &chroma, got, stride, 15), 0);
             }
-        }
-        let ten = Kernel::detect(YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 10, 10), RgbPacking::of(crate::Fourcc::XRGB2101010).expect("XR30"), true);
-        if let Some(ten) = ten {
-            assert_eq!(ten.bands4([&luma[0], &luma[1]], &chroma, &mut vec![0u8; len], stride, w), 0);
+            let ten = Kernel::detect(YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 10, 10), RgbPacking::of(crate::Fourcc::XRGB2101010).expect("XR30"), true);
+            if let Some(ten) = ten {
+                assert_eq!(ten.narrow(&luma, &chroma, &mut vec![0u8; len], stride, w, at), 0);
+            }
         }
     }
 

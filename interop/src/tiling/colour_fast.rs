@@ -7,9 +7,10 @@
 //! Why it is fast where the reference is not:
 //! - Where the tiles hold their rows back to back and are a whole number of sixteen-pixel
 //!   blocks wide (samsung-64x32, allwinner-32x32, nv12-16l32s, i915-x), the vector loop
-//!   reads each tile where it lies and writes the tile's piece of each RGB row
-//!   (`Job::run_tiles`): the tiled frame is read once, in its own order, and nothing is
-//!   copied.
+//!   reads each tile where it lies (`Job::run_tiles`): eight rows at a time across each
+//!   band, fetching the tiles' lines a few blocks ahead (8-bit samples; not allwinner-32x32),
+//!   else tile by tile, writing the tile's piece of each RGB row. The tiled frame is read
+//!   once and nothing is copied.
 //! - Tiles four or eight pixels wide (nv12-4l4, nv12-8l128) of 8-bit samples are read where
 //!   they lie too, eight rows at a time across the frame, sixteen pixels at a time
 //!   transposed in registers (`Job::run_narrow`); nothing is copied.
@@ -84,6 +85,20 @@ fn reading(py: &PlaneGeometry, pc: &PlaneGeometry, bits: u32) -> Option<Reading>
     } else {
         None
     }
+}
+
+/// Whether tiles read in place ([`Reading::InPlace`]) convert eight rows at a time across
+/// each band, every block fetching the lines of one further on ([`Job::band_across`]),
+/// rather than tile by tile: 8-bit samples, in tiles other than allwinner-32x32's. Measured
+/// at 4K -> XR24, fused ÷ linear taking turns (2026-11-26, harness, alternating runs), one
+/// thread / two, against tile by tile in the same minutes: samsung-64x32 0.86-0.94 /
+/// 0.89-0.95 against 0.75-0.79 / 0.80-0.91; nv12-16l32s 0.95-1.03 / 0.94-0.96 against
+/// 0.75-0.83 / 0.86-0.91; i915-x 0.89-0.95 / 0.85-0.96 against 0.76-0.77 / 0.90-0.91.
+/// allwinner-32x32 (tiles 32 bytes wide) measured 0.69-0.73 / 0.78-0.83 against 0.75-0.81
+/// / 0.81-0.88, and 0.33-0.37 on one thread without the fetches (samsung-64x32 0.72): its
+/// quarter-tile reads are what the CPU's prefetchers follow least, for a reason not found.
+fn across(py: &PlaneGeometry, bits: u32) -> bool {
+    bits == 8 && py.tile_width != 32
 }
 
 /// Bytes of one sample: 1 for 8-bit, 2 for 10-bit (in 16-bit words).
@@ -163,7 +178,8 @@ fn fused(
     let lines = (rest.as_ptr() as usize) % 64 == 0 && stride % 64 == 0;
     let stream = end - (dst_plane.offset as usize) >= STREAM_BYTES && (lines || reading.is_none());
     let simd = simd.map(|k| k.streaming(stream));
-    let job = Job { k, simd, reading, shifts: pack.shifts(), alpha: pack.alpha_bits(), bits, width, height, py, pc, group, stride, src };
+    let across = reading == Some(Reading::InPlace) && across(&py, bits);
+    let job = Job { k, simd, reading, across, shifts: pack.shifts(), alpha: pack.alpha_bits(), bits, width, height, py, pc, group, stride, src };
     let job = &job;
     let mut work = Vec::new();
     let mut g0 = 0;
@@ -295,6 +311,9 @@ struct Job<'a> {
     /// How the vector loop reads the tiles, other than through a [`Window`] ([`reading`]);
     /// only where there is a vector loop.
     reading: Option<Reading>,
+    /// Whether [`Job::run_tiles`] converts bands eight rows at a time across the band
+    /// ([`Job::band_across`]) rather than tile by tile ([`across`]).
+    across: bool,
     shifts: [u32; 4],
     /// The pixel word's alpha (or padding) bits: all ones.
     alpha: u32,
@@ -384,50 +403,103 @@ impl Job<'_> {
     /// few KiB a tile, and nothing is copied: the windows' detile was most of what the fused
     /// conversion cost beyond the linear one. Measured at 4K -> XR24, fused ÷ linear on one
     /// thread, taking turns: samsung-64x32 0.89 (windows 0.71), allwinner-32x32 0.90 (0.75),
-    /// nv12-16l32s 0.70-0.85 (0.72), 0.80-0.91 in runs of [`RUN_TILES`].
+    /// nv12-16l32s 0.70-0.85 (0.72), 0.80-0.91 in runs of [`RUN_TILES`]. Where [`across`],
+    /// whole eight-row groups of a band go first, across the band ([`Job::band_across`]),
+    /// and tile by tile ([`Job::band_by_tile`]) takes what they leave.
     fn run_tiles(&self, k: &Kernel, groups: std::ops::Range<u32>, out: &mut [u8]) {
-        let (rows, (py, pc), (luma, chroma)) = (self.rows(groups), (&self.py, &self.pc), self.planes());
+        let (rows, (py, pc)) = (self.rows(groups), (&self.py, &self.pc));
+        let th = py.tile_height;
+        let tile_px = py.tile_width as usize / sample_bytes(self.bits);
+        let (mut ybases, mut cbases) = (Vec::with_capacity(py.tiles_x as usize), Vec::with_capacity(pc.tiles_x as usize));
+        let mut blocks = (Vec::new(), Vec::new());
+        // A share starts on an even row, inside a band or on its edge.
+        for band in rows.start / th..rows.end.div_ceil(th) {
+            let (top, bottom) = ((band * th).max(rows.start), rows.end.min(band * th + th));
+            band_tile_offsets(py, band, &mut ybases);
+            // The band's chroma rows, in one chroma band (`reading`).
+            band_tile_offsets(pc, top / 2 / pc.tile_height, &mut cbases);
+            let bases = (&ybases[..], &cbases[..]);
+            let (end, px) = if self.across { self.band_across(k, band, (top, bottom), rows.start, bases, &mut blocks, out) } else { (top, 0) };
+            // What the groups leave: the pixels past their blocks, and the rows below them.
+            self.band_by_tile(k, band, (top, end), rows.start, px / tile_px, bases, out);
+            self.band_by_tile(k, band, (end, bottom), rows.start, 0, bases, out);
+        }
+        k.fence();
+    }
+
+    /// Rows `top..bottom` of band `band` (tiles at `bases`), from tile `tx` on, tile by
+    /// tile ([`Job::run_tiles`]), into `out` (from row `first`).
+    #[allow(clippy::too_many_arguments)]
+    fn band_by_tile(&self, k: &Kernel, band: u32, (top, bottom): (u32, u32), first: u32, mut tx: usize, (ybases, cbases): (&[usize], &[usize]), out: &mut [u8]) {
+        let ((py, pc), (luma, chroma)) = ((&self.py, &self.pc), self.planes());
         let (th, tw) = (py.tile_height, py.tile_width as usize);
         let tile_px = tw / sample_bytes(self.bits);
         let width = self.width as usize;
         let tiles = ((py.tile_height * py.tile_width) as usize, (pc.tile_height * pc.tile_width) as usize);
-        let (mut ybases, mut cbases) = (Vec::with_capacity(py.tiles_x as usize), Vec::with_capacity(pc.tiles_x as usize));
-        // A share starts on an even row, inside a band or on its edge.
-        for band in rows.start / th..rows.end.div_ceil(th) {
-            let top = (band * th).max(rows.start);
-            let skip = (top - band * th) as usize * tw;
-            let n = (rows.end.min(band * th + th) - top) as usize;
-            band_tile_offsets(py, band, &mut ybases);
-            // The band's chroma rows, in one chroma band (`reading`).
-            let c0 = top / 2;
-            band_tile_offsets(pc, c0 / pc.tile_height, &mut cbases);
-            let into = (c0 % pc.tile_height) as usize * tw;
-            let mut tx = 0;
-            while tx < ybases.len() && tx * tile_px < width {
-                let x0 = tx * tile_px;
-                let o = (top - rows.start) as usize * self.stride + 4 * x0;
-                // Tiles a block wide (nv12-16l32s), back to back: a run of them in one call.
-                let run = if tile_px == 16 && n % 2 == 0 { block_run(&ybases[tx..], &cbases[tx..], tiles, ((width - x0) / 16).min(RUN_TILES)) } else { 0 };
-                if run > 1 {
-                    let (yt, ct) = (ybases[tx] + skip, cbases[tx] + into);
-                    let (ytile, ctile) = tiles;
-                    let y = &luma[yt..yt + (run - 1) * ytile + n * tw];
-                    let c = &chroma[ct..ct + (run - 1) * ctile + n / 2 * tw];
-                    let piece = &mut out[o..o + (n - 1) * self.stride + 64 * run];
-                    let steps = Steps { luma_row: tw, chroma_row: tw, out_row: self.stride, luma_block: ytile, chroma_block: ctile };
-                    if k.tile(y, c, piece, steps, 16 * run, n / 2, &Ahead::NONE) == 16 * run {
-                        tx += run;
-                        continue;
-                    }
-                }
-                let (yt, ct) = (ybases[tx], cbases[tx]);
-                let w = tile_px.min(width - x0);
-                let piece = &mut out[o..o + (n - 1) * self.stride + 4 * w];
-                self.tile(k, &luma[yt + skip..yt + skip + n * tw], &chroma[ct + into..ct + into + n.div_ceil(2) * tw], piece, w, &Ahead::NONE);
-                tx += 1;
-            }
+        if top >= bottom {
+            return;
         }
-        k.fence();
+        let skip = (top - band * th) as usize * tw;
+        let n = (bottom - top) as usize;
+        let into = (top / 2 % pc.tile_height) as usize * tw;
+        while tx < ybases.len() && tx * tile_px < width {
+            let x0 = tx * tile_px;
+            let o = (top - first) as usize * self.stride + 4 * x0;
+            // Tiles a block wide (nv12-16l32s), back to back: a run of them in one call.
+            let run = if tile_px == 16 && n % 2 == 0 { block_run(&ybases[tx..], &cbases[tx..], tiles, ((width - x0) / 16).min(RUN_TILES)) } else { 0 };
+            if run > 1 {
+                let (yt, ct) = (ybases[tx] + skip, cbases[tx] + into);
+                let (ytile, ctile) = tiles;
+                let y = &luma[yt..yt + (run - 1) * ytile + n * tw];
+                let c = &chroma[ct..ct + (run - 1) * ctile + n / 2 * tw];
+                let piece = &mut out[o..o + (n - 1) * self.stride + 64 * run];
+                let steps = Steps { luma_row: tw, chroma_row: tw, out_row: self.stride, luma_block: ytile, chroma_block: ctile };
+                if k.tile(y, c, piece, steps, 16 * run, n / 2, &Ahead::NONE) == 16 * run {
+                    tx += run;
+                    continue;
+                }
+            }
+            let (yt, ct) = (ybases[tx], cbases[tx]);
+            let w = tile_px.min(width - x0);
+            let piece = &mut out[o..o + (n - 1) * self.stride + 4 * w];
+            self.tile(k, &luma[yt + skip..yt + skip + n * tw], &chroma[ct + into..ct + into + n.div_ceil(2) * tw], piece, w, &Ahead::NONE);
+            tx += 1;
+        }
+    }
+
+    /// Rows `top..bottom` of band `band` (tiles at `bases`) eight at a time across the band
+    /// ([`Kernel::groups`]), each block fetching the lines of the block [`GROUP_AHEAD`] on
+    /// (`blocks`: buffers for the blocks' offsets and the fetches'), into `out` (from row
+    /// `first`): returns the row it stopped at and how many pixels of each row before it it
+    /// wrote, the rest being [`Job::band_by_tile`]'s.
+    #[allow(clippy::too_many_arguments)]
+    fn band_across(&self, k: &Kernel, band: u32, (top, bottom): (u32, u32), first: u32, (ybases, cbases): (&[usize], &[usize]), blocks: &mut (Vec<[usize; 2]>, Vec<[usize; 2]>), out: &mut [u8]) -> (u32, usize) {
+        let ((py, pc), (luma, chroma)) = ((&self.py, &self.pc), self.planes());
+        let (th, tw) = (py.tile_height, py.tile_width as usize);
+        let per_tile = tw / 16;
+        let count = (self.width as usize / 16).min(ybases.len().min(cbases.len()) * per_tile);
+        if top % 2 != 0 || count == 0 {
+            return (top, 0);
+        }
+        // Block b's first row, and its share of its tile's lines for a group (each tile's
+        // eight rows and four chroma rows, two lines and one a block): in band row 0 and
+        // chroma row 0 of the band, the groups' rows being `skip` and `into` on.
+        let (offsets, ahead) = blocks;
+        offsets.clear();
+        offsets.extend((0..count).map(|b| (b / per_tile, 16 * (b % per_tile))).map(|(t, x)| [ybases[t] + x, cbases[t] + x]));
+        ahead.clear();
+        ahead.extend((GROUP_AHEAD..count).map(|b| (b / per_tile, b % per_tile)).map(|(t, j)| [ybases[t] + 128 * j, cbases[t] + 64 * j]));
+        let mut y0 = top;
+        while y0 + 8 <= bottom {
+            let (skip, into) = ((y0 - band * th) as usize * tw, (y0 / 2 % pc.tile_height) as usize * tw);
+            let o = (y0 - first) as usize * self.stride;
+            let (y, c) = (&luma[skip.min(luma.len())..], &chroma[into.min(chroma.len())..]);
+            if k.groups(y, c, &mut out[o..], self.stride, tw, offsets, ahead) == 0 {
+                break;
+            }
+            y0 += 8;
+        }
+        (y0, 16 * count)
     }
 
     /// As [`Job::run`], for tiles too narrow for [`Job::run_tiles`]: strips ([`strip`])
@@ -659,6 +731,10 @@ impl Strip {
         (self.rows.0 / 2, self.rows.1.div_ceil(2))
     }
 }
+
+/// How many blocks ahead [`Job::band_across`] fetches: at 4K -> XR24 on one thread, 8-16
+/// measured alike, 32 and 2-4 slower.
+const GROUP_AHEAD: usize = 12;
 
 /// Tiles a block wide converted in one call of the vector loop ([`Job::run_tiles`]): 8 KiB
 /// of nv12-16l32s luma and 4 KiB of chroma, read front to back, and 1 KiB of each RGB row.
@@ -959,7 +1035,7 @@ mod tests {
             let pack = crate::tiling::colour::RgbPacking::of(Fourcc::XRGB8888).expect("XR24");
             let k = YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 8, pack.bits());
             let (py, pc) = (g.planes[0], g.planes[1]);
-            let job = Job { k, simd: None, reading: reading(&py, &pc, 8), shifts: pack.shifts(), alpha: pack.alpha_bits(), bits: 8, width: w, height: h, py, pc, group: 16, stride: 4 * w as usize, src: &src };
+            let job = Job { k, simd: None, reading: reading(&py, &pc, 8), across: false, shifts: pack.shifts(), alpha: pack.alpha_bits(), bits: 8, width: w, height: h, py, pc, group: 16, stride: 4 * w as usize, src: &src };
             assert_eq!(job.reading, Some(Reading::Strips), "{layout}");
             assert_eq!(job.fetches_ahead(), layout == TileLayout::Nv12_8L128, "{layout}");
             for rows in [0..h, 18..h - 4] {

@@ -587,6 +587,100 @@ impl Kernel {
         }
     }
 
+    /// Converts eight rows of sixteen-pixel blocks that lie anywhere in `y` and `c` (the
+    /// blocks of the tiles of a band, read where they lie), a block at a time: block `i`'s
+    /// luma rows start at `blocks[i][0]` of `y`, `row` bytes apart, its four chroma rows at
+    /// `blocks[i][1]` of `c`, as far apart, and its 4-byte pixels go to bytes `64i..64i + 64`
+    /// of `out`'s eight rows, `stride` bytes apart. Meanwhile block `i` fetches two lines at
+    /// `ahead[i][0]` of `y` and one at `ahead[i][1]` of `c`, as far as `ahead` lies inside
+    /// the slices.
+    /// Returns how many pixels of each row it wrote: `16 * blocks.len()`, or 0 for 10-bit
+    /// samples or where a block does not lie inside its slices.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn groups(&self, y: &[u8], c: &[u8], out: &mut [u8], stride: usize, row: usize, blocks: &[[usize; 2]], ahead: &[[usize; 2]]) -> usize {
+        let inside = |at: usize, rows: usize, bytes: usize, len: usize| row.checked_mul(rows).and_then(|r| r.checked_add(at)).and_then(|e| e.checked_add(bytes)).is_some_and(|e| e <= len);
+        let rows = stride.checked_mul(7).and_then(|r| r.checked_add(64 * blocks.len()));
+        if self.ten_bit || blocks.is_empty() || !rows.is_some_and(|r| r <= out.len()) || !blocks.iter().all(|&[yo, co]| inside(yo, 7, 16, y.len()) && inside(co, 3, 16, c.len())) {
+            return 0;
+        }
+        // A fetch outside the slices is left out, with those after it.
+        let fetches = ahead.iter().take_while(|&&[fy, fc]| inside(fy, 0, 128, y.len()) && inside(fc, 0, 64, c.len())).count();
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (ys, cs, rows, ahead) = (y.as_ptr(), c.as_ptr(), out.as_mut_ptr(), &ahead[..fetches]);
+            // SAFETY: a `Kernel` exists only where `detect` found AVX2; block i reads 16 bytes
+            // at each of `blocks[i][0] + r * row` (r < 8) of `y` and `blocks[i][1] + r * row`
+            // (r < 4) of `c`, inside the slices by the checks above, and writes bytes
+            // `64i..64i + 64` of rows 0-7 of `out`, the last block's inside `out` by the check
+            // above; the fetched lines lie inside the slices. `ORDER` is `self.order`, by the
+            // match, and the samples are 8-bit.
+            unsafe {
+                macro_rules! dispatch {
+                    ($($o:expr),*) => {
+                        match self.order {
+                            $(o if o == $o => self.groups_avx2::<{ $o }>(ys, cs, rows, (stride, row), blocks, ahead),)*
+                            _ => return 0,
+                        }
+                    };
+                }
+                dispatch!(order(2, 1, 0, 3), order(0, 1, 2, 3), order(3, 2, 1, 0), order(1, 2, 3, 0), u32::MAX)
+            };
+            16 * blocks.len()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (y, c, out, stride, fetches);
+            0
+        }
+    }
+
+    /// The loop of [`Kernel::groups`] for the byte order `ORDER`: each block's rows as the
+    /// linear loop reads them, a row of a tile being sixteen pixels back to back.
+    ///
+    /// # Safety
+    /// The CPU has AVX2; every block's rows are readable and its 64 bytes of rows 0-7 of
+    /// `out` (`stride` apart) writable, and every fetched line lies inside `y` or `c`
+    /// ([`Kernel::groups`]); `ORDER` is `self.order`, and the samples are 8-bit.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn groups_avx2<const ORDER: u32>(&self, y: *const u8, c: *const u8, out: *mut u8, (stride, row): (usize, usize), blocks: &[[usize; 2]], ahead: &[[usize; 2]]) {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller guarantees AVX2 (every intrinsic's requirement) and the bounds
+        // of every load, store and fetch; the broadcast loads take any alignment, and the
+        // non-temporal stores are used only where every row starts 32-byte aligned. A
+        // prefetch only hints: it never faults, and reads nothing the program sees.
+        unsafe {
+            let a = Arith::new(&self.k);
+            let load = |m: &[u8; 32]| _mm256_loadu_si256(m.as_ptr().cast());
+            let (luma_order, u_order, v_order) = (load(&LUMA_HIGH), load(&U_HIGH), load(&V_HIGH));
+            let flip = _mm256_set1_epi8(0x80u8 as i8);
+            let wide = self.stream && out as usize % 32 == 0 && stride % 32 == 0;
+            let broadcast = |p: *const u8| _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()));
+            for (i, &[yo, co]) in blocks.iter().enumerate() {
+                if let Some(&[fy, fc]) = ahead.get(i) {
+                    _mm_prefetch::<_MM_HINT_T0>(y.add(fy).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(y.add(fy + 64).cast());
+                    _mm_prefetch::<_MM_HINT_T0>(c.add(fc).cast());
+                }
+                for p in 0..4 {
+                    let cs = _mm256_xor_si256(broadcast(c.add(co + p * row)), flip);
+                    let terms = a.terms(_mm256_shuffle_epi8(cs, u_order), _mm256_shuffle_epi8(cs, v_order));
+                    for l in [2 * p, 2 * p + 1] {
+                        let [first, second] = a.pixels::<ORDER>(_mm256_shuffle_epi8(broadcast(y.add(yo + l * row)), luma_order), terms);
+                        let o = out.add(l * stride + 64 * i);
+                        if wide {
+                            _mm256_stream_si256(o.cast(), first);
+                            _mm256_stream_si256(o.add(32).cast(), second);
+                        } else {
+                            _mm256_storeu_si256(o.cast(), first);
+                            _mm256_storeu_si256(o.add(32).cast(), second);
+                        }
+                    }
+                }
+            }
+        }
+    }
+
     /// The loop for this kernel's depth and byte order ([`Kernel::blocks_avx2`]); returns
     /// the pixels done per row (`16 * blocks`, or 0 where there is no such loop).
     ///
@@ -1032,6 +1126,48 @@ mod tests {
             if let Some(ten) = ten {
                 assert_eq!(ten.narrow(&luma, &chroma, &mut vec![0u8; len], stride, w, at), 0);
             }
+        }
+    }
+
+    /// Eight rows of blocks that lie anywhere, out of order ([`Kernel::groups`]), into every
+    /// byte order, with ordinary and non-temporal stores: each row pair as [`Kernel::rows`]
+    /// converts the same blocks gathered into rows. A block a byte past its slice's end is
+    /// refused whole, as are 10-bit samples; fetches past the slices' ends are left out.
+    #[test]
+    fn blocks_anywhere_are_their_rows_gathered() {
+        let row = 48usize;
+        let (y, c) = (pattern(8 * row + 200, 3), pattern(4 * row + 200, 5));
+        let blocks = [[0usize, 0usize], [100, 32], [16, 16], [232, 7], [33, 232]];
+        let (n, stride) = (blocks.len(), 64 * blocks.len() + 32);
+        let ahead = [[0, 0], [y.len() - 128, c.len() - 64], [y.len() - 127, 0], [0, 0]];
+        let gather = |s: &[u8], r: usize, which: usize| blocks.iter().flat_map(|b| s[b[which] + r * row..][..16].to_vec()).collect::<Vec<u8>>();
+        let len = 7 * stride + 64 * n;
+        for to in RGB8_FORMATS.into_iter().chain(RGB10_FORMATS) {
+            let pack = RgbPacking::of(to).expect("packing");
+            let k = YuvToRgb::new(ColourMatrix::Bt2020, ColourRange::Full, 8, pack.bits());
+            let Some(kernel) = Kernel::detect(k, pack, false) else { return };
+            for stream in [false, true] {
+                let kernel = kernel.streaming(stream);
+                let mut buf = vec![0x5au8; len + 32];
+                let start = buf.as_ptr().align_offset(32);
+                assert_eq!(kernel.groups(&y, &c, &mut buf[start..start + len], stride, row, &blocks, &ahead), 16 * n);
+                kernel.fence();
+                let mut want = vec![0x5au8; len];
+                for p in 0..4 {
+                    let (a, rest) = want[2 * p * stride..].split_at_mut(stride);
+                    kernel.rows([&gather(&y, 2 * p, 0), &gather(&y, 2 * p + 1, 0)], &gather(&c, p, 1), (&mut a[..64 * n], Some(&mut rest[..64 * n])), 16 * n);
+                }
+                assert!(buf[start..start + len] == want[..], "{to} stream {stream}");
+                let out = &mut buf[start..start + len];
+                assert_eq!(kernel.groups(&y[..y.len() - 1], &c, out, stride, row, &blocks, &[]), 0);
+                assert_eq!(kernel.groups(&y, &c[..c.len() - 1], out, stride, row, &blocks, &[]), 0);
+                assert_eq!(kernel.groups(&y, &c, &mut out[..len - 1], stride, row, &blocks, &[]), 0);
+                assert_eq!(kernel.groups(&y, &c, out, stride, row, &[], &[]), 0);
+            }
+        }
+        let ten = Kernel::detect(YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 10, 10), RgbPacking::of(crate::Fourcc::XRGB2101010).expect("XR30"), true);
+        if let Some(ten) = ten {
+            assert_eq!(ten.groups(&y, &c, &mut vec![0u8; len], stride, row, &blocks, &[]), 0);
         }
     }
 

@@ -361,6 +361,38 @@ impl Arith {
             [first, second]
         }
     }
+
+    /// Eight rows of a block into `out` (its first byte in row 0; rows `stride` apart),
+    /// non-temporal where `wide`: chroma row `p`'s U and V ([`Arith::terms`]'s `u`, `v`)
+    /// from `chroma(p)`, luma row `l` from `luma(l)` (as [`Arith::pixels`] takes it).
+    ///
+    /// # Safety
+    /// The CPU has AVX2; the 64 bytes at `out` of each of the eight rows are writable, and
+    /// 32-byte aligned where `wide`.
+    #[target_feature(enable = "avx2")]
+    #[inline]
+    unsafe fn eight_rows<const ORDER: u32>(&self, out: *mut u8, (stride, wide): (usize, bool), chroma: impl Fn(usize) -> [std::arch::x86_64::__m256i; 2], luma: impl Fn(usize) -> std::arch::x86_64::__m256i) {
+        use std::arch::x86_64::*;
+        // SAFETY: the caller guarantees AVX2 and that the stores land inside `out`'s rows,
+        // aligned where they are non-temporal.
+        unsafe {
+            for p in 0..4 {
+                let [u, v] = chroma(p);
+                let terms = self.terms(u, v);
+                for l in [2 * p, 2 * p + 1] {
+                    let [first, second] = self.pixels::<ORDER>(luma(l), terms);
+                    let o = out.add(l * stride);
+                    if wide {
+                        _mm256_stream_si256(o.cast(), first);
+                        _mm256_stream_si256(o.add(32).cast(), second);
+                    } else {
+                        _mm256_storeu_si256(o.cast(), first);
+                        _mm256_storeu_si256(o.add(32).cast(), second);
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl Kernel {
@@ -567,22 +599,15 @@ impl Kernel {
                     ([lo(a0, a1), hi(a0, a1), lo(b0, b1), hi(b0, b1)], [lo(c0, c1), hi(c0, c1)])
                 };
                 let cs = cs.map(|r| _mm256_xor_si256(r, flip));
-                for p in 0..4 {
+                let chroma = |p: usize| {
                     let (ci, h) = if TALL { (p % 2, p / 2) } else { (p / 2, p % 2) };
-                    let terms = a.terms(_mm256_shuffle_epi8(cs[ci], u_at[h]), _mm256_shuffle_epi8(cs[ci], v_at[h]));
-                    for l in [2 * p, 2 * p + 1] {
-                        let (li, h) = if TALL { (l / 4 * 2 + l % 2, l % 4 / 2) } else { (l / 2, l % 2) };
-                        let [first, second] = a.pixels::<ORDER>(_mm256_shuffle_epi8(ys[li], luma[h]), terms);
-                        let o = out.add(l * stride + 64 * i);
-                        if wide {
-                            _mm256_stream_si256(o.cast(), first);
-                            _mm256_stream_si256(o.add(32).cast(), second);
-                        } else {
-                            _mm256_storeu_si256(o.cast(), first);
-                            _mm256_storeu_si256(o.add(32).cast(), second);
-                        }
-                    }
-                }
+                    [_mm256_shuffle_epi8(cs[ci], u_at[h]), _mm256_shuffle_epi8(cs[ci], v_at[h])]
+                };
+                let row = |l: usize| {
+                    let (li, h) = if TALL { (l / 4 * 2 + l % 2, l % 4 / 2) } else { (l / 2, l % 2) };
+                    _mm256_shuffle_epi8(ys[li], luma[h])
+                };
+                a.eight_rows::<ORDER>(out.add(64 * i), (stride, wide), chroma, row);
             }
         }
     }
@@ -662,21 +687,12 @@ impl Kernel {
                     _mm_prefetch::<_MM_HINT_T0>(y.add(fy + 64).cast());
                     _mm_prefetch::<_MM_HINT_T0>(c.add(fc).cast());
                 }
-                for p in 0..4 {
+                let chroma = |p: usize| {
                     let cs = _mm256_xor_si256(broadcast(c.add(co + p * row)), flip);
-                    let terms = a.terms(_mm256_shuffle_epi8(cs, u_order), _mm256_shuffle_epi8(cs, v_order));
-                    for l in [2 * p, 2 * p + 1] {
-                        let [first, second] = a.pixels::<ORDER>(_mm256_shuffle_epi8(broadcast(y.add(yo + l * row)), luma_order), terms);
-                        let o = out.add(l * stride + 64 * i);
-                        if wide {
-                            _mm256_stream_si256(o.cast(), first);
-                            _mm256_stream_si256(o.add(32).cast(), second);
-                        } else {
-                            _mm256_storeu_si256(o.cast(), first);
-                            _mm256_storeu_si256(o.add(32).cast(), second);
-                        }
-                    }
-                }
+                    [_mm256_shuffle_epi8(cs, u_order), _mm256_shuffle_epi8(cs, v_order)]
+                };
+                let luma = |l: usize| _mm256_shuffle_epi8(broadcast(y.add(yo + l * row)), luma_order);
+                a.eight_rows::<ORDER>(out.add(64 * i), (stride, wide), chroma, luma);
             }
         }
     }
@@ -1075,6 +1091,18 @@ mod tests {
         assert_eq!(kernel.tile(&y, &c, &mut got, Steps { luma_block: 15, ..steps }, 16 * blocks, pairs, &Ahead::NONE), 0);
     }
 
+    /// Calls `f` with the 8-bit kernel of `colour` for every RGB byte order, ordinary and
+    /// non-temporal (where the CPU has AVX2).
+    fn each_kernel((m, r): (ColourMatrix, ColourRange), mut f: impl FnMut(crate::Fourcc, Kernel, bool)) {
+        for to in RGB8_FORMATS.into_iter().chain(RGB10_FORMATS) {
+            let pack = RgbPacking::of(to).expect("packing");
+            let Some(kernel) = Kernel::detect(YuvToRgb::new(m, r, 8, pack.bits()), pack, false) else { return };
+            for stream in [false, true] {
+                f(to, kernel.streaming(stream), stream);
+            }
+        }
+    }
+
     /// Eight rows of nv12-4l4 and of nv12-8l128 read where they lie ([`Kernel::narrow`]),
     /// into every byte order, with ordinary and non-temporal stores: each row pair as
     /// [`Kernel::rows`] converts the same rows detiled, the pixels past the last whole
@@ -1091,37 +1119,31 @@ mod tests {
             let row = |plane: &[u8], r: usize| (0..tiles).flat_map(|t| plane[r / th * band + t * tw * th + r % th * tw..][..tw].to_vec()).collect::<Vec<u8>>();
             let (at, ends) = if th == 4 { (Narrow::Four { band }, [band + 192, 192]) } else { (Narrow::Tall { tile: 1024 }, [5 * 1024 + 64, 5 * 1024 + 32]) };
             let len = 7 * stride + 4 * w;
-            for to in RGB8_FORMATS.into_iter().chain(RGB10_FORMATS) {
-                let pack = RgbPacking::of(to).expect("packing");
-                let k = YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 8, pack.bits());
-                let Some(kernel) = Kernel::detect(k, pack, false) else { return };
-                for stream in [false, true] {
-                    let kernel = kernel.streaming(stream);
-                    let mut buf = vec![0x5au8; len + 32];
-                    let start = buf.as_ptr().align_offset(32);
-                    let got = &mut buf[start..start + len];
-                    assert_eq!(kernel.narrow(&luma, &chroma, got, stride, w, at), 48);
-                    kernel.fence();
-                    let mut want = vec![0x5au8; len];
-                    for p in 0..4 {
-                        let (a, rest) = want[2 * p * stride..].split_at_mut(stride);
-                        kernel.rows([&row(&luma, 2 * p), &row(&luma, 2 * p + 1)], &row(&chroma, p), (&mut a[..4 * w], Some(&mut rest[..4 * w])), w);
-                    }
-                    for r in 0..8 {
-                        want[r * stride + 48 * 4..r * stride + 4 * w].fill(0x5a);
-                    }
-                    assert!(buf[start..start + len] == want[..], "{tw}x{th} -> {to} stream {stream}");
-                    // The last block's bytes end at `ends` of the planes, and at byte 192 of
-                    // the last row.
-                    let got = &mut buf[start..start + len];
-                    let (y, c) = (&luma[..ends[0]], &chroma[..ends[1]]);
-                    assert_eq!(kernel.narrow(y, c, &mut got[..7 * stride + 192], stride, 48, at), 48);
-                    assert_eq!(kernel.narrow(&y[..ends[0] - 1], c, got, stride, 48, at), 0);
-                    assert_eq!(kernel.narrow(y, &c[..ends[1] - 1], got, stride, 48, at), 0);
-                    assert_eq!(kernel.narrow(y, c, &mut got[..7 * stride + 191], stride, 48, at), 0);
-                    assert_eq!(kernel.narrow(y, c, got, stride, 15, at), 0);
+            each_kernel((ColourMatrix::Bt709, ColourRange::Limited), |to, kernel, stream| {
+                let mut buf = vec![0x5au8; len + 32];
+                let start = buf.as_ptr().align_offset(32);
+                let got = &mut buf[start..start + len];
+                assert_eq!(kernel.narrow(&luma, &chroma, got, stride, w, at), 48);
+                kernel.fence();
+                let mut want = vec![0x5au8; len];
+                for p in 0..4 {
+                    let (a, rest) = want[2 * p * stride..].split_at_mut(stride);
+                    kernel.rows([&row(&luma, 2 * p), &row(&luma, 2 * p + 1)], &row(&chroma, p), (&mut a[..4 * w], Some(&mut rest[..4 * w])), w);
                 }
-            }
+                for r in 0..8 {
+                    want[r * stride + 48 * 4..r * stride + 4 * w].fill(0x5a);
+                }
+                assert!(buf[start..start + len] == want[..], "{tw}x{th} -> {to} stream {stream}");
+                // The last block's bytes end at `ends` of the planes, and at byte 192 of
+                // the last row.
+                let got = &mut buf[start..start + len];
+                let (y, c) = (&luma[..ends[0]], &chroma[..ends[1]]);
+                assert_eq!(kernel.narrow(y, c, &mut got[..7 * stride + 192], stride, 48, at), 48);
+                assert_eq!(kernel.narrow(&y[..ends[0] - 1], c, got, stride, 48, at), 0);
+                assert_eq!(kernel.narrow(y, &c[..ends[1] - 1], got, stride, 48, at), 0);
+                assert_eq!(kernel.narrow(y, c, &mut got[..7 * stride + 191], stride, 48, at), 0);
+                assert_eq!(kernel.narrow(y, c, got, stride, 15, at), 0);
+            });
             let ten = Kernel::detect(YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 10, 10), RgbPacking::of(crate::Fourcc::XRGB2101010).expect("XR30"), true);
             if let Some(ten) = ten {
                 assert_eq!(ten.narrow(&luma, &chroma, &mut vec![0u8; len], stride, w, at), 0);
@@ -1142,29 +1164,23 @@ mod tests {
         let ahead = [[0, 0], [y.len() - 128, c.len() - 64], [y.len() - 127, 0], [0, 0]];
         let gather = |s: &[u8], r: usize, which: usize| blocks.iter().flat_map(|b| s[b[which] + r * row..][..16].to_vec()).collect::<Vec<u8>>();
         let len = 7 * stride + 64 * n;
-        for to in RGB8_FORMATS.into_iter().chain(RGB10_FORMATS) {
-            let pack = RgbPacking::of(to).expect("packing");
-            let k = YuvToRgb::new(ColourMatrix::Bt2020, ColourRange::Full, 8, pack.bits());
-            let Some(kernel) = Kernel::detect(k, pack, false) else { return };
-            for stream in [false, true] {
-                let kernel = kernel.streaming(stream);
-                let mut buf = vec![0x5au8; len + 32];
-                let start = buf.as_ptr().align_offset(32);
-                assert_eq!(kernel.groups(&y, &c, &mut buf[start..start + len], stride, row, &blocks, &ahead), 16 * n);
-                kernel.fence();
-                let mut want = vec![0x5au8; len];
-                for p in 0..4 {
-                    let (a, rest) = want[2 * p * stride..].split_at_mut(stride);
-                    kernel.rows([&gather(&y, 2 * p, 0), &gather(&y, 2 * p + 1, 0)], &gather(&c, p, 1), (&mut a[..64 * n], Some(&mut rest[..64 * n])), 16 * n);
-                }
-                assert!(buf[start..start + len] == want[..], "{to} stream {stream}");
-                let out = &mut buf[start..start + len];
-                assert_eq!(kernel.groups(&y[..y.len() - 1], &c, out, stride, row, &blocks, &[]), 0);
-                assert_eq!(kernel.groups(&y, &c[..c.len() - 1], out, stride, row, &blocks, &[]), 0);
-                assert_eq!(kernel.groups(&y, &c, &mut out[..len - 1], stride, row, &blocks, &[]), 0);
-                assert_eq!(kernel.groups(&y, &c, out, stride, row, &[], &[]), 0);
+        each_kernel((ColourMatrix::Bt2020, ColourRange::Full), |to, kernel, stream| {
+            let mut buf = vec![0x5au8; len + 32];
+            let start = buf.as_ptr().align_offset(32);
+            assert_eq!(kernel.groups(&y, &c, &mut buf[start..start + len], stride, row, &blocks, &ahead), 16 * n);
+            kernel.fence();
+            let mut want = vec![0x5au8; len];
+            for p in 0..4 {
+                let (a, rest) = want[2 * p * stride..].split_at_mut(stride);
+                kernel.rows([&gather(&y, 2 * p, 0), &gather(&y, 2 * p + 1, 0)], &gather(&c, p, 1), (&mut a[..64 * n], Some(&mut rest[..64 * n])), 16 * n);
             }
-        }
+            assert!(buf[start..start + len] == want[..], "{to} stream {stream}");
+            let out = &mut buf[start..start + len];
+            assert_eq!(kernel.groups(&y[..y.len() - 1], &c, out, stride, row, &blocks, &[]), 0);
+            assert_eq!(kernel.groups(&y, &c[..c.len() - 1], out, stride, row, &blocks, &[]), 0);
+            assert_eq!(kernel.groups(&y, &c, &mut out[..len - 1], stride, row, &blocks, &[]), 0);
+            assert_eq!(kernel.groups(&y, &c, out, stride, row, &[], &[]), 0);
+        });
         let ten = Kernel::detect(YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 10, 10), RgbPacking::of(crate::Fourcc::XRGB2101010).expect("XR30"), true);
         if let Some(ten) = ten {
             assert_eq!(ten.groups(&y, &c, &mut vec![0u8; len], stride, row, &blocks, &[]), 0);

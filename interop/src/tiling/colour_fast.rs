@@ -481,9 +481,10 @@ impl Job<'_> {
         if top % 2 != 0 || count == 0 {
             return (top, 0);
         }
-        // Block b's first row, and its share of its tile's lines for a group (each tile's
-        // eight rows and four chroma rows, two lines and one a block): in band row 0 and
-        // chroma row 0 of the band, the groups' rows being `skip` and `into` on.
+        // Where block b's rows start, and its share of its tile's lines to fetch (a group
+        // of a tile is eight rows and four chroma rows: two lines and one a block), from
+        // the band's first row and its chroma band's; each group's slices start `skip` and
+        // `into` on from those.
         let (offsets, ahead) = blocks;
         offsets.clear();
         offsets.extend((0..count).map(|b| (b / per_tile, 16 * (b % per_tile))).map(|(t, x)| [ybases[t] + x, cbases[t] + x]));

@@ -501,7 +501,8 @@ impl Kernel {
         let reach = |second: usize, piece: usize| blocks.checked_sub(1)?.checked_mul(block)?.checked_add(second)?.checked_add(piece);
         let rows = stride.checked_mul(7).and_then(|r| r.checked_add(64 * blocks));
         let fits = |have: usize, need: Option<usize>| need.is_some_and(|n| n <= have);
-        if self.ten_bit || blocks == 0 || !fits(y.len(), reach(second[0], 64)) || !fits(c.len(), reach(second[1], 32)) || !fits(out.len(), rows) {
+        // Blocks no bytes apart would all be the first (and leave the fetches no step).
+        if self.ten_bit || blocks == 0 || block == 0 || !fits(y.len(), reach(second[0], 64)) || !fits(c.len(), reach(second[1], 32)) || !fits(out.len(), rows) {
             return 0;
         }
         #[cfg(target_arch = "x86_64")]
@@ -1143,6 +1144,7 @@ mod tests {
                 assert_eq!(kernel.narrow(y, &c[..ends[1] - 1], got, stride, 48, at), 0);
                 assert_eq!(kernel.narrow(y, c, &mut got[..7 * stride + 191], stride, 48, at), 0);
                 assert_eq!(kernel.narrow(y, c, got, stride, 15, at), 0);
+                assert_eq!(kernel.narrow(&luma, &chroma, got, stride, 48, Narrow::Tall { tile: 0 }), 0);
             });
             let ten = Kernel::detect(YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 10, 10), RgbPacking::of(crate::Fourcc::XRGB2101010).expect("XR30"), true);
             if let Some(ten) = ten {

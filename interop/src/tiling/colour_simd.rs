@@ -266,6 +266,25 @@ const fn order(r: u32, g: u32, b: u32, a: u32) -> u32 {
     r | g << 2 | b << 4 | a << 6
 }
 
+/// `$call` with the const `$O` bound to `$order`, where it is one of the byte orders the
+/// vector loops are built for (those of `RGB8_FORMATS`, and `u32::MAX`: 2:10:10:10), else
+/// `$none`: every loop's dispatch reads this one list.
+#[cfg(target_arch = "x86_64")]
+macro_rules! by_order {
+    ($order:expr, $O:ident => $call:expr, else $none:expr) => {
+        by_order!(@ $order, $O, $call, $none; order(2, 1, 0, 3), order(0, 1, 2, 3), order(3, 2, 1, 0), order(1, 2, 3, 0), u32::MAX)
+    };
+    (@ $order:expr, $O:ident, $call:expr, $none:expr; $($o:expr),*) => {
+        match $order {
+            $(o if o == $o => {
+                const $O: u32 = $o;
+                $call
+            })*
+            _ => $none,
+        }
+    };
+}
+
 /// The arithmetic that every YUV -> RGB loop of [`Kernel`] shares: the coefficients in
 /// registers, a block's chroma terms, and its sixteen pixels.
 #[cfg(target_arch = "x86_64")]
@@ -416,6 +435,14 @@ impl Kernel {
         Kernel { stream, ..self }
     }
 
+    /// Whether rows from `out`, `stride` bytes apart, take [`Kernel::streaming`]'s
+    /// non-temporal 32-byte stores: where streaming is on and every row starts 32-byte
+    /// aligned.
+    #[cfg(target_arch = "x86_64")]
+    fn wide(&self, out: *mut u8, stride: usize) -> bool {
+        self.stream && out as usize % 32 == 0 && stride % 32 == 0
+    }
+
     /// Orders this thread's non-temporal stores before whatever it does next, where
     /// [`Kernel::streaming`] is on.
     pub(super) fn fence(&self) {
@@ -514,16 +541,10 @@ impl Kernel {
             // `out`: the last block's inside every slice by the checks above. `ORDER` is
             // `self.order`, by the match, and the samples are 8-bit.
             unsafe {
-                macro_rules! dispatch {
-                    ($($o:expr),*) => {
-                        match (self.order, at) {
-                            $((o, Narrow::Four { .. }) if o == $o => self.narrow_avx2::<{ $o }, false>(ys, cs, rows, stride, blocks, (second, block)),
-                              (o, Narrow::Tall { .. }) if o == $o => self.narrow_avx2::<{ $o }, true>(ys, cs, rows, stride, blocks, (second, block)),)*
-                            _ => return 0,
-                        }
-                    };
-                }
-                dispatch!(order(2, 1, 0, 3), order(0, 1, 2, 3), order(3, 2, 1, 0), order(1, 2, 3, 0), u32::MAX)
+                by_order!(self.order, O => match at {
+                    Narrow::Four { .. } => self.narrow_avx2::<O, false>(ys, cs, rows, stride, blocks, (second, block)),
+                    Narrow::Tall { .. } => self.narrow_avx2::<O, true>(ys, cs, rows, stride, blocks, (second, block)),
+                }, else return 0)
             };
             16 * blocks
         }
@@ -568,7 +589,7 @@ impl Kernel {
             let luma = NARROW_LUMA.each_ref().map(load);
             let (u_at, v_at) = (NARROW_U.each_ref().map(load), NARROW_V.each_ref().map(load));
             let flip = _mm256_set1_epi8(0x80u8 as i8);
-            let wide = self.stream && out as usize % 32 == 0 && stride % 32 == 0;
+            let wide = self.wide(out, stride);
             let ld = |p: *const u8| _mm256_loadu_si256(p.cast());
             // Quarters 0 2 | 1 3.
             let q = |x: __m256i| _mm256_permute4x64_epi64::<0b11_01_10_00>(x);
@@ -590,13 +611,12 @@ impl Kernel {
                 let (c0, c1) = (ld(cp), ld(cp.add(second[1])));
                 // Two rows a register, and where luma row `l` and chroma row `r` are: the
                 // register, and its half ([`two_rows`]'s `h`).
+                let (lo, hi) = (_mm256_unpacklo_epi32, _mm256_unpackhi_epi32);
                 let (ys, cs) = if TALL {
                     // A line of each tile, its rows 0-3 then 4-7 (chroma: its four rows).
-                    let (lo, hi) = (_mm256_unpacklo_epi32, _mm256_unpackhi_epi32);
                     ([q(lo(a0, b0)), q(hi(a0, b0)), q(lo(a1, b1)), q(hi(a1, b1))], [q(lo(c0, c1)), q(hi(c0, c1))])
                 } else {
                     // Four tiles of each band, tiles 0-1 then 2-3 (chroma: of its band).
-                    let (lo, hi) = (_mm256_unpacklo_epi32, _mm256_unpackhi_epi32);
                     ([lo(a0, a1), hi(a0, a1), lo(b0, b1), hi(b0, b1)], [lo(c0, c1), hi(c0, c1)])
                 };
                 let cs = cs.map(|r| _mm256_xor_si256(r, flip));
@@ -640,17 +660,7 @@ impl Kernel {
             // `64i..64i + 64` of rows 0-7 of `out`, the last block's inside `out` by the check
             // above; the fetched lines lie inside the slices. `ORDER` is `self.order`, by the
             // match, and the samples are 8-bit.
-            unsafe {
-                macro_rules! dispatch {
-                    ($($o:expr),*) => {
-                        match self.order {
-                            $(o if o == $o => self.groups_avx2::<{ $o }>(ys, cs, rows, (stride, row), blocks, ahead),)*
-                            _ => return 0,
-                        }
-                    };
-                }
-                dispatch!(order(2, 1, 0, 3), order(0, 1, 2, 3), order(3, 2, 1, 0), order(1, 2, 3, 0), u32::MAX)
-            };
+            unsafe { by_order!(self.order, O => self.groups_avx2::<O>(ys, cs, rows, (stride, row), blocks, ahead), else return 0) };
             16 * blocks.len()
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -680,7 +690,7 @@ impl Kernel {
             let load = |m: &[u8; 32]| _mm256_loadu_si256(m.as_ptr().cast());
             let (luma_order, u_order, v_order) = (load(&LUMA_HIGH), load(&U_HIGH), load(&V_HIGH));
             let flip = _mm256_set1_epi8(0x80u8 as i8);
-            let wide = self.stream && out as usize % 32 == 0 && stride % 32 == 0;
+            let wide = self.wide(out, stride);
             let broadcast = |p: *const u8| _mm256_broadcastsi128_si256(_mm_loadu_si128(p.cast()));
             for (i, &[yo, co]) in blocks.iter().enumerate() {
                 if let Some(&[fy, fc]) = ahead.get(i) {
@@ -715,20 +725,14 @@ impl Kernel {
                 // 2:10:10:10), and for pairs with lines to fetch: the fetches' bookkeeping
                 // in every loop slowed the linear conversion by 7%.
                 let fetch = !ahead.is_empty();
-                macro_rules! dispatch {
-                    ($($o:expr),*) => {
-                        match (self.ten_bit, self.order, one, fetch) {
-                            $((false, o, false, false) if o == $o => self.blocks_avx2::<false, { $o }, 2, false>(y, c, out, (blocks, block), pairs, steps, ahead),
-                              (true, o, false, false) if o == $o => self.blocks_avx2::<true, { $o }, 2, false>(y, c, out, (blocks, block), pairs, steps, ahead),
-                              (false, o, false, true) if o == $o => self.blocks_avx2::<false, { $o }, 2, true>(y, c, out, (blocks, block), pairs, steps, ahead),
-                              (true, o, false, true) if o == $o => self.blocks_avx2::<true, { $o }, 2, true>(y, c, out, (blocks, block), pairs, steps, ahead),
-                              (false, o, true, _) if o == $o => self.blocks_avx2::<false, { $o }, 1, false>(y, c, out, (blocks, block), pairs, steps, ahead),
-                              (true, o, true, _) if o == $o => self.blocks_avx2::<true, { $o }, 1, false>(y, c, out, (blocks, block), pairs, steps, ahead),)*
-                            _ => return 0,
-                        }
-                    };
-                }
-                dispatch!(order(2, 1, 0, 3), order(0, 1, 2, 3), order(3, 2, 1, 0), order(1, 2, 3, 0), u32::MAX)
+                by_order!(self.order, O => match (self.ten_bit, one, fetch) {
+                    (false, false, false) => self.blocks_avx2::<false, O, 2, false>(y, c, out, (blocks, block), pairs, steps, ahead),
+                    (true, false, false) => self.blocks_avx2::<true, O, 2, false>(y, c, out, (blocks, block), pairs, steps, ahead),
+                    (false, false, true) => self.blocks_avx2::<false, O, 2, true>(y, c, out, (blocks, block), pairs, steps, ahead),
+                    (true, false, true) => self.blocks_avx2::<true, O, 2, true>(y, c, out, (blocks, block), pairs, steps, ahead),
+                    (false, true, _) => self.blocks_avx2::<false, O, 1, false>(y, c, out, (blocks, block), pairs, steps, ahead),
+                    (true, true, _) => self.blocks_avx2::<true, O, 1, false>(y, c, out, (blocks, block), pairs, steps, ahead),
+                }, else return 0)
             };
             16 * blocks
         }

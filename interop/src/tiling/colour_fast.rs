@@ -513,10 +513,13 @@ impl Job<'_> {
         let (end, px) = self.run_narrow(k, rows.clone(), out);
         let (strip_rows, strip_px) = strip(py, pc);
         let sb = strip_px * sample_bytes(self.bits);
-        let mut ybuf = vec![0u8; sb * strip_rows as usize];
-        let mut cbuf = vec![0u8; sb * strip_rows.div_ceil(2) as usize];
         let fetch = self.fetches_ahead();
         let mut strips = self.strips(rows.start..end, px).chain(self.strips(end..rows.end, 0)).peekable();
+        // Frames of whole groups and blocks leave no strips, nor need their buffers.
+        let (mut ybuf, mut cbuf) = match strips.peek() {
+            Some(_) => (vec![0u8; sb * strip_rows as usize], vec![0u8; sb * strip_rows.div_ceil(2) as usize]),
+            None => (Vec::new(), Vec::new()),
+        };
         while let Some(s) = strips.next() {
             let (y0, n) = (s.rows.0, (s.rows.1 - s.rows.0) as usize);
             detile_strip(py, luma, s.rows, (s.tx0, s.tiles), &mut ybuf, sb);

@@ -7,10 +7,10 @@
 //! Why it is fast where the reference is not:
 //! - Where the tiles hold their rows back to back and are a whole number of sixteen-pixel
 //!   blocks wide (samsung-64x32, allwinner-32x32, nv12-16l32s, i915-x), the vector loop
-//!   reads each tile where it lies (`Job::run_tiles`): eight rows at a time across each
-//!   band, fetching the tiles' lines a few blocks ahead (8-bit samples; not allwinner-32x32),
-//!   else tile by tile, writing the tile's piece of each RGB row. The tiled frame is read
-//!   once and nothing is copied.
+//!   reads each tile where it lies (`Job::run_tiles`): for 8-bit samples eight rows at a
+//!   time, across each band fetching the tiles' lines a few blocks ahead, or (allwinner-32x32)
+//!   in strips of two tiles fetching the next strip's; else tile by tile, writing the tile's
+//!   piece of each RGB row. The tiled frame is read once and nothing is copied.
 //! - Tiles four or eight pixels wide (nv12-4l4, nv12-8l128) of 8-bit samples are read where
 //!   they lie too, eight rows at a time across the frame, sixteen pixels at a time
 //!   transposed in registers (`Job::run_narrow`); nothing is copied.
@@ -87,18 +87,58 @@ fn reading(py: &PlaneGeometry, pc: &PlaneGeometry, bits: u32) -> Option<Reading>
     }
 }
 
-/// Whether tiles read in place ([`Reading::InPlace`]) convert eight rows at a time across
-/// each band, every block fetching the lines of one further on ([`Job::band_across`]),
-/// rather than tile by tile: 8-bit samples, in tiles other than allwinner-32x32's. Measured
-/// at 4K -> XR24, fused ÷ linear taking turns (2026-11-26, harness, alternating runs), one
-/// thread / two, against tile by tile in the same minutes: samsung-64x32 0.86-0.94 /
-/// 0.89-0.95 against 0.75-0.79 / 0.80-0.91; nv12-16l32s 0.95-1.03 / 0.94-0.96 against
-/// 0.75-0.83 / 0.86-0.91; i915-x 0.89-0.95 / 0.85-0.96 against 0.76-0.77 / 0.90-0.91.
-/// allwinner-32x32 (tiles 32 bytes wide) measured 0.69-0.73 / 0.78-0.83 against 0.75-0.81
-/// / 0.81-0.88, and 0.33-0.37 on one thread without the fetches (samsung-64x32 0.72): its
-/// quarter-tile reads are what the CPU's prefetchers follow least, for a reason not found.
-fn across(py: &PlaneGeometry, bits: u32) -> bool {
-    bits == 8 && py.tile_width != 32
+/// How [`Job::band_across`] goes over a band's eight-row groups.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Across {
+    /// Each group across the whole band, every block fetching the lines of the block
+    /// [`GROUP_AHEAD`] on.
+    Band,
+    /// Strips of `blocks` blocks, one strip's groups after another, each group fetching the
+    /// lines of the same group of the next strip.
+    Strips { blocks: usize },
+}
+
+impl Across {
+    /// How many of a band's `count` blocks a strip has (at least one).
+    fn strip(self, count: usize) -> usize {
+        match self {
+            Across::Band => count.max(1),
+            Across::Strips { blocks } => blocks.clamp(1, count.max(1)),
+        }
+    }
+
+    /// What the groups of blocks `b0..b1` fetch, from `lines` (every block's share of its
+    /// tiles' lines, in order): for each block, the lines of the block [`GROUP_AHEAD`] on,
+    /// or of its place in the next strip.
+    fn ahead(self, lines: &[[usize; 2]], (b0, b1): (usize, usize)) -> &[[usize; 2]] {
+        let n = lines.len();
+        match self {
+            Across::Band => &lines[b0.saturating_add(GROUP_AHEAD).min(n)..],
+            Across::Strips { .. } => &lines[b1.min(n)..b1.saturating_add(b1 - b0.min(b1)).min(n)],
+        }
+    }
+}
+
+/// How tiles read in place ([`Reading::InPlace`]) convert eight rows at a time
+/// ([`Job::band_across`]) rather than tile by tile; `None` (tile by tile) for 10-bit
+/// samples. Measured at 4K -> XR24, fused ÷ linear taking turns (harness, alternating runs),
+/// one thread / two, against tile by tile in the same minutes:
+/// - across the band (2026-11-26): samsung-64x32 0.86-0.94 / 0.89-0.95 against 0.75-0.79
+///   / 0.80-0.91; nv12-16l32s 0.95-1.03 / 0.94-0.96 against 0.75-0.83 / 0.86-0.91; i915-x
+///   0.89-0.95 / 0.85-0.96 against 0.76-0.77 / 0.90-0.91. In strips of one to four tiles,
+///   samsung-64x32 and nv12-16l32s measured alike or slower (2026-11-27).
+/// - allwinner-32x32 (tiles 32 bytes wide) across the band measured 0.69-0.73 / 0.78-0.83
+///   against 0.75-0.81 / 0.81-0.88, and 0.33-0.37 on one thread without the fetches. In
+///   strips of two tiles (2026-11-27, eleven pairs of runs), median 0.93 / 0.985, lowest
+///   0.76 / 0.90, against 0.87 / 0.975, lowest 0.78 / 0.80. In strips of one, three, four
+///   and six tiles 0.72-0.89 / 0.76-1.02 (two to four runs each); of eight and sixteen
+///   0.47-0.81 / 0.76-0.97; without the fetches 0.35-0.57 / 0.63-0.79.
+fn across(py: &PlaneGeometry, bits: u32) -> Option<Across> {
+    match (bits, py.tile_width) {
+        (8, 32) => Some(Across::Strips { blocks: 4 }),
+        (8, _) => Some(Across::Band),
+        _ => None,
+    }
 }
 
 /// Bytes of one sample: 1 for 8-bit, 2 for 10-bit (in 16-bit words).
@@ -178,7 +218,7 @@ fn fused(
     let lines = (rest.as_ptr() as usize) % 64 == 0 && stride % 64 == 0;
     let stream = end - (dst_plane.offset as usize) >= STREAM_BYTES && (lines || reading.is_none());
     let simd = simd.map(|k| k.streaming(stream));
-    let across = reading == Some(Reading::InPlace) && across(&py, bits);
+    let across = across(&py, bits).filter(|_| reading == Some(Reading::InPlace));
     let job = Job { k, simd, reading, across, shifts: pack.shifts(), alpha: pack.alpha_bits(), bits, width, height, py, pc, group, stride, src };
     let job = &job;
     let mut work = Vec::new();
@@ -311,9 +351,9 @@ struct Job<'a> {
     /// How the vector loop reads the tiles, other than through a [`Window`] ([`reading`]);
     /// only where there is a vector loop.
     reading: Option<Reading>,
-    /// Whether [`Job::run_tiles`] converts bands eight rows at a time across the band
-    /// ([`Job::band_across`]) rather than tile by tile ([`across`]).
-    across: bool,
+    /// How [`Job::run_tiles`] converts bands eight rows at a time ([`Job::band_across`]),
+    /// where it does rather than tile by tile ([`across`]).
+    across: Option<Across>,
     shifts: [u32; 4],
     /// The pixel word's alpha (or padding) bits: all ones.
     alpha: u32,
@@ -404,8 +444,9 @@ impl Job<'_> {
     /// conversion cost beyond the linear one. Measured at 4K -> XR24, fused ÷ linear on one
     /// thread, taking turns: samsung-64x32 0.89 (windows 0.71), allwinner-32x32 0.90 (0.75),
     /// nv12-16l32s 0.70-0.85 (0.72), 0.80-0.91 in runs of [`RUN_TILES`]. Where [`across`],
-    /// whole eight-row groups of a band go first, across the band ([`Job::band_across`]),
-    /// and tile by tile ([`Job::band_by_tile`]) takes what they leave.
+    /// whole eight-row groups of a band go first, across the band or in strips
+    /// ([`Job::band_across`]), and tile by tile ([`Job::band_by_tile`]) takes what they
+    /// leave.
     fn run_tiles(&self, k: &Kernel, groups: std::ops::Range<u32>, out: &mut [u8]) {
         let (rows, (py, pc)) = (self.rows(groups), (&self.py, &self.pc));
         let th = py.tile_height;
@@ -419,7 +460,10 @@ impl Job<'_> {
             // The band's chroma rows, in one chroma band (`reading`).
             band_tile_offsets(pc, top / 2 / pc.tile_height, &mut cbases);
             let bases = (&ybases[..], &cbases[..]);
-            let (end, px) = if self.across { self.band_across(k, band, (top, bottom), rows.start, bases, &mut blocks, out) } else { (top, 0) };
+            let (end, px) = match self.across {
+                Some(how) => self.band_across(k, how, band, (top, bottom), rows.start, bases, &mut blocks, out),
+                None => (top, 0),
+            };
             // What the groups leave: the pixels past their blocks, and the rows below them.
             self.band_by_tile(k, band, (top, end), rows.start, px / tile_px, bases, out);
             self.band_by_tile(k, band, (end, bottom), rows.start, 0, bases, out);
@@ -467,13 +511,13 @@ impl Job<'_> {
         }
     }
 
-    /// Rows `top..bottom` of band `band` (tiles at `bases`) eight at a time across the band
-    /// ([`Kernel::groups`]), each block fetching the lines of the block [`GROUP_AHEAD`] on
-    /// (`blocks`: buffers for the blocks' offsets and the fetches'), into `out` (from row
+    /// Rows `top..bottom` of band `band` (tiles at `bases`) eight at a time ([`Kernel::groups`]),
+    /// across the band or in strips as `how` says, fetching lines ahead as it says
+    /// (`blocks`: buffers for the blocks' offsets and their lines), into `out` (from row
     /// `first`): returns the row it stopped at and how many pixels of each row before it it
     /// wrote, the rest being [`Job::band_by_tile`]'s.
     #[allow(clippy::too_many_arguments)]
-    fn band_across(&self, k: &Kernel, band: u32, (top, bottom): (u32, u32), first: u32, (ybases, cbases): (&[usize], &[usize]), blocks: &mut (Vec<[usize; 2]>, Vec<[usize; 2]>), out: &mut [u8]) -> (u32, usize) {
+    fn band_across(&self, k: &Kernel, how: Across, band: u32, (top, bottom): (u32, u32), first: u32, (ybases, cbases): (&[usize], &[usize]), blocks: &mut (Vec<[usize; 2]>, Vec<[usize; 2]>), out: &mut [u8]) -> (u32, usize) {
         let ((py, pc), (luma, chroma)) = ((&self.py, &self.pc), self.planes());
         let (th, tw) = (py.tile_height, py.tile_width as usize);
         let per_tile = tw / 16;
@@ -481,26 +525,35 @@ impl Job<'_> {
         if top % 2 != 0 || count == 0 {
             return (top, 0);
         }
-        // Where block b's rows start, and its share of its tile's lines to fetch (a group
-        // of a tile is eight rows and four chroma rows: two lines and one a block), from
-        // the band's first row and its chroma band's; each group's slices start `skip` and
-        // `into` on from those.
-        let (offsets, ahead) = blocks;
+        // Where block b's rows start, and its share of its tile's lines (a group of a tile
+        // is eight rows and four chroma rows: two lines and one a block), from the band's
+        // first row and its chroma band's; each group's slices start `skip` and `into` on
+        // from those.
+        let (offsets, lines) = blocks;
         offsets.clear();
         offsets.extend((0..count).map(|b| (b / per_tile, 16 * (b % per_tile))).map(|(t, x)| [ybases[t] + x, cbases[t] + x]));
-        ahead.clear();
-        ahead.extend((GROUP_AHEAD..count).map(|b| (b / per_tile, b % per_tile)).map(|(t, j)| [ybases[t] + 128 * j, cbases[t] + 64 * j]));
-        let mut y0 = top;
-        while y0 + 8 <= bottom {
-            let (skip, into) = ((y0 - band * th) as usize * tw, (y0 / 2 % pc.tile_height) as usize * tw);
-            let o = (y0 - first) as usize * self.stride;
-            let (y, c) = (&luma[skip.min(luma.len())..], &chroma[into.min(chroma.len())..]);
-            if k.groups(y, c, &mut out[o..], self.stride, tw, offsets, ahead) == 0 {
-                break;
+        lines.clear();
+        lines.extend((0..count).map(|b| (b / per_tile, b % per_tile)).map(|(t, j)| [ybases[t] + 128 * j, cbases[t] + 64 * j]));
+        let strip = how.strip(count);
+        // Every strip converts the same groups; should one stop early, the rows below the
+        // earliest stop are all left to the tiles (which write the same bytes again).
+        let mut end = bottom;
+        for b0 in (0..count).step_by(strip) {
+            let b1 = (b0 + strip).min(count);
+            let ahead = how.ahead(lines, (b0, b1));
+            let mut y0 = top;
+            while y0 + 8 <= end {
+                let (skip, into) = ((y0 - band * th) as usize * tw, (y0 / 2 % pc.tile_height) as usize * tw);
+                let o = (y0 - first) as usize * self.stride + 64 * b0;
+                let (y, c) = (&luma[skip.min(luma.len())..], &chroma[into.min(chroma.len())..]);
+                if out.get_mut(o..).map_or(0, |rows| k.groups(y, c, rows, self.stride, tw, &offsets[b0..b1], ahead)) == 0 {
+                    break;
+                }
+                y0 += 8;
             }
-            y0 += 8;
+            end = y0;
         }
-        (y0, 16 * count)
+        (end.min(bottom), 16 * count)
     }
 
     /// As [`Job::run`], for tiles too narrow for [`Job::run_tiles`]: strips ([`strip`])
@@ -1027,6 +1080,21 @@ mod tests {
 
     /// While a strip converts, the vector loop fetches the next strip's tiles: exactly the
     /// lines that hold them, in both planes, for shares that start on a band and inside one.
+    /// A band crossed whole fetches the lines of the block `GROUP_AHEAD` on; in strips,
+    /// each strip's groups fetch the next strip's lines, the last strip none.
+    #[test]
+    fn groups_fetch_ahead_or_the_next_strip() {
+        let lines: Vec<[usize; 2]> = (0..30).map(|b| [100 * b, 10 * b]).collect();
+        assert_eq!(Across::Band.strip(30), 30);
+        assert_eq!(Across::Band.ahead(&lines, (0, 30)), &lines[GROUP_AHEAD..]);
+        assert_eq!(Across::Band.ahead(&lines[..5], (0, 5)), &[] as &[[usize; 2]]);
+        let how = Across::Strips { blocks: 4 };
+        assert_eq!((how.strip(30), how.strip(3), Across::Strips { blocks: 0 }.strip(30)), (4, 3, 1));
+        assert_eq!(how.ahead(&lines, (0, 4)), &lines[4..8]);
+        assert_eq!(how.ahead(&lines, (24, 28)), &lines[28..30]);
+        assert_eq!(how.ahead(&lines, (28, 30)), &[] as &[[usize; 2]]);
+    }
+
     /// The strips cover the share's rows and pixels once.
     #[test]
     fn each_strip_fetches_the_next_ones_tiles() {
@@ -1039,7 +1107,7 @@ mod tests {
             let pack = crate::tiling::colour::RgbPacking::of(Fourcc::XRGB8888).expect("XR24");
             let k = YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 8, pack.bits());
             let (py, pc) = (g.planes[0], g.planes[1]);
-            let job = Job { k, simd: None, reading: reading(&py, &pc, 8), across: false, shifts: pack.shifts(), alpha: pack.alpha_bits(), bits: 8, width: w, height: h, py, pc, group: 16, stride: 4 * w as usize, src: &src };
+            let job = Job { k, simd: None, reading: reading(&py, &pc, 8), across: None, shifts: pack.shifts(), alpha: pack.alpha_bits(), bits: 8, width: w, height: h, py, pc, group: 16, stride: 4 * w as usize, src: &src };
             assert_eq!(job.reading, Some(Reading::Strips), "{layout}");
             assert_eq!(job.fetches_ahead(), layout == TileLayout::Nv12_8L128, "{layout}");
             for rows in [0..h, 18..h - 4] {

@@ -195,6 +195,19 @@ impl BenchOptions {
         }
     }
 
+    /// Rounds of the loops where sides take turns (dmabridge on one thread and the peers;
+    /// the fused and the linear conversion): their medians are the ratios' two sides. With
+    /// eight, per thread ÷ libyuv `NV12ToARGBMatrix` read 0.87-1.17 over twelve runs of one
+    /// binary (2026-11-26). Sixteen halve the variance of each side's median; the whole run
+    /// took as long (82-85 s against 82-86 s, two runs each, 2026-11-27).
+    fn turns(&self) -> usize {
+        if self.quick {
+            3
+        } else {
+            16
+        }
+    }
+
     /// The number of progress steps [`run`] reports.
     pub fn steps(&self) -> u64 {
         (self.sizes().len() * PATHS.len() * FORMATS.len() + conversions(16, 16).len()) as u64 + 3
@@ -685,11 +698,16 @@ pub fn fused_beside_linear(c: &FrameConversion, input: &[u8], threads: usize, ro
         return Ok(None);
     }
     let linear = FrameConversion::new((TileLayout::Linear, c.from), (TileLayout::Linear, c.to), c.width, c.height);
-    let linear_input = PageFrame::with_content(linear.sizes()?.0 as usize);
+    // The linear side reads the fused side's own frame (a tiled frame is at least as large
+    // as the linear one, and any bytes are NV12 or P010) into the same output, so that the
+    // ratio compares the loops alone: where the frames lie in memory lands on both sides.
+    let linear_size = linear.sizes()?.0 as usize;
+    let own = (input.len() < linear_size).then(|| PageFrame::with_content(linear_size));
+    let linear_input = own.as_ref().map_or(&input[..linear_size.min(input.len())], PageFrame::bytes);
     let mut out = PageFrame::new(c.sizes()?.1 as usize);
     let mut samples = [(); 4].map(|()| Vec::with_capacity(rounds));
     for _ in 0..rounds.max(1) {
-        for (i, (t, conversion, from)) in [(threads, c, input), (threads, &linear, linear_input.bytes()), (1, c, input), (1, &linear, linear_input.bytes())].into_iter().enumerate() {
+        for (i, (t, conversion, from)) in [(threads, c, input), (threads, &linear, linear_input), (1, c, input), (1, &linear, linear_input)].into_iter().enumerate() {
             samples[i].push(cpu_gbps(conversion, from, out.bytes_mut(), t, (TURN_WARMUPS, 1))?);
         }
     }
@@ -760,7 +778,7 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
         let mut out = PageFrame::new(c.sizes().map_or(0, |s| s.1) as usize);
         let (mut ours, mut one_error) = (Vec::new(), None);
         let mut theirs: Vec<Result<Vec<f64>, cpu_peers::PeerError>> = cases.iter().map(|_| Ok(Vec::new())).collect();
-        for _ in 0..if opts.quick { 3 } else { 8 } {
+        for _ in 0..opts.turns() {
             if cpu && one_error.is_none() {
                 match cpu_gbps(&c, input.bytes(), out.bytes_mut(), 1, (TURN_WARMUPS, 1)) {
                     Ok(g) => ours.push(g),
@@ -782,7 +800,7 @@ pub fn run(engine: &Engine, opts: &BenchOptions, progress: &mut dyn FnMut(&str))
         let one_thread = (!ours.is_empty()).then(|| median(&mut ours));
         let beside_linear = if cpu && fused(&c) {
             progress(&format!("convert {c} and the linear conversion, taking turns"));
-            fused_beside_linear(&c, input.bytes(), threads as usize, if opts.quick { 3 } else { 8 }).unwrap_or_else(|e| {
+            fused_beside_linear(&c, input.bytes(), threads as usize, opts.turns()).unwrap_or_else(|e| {
                 notes.push(format!("convert {c} beside the linear conversion: {e}"));
                 None
             })

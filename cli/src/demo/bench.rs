@@ -702,8 +702,14 @@ pub fn fused_beside_linear(c: &FrameConversion, input: &[u8], threads: usize, ro
     // as the linear one, and any bytes are NV12 or P010) into the same output, so that the
     // ratio compares the loops alone: where the frames lie in memory lands on both sides.
     let linear_size = linear.sizes()?.0 as usize;
-    let own = (input.len() < linear_size).then(|| PageFrame::with_content(linear_size));
-    let linear_input = own.as_ref().map_or(&input[..linear_size.min(input.len())], PageFrame::bytes);
+    let own;
+    let linear_input = match input.get(..linear_size) {
+        Some(bytes) => bytes,
+        None => {
+            own = PageFrame::with_content(linear_size);
+            own.bytes()
+        }
+    };
     let mut out = PageFrame::new(c.sizes()?.1 as usize);
     let mut samples = [(); 4].map(|()| Vec::with_capacity(rounds));
     for _ in 0..rounds.max(1) {

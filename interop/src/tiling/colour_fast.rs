@@ -553,7 +553,7 @@ impl Job<'_> {
             }
             end = y0;
         }
-        (end.min(bottom), 16 * count)
+        (end, 16 * count)
     }
 
     /// As [`Job::run`], for tiles too narrow for [`Job::run_tiles`]: strips ([`strip`])

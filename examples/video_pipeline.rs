@@ -35,11 +35,11 @@ use dmabridge::ash::vk;
 use std::os::fd::{AsFd, OwnedFd};
 
 use dmabridge::interop::dmabuf::{fd_count, write_all_at, DmaBuf, SystemMemory};
-use dmabridge::interop::sync::{wait_sync_file, SyncMethod};
+use dmabridge::interop::sync::{SyncFile, SyncMethod};
 use dmabridge::interop::tiling::{self, packed_planes, tiled_size};
 use dmabridge::interop::dmabuf::PlaneLayout;
 use dmabridge::interop::{Fourcc, Layout, TileLayout};
-use dmabridge::{BufferLocation, Converter, Engine, EngineOptions, GpuBuffer, SubmitOptions, Submission};
+use dmabridge::{BufferLocation, Converter, Engine, EngineOptions, GpuBuffer, ImportOptions, SubmitOptions, Submission};
 
 const FRAMES: u32 = 120;
 /// The decoder's buffers (decoded picture buffer + pipeline depth).
@@ -89,7 +89,7 @@ struct Converted {
 
 /// A producer's buffer coming back, with the fence (a sync_file) to wait for before it is
 /// written again; `None`: free now.
-type Release = (usize, Option<OwnedFd>);
+type Release = (usize, Option<SyncFile>);
 
 /// A buffer the producer gets back: free once its release fence has signalled.
 fn back((slot, fence): Release, held: &mut [bool], free: &mut Vec<usize>) -> Result<(), Error> {
@@ -98,7 +98,7 @@ fn back((slot, fence): Release, held: &mut [bool], free: &mut Vec<usize>) -> Res
     }
     // The GPU may still be reading it: the release fence says when it is done.
     if let Some(fence) = fence {
-        wait_sync_file(fence.as_fd(), TIMEOUT)?;
+        fence.wait(TIMEOUT)?;
     }
     free.push(slot);
     Ok(())
@@ -154,9 +154,11 @@ fn convert(
     while let Ok(Decoded { frame, slot, buf }) = from_producer.recv() {
         let output = free_outputs.recv_timeout(TIMEOUT)?;
         let options = SubmitOptions { export_sync_file: sync_file, ..SubmitOptions::default() };
-        let (layout, mut submission) = converter.detile_dmabuf_into(&buf, &outputs[output], &planes, options)?;
-        if layout != LAYOUT {
-            return Err(format!("the converter read {layout}").into());
+        // The decoder's own buffers, in this process: nothing to distrust.
+        let import = ImportOptions::default();
+        let (run, mut submission) = converter.detile_dmabuf_into(&buf, &outputs[output], &planes, import, options)?;
+        if run.layout != LAYOUT {
+            return Err(format!("the converter read {}", run.layout).into());
         }
         // The descriptor's fds go now; Vulkan holds its own dups until the GPU is done.
         drop(buf);

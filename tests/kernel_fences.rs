@@ -5,7 +5,9 @@
 //! GPU consumer (the implicit bridge: the dma-buf's fences as a sync_file its submission waits
 //! for) must see only the final content; the same reads without the wait are checked to see
 //! the old content, so a consumer that skipped the wait fails the test. A fence that never
-//! signals gives each waiter its typed timeout.
+//! signals gives each waiter its typed timeout, and cannot wedge the engine's queue: the work
+//! that waited for it runs once its limit has passed, reports the fence as expired, and the
+//! work submitted after it runs at once.
 //!
 //! Runs in the kernel lab (vgem, sync_file, lavapipe with SYNC_FD); elsewhere it says why
 //! it is skipped.
@@ -176,6 +178,45 @@ fn a_fence_that_never_signals_is_a_typed_timeout_for_every_waiter() {
     vgem.signal(fence).expect("signal");
     s.wait(Duration::from_secs(10)).expect("done once signalled");
     drop((dst, src));
+    vgem.close(buffer).expect("close");
+    common::assert_clean(&engine);
+}
+
+#[test]
+fn a_fence_that_never_signals_cannot_wedge_the_queue() {
+    let Some(vgem) = vgem() else { return };
+    let engine = common::engine();
+    let (buffer, fd, _map) = old_buffer(&vgem);
+    let src = ImportedBuffer::import(&engine, fd.as_fd(), buffer.size, vk::BufferUsageFlags::TRANSFER_SRC).expect("import");
+    // Unsignalled until the test says so (vgem's own limit: 10 s).
+    let fence = vgem.attach_write_fence(&buffer).expect("attach a write fence");
+    let limit = Duration::from_millis(500);
+    for export in [false, true] {
+        let sync_file = export_sync_file(fd.as_fd(), SyncAccess::Read).expect("EXPORT_SYNC_FILE");
+        assert!(!sync_file.is_signalled().expect("poll"), "the fence is pending");
+        // A hostile producer's acquire fence. With an export, lavapipe's vkGetSemaphoreFdKHR
+        // returns only once the batch has run: a queue wait on the fence kept submit itself
+        // from returning until vgem gave up on it (and for ever with a fence that never ends).
+        let t = Instant::now();
+        let options = SubmitOptions { wait_sync_files: vec![sync_file], fence_limit: limit, export_sync_file: export, ..SubmitOptions::default() };
+        let (dst, s) = gpu_copy(&engine, &src, buffer.size, options);
+        let submitted_in = t.elapsed();
+        // The work runs once the limit has passed, and says the fence expired.
+        let e = s.wait(Duration::from_secs(8)).expect_err("the fence expired");
+        let waited = t.elapsed();
+        assert!(matches!(e, SubmitError::FenceExpired { index: 0, limit: l } if l == limit), "{e}");
+        assert!(e.to_string().contains("did not signal within 500ms"), "{e}");
+        // The next work waits for nobody and runs at once: the queue goes on.
+        let t = Instant::now();
+        let (after, s2) = gpu_copy(&engine, &src, buffer.size, SubmitOptions::default());
+        s2.wait(Duration::from_secs(8)).expect("the queue is not wedged");
+        eprintln!("export {export}: submit returned in {submitted_in:?}, the gated work ran after {waited:?}, the next in {:?}", t.elapsed());
+        assert!(waited >= limit, "the work waited for the fence's limit ({waited:?})");
+        assert!(waited < Duration::from_secs(8), "bounded by the limit, not by vgem's 10 s ({waited:?})");
+        drop((dst, after));
+    }
+    vgem.signal(fence).expect("signal");
+    drop(src);
     vgem.close(buffer).expect("close");
     common::assert_clean(&engine);
 }

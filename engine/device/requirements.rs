@@ -151,7 +151,8 @@ pub enum Capability {
     ForeignQueue,
     /// Sampling multi-planar YCbCr images through a sampler conversion.
     YcbcrSampling,
-    /// Exporting and importing explicit fences as sync_files (`SYNC_FD` semaphores).
+    /// Exporting explicit fences as sync_files (`SYNC_FD` semaphores). Waiting for one needs
+    /// no capability: the engine polls it (`resources::fence_gate`).
     SyncFile,
     /// Presenting to a window (the `present` feature).
     Present,

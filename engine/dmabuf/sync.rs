@@ -18,10 +18,8 @@
 //! submissions and processes, the implicit bridge on real dma-bufs), `tests/kernel_fences.rs`
 //! (a vgem fence the CPU and the GPU consumer must wait for), and `dmabridge demo`.
 
-use std::os::fd::OwnedFd;
-
 use dmabridge_interop::dmabuf::DmaBuf;
-use dmabridge_interop::sync::{export_sync_file, import_sync_file, SyncAccess, SyncError, SyncMethod, SyncMethods};
+use dmabridge_interop::sync::{export_sync_file, import_sync_file, SyncAccess, SyncError, SyncFile, SyncMethod, SyncMethods};
 
 use crate::device::requirements::Capability;
 use crate::resources::submit::Submission;
@@ -61,14 +59,15 @@ pub fn publish_to_dmabuf(submission: &mut Submission, buf: &DmaBuf) -> Result<()
         return Ok(());
     };
     for plane in buf.planes() {
-        import_sync_file(plane.fd, std::os::fd::AsFd::as_fd(&fence), SyncAccess::Write)?;
+        import_sync_file(plane.fd, &fence, SyncAccess::Write)?;
     }
     Ok(())
 }
 
 /// Implicit bridge, consumer side: the dma-buf's pending write fences, one sync_file per
-/// plane, for [`crate::SubmitOptions::wait_sync_files`].
-pub fn fences_of_dmabuf(buf: &DmaBuf) -> Result<Vec<OwnedFd>, SyncError> {
+/// plane, for [`crate::SubmitOptions::wait_sync_files`] (which bounds how long they may
+/// hold the work back: whoever else writes the buffer may never finish).
+pub fn fences_of_dmabuf(buf: &DmaBuf) -> Result<Vec<SyncFile>, SyncError> {
     buf.planes().map(|plane| export_sync_file(plane.fd, SyncAccess::Read)).collect()
 }
 

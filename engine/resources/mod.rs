@@ -2,6 +2,7 @@
 //! copies between images and buffers. Nothing here knows what a dma-buf is.
 
 pub mod buffer;
+mod fence_gate;
 pub mod image;
 pub(crate) mod memory;
 pub mod sampler;

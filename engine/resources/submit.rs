@@ -22,16 +22,22 @@
 //! to the same queue takes the same lock.
 
 use std::collections::VecDeque;
-use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use ash::vk;
+use dmabridge_interop::sync::{SyncFile, SyncFileError, WaitError};
 
+use super::fence_gate::{FenceGates, Gate, Verdict};
 use crate::error::{VkError, VkResultExt};
 use crate::device::requirements::Capability;
 use crate::Engine;
+
+/// How long a fence from outside may hold a submission back by default
+/// ([`SubmitOptions::fence_limit`]).
+pub const FENCE_LIMIT: Duration = Duration::from_secs(5);
 
 /// A point on one of the engine's timelines: the GPU work recorded against it is complete
 /// once the timeline's semaphore reaches `value`.
@@ -63,9 +69,21 @@ pub enum SubmitError {
     /// The wait ran out of time; the work may still complete later.
     #[error("the GPU work did not complete within {0:?}")]
     Timeout(Duration),
-    /// A sync_file was asked for, or given, but the device lacks the capability.
+    /// A sync_file was asked for, but the device lacks the capability.
     #[error("sync_file fences need the {0} capability, which this device lacks")]
     NoSyncFile(Capability),
+    /// The `index`th fence of [`SubmitOptions::wait_sync_files`] did not signal within
+    /// `limit` ([`SubmitOptions::fence_limit`]): the work ran without it, so what it read may
+    /// not have been written yet. Whoever made that fence (the peer that sent it) did not
+    /// keep its promise; this engine's queue went on.
+    #[error("sync_file fence {index} of the submission's waits did not signal within {limit:?}: the work ran without it (whoever sent that fence did not keep its promise)")]
+    FenceExpired { index: usize, limit: Duration },
+    /// The `index`th fence of [`SubmitOptions::wait_sync_files`] could not be polled.
+    #[error("sync_file fence {index} of the submission's waits cannot be polled: {source}")]
+    FencePoll { index: usize, source: WaitError },
+    /// The driver's `SYNC_FD` export is not a sync_file ([`SyncFile::new`] refused it).
+    #[error("the driver's exported fence is not a sync_file: {0}")]
+    ExportedNotASyncFile(SyncFileError),
     /// A completion from a different engine was passed as a wait.
     #[error("a wait names a timeline of another engine")]
     ForeignCompletion,
@@ -87,24 +105,17 @@ pub(crate) enum Garbage {
     Memory(vk::DeviceMemory),
     /// Memory from the engine's allocator.
     Allocation(gpu_allocator::vulkan::Allocation),
-    /// A binary semaphore of a submission's sync_file fences, back to its pool once the
-    /// submission is done (its payload is unsignalled again then).
-    PooledSemaphore(vk::Semaphore, SemaphoreKind),
+    /// An exportable binary semaphore of a submission's sync_file, back to its pool once
+    /// the submission is done (its payload is unsignalled again then).
+    ExportSemaphore(vk::Semaphore),
+    /// A fence gate's timeline semaphore (`fence_gate`).
+    Semaphore(vk::Semaphore),
     DescriptorPool(vk::DescriptorPool),
     Sampler(vk::Sampler),
     YcbcrConversion(vk::SamplerYcbcrConversion),
     Pipeline(vk::Pipeline),
     PipelineLayout(vk::PipelineLayout),
     DescriptorSetLayout(vk::DescriptorSetLayout),
-}
-
-/// The binary semaphores the engine keeps for sync_file fences.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum SemaphoreKind {
-    /// Exportable as SYNC_FD: signalled by a submission that hands out a fence.
-    Export,
-    /// Plain: holds an imported fence, temporarily, for one wait.
-    Import,
 }
 
 /// The points a resource was last used at, one per timeline.
@@ -147,8 +158,10 @@ pub(crate) struct Submitter {
     graveyard: Mutex<Vec<(Vec<Completion>, Vec<Garbage>)>>,
     /// Timelines handed to hosts ([`HostTimeline`]), destroyed with the engine.
     host_timelines: Mutex<Vec<vk::Semaphore>>,
-    /// Binary semaphores no submission uses, per kind, for the next sync_file fence.
-    free_binaries: Mutex<Vec<(vk::Semaphore, SemaphoreKind)>>,
+    /// Exportable binary semaphores no submission uses, for the next sync_file export.
+    free_exports: Mutex<Vec<vk::Semaphore>>,
+    /// The fence thread that opens the gates of fences from outside.
+    gates: FenceGates,
 }
 
 fn timeline_semaphore(device: &ash::Device) -> Result<vk::Semaphore, VkError> {
@@ -180,7 +193,8 @@ impl Submitter {
             reached: AtomicU64::new(0),
             graveyard: Mutex::new(Vec::new()),
             host_timelines: Mutex::new(Vec::new()),
-            free_binaries: Mutex::new(Vec::new()),
+            free_exports: Mutex::new(Vec::new()),
+            gates: FenceGates::default(),
         })
     }
 
@@ -245,6 +259,8 @@ impl Submitter {
     /// still used by a host timeline that was never signalled are leaked, with a warning,
     /// rather than freed early.
     pub(crate) fn shutdown(&self, device: &ash::Device, allocator: &crate::resources::memory::Memory) {
+        // Gates still closed would hold the last submissions back for their whole limit.
+        self.gates.shutdown();
         let last = self.lock().last_value;
         let semaphores = [self.timeline];
         let values = [last];
@@ -275,7 +291,7 @@ impl Submitter {
             for s in self.host_timelines.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
                 device.destroy_semaphore(s, None);
             }
-            for (s, _) in self.free_binaries.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
+            for s in self.free_exports.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
                 device.destroy_semaphore(s, None);
             }
         }
@@ -283,30 +299,24 @@ impl Submitter {
 }
 
 impl Submitter {
-    /// A binary semaphore of `kind` from the pool, or a new one.
-    fn binary(&self, device: &ash::Device, kind: SemaphoreKind) -> Result<vk::Semaphore, VkError> {
-        {
-            let mut free = self.free_binaries.lock().unwrap_or_else(PoisonError::into_inner);
-            if let Some(i) = free.iter().position(|(_, k)| *k == kind) {
-                return Ok(free.swap_remove(i).0);
-            }
+    /// An exportable binary semaphore from the pool, or a new one.
+    fn export_semaphore(&self, device: &ash::Device) -> Result<vk::Semaphore, VkError> {
+        if let Some(s) = self.free_exports.lock().unwrap_or_else(PoisonError::into_inner).pop() {
+            return Ok(s);
         }
         let mut export = vk::ExportSemaphoreCreateInfo::default().handle_types(vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD);
-        let mut info = vk::SemaphoreCreateInfo::default();
-        if kind == SemaphoreKind::Export {
-            info = info.push_next(&mut export);
-        }
+        let info = vk::SemaphoreCreateInfo::default().push_next(&mut export);
         // SAFETY: the device reports SYNC_FD semaphores exportable (the SyncFile capability,
         // checked by the caller; VUID-VkExportSemaphoreCreateInfo-handleTypes-01124).
         unsafe { device.create_semaphore(&info, None) }.vk("vkCreateSemaphore")
     }
 
-    /// Destroys `garbage`, whose GPU work is complete (pooled semaphores go back to the pool).
+    /// Destroys `garbage`, whose GPU work is complete (export semaphores go back to the pool).
     fn destroy(&self, device: &ash::Device, allocator: &crate::resources::memory::Memory, garbage: Vec<Garbage>) {
         let mut rest = Vec::with_capacity(garbage.len());
         for g in garbage {
             match g {
-                Garbage::PooledSemaphore(s, kind) => self.free_binaries.lock().unwrap_or_else(PoisonError::into_inner).push((s, kind)),
+                Garbage::ExportSemaphore(s) => self.free_exports.lock().unwrap_or_else(PoisonError::into_inner).push(s),
                 other => rest.push(other),
             }
         }
@@ -327,7 +337,7 @@ fn destroy(device: &ash::Device, allocator: &crate::resources::memory::Memory, g
                 Garbage::Buffer(x) => device.destroy_buffer(x, None),
                 Garbage::Memory(x) => device.free_memory(x, None),
                 Garbage::Allocation(a) => allocator.free(a),
-                Garbage::PooledSemaphore(x, _) => device.destroy_semaphore(x, None),
+                Garbage::ExportSemaphore(x) | Garbage::Semaphore(x) => device.destroy_semaphore(x, None),
                 Garbage::DescriptorPool(x) => device.destroy_descriptor_pool(x, None),
                 Garbage::Sampler(x) => device.destroy_sampler(x, None),
                 Garbage::YcbcrConversion(x) => device.destroy_sampler_ycbcr_conversion(x, None),
@@ -344,7 +354,9 @@ fn destroy(device: &ash::Device, allocator: &crate::resources::memory::Memory, g
 pub struct Submission {
     engine: Engine,
     completion: Completion,
-    sync_file: Option<OwnedFd>,
+    sync_file: Option<SyncFile>,
+    /// What became of the fences it waited for that were pending when it was submitted.
+    gates: Vec<Arc<Verdict>>,
 }
 
 impl Submission {
@@ -359,26 +371,44 @@ impl Submission {
         self.engine.is_reached(&self.completion)
     }
 
-    /// Blocks the calling thread until the work is done or `timeout` passes.
+    /// Blocks the calling thread until the work is done or `timeout` passes; then
+    /// [`Submission::check_fences`].
     pub fn wait(&self, timeout: Duration) -> Result<(), SubmitError> {
-        self.engine.wait(&[self.completion], timeout)
+        self.engine.wait(&[self.completion], timeout)?;
+        self.check_fences()
+    }
+
+    /// [`SubmitError::FenceExpired`] once a fence of [`SubmitOptions::wait_sync_files`] has
+    /// expired (the work runs, or ran, without it); `Ok` while they are pending or signalled.
+    /// Does not block.
+    pub fn check_fences(&self) -> Result<(), SubmitError> {
+        match self.gates.iter().find(|v| v.expired()) {
+            Some(v) => Err(SubmitError::FenceExpired { index: v.index, limit: v.limit }),
+            None => Ok(()),
+        }
     }
 
     /// The sync_file fence that signals when the work is done, when one was asked for
     /// ([`SubmitOptions::export_sync_file`]). Owned by the caller once taken.
-    pub fn take_sync_file(&mut self) -> Option<OwnedFd> {
+    pub fn take_sync_file(&mut self) -> Option<SyncFile> {
         self.sync_file.take()
     }
 }
 
 /// What a submission waits for and signals besides its timeline point.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct SubmitOptions {
     /// Timeline points of this engine (its own submissions, or host timelines) to wait for.
     pub waits: Vec<Completion>,
-    /// sync_file fences (another process's or device's release) to wait for. Ownership
-    /// passes to the engine.
-    pub wait_sync_files: Vec<OwnedFd>,
+    /// sync_file fences (another process's or device's work) to wait for. Ownership passes
+    /// to the engine. The queue never waits for them itself: a fence still pending at submit
+    /// time holds the work back for at most [`SubmitOptions::fence_limit`] (the module
+    /// `resources::fence_gate` says how and why).
+    pub wait_sync_files: Vec<SyncFile>,
+    /// How long a fence of `wait_sync_files` may hold this work back. Past it, the fence has
+    /// *expired*: the work runs without it and [`Submission::wait`] reports
+    /// [`SubmitError::FenceExpired`]. [`FENCE_LIMIT`] by default.
+    pub fence_limit: Duration,
     /// Also signal a sync_file fence ([`Submission::take_sync_file`]) for another process
     /// or device.
     ///
@@ -386,6 +416,12 @@ pub struct SubmitOptions {
     /// done, so the fence is already signalled and the submit call takes as long as the
     /// work: do not count on exporting to overlap CPU and GPU work.
     pub export_sync_file: bool,
+}
+
+impl Default for SubmitOptions {
+    fn default() -> Self {
+        SubmitOptions { waits: Vec::new(), wait_sync_files: Vec::new(), fence_limit: FENCE_LIMIT, export_sync_file: false }
+    }
 }
 
 /// Binary semaphores of the presenter's swapchain (not part of the public options: raw
@@ -456,7 +492,7 @@ impl Engine {
         if options.waits.iter().any(|c| !self.owns_timeline(c.semaphore)) {
             return Err(SubmitError::ForeignCompletion.into());
         }
-        if (options.export_sync_file || !options.wait_sync_files.is_empty()) && shared.sync_file_fn().is_none() {
+        if options.export_sync_file && shared.sync_file_fn().is_none() {
             return Err(SubmitError::NoSyncFile(Capability::SyncFile).into());
         }
         if options.export_sync_file {
@@ -465,6 +501,7 @@ impl Engine {
                 return Err(SubmitError::ExportBehindHostWait { value: c.value }.into());
             }
         }
+        let gates = self.gates(options.wait_sync_files, options.fence_limit)?;
         let mut state = submitter.lock();
         let reached = submitter.refresh(device);
         while state.busy.front().is_some_and(|(v, _)| *v <= reached) {
@@ -472,6 +509,12 @@ impl Engine {
                 state.idle.push(cmd);
             }
         }
+        // Fails before anything is submitted: the gates' semaphores go with the error.
+        let unsubmitted = |state: MutexGuard<'_, QueueState>, gates: Vec<Gate>, e: E| {
+            drop(state);
+            self.destroy_gates(gates);
+            Err(e)
+        };
         let cmd = match state.idle.pop() {
             Some(cmd) => cmd,
             None => {
@@ -480,8 +523,10 @@ impl Engine {
                     .level(vk::CommandBufferLevel::PRIMARY)
                     .command_buffer_count(1);
                 // SAFETY: the pool belongs to this device and is guarded by the lock held here.
-                let cmds = unsafe { device.allocate_command_buffers(&alloc) }.vk("vkAllocateCommandBuffers").map_err(SubmitError::from)?;
-                cmds[0]
+                match unsafe { device.allocate_command_buffers(&alloc) }.vk("vkAllocateCommandBuffers") {
+                    Ok(cmds) => cmds[0],
+                    Err(e) => return unsubmitted(state, gates, SubmitError::from(e).into()),
+                }
             }
         };
         let begin = vk::CommandBufferBeginInfo::default().flags(vk::CommandBufferUsageFlags::ONE_TIME_SUBMIT);
@@ -491,7 +536,7 @@ impl Engine {
         let begun = unsafe { device.begin_command_buffer(cmd, &begin) }.vk("vkBeginCommandBuffer");
         if let Err(e) = begun {
             state.idle.push(cmd);
-            return Err(SubmitError::from(e).into());
+            return unsubmitted(state, gates, SubmitError::from(e).into());
         }
         let value = state.last_value + 1;
         let completion = Completion { semaphore: submitter.timeline, value };
@@ -502,88 +547,118 @@ impl Engine {
             (Ok(r), Ok(())) => r,
             (Err(e), _) => {
                 state.idle.push(cmd);
-                return Err(e);
+                return unsubmitted(state, gates, e);
             }
             (Ok(_), Err(e)) => {
                 state.idle.push(cmd);
-                return Err(SubmitError::from(e).into());
+                return unsubmitted(state, gates, SubmitError::from(e).into());
             }
         };
-        let mut binaries: Vec<(vk::Semaphore, SemaphoreKind)> = Vec::new();
-        let result = self.queue_submit(&mut state, cmd, completion, options, binary, &mut binaries);
-        let sync_file = match result {
-            Ok(fd) => fd,
+        let export = match options.export_sync_file.then(|| submitter.export_semaphore(device)).transpose() {
+            Ok(s) => s,
             Err(e) => {
-                // The command buffer never became pending; binary semaphores made for this
-                // submission are unused.
                 state.idle.push(cmd);
-                drop(state);
-                for (s, kind) in binaries {
-                    if kind == SemaphoreKind::Export {
-                        submitter.free_binaries.lock().unwrap_or_else(PoisonError::into_inner).push((s, kind));
-                    } else {
-                        // SAFETY: a semaphore of this device that no submitted batch refers to;
-                        // an import may have left a payload in it, so it is not reused.
-                        unsafe { device.destroy_semaphore(s, None) };
-                    }
-                }
-                return Err(e.into());
+                return unsubmitted(state, gates, SubmitError::from(e).into());
             }
         };
+        if let Err(e) = self.queue_submit(&state, cmd, (completion, &options.waits), &gates, export, binary) {
+            // The command buffer never became pending, nor did the semaphores.
+            state.idle.push(cmd);
+            if let Some(s) = export {
+                submitter.free_exports.lock().unwrap_or_else(PoisonError::into_inner).push(s);
+            }
+            return unsubmitted(state, gates, e.into());
+        }
         state.last_value = value;
         state.busy.push_back((value, cmd));
         drop(state);
-        if !binaries.is_empty() {
-            shared.retire(vec![completion], binaries.into_iter().map(|(s, k)| Garbage::PooledSemaphore(s, k)).collect());
+        let verdicts: Vec<Arc<Verdict>> = gates.iter().map(Gate::verdict).collect();
+        let mut garbage: Vec<Garbage> = gates.iter().map(|g| Garbage::Semaphore(g.semaphore())).collect();
+        // The gates open from the fence thread, before the export below: lavapipe's export
+        // returns only once the batch has run, which needs them open.
+        submitter.gates.watch(device, gates);
+        let exported = export.map(|semaphore| {
+            let fence = self.export_sync_file(semaphore);
+            // A semaphore whose payload was not taken by a successful export stays signalled
+            // once the batch has run: destroyed then, never reused.
+            garbage.push(if fence.is_ok() { Garbage::ExportSemaphore(semaphore) } else { Garbage::Semaphore(semaphore) });
+            fence
+        });
+        if !garbage.is_empty() {
+            shared.retire(vec![completion], garbage);
         }
         submitter.collect(device, &shared.memory);
-        Ok((output, Submission { engine: self.clone(), completion, sync_file }))
+        let sync_file = exported.transpose()?.flatten();
+        Ok((output, Submission { engine: self.clone(), completion, sync_file, gates: verdicts }))
     }
 
-    /// `vkQueueSubmit` of `cmd` signalling `completion`, with the options' waits and fences.
-    /// Binary semaphores it takes from the pool are pushed to `binaries` (returned to it by
-    /// the caller once the submission is done, or at once when it failed).
+    /// Gates for the fences of `fences` still pending (those signalled already need none),
+    /// each opening at the latest `limit` from now.
+    fn gates(&self, fences: Vec<SyncFile>, limit: Duration) -> Result<Vec<Gate>, SubmitError> {
+        let mut gates = Vec::new();
+        for (index, fence) in fences.into_iter().enumerate() {
+            let pending = match fence.is_signalled() {
+                Ok(signalled) => !signalled,
+                Err(source) => {
+                    self.destroy_gates(gates);
+                    return Err(SubmitError::FencePoll { index, source });
+                }
+            };
+            if pending {
+                match timeline_semaphore(self.shared().device()) {
+                    Ok(s) => gates.push(Gate::new(fence, s, index, limit)),
+                    Err(e) => {
+                        self.destroy_gates(gates);
+                        return Err(e.into());
+                    }
+                }
+            }
+        }
+        Ok(gates)
+    }
+
+    /// Destroys the semaphores of gates no submitted batch waits for.
+    fn destroy_gates(&self, gates: Vec<Gate>) {
+        for g in gates {
+            // SAFETY: a semaphore of this device that no submitted batch refers to
+            // (VUID-vkDestroySemaphore-semaphore-05149).
+            unsafe { self.shared().device().destroy_semaphore(g.semaphore(), None) };
+        }
+    }
+
+    /// `vkQueueSubmit` of `cmd` signalling `completion` (and `export`, when given), after the
+    /// options' timeline waits, the gates' semaphores and the binary semaphores.
     fn queue_submit(
         &self,
-        state: &mut QueueState,
+        state: &QueueState,
         cmd: vk::CommandBuffer,
-        completion: Completion,
-        options: SubmitOptions,
+        (completion, waits): (Completion, &[Completion]),
+        gates: &[Gate],
+        export: Option<vk::Semaphore>,
         binary: BinarySemaphores,
-        binaries: &mut Vec<(vk::Semaphore, SemaphoreKind)>,
-    ) -> Result<Option<OwnedFd>, SubmitError> {
-        let shared = self.shared();
-        let device = shared.device();
-        let mut wait_semaphores: Vec<vk::Semaphore> = options.waits.iter().map(|c| c.semaphore).collect();
-        let mut wait_values: Vec<u64> = options.waits.iter().map(|c| c.value).collect();
-        for fd in options.wait_sync_files {
-            let semaphore = self.import_sync_file(fd)?;
-            binaries.push((semaphore, SemaphoreKind::Import));
+    ) -> Result<(), SubmitError> {
+        let device = self.shared().device();
+        let all = vk::PipelineStageFlags::ALL_COMMANDS;
+        // (semaphore, value, stage): timeline points, the gates' value 1, binary semaphores
+        // (whose value is ignored).
+        let timeline = waits.iter().map(|c| (c.semaphore, c.value, all));
+        let gated = gates.iter().map(|g| (g.semaphore(), 1, all));
+        let binaries = binary.waits.iter().map(|&(s, stage)| (s, 0, stage));
+        let mut wait_semaphores: Vec<vk::Semaphore> = Vec::new();
+        let mut wait_values: Vec<u64> = Vec::new();
+        let mut stages: Vec<vk::PipelineStageFlags> = Vec::new();
+        for (semaphore, value, stage) in timeline.chain(gated).chain(binaries) {
             wait_semaphores.push(semaphore);
-            // Ignored for binary semaphores.
-            wait_values.push(0);
-        }
-        let mut stages = vec![vk::PipelineStageFlags::ALL_COMMANDS; wait_semaphores.len()];
-        for (semaphore, stage) in &binary.waits {
-            wait_semaphores.push(*semaphore);
-            wait_values.push(0);
-            stages.push(*stage);
+            wait_values.push(value);
+            stages.push(stage);
         }
         let mut signal_semaphores = vec![completion.semaphore];
         let mut signal_values = vec![completion.value];
-        for semaphore in &binary.signals {
-            signal_semaphores.push(*semaphore);
+        for semaphore in binary.signals.iter().copied().chain(export) {
+            signal_semaphores.push(semaphore);
+            // Ignored for binary semaphores.
             signal_values.push(0);
         }
-        let export = if options.export_sync_file {
-            let s = shared.submitter.binary(device, SemaphoreKind::Export)?;
-            binaries.push((s, SemaphoreKind::Export));
-            signal_semaphores.push(s);
-            signal_values.push(0);
-            Some(s)
-        } else {
-            None
-        };
         let mut timeline_info =
             vk::TimelineSemaphoreSubmitInfo::default().wait_semaphore_values(&wait_values).signal_semaphore_values(&signal_values);
         let cmds = [cmd];
@@ -597,51 +672,28 @@ impl Engine {
         // (VUID-vkQueueSubmit-queue-parameter); the command buffer is executable; the signal
         // value is greater than every value signalled or pending on the timeline, since values
         // are handed out under the same lock (VUID-VkSubmitInfo-pSignalSemaphores-03242); wait
-        // values name points of the engine's own timelines (checked by the caller).
+        // values name points of the engine's own timelines (checked by the caller) or value 1
+        // of a gate, which the fence thread signals.
         unsafe { device.queue_submit(state.queue, &[submit], vk::Fence::null()) }.vk("vkQueueSubmit")?;
-        match (export, shared.sync_file_fn()) {
-            (Some(semaphore), Some(fd_fn)) => {
-                let info = vk::SemaphoreGetFdInfoKHR::default()
-                    .semaphore(semaphore)
-                    .handle_type(vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD);
-                // SAFETY: the semaphore was created exportable as SYNC_FD and a signal
-                // operation on it has been submitted (VUID-VkSemaphoreGetFdInfoKHR-handleType-03254).
-                let raw = unsafe { fd_fn.get_semaphore_fd(&info) }.vk("vkGetSemaphoreFdKHR")?;
-                // SAFETY: vkGetSemaphoreFdKHR returns a new fd the caller owns; -1 means
-                // "already signalled", which is no fd at all.
-                Ok((raw >= 0).then(|| unsafe { OwnedFd::from_raw_fd(raw) }))
-            }
-            _ => Ok(None),
-        }
+        Ok(())
     }
 
-    /// A binary semaphore holding `fd`'s fence (temporarily, for one wait).
-    fn import_sync_file(&self, fd: OwnedFd) -> Result<vk::Semaphore, SubmitError> {
-        let shared = self.shared();
-        let device = shared.device();
-        let fd_fn = shared.sync_file_fn().ok_or(SubmitError::NoSyncFile(Capability::SyncFile))?;
-        let semaphore = shared.submitter.binary(device, SemaphoreKind::Import)?;
-        let info = vk::ImportSemaphoreFdInfoKHR::default()
-            .semaphore(semaphore)
-            .flags(vk::SemaphoreImportFlags::TEMPORARY)
-            .handle_type(vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD)
-            .fd(fd.as_raw_fd());
-        let before = dmabridge_interop::dmabuf::FileId::of(std::os::fd::AsFd::as_fd(&fd)).ok();
-        // SAFETY: SYNC_FD imports must be temporary (VUID-VkImportSemaphoreFdInfoKHR-handleType-07307);
-        // the semaphore is new and unused.
-        match unsafe { fd_fn.import_semaphore_fd(&info) }.vk("vkImportSemaphoreFdKHR") {
-            Ok(()) => {
-                // A successful import transfers the fd's ownership to Vulkan.
-                let _ = fd.into_raw_fd();
-                Ok(semaphore)
-            }
-            Err(e) => {
-                crate::resources::memory::close_after_failed_import(fd, before);
-                // The import failed and left the semaphore as it was: back to the pool.
-                shared.submitter.free_binaries.lock().unwrap_or_else(PoisonError::into_inner).push((semaphore, SemaphoreKind::Import));
-                Err(e.into())
-            }
+    /// The sync_file of `semaphore`, an export semaphore a submitted batch signals; `None`
+    /// when the driver says it has already signalled.
+    fn export_sync_file(&self, semaphore: vk::Semaphore) -> Result<Option<SyncFile>, SubmitError> {
+        let Some(fd_fn) = self.shared().sync_file_fn() else {
+            return Err(SubmitError::NoSyncFile(Capability::SyncFile));
+        };
+        let info = vk::SemaphoreGetFdInfoKHR::default().semaphore(semaphore).handle_type(vk::ExternalSemaphoreHandleTypeFlags::SYNC_FD);
+        // SAFETY: the semaphore was created exportable as SYNC_FD and a signal operation on
+        // it has been submitted (VUID-VkSemaphoreGetFdInfoKHR-handleType-03254).
+        let raw = unsafe { fd_fn.get_semaphore_fd(&info) }.vk("vkGetSemaphoreFdKHR")?;
+        if raw < 0 {
+            return Ok(None);
         }
+        // SAFETY: vkGetSemaphoreFdKHR returns a new fd the caller owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        SyncFile::new(fd).map(Some).map_err(SubmitError::ExportedNotASyncFile)
     }
 
     /// Whether `semaphore` is one of this engine's timelines.

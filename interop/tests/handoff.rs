@@ -522,7 +522,7 @@ fn expected(kind: Hostile, e: &HandoffError) -> bool {
             }))
         ),
         Hostile::UnknownFdFlags => matches!(e, E::Wire(Wi::Frame(F::Reserved { field: "header fd flags", value: 0x8000 }))),
-        Hostile::FenceNotSyncFile => matches!(e, E::FenceNotSyncFile),
+        Hostile::FenceNotSyncFile => matches!(e, E::NotAFence(dmabridge_interop::sync::SyncFileError::NotASyncFile)),
         Hostile::ReleaseFenceFlagWithoutFd => matches!(
             e,
             E::Wire(Wi::Frame(F::FdCount {

@@ -13,7 +13,7 @@ use dmabridge::{
     ParticipantRequest, SampledView, Sampler, SubmitOptions, Submission, YcbcrOutput,
 };
 use dmabridge_interop::dmabuf::{fd_count, recv_fenced, send_release_with_fence, FencedReceived};
-use dmabridge_interop::sync::SyncMethod;
+use dmabridge_interop::sync::{SyncFile, SyncMethod};
 use dmabridge_interop::{FormatSet, Fourcc};
 
 use super::control::{recv_msg, send_msg, ConsumerReport, Mismatch, Peer, ToConsumer, ToProducer, WireParticipant};
@@ -220,8 +220,9 @@ impl ModeCtx<'_> {
                     // The buffer goes back at once: the producer's GPU waits for the release
                     // fence (none when the composite was already done) before writing it again.
                     let release = submitted.take_sync_file();
-                    send_release_with_fence(self.buffers, id, release.as_ref().map(|f| f.as_fd())).map_err(|e| self.peer.handoff_error(e))?;
-                    submitted.wait(FRAME_TIMEOUT)?;
+                    send_release_with_fence(self.buffers, id, release.as_ref()).map_err(|e| self.peer.handoff_error(e))?;
+                    // The acquire fence may hold the composite back for up to the peer timeout.
+                    submitted.wait(FRAME_TIMEOUT.saturating_add(self.peer.timeout)).map_err(|e| self.peer.submit_error(e))?;
                 } else {
                     // cpu-wait: the buffer goes back once the GPU is done reading it.
                     submitted.wait(FRAME_TIMEOUT)?;
@@ -272,7 +273,7 @@ impl ModeCtx<'_> {
         (w, h): (u32, u32),
         index: u32,
         write_output: bool,
-        acquire: Option<OwnedFd>,
+        acquire: Option<SyncFile>,
     ) -> Result<Submission, DemoError> {
         let engine = self.engine;
         let device = engine.device();
@@ -286,6 +287,9 @@ impl ModeCtx<'_> {
         ];
         let options = SubmitOptions {
             wait_sync_files: acquire.into_iter().collect(),
+            // A producer that never signals holds this frame back no longer than it may be
+            // silent, and never the queue.
+            fence_limit: self.peer.timeout,
             export_sync_file: self.sync == SyncMethod::SyncFile,
             ..SubmitOptions::default()
         };

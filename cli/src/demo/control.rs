@@ -159,7 +159,17 @@ impl Peer {
                 DemoError::PeerStalled { peer: self.name, after: self.timeout }
             }
             HandoffError::Socket(s) if s.is_hangup() => self.hung_up(),
+            HandoffError::NotAFence(_) => DemoError::PeerFence { peer: self.name, pid: self.pid, reason: e.to_string() },
             _ => DemoError::Handoff(e),
+        }
+    }
+
+    /// What a failed wait for a submission means when that submission waited for this
+    /// peer's fences: an expired fence is the peer's broken promise, named as such.
+    pub fn submit_error(&self, e: dmabridge::SubmitError) -> DemoError {
+        match e {
+            dmabridge::SubmitError::FenceExpired { .. } => DemoError::PeerFence { peer: self.name, pid: self.pid, reason: e.to_string() },
+            other => DemoError::Submit(other),
         }
     }
 

@@ -166,6 +166,10 @@ pub enum DemoError {
     /// it hung up, or after it exited with a failure).
     #[error("the {peer} (pid {pid}) {how}")]
     PeerDied { peer: &'static str, pid: u32, how: control::Ending },
+    /// A fence from the other process was refused (not a sync_file), or did not signal
+    /// within the peer timeout: this process's GPU went on without it.
+    #[error("{} sent a fence that broke its promise: {reason}", control::who(peer, *pid))]
+    PeerFence { peer: &'static str, pid: Option<u32>, reason: String },
     /// The other process failed and said why (its own error, sent before it exited).
     #[error("{} failed: {error}", control::who(peer, *pid))]
     PeerFailed { peer: &'static str, pid: Option<u32>, error: String },

@@ -2,7 +2,7 @@
 //! holds them, a compute shader that renders each frame, and the handoff.
 
 use std::collections::BTreeSet;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd};
 use std::process::Child;
 use std::time::Instant;
 
@@ -12,7 +12,7 @@ use dmabridge::{
     ParticipantRequest, SubmitOptions,
 };
 use dmabridge_interop::dmabuf::{fd_count, recv_fenced, send_buffer_with_fence, socketpair, DmaBuf, FencedReceived, PlaneDesc, PlaneLayout, SystemMemory};
-use dmabridge_interop::sync::{wait_sync_file, SyncMethod, SyncMethods};
+use dmabridge_interop::sync::{SyncFile, SyncMethod, SyncMethods};
 use dmabridge_interop::negotiate::{negotiate_with, ConversionKind, ConversionPlan, Domain, Member, NegotiateOptions, Outcome, Participant, Report, Usage};
 use dmabridge_interop::tiling::{packed_planes, tiled_size};
 use dmabridge_interop::{format_info, Format, FormatSet, Fourcc, Layout, Modifier, TileLayout};
@@ -199,7 +199,7 @@ struct Slot {
     used: bool,
     /// sync-file: the consumer's release fence, which the next frame's submission waits for
     /// before it writes the buffer again.
-    release_fence: Option<OwnedFd>,
+    release_fence: Option<SyncFile>,
 }
 
 /// The per-mode producer state.
@@ -523,6 +523,9 @@ fn run_mode(
             // again, and signals the acquire fence that goes out with it.
             let options = SubmitOptions {
                 wait_sync_files: slot.release_fence.take().into_iter().collect(),
+                // A consumer that never signals holds this frame back no longer than it may
+                // be silent, and never the queue.
+                fence_limit: peer.timeout,
                 export_sync_file: sync_file,
                 ..SubmitOptions::default()
             };
@@ -539,11 +542,11 @@ fn run_mode(
                 // The descriptor leaves at once with its acquire fence (none when the work
                 // was already done at export: vkGetSemaphoreFdKHR's -1).
                 let acquire = submitted.take_sync_file();
-                send_buffer_with_fence(buffers, slot_index as u64, &slot.dmabuf, acquire.as_ref().map(|f| f.as_fd()))
-                    .map_err(|e| peer.handoff_error(e))?;
+                send_buffer_with_fence(buffers, slot_index as u64, &slot.dmabuf, acquire.as_ref()).map_err(|e| peer.handoff_error(e))?;
                 acquire_fences += u64::from(acquire.is_some());
-                // Only the checksum that the consumer verifies needs the CPU to wait.
-                submitted.wait(FRAME_TIMEOUT)?;
+                // Only the checksum that the consumer verifies needs the CPU to wait; the
+                // release fence may hold the frame back for up to the peer timeout.
+                submitted.wait(FRAME_TIMEOUT.saturating_add(peer.timeout)).map_err(|e| peer.submit_error(e))?;
             } else {
                 // cpu-wait: the frame is written before its descriptor leaves.
                 submitted.wait(FRAME_TIMEOUT)?;
@@ -566,7 +569,7 @@ fn run_mode(
         // The last releases' fences: the pool's memory goes only once the consumer is done.
         for slot in &mut pool.slots {
             if let Some(fence) = slot.release_fence.take() {
-                wait_sync_file(fence.as_fd(), FRAME_TIMEOUT)?;
+                fence.wait(FRAME_TIMEOUT)?;
             }
         }
         Ok(())

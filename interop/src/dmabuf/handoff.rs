@@ -3,7 +3,9 @@
 //! optionally with a fence (a sync_file fd) that says when the sender's GPU work is done.
 //!
 //! Fences: [`send_buffer_with_fence`] and [`send_release_with_fence`] send one;
-//! [`recv_fenced`] hands it to the receiver as an [`OwnedFd`] ([`FencedReceived`]). The older
+//! [`recv_fenced`] hands it to the receiver as a [`SyncFile`] ([`FencedReceived`]), once the
+//! kernel has confirmed that it is one: an eventfd or any other fd that only looks like a
+//! fence would never signal, and a receiver that waited on it would wait for ever. The older
 //! [`send_buffer`]/[`send_release`]/[`recv`] carry none; [`recv`] refuses a message that has
 //! one ([`HandoffError::UnexpectedFence`]), because a receiver that ignores a fence would
 //! read a buffer before it is written or reuse one still being read.
@@ -23,9 +25,9 @@ use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use rustix::net::{sockopt::socket_type, AddressFamily, SocketFlags, SocketType};
 
 use super::descriptor::{DescriptorError, DmaBuf, PlaneDesc};
-use super::fd_kind::is_anon_inode;
 use super::wire::{self, BufferMsg, Message, WireError, HEADER_LEN, MAX_FDS, MAX_MESSAGE_LEN};
 use crate::framing::{self, SocketError};
+use crate::sync::{SyncFile, SyncFileError};
 
 /// Room for this many fds per received message: more than any valid message carries, so a
 /// peer that sends a few too many gets a precise [`SocketError::FdCount`]; beyond that the
@@ -50,12 +52,10 @@ pub enum HandoffError {
         "the message says read_only={claimed}, but the fds' access modes say read_only={actual}"
     )]
     ReadOnlyMismatch { claimed: bool, actual: bool },
-    /// The fd sent as a fence is a file, a socket or a device, not a sync_file.
-    #[error("the fence that came with the message is not a sync_file (not an anonymous inode)")]
-    FenceNotSyncFile,
-    /// The fence fd could not be examined.
-    #[error("could not examine the fence that came with the message: {0}")]
-    FenceStat(io::Error),
+    /// The fd sent as a fence is not a sync_file (an eventfd, a file, a socket...), or could
+    /// not be examined: the kernel's own check ([`SyncFile::new`]) refused it.
+    #[error("the fence that came with the message was refused: {0}")]
+    NotAFence(#[from] SyncFileError),
     /// [`recv`] got a fenced message; only [`recv_fenced`] can hand the fence over.
     #[error("message {id} carries a fence, which this receiver does not handle (use recv_fenced)")]
     UnexpectedFence { id: u64 },
@@ -69,13 +69,13 @@ pub enum FencedReceived {
     Buffer {
         id: u64,
         buf: DmaBuf,
-        acquire_fence: Option<OwnedFd>,
+        acquire_fence: Option<SyncFile>,
     },
     /// The peer is done with buffer `id`; if it sent a fence, the buffer may be reused only
     /// once that fence has signalled.
     Release {
         id: u64,
-        release_fence: Option<OwnedFd>,
+        release_fence: Option<SyncFile>,
     },
 }
 
@@ -116,8 +116,9 @@ pub fn send_buffer_with_fence(
     socket: impl AsFd,
     id: u64,
     buf: &DmaBuf,
-    acquire_fence: Option<BorrowedFd<'_>>,
+    acquire_fence: Option<&SyncFile>,
 ) -> Result<(), HandoffError> {
+    let acquire_fence = acquire_fence.map(AsFd::as_fd);
     let msg = Message::Buffer(BufferMsg {
         id,
         fourcc: buf.fourcc(),
@@ -155,8 +156,9 @@ pub fn send_release(socket: impl AsFd, id: u64) -> Result<(), HandoffError> {
 pub fn send_release_with_fence(
     socket: impl AsFd,
     id: u64,
-    release_fence: Option<BorrowedFd<'_>>,
+    release_fence: Option<&SyncFile>,
 ) -> Result<(), HandoffError> {
+    let release_fence = release_fence.map(AsFd::as_fd);
     let msg = Message::Release {
         id,
         release_fence: release_fence.is_some(),
@@ -199,11 +201,11 @@ pub fn recv(socket: impl AsFd) -> Result<Received, HandoffError> {
 /// Receives one message and validates all of it: the wire format ([`wire::decode`]), the fd
 /// count against the declared planes and fence, the descriptor's structure, the message's
 /// disjoint and read-only claims against the fds' files and access modes, and that a fence
-/// is an anonymous inode (as a sync_file is). Blocks unless the socket is non-blocking (then
+/// is a sync_file ([`SyncFile::new`]). Blocks unless the socket is non-blocking (then
 /// `EAGAIN` comes back as [`SocketError::Recv`]).
 ///
 /// fd ownership: on success the plane fds belong to the returned [`DmaBuf`] and the fence to
-/// the returned [`OwnedFd`]; on any error every fd that arrived with the message has been
+/// the returned [`SyncFile`]; on any error every fd that arrived with the message has been
 /// closed.
 pub fn recv_fenced(socket: impl AsFd) -> Result<FencedReceived, HandoffError> {
     let socket = socket.as_fd();
@@ -227,12 +229,7 @@ fn assemble(bytes: &[u8], mut fds: Vec<OwnedFd>) -> Result<FencedReceived, Hando
     let msg = wire::decode(bytes)?;
     SocketError::check_fds(msg.fd_count(), fds.len())?;
     // The wire puts the fence last; the count was just checked, so it is there.
-    let fence = if msg.has_fence() { fds.pop() } else { None };
-    if let Some(f) = &fence {
-        if !is_anon_inode(f.as_fd()).map_err(HandoffError::FenceStat)? {
-            return Err(HandoffError::FenceNotSyncFile);
-        }
-    }
+    let fence = if msg.has_fence() { fds.pop().map(SyncFile::new).transpose()? } else { None };
     match msg {
         Message::Release { id, .. } => {
             tracing::trace!(id, fence = fence.is_some(), "received release");

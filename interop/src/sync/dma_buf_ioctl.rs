@@ -8,6 +8,8 @@ use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
 use rustix::io::Errno;
 use rustix::ioctl::{ioctl, opcode, Opcode, Setter, Updater};
 
+use super::SyncFile;
+
 /// `DMA_BUF_SYNC_READ`.
 pub const DMA_BUF_SYNC_READ: u32 = 1;
 /// `DMA_BUF_SYNC_WRITE`.
@@ -86,7 +88,7 @@ fn ioctl_error(op: &'static str, e: Errno) -> SyncError {
 
 /// The dma-buf's implicit fences for `access`, as a new sync_file the caller owns
 /// (`O_CLOEXEC`). `dmabuf` is borrowed.
-pub fn export_sync_file(dmabuf: BorrowedFd<'_>, access: SyncAccess) -> Result<OwnedFd, SyncError> {
+pub fn export_sync_file(dmabuf: BorrowedFd<'_>, access: SyncAccess) -> Result<SyncFile, SyncError> {
     let mut arg = DmaBufExportSyncFile { flags: access.flags(), fd: -1 };
     // SAFETY: the opcode is the kernel's _IOWR('b', 2, struct dma_buf_export_sync_file) and
     // `arg` is that struct (#[repr(C)] u32 flags, s32 fd), borrowed mutably for the call only.
@@ -98,14 +100,16 @@ pub fn export_sync_file(dmabuf: BorrowedFd<'_>, access: SyncAccess) -> Result<Ow
     }
     // SAFETY: on success the kernel installed a new fd (O_CLOEXEC) in `arg.fd` for the
     // caller and nothing else refers to it, so this OwnedFd is its only owner.
-    Ok(unsafe { OwnedFd::from_raw_fd(arg.fd) })
+    let fd = unsafe { OwnedFd::from_raw_fd(arg.fd) };
+    // The kernel's own answer, checked all the same: nothing enters as a fence unchecked.
+    SyncFile::new(fd).map_err(|e| SyncError::Ioctl { op: EXPORT, source: io::Error::other(e) })
 }
 
 /// Adds the fence `sync_file` (borrowed; the kernel takes its own reference) to the
 /// dma-buf's implicit fences as `access`.
-pub fn import_sync_file(dmabuf: BorrowedFd<'_>, sync_file: BorrowedFd<'_>, access: SyncAccess) -> Result<(), SyncError> {
-    use std::os::fd::AsRawFd;
-    let arg = DmaBufImportSyncFile { flags: access.flags(), fd: sync_file.as_raw_fd() };
+pub fn import_sync_file(dmabuf: BorrowedFd<'_>, sync_file: &SyncFile, access: SyncAccess) -> Result<(), SyncError> {
+    use std::os::fd::{AsFd, AsRawFd};
+    let arg = DmaBufImportSyncFile { flags: access.flags(), fd: sync_file.as_fd().as_raw_fd() };
     // SAFETY: the opcode is the kernel's _IOW('b', 3, struct dma_buf_import_sync_file) and
     // `arg` is that struct, read by the kernel during the call only; `sync_file` is borrowed
     // for the call, so the fd number in it stays open.

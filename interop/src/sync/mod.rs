@@ -7,7 +7,8 @@
 //!   work as a sync_file (Vulkan `VK_KHR_external_semaphore_fd` with
 //!   `SYNC_FD`, EGL `EGL_ANDROID_native_fence_sync`, a KMS `OUT_FENCE_PTR`) and sends it with
 //!   the buffer ([`crate::dmabuf::send_buffer_with_fence`]); the consumer waits on it on its
-//!   GPU, and returns a release fence the same way. Nobody blocks a CPU.
+//!   GPU, and returns a release fence the same way. Nobody blocks a CPU. A fence from outside
+//!   is a [`SyncFile`] only once the kernel has confirmed it is one.
 //! - [`SyncMethod::ImplicitBridge`] (`"implicit-bridge"`): the dma-buf's own implicit fences
 //!   (its reservation object), which drivers that sync implicitly attach and wait for. A party
 //!   that speaks sync_files bridges to one that does not with
@@ -23,6 +24,7 @@
 
 pub mod cpu_access;
 mod dma_buf_ioctl;
+mod sync_file;
 mod wait;
 
 use std::fmt;
@@ -34,7 +36,8 @@ pub use dma_buf_ioctl::{
     DMA_BUF_SYNC_WRITE,
 };
 pub use cpu_access::{is_dma_buf, CpuAccess, CpuAccessError, CPU_ACCESS_TIMEOUT, DMA_BUF_IOCTL_SYNC};
-pub use wait::{poll_for, poll_readable, wait_sync_file, WaitError, SYNC_IOC_FILE_INFO};
+pub use sync_file::{SyncFile, SyncFileError, SYNC_IOC_FILE_INFO};
+pub use wait::{poll_for, poll_readable, wait_sync_file, WaitError};
 
 /// One way to synchronise access to a shared buffer (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]

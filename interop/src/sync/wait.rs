@@ -7,23 +7,8 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
-use rustix::ioctl::{ioctl, opcode, Opcode, Updater};
 
-/// `struct sync_file_info` (`include/uapi/linux/sync_file.h`), asked for no fence list.
-#[repr(C)]
-#[derive(Debug, Default)]
-struct SyncFileInfo {
-    name: [u8; 32],
-    status: i32,
-    flags: u32,
-    num_fences: u32,
-    pad: u32,
-    sync_fence_info: u64,
-}
-
-/// `SYNC_IOC_FILE_INFO` = `_IOWR('>', 4, struct sync_file_info)` = 0xc0383e04: answered by
-/// sync_files only, so it tells a fence from any other fd.
-pub const SYNC_IOC_FILE_INFO: Opcode = opcode::read_write::<SyncFileInfo>(b'>', 4);
+use super::sync_file::{check, SyncFileError};
 
 /// Why a wait ended without the fence signalling.
 #[derive(Debug, thiserror::Error)]
@@ -52,17 +37,11 @@ pub enum WaitError {
 /// sync_file is refused before any wait ([`WaitError::NotASyncFile`]): a regular file, say,
 /// polls readable at once and would pass for a signalled fence.
 pub fn wait_sync_file(fence: BorrowedFd<'_>, timeout: Duration) -> Result<(), WaitError> {
-    let mut info = SyncFileInfo::default();
-    // SAFETY: the opcode is the kernel's _IOWR('>', 4, struct sync_file_info) and `info` is
-    // that struct (#[repr(C)], 56 bytes), borrowed mutably for the call; num_fences = 0 asks
-    // for no fence array, so the kernel writes nothing through sync_fence_info. Other files
-    // match no handler and answer ENOTTY.
-    match unsafe { ioctl(fence, Updater::<SYNC_IOC_FILE_INFO, _>::new(&mut info)) } {
-        Ok(()) => {}
-        Err(Errno::NOTTY) | Err(Errno::INVAL) => return Err(WaitError::NotASyncFile),
-        Err(e) => return Err(WaitError::Io { op: "SYNC_IOC_FILE_INFO", source: e.into() }),
+    match check(fence) {
+        Ok(()) => poll_readable(fence, timeout),
+        Err(SyncFileError::NotASyncFile) => Err(WaitError::NotASyncFile),
+        Err(SyncFileError::Query(source)) => Err(WaitError::Io { op: "SYNC_IOC_FILE_INFO", source }),
     }
-    poll_readable(fence, timeout)
 }
 
 /// Waits up to `timeout` for `fd` (borrowed) to poll readable: the wait of
@@ -100,16 +79,5 @@ pub fn poll_for(fd: BorrowedFd<'_>, ready: PollFlags, timeout: Duration) -> Resu
             Err(Errno::INTR) => continue,
             Err(e) => return Err(WaitError::Io { op: "poll", source: e.into() }),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn request_number_matches_the_kernel_header() {
-        assert_eq!(std::mem::size_of::<SyncFileInfo>(), 56);
-        assert_eq!(SYNC_IOC_FILE_INFO as u64, 0xc038_3e04);
     }
 }

@@ -14,6 +14,7 @@ pub(crate) mod imp {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::{Arc, LazyLock, Mutex, OnceLock, PoisonError};
 
+    use crate::planes::{check_within, gather_rows, linear_planes, read_rows, tiled_planes, PlaneBoundsError, PlaneSpan};
     use dmabridge::interop::dmabuf::MapCache;
     use dmabridge::interop::tiling::{ColourMatrix, ColourRange, FrameConversion};
     use dmabridge::interop::tile_layout::TILE_LAYOUTS;
@@ -23,7 +24,6 @@ pub(crate) mod imp {
     use gst::prelude::*;
     use gst::subclass::prelude::*;
     use gst_base::subclass::prelude::*;
-    use gst_video::prelude::*;
     use gst_video::VideoFormat;
 
     static CAT: LazyLock<gst::DebugCategory> =
@@ -566,12 +566,14 @@ pub(crate) mod imp {
             if c.from_layout == TileLayout::Linear || c.to_layout != TileLayout::Linear {
                 return None;
             }
-            let buf = describe_dmabuf(state, inbuf)?;
-            if !detile && buf.as_ref().is_ok_and(|(b, _)| b.plane(0).is_some_and(|p| p.offset != 0)) {
+            let described = describe_dmabuf(state, inbuf)?;
+            if !detile && described.as_ref().is_ok_and(|d| d.buf.plane(0).is_some_and(|p| p.offset != 0)) {
                 return None;
             }
             Some((|| {
-                let (buf, geometry) = buf?;
+                // Its planes end inside the memory, so the `geometry.size` bytes imported from
+                // the fd's start (a memory at offset 0) are the memory's.
+                let Described { buf, geometry, .. } = described?;
                 let planes = dmabridge::interop::tiling::packed_planes(c.to, c.width, c.height).map_err(|e| e.to_string())?;
                 let (_, out_size) = c.sizes().map_err(|e| e.to_string())?;
                 let mut readback = match state.readback.take() {
@@ -590,7 +592,7 @@ pub(crate) mod imp {
                             conv.run_conversion(&c, &*src, &readback, SubmitOptions::default()).map_err(|e| e.to_string())?
                         }
                     } else {
-                        conv.detile_dmabuf_into(&buf, &readback, &planes, SubmitOptions::default()).map_err(|e| e.to_string())?.1
+                        conv.detile_dmabuf_into(&buf, &readback, &planes, dmabridge::ImportOptions::default(), SubmitOptions::default()).map_err(|e| e.to_string())?.1
                     };
                     done.wait(dmabridge::READBACK_TIMEOUT).map_err(|e| e.to_string())?;
                     let packed = readback.bytes_mut().map_err(|e| e.to_string())?;
@@ -622,35 +624,91 @@ pub(crate) mod imp {
     /// The input frame as dmabridge's packed buffer: a tiled frame as GStreamer lays it out
     /// (which is dmabridge's layout), a linear one with its rows gathered plane by plane
     /// where the buffer's `GstVideoMeta` puts them (padded strides, planes at any offset),
-    /// or the caps' standard layout without one: GStreamer's frame mapping reads the meta.
+    /// or where the caps' standard layout does without one. Each plane is checked against the
+    /// buffer's size (all its memories' bytes) before anything maps it ([`crate::planes`]),
+    /// then read from the memory (or the run of memories) holding it, visible rows only.
+    /// GStreamer's frame mapping is not used: it checks only that a plane's first byte is in
+    /// the buffer, and its planes are `stride × rows` views whatever the memory holds.
     fn packed_input<'a>(state: &State, inbuf: &'a gst::Buffer) -> Result<Input<'a>, String> {
         let (in_size, _) = state.conversion.sizes().map_err(|e| e.to_string())?;
+        check_fd_memories(inbuf)?;
         // A tiled frame, or a linear one in the packed layout with no meta saying otherwise,
         // is read where it lies: a copy into fresh memory every frame cost a third of the
         // element's time (the copy, and the page faults of memory the kernel must zero).
         let packed = state.conversion.from_layout != TileLayout::Linear
             || (inbuf.meta::<gst_video::VideoMeta>().is_none() && packed_layout(&state.in_info, state.conversion.from));
         if packed {
+            if (inbuf.size() as u64) < in_size {
+                return Err(format!("the input buffer holds {} bytes, the frame {in_size}", inbuf.size()));
+            }
             let map = inbuf.map_readable().map_err(|_| "the input buffer cannot be mapped".to_owned())?;
             if (map.size() as u64) < in_size {
                 return Err(format!("the input buffer holds {} bytes, the frame {in_size}", map.size()));
             }
             return Ok(Input::Gst(map, in_size as usize));
         }
-        let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(inbuf.as_ref(), &state.in_info)
-            .map_err(|_| "the input buffer does not hold the frame its caps and video meta describe".to_owned())?;
-        let fi = dmabridge::interop::format_info(state.conversion.from).ok_or("no plane table")?;
+        let planes = linear_input_planes(state, inbuf).map_err(|e| e.to_string())?;
+        check_within(&planes, inbuf.size() as u64, "the buffer's memory").map_err(|e| e.to_string())?;
         let mut out = Vec::with_capacity(in_size as usize);
-        for p in 0..fi.plane_count() {
-            let data = frame.plane_data(p as u32).map_err(|_| format!("the input frame has no plane {p}"))?;
-            let stride = usize::try_from(frame.plane_stride()[p]).map_err(|_| format!("plane {p} has a negative stride"))?;
-            let row = fi.min_stride(p, state.in_info.width()) as usize;
-            for y in 0..fi.plane_height(p, state.in_info.height()) as usize {
-                let at = y * stride;
-                out.extend_from_slice(data.get(at..at + row).ok_or_else(|| format!("plane {p} is shorter than its rows"))?);
+        for p in &planes {
+            // Inside the buffer (checked above), so these fit a usize.
+            let (memories, skip) =
+                inbuf.find_memory(p.offset as usize..p.end as usize).ok_or_else(|| format!("plane {}: no memory of the buffer holds bytes {}..{}", p.plane, p.offset, p.end))?;
+            if memories.len() == 1 {
+                let map = inbuf.map_range_readable(memories).map_err(|_| format!("plane {}: its memory cannot be mapped", p.plane))?;
+                gather_rows(p, map.as_slice().get(skip..).unwrap_or_default(), &mut out).map_err(|e| e.to_string())?;
+            } else {
+                extract_rows(inbuf, p, &mut out)?;
             }
         }
         Ok(Input::Owned(out))
+    }
+
+    /// Appends the visible rows of a plane that spans several memories, each row copied out
+    /// of the memories that hold it (`gst_buffer_extract`): mapping them together would merge
+    /// them, a copy of all their bytes every frame, however far apart the rows are.
+    fn extract_rows(inbuf: &gst::Buffer, p: &PlaneSpan, out: &mut Vec<u8>) -> Result<(), String> {
+        let row = p.row as usize;
+        for y in 0..u64::from(p.rows) {
+            // At most p.end, which the caller checked against the buffer's size.
+            let at = p.offset + y * p.stride;
+            if at + p.row > inbuf.size() as u64 {
+                return Err(format!("plane {}: row {y} runs past the buffer", p.plane));
+            }
+            let from = out.len();
+            out.resize(from + row, 0);
+            inbuf.copy_to_slice(at as usize, &mut out[from..]).map_err(|n| format!("plane {}: row {y}: {n} of its {row} bytes could be read", p.plane))?;
+        }
+        Ok(())
+    }
+
+    /// A linear frame's planes: at the buffer's video meta's offsets and strides where it has
+    /// one (which must describe every plane of the format), else at the caps' standard ones.
+    fn linear_input_planes(state: &State, inbuf: &gst::Buffer) -> Result<Vec<PlaneSpan>, PlaneBoundsError> {
+        let c = &state.conversion;
+        match inbuf.meta::<gst_video::VideoMeta>() {
+            Some(m) => linear_planes(c.from, c.width, c.height, m.offset(), m.stride()),
+            None => linear_planes(c.from, c.width, c.height, state.in_info.offset(), state.in_info.stride()),
+        }
+    }
+
+    /// Checks that each fd memory of `inbuf` read through GStreamer's mapping lies inside its
+    /// fd: GStreamer maps such a memory from its fd, and bytes a memory claims past the end
+    /// of a memfd would fault (SIGBUS) when read.
+    fn check_fd_memories(inbuf: &gst::Buffer) -> Result<(), String> {
+        use dmabridge::interop::dmabuf::{classify, file_size, FdTrust};
+        for (i, mem) in inbuf.iter_memories().enumerate() {
+            let Some(fd_mem) = mem.downcast_memory_ref::<gst_allocators::FdMemory>() else { continue };
+            // SAFETY: the fd belongs to the memory, which the buffer holds for this call.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd_mem.fd()) };
+            let size = classify(fd, FdTrust::Untrusted).map_err(|e| e.to_string()).and_then(|class| file_size(fd, class).map_err(|e| e.to_string()));
+            let size = size.map_err(|e| format!("memory {i}: its fd: {e}"))?;
+            let end = (mem.offset() as u64).saturating_add(mem.size() as u64);
+            if end > size {
+                return Err(format!("memory {i}: bytes {}..{end} of its fd run past the fd's {size} bytes", mem.offset()));
+            }
+        }
+        Ok(())
     }
 
     /// The input frame: the dma-buf's own mapping (a tiled frame is read by the conversion
@@ -674,13 +732,27 @@ pub(crate) mod imp {
         }
     }
 
-    /// The buffer as dmabridge's descriptor, when it is one dma-buf memory: the fd (dups),
-    /// the layout's modifier, the planes' offsets and strides; with the frame's tiled
-    /// geometry. `None`: not a dma-buf, or a layout with no DRM modifier.
-    fn describe_dmabuf(
-        state: &State,
-        inbuf: &gst::Buffer,
-    ) -> Option<Result<(dmabridge::interop::dmabuf::DmaBuf, dmabridge::interop::tiling::TiledGeometry), String>> {
+    /// A frame in one dma-buf memory, described to dmabridge.
+    struct Described {
+        /// The descriptor: the fd (dups), the layout's modifier, the planes' offsets in the
+        /// fd and their strides.
+        buf: dmabridge::interop::dmabuf::DmaBuf,
+        /// The frame's tiled geometry (for a linear frame, its packed one).
+        geometry: dmabridge::interop::tiling::TiledGeometry,
+        /// The planes, from the memory's first byte, checked to end inside the memory.
+        planes: Vec<PlaneSpan>,
+        /// The memory's first byte in its fd.
+        base: u64,
+    }
+
+    /// The buffer as dmabridge's descriptor, when it is one dma-buf memory, with the frame's
+    /// tiled geometry and its planes. Every plane is checked to end inside the memory (its
+    /// offset and size in the fd: a memory may be a window of a larger fd, whose other bytes
+    /// are not upstream's to give); the fd's own checks come later ([`check_import_with`],
+    /// the GPU import). `None`: not a dma-buf, or a layout with no DRM modifier.
+    ///
+    /// [`check_import_with`]: dmabridge::interop::dmabuf::check_import_with
+    fn describe_dmabuf(state: &State, inbuf: &gst::Buffer) -> Option<Result<Described, String>> {
         use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
         use dmabridge::interop::{Layout, Modifier};
         if inbuf.n_memory() != 1 {
@@ -692,43 +764,45 @@ pub(crate) mod imp {
         let modifier = if c.from_layout == TileLayout::Linear { Some(Modifier::LINEAR) } else { c.from_layout.modifier() }?;
         Some((|| {
             let geometry = dmabridge::interop::tiling::tiled_size(c.from_layout, c.from, c.width, c.height).map_err(|e| e.to_string())?;
+            // Tiled planes lie as dmabridge's geometry places them; linear ones at the
+            // buffer's video meta's offsets and strides (DMA_DRM producers put their real
+            // offsets and pitches there), or the caps' standard layout without one.
+            let planes = if c.from_layout == TileLayout::Linear { linear_input_planes(state, inbuf) } else { tiled_planes(&geometry) };
+            let planes = planes.map_err(|e| e.to_string())?;
+            let size = mem.size() as u64;
+            check_within(&planes, size, "its dma-buf memory").map_err(|e| e.to_string())?;
+            if c.from_layout != TileLayout::Linear && geometry.size > size {
+                // The GPU imports the whole frame; its planes' ends above say the same.
+                return Err(format!("the {}-byte tiled frame is longer than its {size}-byte dma-buf memory", geometry.size));
+            }
             // SAFETY: the fd belongs to the memory, which the buffer holds for this call.
             let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(dm.fd()) };
             let base = mem.offset() as u64;
-            let mut planes = Vec::with_capacity(geometry.planes.len());
-            for (i, p) in geometry.planes.iter().enumerate() {
-                // Tiled planes lie as dmabridge's geometry places them; linear ones at
-                // GStreamer's offsets and strides.
-                let (offset, stride) = if c.from_layout == TileLayout::Linear {
-                    // The buffer's own video meta, where it has one (DMA_DRM producers put
-                    // their real offsets and pitches there), else the caps' standard layout.
-                    match inbuf.meta::<gst_video::VideoMeta>() {
-                        Some(m) if m.offset().len() > i && m.stride().len() > i => (m.offset()[i] as u64, m.stride()[i] as u64),
-                        _ => (state.in_info.offset()[i] as u64, state.in_info.stride()[i] as u64),
-                    }
-                } else {
-                    (p.offset, u64::from(p.padded_width_bytes))
-                };
-                planes.push(PlaneDesc { fd: fd.try_clone_to_owned().map_err(|e| e.to_string())?, offset: base + offset, stride });
+            let mut descs = Vec::with_capacity(planes.len());
+            for p in &planes {
+                let offset = base.checked_add(p.offset).ok_or_else(|| format!("plane {}: its offset in the fd overflows", p.plane))?;
+                descs.push(PlaneDesc { fd: fd.try_clone_to_owned().map_err(|e| e.to_string())?, offset, stride: p.stride });
             }
-            let buf = DmaBuf::new(c.from, Layout::Explicit(modifier), c.width, c.height, planes).map_err(|e| e.to_string())?;
-            Ok((buf, geometry))
+            let buf = DmaBuf::new(c.from, Layout::Explicit(modifier), c.width, c.height, descs).map_err(|e| e.to_string())?;
+            Ok(Described { buf, geometry, planes, base })
         })())
     }
 
     /// The frame read from its dma-buf, when the buffer is one dma-buf memory: described to
-    /// dmabridge (fd, the layout's modifier, the planes' offsets and strides), put through the
-    /// layout checks, and mapped read-only (once per file, kept in `state.maps`) where the fd
-    /// cannot shrink, else read with pread. `None`: not a dma-buf, or a layout with no DRM
-    /// modifier (it is read through GStreamer's mapping instead).
+    /// dmabridge (fd, the layout's modifier, the planes' offsets and strides; each plane
+    /// checked against the memory), put through the layout checks, and read: where the fd
+    /// cannot shrink, through one read-only mapping per file (kept in `state.maps`), else with
+    /// pread. A linear frame's visible rows alone are read (a row at a time where rows lie
+    /// far apart): the work and memory are the frame's, whatever its strides. `None`: not a
+    /// dma-buf, or a layout with no DRM modifier (it is read through GStreamer's mapping
+    /// instead).
     fn dmabuf_input(state: &State, inbuf: &gst::Buffer) -> Option<Result<Input<'static>, String>> {
         use dmabridge::interop::dmabuf::{check_import_with, ImportFacts, ImportOptions};
         let described = describe_dmabuf(state, inbuf)?;
         let c = &state.conversion;
         Some((|| {
-            let (buf, geometry) = described?;
+            let Described { buf, geometry, planes, base } = described?;
             let fd = buf.plane(0).ok_or("a dma-buf with no plane")?.fd;
-            let base = buf.plane(0).ok_or("a dma-buf with no plane")?.offset;
             let facts = |f: dmabridge::interop::Format| {
                 (f == buf.format()).then_some(ImportFacts { memory_plane_count: geometry.planes.len(), max_width: 16384, max_height: 16384, disjoint: true })
             };
@@ -736,21 +810,22 @@ pub(crate) mod imp {
             // The whole frame, from the first plane: planes lie back to back in the fd.
             let end_of_frame = geometry.size;
             if c.from_layout == TileLayout::Linear {
-                // Each plane's visible rows at its own offset and stride (the meta's or the
-                // caps'), read through a mapping where the file cannot shrink, else pread.
-                let fi = dmabridge::interop::format_info(c.from).ok_or("no plane table")?;
+                // The packed frame's bytes: its visible rows.
                 let mut out = Vec::with_capacity(end_of_frame as usize);
-                for (i, p) in checked.planes().iter().enumerate() {
-                    let row = fi.min_stride(i, c.width) as usize;
-                    let len = p.end - p.offset;
-                    let bytes = if checked.zero_copy_safe() {
-                        checked.map_plane(i, len).map_err(|e| e.to_string())?.bytes().to_vec()
-                    } else {
-                        dmabridge::interop::dmabuf::read_at(fd, p.offset, len, 1 << 30).map_err(|e| e.to_string())?
-                    };
-                    for y in 0..p.rows as usize {
-                        let at = y * p.stride as usize;
-                        out.extend_from_slice(bytes.get(at..at + row).ok_or("a plane is shorter than its rows")?);
+                if checked.zero_copy_safe() {
+                    // One view from the first plane's first byte to the last plane's end;
+                    // only the visible rows' pages are touched.
+                    let first = planes.iter().min_by_key(|p| p.offset).ok_or("a dma-buf with no plane")?;
+                    let end = planes.iter().map(|p| p.end).max().unwrap_or(first.end);
+                    let view = state.maps.borrow_mut().map_plane(&checked, first.plane, end - first.offset).map_err(|e| e.to_string())?;
+                    for p in &planes {
+                        // Inside the view: p.offset >= first.offset and p.end <= end.
+                        let from = usize::try_from(p.offset - first.offset).map_err(|e| e.to_string())?;
+                        gather_rows(p, view.bytes().get(from..).unwrap_or_default(), &mut out).map_err(|e| e.to_string())?;
+                    }
+                } else {
+                    for p in &planes {
+                        read_rows(fd, base, p, &mut out).map_err(|e| format!("plane {}: {e}", p.plane))?;
                     }
                 }
                 return Ok(Input::Owned(out));

@@ -14,6 +14,12 @@
 //!     video/x-raw,format=BGRx ! filesink location=frame.bgrx
 //! ```
 //!
+//! Upstream's word is checked before anything is read: every plane of an input frame (at its
+//! `GstVideoMeta`'s offsets and strides, or the caps') must end inside the memory upstream
+//! gave, a system buffer's size or a dma-buf memory's window of its fd (never the fd's
+//! size), or the frame is an element error naming the plane; and only its visible rows are
+//! read, so a frame costs its own bytes whatever its strides.
+//!
 //! `memory:DMABuf` (GStreamer 1.22's form) on both pads: an upstream dma-buf is put through
 //! dmabridge's layout checks and read from its fd (mapped read-only where it cannot shrink),
 //! and where downstream takes dma-bufs each output frame is a sealed memfd handed on as
@@ -25,6 +31,7 @@ use gst::prelude::*;
 
 mod convert;
 pub mod dma_drm;
+mod planes;
 
 glib::wrapper! {
     /// The `dmabridgeconvert` element.

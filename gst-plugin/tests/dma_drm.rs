@@ -141,3 +141,38 @@ fn a_modifier_the_element_cannot_read_does_not_negotiate() {
     assert!(text.contains("not-negotiated") || text.contains("negotiat"), "{text}");
     pipeline.set_state(gst::State::Null).expect("stop");
 }
+
+/// DMA_DRM frames whose planes run past their dma-buf memory, in an fd that holds the rest: a
+/// linear frame whose meta's last chroma row does, and an i915 Y-tiled frame 4 KiB longer
+/// than its memory, on the CPU and on the GPU. Each is an error naming the plane; before the
+/// fix the planes were checked against the fd, and the frame converted from bytes that were
+/// never part of the memory.
+#[test]
+fn a_dma_drm_frame_whose_planes_run_past_its_memory_is_an_error() {
+    common::init(true);
+    let (w, h) = (128u32, 64u32);
+    let (pitch, uv_offset) = (192usize, 192 * 64 + 4096);
+    let (_, file) = common::padded_nv12(w, h, pitch, uv_offset, 43);
+    let mut buffer = common::dmabuf_memory(common::dmabuf_fd(file.len(), &[(0, &file)]), file.len(), 0..file.len() - pitch);
+    common::add_nv12_meta(buffer.get_mut().expect("writable"), (w, h), pitch, uv_offset);
+    let run = pipeline(&format!(
+        "appsrc name=src format=time caps=video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=NV12,width={w},height={h},framerate=0/1,colorimetry=bt709 ! \
+         dmabridgeconvert ! video/x-raw,format=BGRx ! appsink name=sink sync=false"
+    ));
+    let text = common::expect_error(&run, buffer, "its last chroma row came from past the memory, in the fd");
+    assert!(text.contains("plane 1") && text.contains("dma-buf memory"), "linear: {text}");
+
+    let (w, h) = (192u32, 96u32);
+    let tiled = tile_to_vec(TileLayout::I915Y, Fourcc::NV12, w, h, &test_pattern((w * h * 3 / 2) as usize, 44)).expect("tile");
+    for path in ["cpu", "gpu"] {
+        let buffer = common::dmabuf_memory(common::dmabuf_fd(tiled.len(), &[(0, &tiled)]), tiled.len(), 0..tiled.len() - 4096);
+        let run = pipeline(&format!(
+            "appsrc name=src format=time caps=video/x-raw(memory:DMABuf),format=DMA_DRM,drm-format=NV12:0x0100000000000002,width={w},height={h},framerate=0/1 ! \
+             dmabridgeconvert name=conv path={path} ! video/x-raw,format=NV12 ! appsink name=sink sync=false"
+        ));
+        let conv = run.pipeline.by_name("conv").expect("conv");
+        let text = common::expect_error(&run, buffer, "its last 4 KiB of chroma tiles came from past the memory, in the fd");
+        assert!(text.contains("plane 1") && text.contains("dma-buf memory"), "i915-y on the {path}: {text}");
+        assert_eq!(conv.property::<u64>("gpu-dmabuf-frames"), 0, "{path}: the GPU read nothing");
+    }
+}

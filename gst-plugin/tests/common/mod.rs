@@ -55,6 +55,103 @@ pub fn dmabuf_buffer(bytes: &[u8]) -> gst::Buffer {
     buffer
 }
 
+/// An fd of `size` bytes holding `writes` (offset, bytes) and zeros elsewhere: a real
+/// dma-buf from the system dma-heap where the kernel has one (the kernel lab), else a sealed
+/// memfd (fixed size, as a dma-buf is; sparse: its holes cost no memory).
+pub fn dmabuf_fd(size: usize, writes: &[(usize, &[u8])]) -> std::os::fd::OwnedFd {
+    use dmabridge_interop::dmabuf::SystemMemory;
+    let memory = SystemMemory::detect();
+    if matches!(memory, SystemMemory::Memfd) {
+        assert_ne!(std::env::var("DMABRIDGE_TEST_CONFIG").as_deref(), Ok("kernel"), "the kernel lab has a system dma-heap");
+    }
+    let fd = memory.alloc("gst-plugin-test", size.max(1) as u64).expect("a dma-buf (dma-heap or sealed memfd)");
+    for (at, bytes) in writes {
+        dmabridge_interop::dmabuf::write_all_at(std::os::fd::AsFd::as_fd(&fd), *at as u64, bytes).expect("writing the dma-buf");
+    }
+    fd
+}
+
+/// A buffer of one dma-buf memory of `fd` (which holds `fd_size` bytes; the memory takes
+/// it), given only the bytes `window` of it: the memory's offset and size in its fd.
+pub fn dmabuf_memory(fd: std::os::fd::OwnedFd, fd_size: usize, window: std::ops::Range<usize>) -> gst::Buffer {
+    assert!(window.end <= fd_size);
+    // SAFETY: the memory takes ownership of the fd, which holds `fd_size` bytes.
+    let mut mem = unsafe { gst_allocators::DmaBufAllocator::new().alloc(fd, fd_size) }.expect("dma-buf memory");
+    mem.get_mut().expect("a new memory is writable").resize(window);
+    let mut buffer = gst::Buffer::new();
+    buffer.get_mut().expect("a new buffer is writable").append_memory(mem);
+    buffer
+}
+
+/// A `GstVideoMeta` as upstream may write one, unchecked: `offsets.len()` planes (however
+/// many the format has), any strides (negative ones too), through GStreamer's C API (the
+/// Rust binding refuses what these tests need to send).
+pub fn add_raw_video_meta(buffer: &mut gst::BufferRef, format: gst_video::VideoFormat, (w, h): (u32, u32), offsets: &[usize], strides: &[i32]) {
+    use gst::glib::translate::IntoGlib;
+    assert!(offsets.len() == strides.len() && offsets.len() <= 4);
+    let (mut o, mut s) = ([0usize; 4], [0i32; 4]);
+    o[..offsets.len()].copy_from_slice(offsets);
+    s[..strides.len()].copy_from_slice(strides);
+    // SAFETY: a writable buffer (`&mut BufferRef`), and arrays of GST_VIDEO_MAX_PLANES entries
+    // that the call copies the first `n_planes` of.
+    let meta = unsafe { gst_video::ffi::gst_buffer_add_video_meta_full(buffer.as_mut_ptr(), 0, format.into_glib(), w, h, offsets.len() as u32, &o, &s) };
+    assert!(!meta.is_null(), "a video meta");
+}
+
+/// Pushes `buffer` then end-of-stream into `run` and returns the text of the error the
+/// pipeline posts; panics where the stream ends without one (the element converted the
+/// frame: `converted` says what that means) or nothing comes within two minutes.
+pub fn expect_error(run: &Run, buffer: gst::Buffer, converted: &str) -> String {
+    use gst::prelude::*;
+    // A converted frame waits in the sink, unpulled: let the end of the stream pass it.
+    run.sink.set_wait_on_eos(false);
+    let _ = run.src.push_buffer(buffer);
+    let _ = run.src.end_of_stream();
+    let bus = run.pipeline.bus().expect("bus");
+    let msg = bus.timed_pop_filtered(gst::ClockTime::from_seconds(120), &[gst::MessageType::Error, gst::MessageType::Eos]).expect("an error or the end of the stream, not a hang");
+    let text = match msg.view() {
+        gst::MessageView::Error(e) => format!("{} {:?}", e.error(), e.debug()),
+        _ => panic!("no error: the element converted the frame ({converted})"),
+    };
+    run.pipeline.set_state(gst::State::Null).expect("stop");
+    text
+}
+
+/// Whether this process is the child that runs test `name` alone (`DMABRIDGE_TEST_CHILD=name`).
+/// In the test's own process it runs `name` again in a child process of its own (alone, so
+/// that the process's memory is the test's) and asserts that the child passed it: a test
+/// that measures the process, or whose failure before its fix was a crash, runs so.
+pub fn run_in_child(name: &str) -> bool {
+    const CHILD: &str = "DMABRIDGE_TEST_CHILD";
+    if std::env::var(CHILD).as_deref() == Ok(name) {
+        return true;
+    }
+    let out = std::process::Command::new(std::env::current_exe().expect("test path"))
+        .args([name, "--exact", "--nocapture", "--test-threads=1"])
+        .env(CHILD, name)
+        .output()
+        .expect("the child process");
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let how = match std::os::unix::process::ExitStatusExt::signal(&out.status) {
+        Some(sig) => format!("was killed by signal {sig}"),
+        None => format!("exited with {:?}", out.status.code()),
+    };
+    assert!(out.status.success() && stdout.contains("1 passed"), "the child process running {name} {how}\n--- stdout\n{stdout}\n--- stderr\n{stderr}");
+    false
+}
+
+/// This process's peak resident memory (`VmHWM`), in bytes.
+pub fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").expect("/proc/self/status");
+    let kb: u64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok()).expect("VmHWM");
+    kb * 1024
+}
+
+/// Resets this process's peak resident memory to what it holds now (`clear_refs` 5).
+pub fn reset_peak_rss() {
+    std::fs::write("/proc/self/clear_refs", "5").expect("resetting the peak RSS (/proc/self/clear_refs)");
+}
+
 /// A pipeline from `gst-launch` syntax with an `appsrc` named `src` and an `appsink` named
 /// `sink`, set playing.
 pub struct Run {

@@ -14,7 +14,7 @@
 use std::process::ExitCode;
 
 use dmabridge::interop::tiling::{tiled_size, ColourMatrix, ColourRange, FrameConversion, MAX_CPU_FRAME_BYTES};
-use dmabridge::interop::{Fourcc, Layout, TileLayout};
+use dmabridge::interop::{file_read, Fourcc, Layout, TileLayout};
 use dmabridge::{ConvertPath, Converter, Engine, EngineOptions};
 
 #[derive(clap::Args)]
@@ -77,18 +77,17 @@ struct Report<'a> {
     bytes: usize,
 }
 
-/// The whole of `path`, which must be exactly `expected` bytes: read with a cap, so an
-/// endless input (`/dev/zero`, a pipe) or a huge file is refused after `expected + 1` bytes.
+/// The whole of `path`, which must be a regular file of exactly `expected` bytes: read with
+/// a cap, so a huge file is refused after `expected + 1` bytes, and a FIFO or a device
+/// (`/dev/zero`) is refused before any read ([`file_read`]).
 fn read_exactly(path: &std::path::Path, expected: u64) -> Result<Vec<u8>, String> {
-    use std::io::Read;
-    let file = std::fs::File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let mut data = Vec::new();
-    data.try_reserve_exact(expected as usize + 1).map_err(|_| format!("cannot allocate {expected} bytes for {}", path.display()))?;
-    file.take(expected + 1).read_to_end(&mut data).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    match data.len() as u64 {
-        n if n == expected => Ok(data),
-        n if n > expected => Err(format!("{} holds more than the {expected} bytes of the frame described", path.display())),
-        n => Err(format!("{} holds {n} bytes, but the frame described is {expected}", path.display())),
+    match file_read::read_regular(path, expected) {
+        Ok(data) if data.len() as u64 == expected => Ok(data),
+        Ok(data) => Err(format!("{} holds {} bytes, but the frame described is {expected}", path.display(), data.len())),
+        Err(file_read::ReadFileError::TooLarge { .. }) => {
+            Err(format!("{} holds more than the {expected} bytes of the frame described", path.display()))
+        }
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -203,20 +202,14 @@ struct PlanReport<'a> {
 /// `dmabridge convert --plan FILE`: one conversion of the plan file, at the frame's extent.
 fn run_plan_file(args: &ConvertArgs, file: &std::path::Path) -> ExitCode {
     use dmabridge::interop::negotiate::PlanFile;
-    use std::io::Read;
     let fail = |msg: String| {
         eprintln!("dmabridge convert: {msg}");
         ExitCode::from(1)
     };
     let parsed = (|| -> Result<_, String> {
-        let mut text = String::new();
-        std::fs::File::open(file)
-            .and_then(|f| f.take(MAX_PLAN_FILE_BYTES + 1).read_to_string(&mut text))
-            .map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-        if text.len() as u64 > MAX_PLAN_FILE_BYTES {
-            return Err(format!("{} is larger than the {MAX_PLAN_FILE_BYTES} bytes a plan file may hold", file.display()));
-        }
-        let plans = PlanFile::parse(&text).map_err(|e| format!("{}: {e}", file.display()))?;
+        let bytes = file_read::read_regular(file, MAX_PLAN_FILE_BYTES).map_err(|e| format!("the plan file: {e}"))?;
+        let text = std::str::from_utf8(&bytes).map_err(|e| format!("{} is not a plan file: not UTF-8 ({e})", file.display()))?;
+        let plans = PlanFile::parse(text).map_err(|e| format!("{}: {e}", file.display()))?;
         let index = match (args.conversion, plans.conversions.len()) {
             (Some(i), n) if i < n => i,
             (Some(i), n) => return Err(format!("--conversion {i}: {} has {n} conversion(s)", file.display())),

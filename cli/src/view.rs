@@ -76,8 +76,17 @@ fn build(args: &ViewArgs) -> Result<DmaBuf, String> {
     if args.frame.width == 0 || args.frame.height == 0 {
         return Err(format!("--width/--height: {}x{} has no pixels", args.frame.width, args.frame.height));
     }
-    let bytes = std::fs::read(&args.input).map_err(|e| format!("cannot read {}: {e}", args.input.display()))?;
     let expected = info.packed_size(args.frame.width, args.frame.height);
+    // A regular file, at most the frame's size (a FIFO or a device is refused, not waited on).
+    let bytes = dmabridge::interop::file_read::read_regular(&args.input, expected).map_err(|e| match e {
+        dmabridge::interop::file_read::ReadFileError::TooLarge { .. } => format!(
+            "{} is more than {expected} bytes; a tightly packed {}x{} {fourcc} frame is {expected}",
+            args.input.display(),
+            args.frame.width,
+            args.frame.height
+        ),
+        e => e.to_string(),
+    })?;
     if bytes.len() as u64 != expected {
         return Err(format!(
             "{} is {} bytes; a tightly packed {}x{} {fourcc} frame is {expected}",

@@ -213,13 +213,19 @@ fn huge_frames_and_endless_inputs_exit_1_in_bounded_memory() {
     let small = d.join("small");
     std::fs::write(&small, [0u8; 64]).expect("write");
     let small = s(small.display());
-    let cases: [(&[&str], &str); 4] = [
+    // A file longer than the frame (sparse: it costs no disk) is read up to the frame's size
+    // and one byte more.
+    let long = d.join("long");
+    std::fs::File::create(&long).and_then(|f| f.set_len(1 << 30)).expect("a sparse file");
+    let long = s(long.display());
+    let cases: [(&[&str], &str); 5] = [
         // 200000 x 200000 RGBA once allocated 160 GB before looking at the input.
         (&["--format", "AB24", "--width", "200000", "--height", "200000", "--from", "linear", "--to", "linear", "--cpu", "--in", &small], "more than the"),
         (&["--format", "NV12", "--width", "200000", "--height", "200000", "--from", "linear", "--to", "linear", "--to-format", "AB24", "--cpu", "--in", &small], "more than the"),
-        // An endless input is read up to the frame's size and one byte more.
-        (&["--format", "AB24", "--width", "64", "--height", "64", "--from", "linear", "--to", "linear", "--cpu", "--in", "/dev/zero"], "holds more than the 16384 bytes"),
-        (&["--format", "NV12", "--width", "3840", "--height", "2160", "--from", "samsung-64x32", "--to", "linear", "--cpu", "--in", "/dev/zero"], "holds more than the"),
+        (&["--format", "AB24", "--width", "64", "--height", "64", "--from", "linear", "--to", "linear", "--cpu", "--in", &long], "holds more than the 16384 bytes"),
+        (&["--format", "NV12", "--width", "3840", "--height", "2160", "--from", "samsung-64x32", "--to", "linear", "--cpu", "--in", &long], "holds more than the"),
+        // An endless input is not a regular file: refused before a byte is read.
+        (&["--format", "AB24", "--width", "64", "--height", "64", "--from", "linear", "--to", "linear", "--cpu", "--in", "/dev/zero"], "/dev/zero is a character device, not a regular file"),
     ];
     for (args, needle) in cases {
         let mut a = args.to_vec();
@@ -229,5 +235,67 @@ fn huge_frames_and_endless_inputs_exit_1_in_bounded_memory() {
         assert_eq!(r.status.code(), Some(1), "{a:?}: {err}");
         assert!(err.contains(needle), "{a:?}: expected {needle:?} in {err}");
     }
+    let _ = std::fs::remove_dir_all(d);
+}
+
+/// `convert` reports the path that ran: a cost cache that names the GPU for NV12 -> XR24
+/// frames of the large class, and a 8192x4100 frame whose 134 MB of XR24 the compute path
+/// cannot bind on this device (lavapipe's maxStorageBufferRange is 128 MiB). The CPU
+/// converts it, and the report says so and why, in both forms; the cache no longer names
+/// the GPU.
+#[test]
+fn a_cached_path_that_fails_is_dropped_and_the_report_names_the_cpu() {
+    let d = dir("fell-back");
+    let cache = d.join("cost.json");
+    let run = |args: Vec<String>| {
+        Command::new(env!("CARGO_BIN_EXE_dmabridge"))
+            .arg("convert")
+            .args(args)
+            .env("DMABRIDGE_VALIDATION", "1")
+            .env("DMABRIDGE_COST_CACHE", &cache)
+            .output()
+            .expect("run dmabridge")
+    };
+    let frame = |w: u32, h: u32, name: &str| {
+        let input = d.join(format!("{name}.nv12"));
+        let bytes = common::pattern((w * h + w * h.div_ceil(2)) as usize, 13);
+        std::fs::write(&input, &bytes).expect("write");
+        (input, d.join(format!("{name}.xr24")))
+    };
+    let args = |w: u32, h: u32, input: &PathBuf, output: &PathBuf, extra: &[&str]| -> Vec<String> {
+        let mut a = vec![s("--format"), s("NV12"), s("--from"), s("linear"), s("--to"), s("linear"), s("--to-format"), s("XR24"), s("--width"), s(w), s("--height"), s(h)];
+        a.extend([s("--in"), s(input.display()), s("--out"), s(output.display())]);
+        a.extend(extra.iter().map(s));
+        a
+    };
+    // A small frame writes the device's figures into the cache...
+    let (small_in, small_out) = frame(320, 180, "small");
+    ok(&run(args(320, 180, &small_in, &small_out, &[])));
+    // ...and a forged figure makes the GPU the fastest for large frames.
+    let mut json: serde_json::Value = serde_json::from_slice(&std::fs::read(&cache).expect("the cache")).expect("JSON");
+    let key = "NV12 linear -> XR24 linear large";
+    for combos in json["devices"].as_object_mut().expect("devices").values_mut() {
+        combos.as_object_mut().expect("combinations").insert(key.into(), serde_json::json!([{ "path": "gpu", "gbps": 1000.0 }]));
+    }
+    std::fs::write(&cache, serde_json::to_vec(&json).expect("json")).expect("write");
+    let (w, h) = (8192u32, 4100u32);
+    let (big_in, big_out) = frame(w, h, "big");
+    let cpu_out = d.join("cpu.xr24");
+    ok(&run(args(w, h, &big_in, &cpu_out, &["--cpu"])));
+    let report: serde_json::Value = serde_json::from_str(ok(&run(args(w, h, &big_in, &big_out, &["--json"]))).trim()).expect("JSON report");
+    assert_eq!(report["path"], "cpu", "{report}");
+    assert_eq!(report["choice"]["reason"], serde_json::json!({ "fell-back": { "failed": "gpu" } }), "{report}");
+    assert!(std::fs::read(&big_out).expect("out") == std::fs::read(&cpu_out).expect("cpu"), "the fallback's bytes differ from --cpu's");
+    let paths: Vec<serde_json::Value> = serde_json::from_slice::<serde_json::Value>(&std::fs::read(&cache).expect("the cache")).expect("JSON")["devices"]
+        .as_object()
+        .expect("devices")
+        .values()
+        .flat_map(|c| c[key].as_array().cloned().unwrap_or_default())
+        .map(|m| m["path"].clone())
+        .collect();
+    assert_eq!(paths, [serde_json::json!("cpu")], "the GPU's figure is dropped from the cache file");
+    // The next run chooses the CPU from the cache, and says so.
+    let stdout = ok(&run(args(w, h, &big_in, &big_out, &["--explain"])));
+    assert!(stdout.contains("(cpu; yuv->rgb") && stdout.contains("as measured before"), "{stdout}");
     let _ = std::fs::remove_dir_all(d);
 }

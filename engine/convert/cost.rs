@@ -24,9 +24,8 @@
 //! A caller can force a path: per call ([`crate::Converter::convert_frame`]), or for the
 //! whole engine ([`crate::EngineOptions::convert_path`], `DMABRIDGE_CONVERT_PATH`).
 
-use std::collections::BTreeMap;
-use std::fs::File;
-use std::io::{Read, Write};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -132,6 +131,10 @@ pub enum ChoiceReason {
     Measured,
     /// Measured earlier (this process or the disk cache), the fastest.
     Cached,
+    /// The path the model chose (`failed`) could not convert this frame on this device
+    /// (a limit the measured frames stayed inside, its memory, its driver): the model set
+    /// it aside for the combination, and the CPU converted the frame instead.
+    FellBack { failed: ConvertPath },
 }
 
 /// What the model chose for a conversion, and why.
@@ -148,9 +151,10 @@ impl Choice {
     /// One line for `--explain`: the path, why, and each candidate's GB/s.
     pub fn explain(&self) -> String {
         let why = match self.reason {
-            ChoiceReason::Forced => "forced",
-            ChoiceReason::Measured => "the fastest, measured now",
-            ChoiceReason::Cached => "the fastest, as measured before",
+            ChoiceReason::Forced => "forced".to_owned(),
+            ChoiceReason::Measured => "the fastest, measured now".to_owned(),
+            ChoiceReason::Cached => "the fastest, as measured before".to_owned(),
+            ChoiceReason::FellBack { failed } => format!("the {failed} path the model chose failed here and was dropped"),
         };
         let c: Vec<String> = self.candidates.iter().map(|m| format!("{} {:.2} GB/s", m.path, m.gbps)).collect();
         format!(
@@ -221,6 +225,9 @@ pub(crate) struct CostModel {
     file: Option<PathBuf>,
     known: Mutex<BTreeMap<String, Vec<Measured>>>,
     forced: Mutex<Option<ConvertPath>>,
+    /// Combinations and the paths that failed them at run time in this process: never
+    /// chosen for them again, even when the combination is measured anew.
+    failed: Mutex<BTreeSet<(String, ConvertPath)>>,
 }
 
 impl CostModel {
@@ -229,7 +236,7 @@ impl CostModel {
     pub(crate) fn new(device: String, cache: &CostCache, forced: Option<ConvertPath>) -> CostModel {
         let file = cache.path();
         let known = file.as_ref().map(|f| read_cache(f).devices.remove(&device).unwrap_or_default()).unwrap_or_default();
-        CostModel { device, file, known: Mutex::new(known), forced: Mutex::new(forced) }
+        CostModel { device, file, known: Mutex::new(known), forced: Mutex::new(forced), failed: Mutex::new(BTreeSet::new()) }
     }
 
     pub(crate) fn forced(&self) -> Option<ConvertPath> {
@@ -255,6 +262,40 @@ impl CostModel {
             tracing::warn!(path = %file.display(), "cost cache not written: {e}");
         }
     }
+
+    /// Whether `path` failed `key`'s combination at run time in this process.
+    pub(crate) fn has_failed(&self, key: &str, path: ConvertPath) -> bool {
+        self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).contains(&(key.to_owned(), path))
+    }
+
+    /// After `failed`, chosen for `key`, failed at run time and `fallback` (timed on that
+    /// frame) converted it: drops `failed`'s figure for `key` in memory and in the cache file
+    /// (written as [`CostModel::put`] writes it: atomically, under the lock, merged with
+    /// what other processes wrote), keeps `fallback`'s where the combination has no figure
+    /// of that path, and remembers for this process not to choose `failed` for `key` again.
+    /// Returns the figures `key` has left.
+    pub(crate) fn drop_failed(&self, key: &str, failed: ConvertPath, fallback: Measured) -> Vec<Measured> {
+        self.failed.lock().unwrap_or_else(std::sync::PoisonError::into_inner).insert((key.to_owned(), failed));
+        let change = |figures: &mut Vec<Measured>| {
+            figures.retain(|m| m.path != failed);
+            if !figures.iter().any(|m| m.path == fallback.path) {
+                figures.push(fallback);
+            }
+        };
+        let left = {
+            let mut known = self.known.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            let figures = known.entry(key.to_owned()).or_default();
+            change(figures);
+            figures.clone()
+        };
+        if let Some(file) = &self.file {
+            let device = self.device.clone();
+            if let Err(e) = update_cache(file, |cache| change(cache.devices.entry(device).or_default().entry(key.to_owned()).or_default())) {
+                tracing::warn!(path = %file.display(), "cost cache not written: {e}");
+            }
+        }
+        left
+    }
 }
 
 /// `$XDG_CACHE_HOME/dmabridge/cost-model.json`, else `$HOME/.cache/...`; `None` when
@@ -270,34 +311,19 @@ fn default_cache_file() -> Option<PathBuf> {
 /// The cache file's contents, or an empty cache when it is missing, not a regular file,
 /// too large, or not ours (bad JSON, or figures that are not finite positive numbers).
 fn read_cache(path: &Path) -> CacheFile {
-    use rustix::fs::{FileType, Mode, OFlags};
-    // NOFOLLOW: a symbolic link is not followed (ELOOP); NONBLOCK: a FIFO does not wait
-    // for a writer. Either is then refused by the file-type check.
-    let fd = match rustix::fs::open(path, OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty()) {
-        Ok(fd) => fd,
-        Err(rustix::io::Errno::NOENT) => return CacheFile::default(),
-        Err(e) => {
-            tracing::warn!(path = %path.display(), "ignoring the cost cache: cannot open it without following a link: {e}");
-            return CacheFile::default();
-        }
-    };
-    match rustix::fs::fstat(&fd) {
-        Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::RegularFile => {}
-        Ok(st) => {
-            tracing::warn!(path = %path.display(), kind = ?FileType::from_raw_mode(st.st_mode), "ignoring the cost cache: not a regular file");
-            return CacheFile::default();
-        }
+    use dmabridge_interop::file_read::{read_regular_with, Links, ReadFileError};
+    // Links::Refuse: a symbolic link is not followed (ELOOP), as the writer replaces the
+    // file; a FIFO does not wait for a writer, and is refused with anything else that is not
+    // a regular file.
+    let bytes = match read_regular_with(path, MAX_CACHE_FILE, Links::Refuse) {
+        Ok(bytes) => bytes,
+        Err(ReadFileError::Open { errno: rustix::io::Errno::NOENT, .. }) => return CacheFile::default(),
         Err(e) => {
             tracing::warn!(path = %path.display(), "ignoring the cost cache: {e}");
             return CacheFile::default();
         }
-    }
-    let mut text = String::new();
-    if File::from(fd).take(MAX_CACHE_FILE + 1).read_to_string(&mut text).is_err() || text.len() as u64 > MAX_CACHE_FILE {
-        tracing::warn!(path = %path.display(), "ignoring the cost cache: unreadable or over {MAX_CACHE_FILE} bytes");
-        return CacheFile::default();
-    }
-    match serde_json::from_str::<CacheFile>(&text) {
+    };
+    match serde_json::from_slice::<CacheFile>(&bytes) {
         Ok(c) if c.devices.values().flat_map(|d| d.values().flatten()).all(|m| m.gbps.is_finite() && m.gbps > 0.0) => c,
         _ => {
             tracing::debug!(path = %path.display(), "ignoring an unreadable cost cache");

@@ -37,10 +37,10 @@ const MAX_FIGURE: f64 = 1e12;
 /// Why a bench JSON cannot be read back or drawn.
 #[derive(Debug, thiserror::Error)]
 pub enum ReportError {
-    #[error("cannot read {path}: {source}")]
-    Read { path: String, source: std::io::Error },
-    #[error("{path} is over {limit} bytes: not a dmabridge bench JSON")]
-    TooLong { path: String, limit: u64 },
+    /// The file could not be read: missing, not a regular file (a FIFO, a device), or over
+    /// [`MAX_REPORT_BYTES`] (`ReadFileError::TooLarge`, which names the limit).
+    #[error("a bench JSON: {0}")]
+    Read(#[from] dmabridge::interop::file_read::ReadFileError),
     #[error("{path} is not a dmabridge bench JSON: {source}")]
     NotBenchJson { path: String, source: serde_json::Error },
     #[error("not a dmabridge bench JSON: {what} is {value}, outside {range}")]
@@ -54,16 +54,9 @@ pub enum ReportError {
 /// A bench JSON file (`dmabridge bench --json`, or a report's `bench.json`), read through
 /// the types it was written with; at most [`MAX_REPORT_BYTES`].
 pub fn read_report(path: &Path) -> Result<BenchReport, ReportError> {
-    use std::io::Read;
-    let name = path.display().to_string();
-    let read = |source| ReportError::Read { path: name.clone(), source };
-    let file = std::fs::File::open(path).map_err(read)?;
-    let mut text = Vec::new();
-    file.take(MAX_REPORT_BYTES + 1).read_to_end(&mut text).map_err(read)?;
-    if text.len() as u64 > MAX_REPORT_BYTES {
-        return Err(ReportError::TooLong { path: name, limit: MAX_REPORT_BYTES });
-    }
-    serde_json::from_slice(&text).map_err(|source| ReportError::NotBenchJson { path: name, source })
+    // A regular file only: a FIFO given as --compare is refused, not waited on.
+    let text = dmabridge::interop::file_read::read_regular(path, MAX_REPORT_BYTES)?;
+    serde_json::from_slice(&text).map_err(|source| ReportError::NotBenchJson { path: path.display().to_string(), source })
 }
 
 /// `v`, when it is a finite figure in `0..=MAX_FIGURE`.
@@ -637,7 +630,8 @@ mod tests {
         let path = dir.path().join("big.json");
         let f = std::fs::File::create(&path).unwrap();
         f.set_len(MAX_REPORT_BYTES + 1).unwrap();
-        assert!(matches!(read_report(&path), Err(ReportError::TooLong { .. })));
-        assert!(matches!(read_report(&dir.path().join("missing.json")), Err(ReportError::Read { .. })));
+        use dmabridge::interop::file_read::ReadFileError;
+        assert!(matches!(read_report(&path), Err(ReportError::Read(ReadFileError::TooLarge { limit: MAX_REPORT_BYTES, .. }))));
+        assert!(matches!(read_report(&dir.path().join("missing.json")), Err(ReportError::Read(ReadFileError::Open { .. }))));
     }
 }

@@ -120,7 +120,8 @@ pub enum FileKind {
 }
 
 impl FileKind {
-    fn of(t: FileType) -> Option<FileKind> {
+    /// The kind of a file that is not a regular file; `None` for a regular file.
+    pub(crate) fn of(t: FileType) -> Option<FileKind> {
         Some(match t {
             FileType::RegularFile => return None,
             FileType::Directory => FileKind::Directory,
@@ -163,15 +164,6 @@ pub enum FdClassError {
     /// `F_GET_SEALS` failed with something other than "this file has no seals".
     #[error("F_GET_SEALS on the fd failed: {0}")]
     Seals(io::Error),
-}
-
-/// Whether `fd` (borrowed) is an anonymous inode, as every sync_file is (and eventfds, epoll
-/// fds and the like are): the cheapest check that a fence a peer sent is not a file, a
-/// socket or a device.
-pub fn is_anon_inode(fd: BorrowedFd<'_>) -> io::Result<bool> {
-    let fs = fstatfs(fd)?;
-    #[allow(clippy::unnecessary_cast)]
-    Ok(fs.f_type as u64 == ANON_INODE_FS_MAGIC)
 }
 
 /// Classifies the file behind `fd` (borrowed; only `fstatfs`, `fstat` and `fcntl` are used).

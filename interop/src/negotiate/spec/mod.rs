@@ -17,7 +17,8 @@ mod loaders;
 
 use super::{ConstraintParseError, Constraints, CpuAccess, Domain, ExtentRange, Participant};
 
-/// Largest peer file read (`--kms-in-formats`, `--wayland-table`): real ones are kilobytes.
+/// Largest peer file read (`--kms-in-formats`, `--wayland-table`, `--drm-info`): real ones
+/// are kilobytes.
 pub const MAX_PEER_FILE: u64 = 16 << 20;
 
 /// Where a participant's format list comes from.
@@ -133,12 +134,13 @@ pub enum SpecError {
         kind: PeerKind,
         reason: String,
     },
-    #[error("participant {participant:?} ({kind}): cannot read {path:?}: {reason}")]
-    Io {
+    /// The participant's file could not be read: missing, not a regular file (a FIFO, a
+    /// device...), or over [`MAX_PEER_FILE`].
+    #[error("participant {participant:?} ({kind}): {source}")]
+    File {
         participant: String,
         kind: PeerKind,
-        path: String,
-        reason: String,
+        source: crate::file_read::ReadFileError,
     },
     /// A live kind given to a loader that cannot answer it (see [`PeerKind::is_live`]).
     #[error("participant {participant:?} ({kind}): {what} is not available here")]
@@ -256,27 +258,15 @@ impl ParticipantSpec {
         }
     }
 
-    /// Reads `path`, bounded by [`MAX_PEER_FILE`].
+    /// Reads `path`, a regular file of at most [`MAX_PEER_FILE`] bytes
+    /// ([`crate::file_read::read_regular`]: a FIFO, a device or a directory is refused at
+    /// once, never waited on).
     pub(crate) fn read_path(&self, path: &str) -> Result<Vec<u8>, SpecError> {
-        use std::io::Read;
-        let io = |e: std::io::Error| SpecError::Io {
+        crate::file_read::read_regular(std::path::Path::new(path), MAX_PEER_FILE).map_err(|source| SpecError::File {
             participant: one_line(&self.name),
             kind: self.kind,
-            path: one_line(path),
-            reason: one_line(&e.to_string()),
-        };
-        let file = std::fs::File::open(path).map_err(io)?;
-        let mut bytes = Vec::new();
-        file.take(MAX_PEER_FILE + 1)
-            .read_to_end(&mut bytes)
-            .map_err(io)?;
-        if bytes.len() as u64 > MAX_PEER_FILE {
-            return Err(self.peer_error(format_args!(
-                "{} is larger than {MAX_PEER_FILE} bytes",
-                one_line(path)
-            )));
-        }
-        Ok(bytes)
+            source,
+        })
     }
 }
 
@@ -600,8 +590,8 @@ mod tests {
         let e = spec(PeerKind::KmsInFormats, "plane=/nonexistent/blob")
             .load()
             .unwrap_err();
-        assert!(matches!(e, SpecError::Io { .. }), "{e}");
-        assert!(e.to_string().contains("\"plane\""));
+        assert!(matches!(e, SpecError::File { .. }), "{e}");
+        assert!(e.to_string().contains("\"plane\"") && e.to_string().contains("/nonexistent/blob"), "{e}");
     }
 
     #[test]

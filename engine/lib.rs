@@ -54,7 +54,7 @@ pub use dmabuf::allocate::{AllocateError, Allocated, AllocatedBuffer, Allocation
 pub use resources::buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer};
 pub use device::format_support::{FormatSupportError, SupportQuery, SupportSource, FormatSupport, ListedModifier, ModifierSupport};
 pub use convert::compute::{Binding, ComputeError, ComputePipeline};
-pub use convert::converter::{ConversionBuffer, ConvertError, Converter, TiledFrame};
+pub use convert::converter::{ConversionBuffer, ConvertError, Converter, DetileRun, DetileSource, Detiled, TiledFrame};
 pub use convert::cost::{Choice, ChoiceReason, ConvertPath, CostCache, Measured, SizeClass};
 pub use device::engine::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
 pub use error::VkError;
@@ -67,7 +67,7 @@ pub use resources::memory::MemoryError;
 pub use dmabuf::participant::{Direction, ParticipantRequest};
 pub use device::requirements::{requirements, Capability, DeviceExtension, EnabledExtensions, EnabledFeatures, Feature, Requirements};
 pub use resources::sampler::{SampledView, Sampler, SamplerError, YcbcrOutput};
-pub use resources::submit::{Completion, HostTimeline, QueueGuard, SubmitError, SubmitOptions, Submission};
+pub use resources::submit::{Completion, HostTimeline, QueueGuard, SubmitError, SubmitOptions, Submission, FENCE_LIMIT};
 pub use resources::transfer::{TransferError, READBACK_TIMEOUT};
 pub use device::usage::{ImageUse, UsageError, WiderUse};
 pub use device::validation::{ValidationLog, ValidationMessage};

@@ -10,7 +10,7 @@ use dmabridge::interop::tiling::{self, packed_planes, tiled_size};
 use dmabridge::interop::{Fourcc, Layout, TileLayout};
 use std::io::Write;
 
-use dmabridge::{ConvertError, ConvertPath, Converter, ImportError};
+use dmabridge::{ConvertError, ConvertPath, Converter, ImportError, ImportOptions};
 
 /// A tiled buffer of `layout` holding `linear`, in one memfd with `gap` bytes before each
 /// plane (so plane offsets differ from the concatenated convention).
@@ -59,9 +59,9 @@ fn a_tiled_dmabuf_detiles_the_same_on_every_path() {
             let buf = tiled_dmabuf_in(layout, fourcc, extent, &linear, 4096, sealed);
             for path in [ConvertPath::Cpu, ConvertPath::Gpu] {
                 engine.set_convert_path(Some(path));
-                let (out, got) = conv.detile_dmabuf(&buf, dmabridge::READBACK_TIMEOUT).expect("detile");
-                assert_eq!(got, layout);
-                assert!(out.bytes().expect("idle") == &linear[..], "{layout} {fourcc} on {path}, sealed {sealed}");
+                let d = conv.detile_dmabuf(&buf, ImportOptions::default(), dmabridge::READBACK_TIMEOUT).expect("detile");
+                assert_eq!(d.run.layout, layout);
+                assert!(d.buffer.bytes().expect("idle") == &linear[..], "{layout} {fourcc} on {path}, sealed {sealed}");
             }
         }
     }
@@ -86,9 +86,9 @@ fn samsung_nv12_and_nvidia_ar24_are_detiled_on_the_gpu() {
         let e = engine.import_dmabuf(&buf, dmabridge::ash::vk::ImageUsageFlags::SAMPLED).expect_err("no driver samples it");
         assert!(matches!(e, ImportError::NeedsConversion(_)), "{e}");
         // ...and the copy fallback detiles it.
-        let (out, got) = conv.detile_dmabuf(&buf, dmabridge::READBACK_TIMEOUT).expect("detile");
-        assert_eq!(got, layout);
-        assert!(out.bytes().expect("idle") == &linear[..], "{layout} {fourcc}: wrong bytes");
+        let d = conv.detile_dmabuf(&buf, ImportOptions::default(), dmabridge::READBACK_TIMEOUT).expect("detile");
+        assert_eq!(d.run.layout, layout);
+        assert!(d.buffer.bytes().expect("idle") == &linear[..], "{layout} {fourcc}: wrong bytes");
     }
     drop(conv);
     common::assert_clean(&engine);
@@ -106,17 +106,17 @@ fn tiled_layouts_are_checked_before_the_driver() {
     let roomy = vec![0u8; 1 << 20];
     let bad_stride = DmaBuf::in_one_file(Fourcc::NV12, samsung, w, h, common::memfd_with(&roomy), &[PlaneLayout::linear(0, g.planes[0].padded_width_bytes as u64 + 64, plane_rows(Fourcc::NV12, 0, h)), PlaneLayout::linear(1 << 19, g.planes[1].padded_width_bytes as u64, plane_rows(Fourcc::NV12, 1, h))])
     .expect("descriptor");
-    assert!(matches!(conv.detile_dmabuf(&bad_stride, dmabridge::READBACK_TIMEOUT), Err(ConvertError::TiledStride { .. })));
+    assert!(matches!(conv.detile_dmabuf(&bad_stride, ImportOptions::default(), dmabridge::READBACK_TIMEOUT), Err(ConvertError::TiledStride { .. })));
     // Tiles that run past the end of the fd (the visible rows fit, the padded ones do not).
     let short = vec![0u8; (g.planes[1].offset + g.planes[1].size - 1) as usize];
     let past = DmaBuf::in_one_file(Fourcc::NV12, samsung, w, h, common::memfd_with(&short), &[PlaneLayout::linear(0, g.planes[0].padded_width_bytes as u64, plane_rows(Fourcc::NV12, 0, h)), PlaneLayout::linear(g.planes[1].offset, g.planes[1].padded_width_bytes as u64, plane_rows(Fourcc::NV12, 1, h))])
     .expect("descriptor");
-    let e = conv.detile_dmabuf(&past, dmabridge::READBACK_TIMEOUT).expect_err("refused");
+    let e = conv.detile_dmabuf(&past, ImportOptions::default(), dmabridge::READBACK_TIMEOUT).expect_err("refused");
     assert!(matches!(e, ConvertError::TilesPastEndOfFd { .. } | ConvertError::Check(_)), "{e}");
     // A linear buffer is not for the detiler.
     let linear = DmaBuf::in_one_file(Fourcc::R8, Layout::Explicit(dmabridge::interop::Modifier::LINEAR), 4, 4, common::memfd_with(&[0u8; 16]), &[PlaneLayout::linear(0, 4, plane_rows(Fourcc::R8, 0, 4))])
         .expect("descriptor");
-    assert!(matches!(conv.detile_dmabuf(&linear, dmabridge::READBACK_TIMEOUT), Err(ConvertError::NotTiled(_))));
+    assert!(matches!(conv.detile_dmabuf(&linear, ImportOptions::default(), dmabridge::READBACK_TIMEOUT), Err(ConvertError::NotTiled(_))));
     drop(conv);
     common::assert_clean(&engine);
 }

@@ -31,7 +31,7 @@ use dmabridge::interop::dmabuf::{check_read_only, classify, file_size, write_all
 use dmabridge::interop::negotiate::{Allocation, Outcome, Participant, Report};
 use dmabridge::interop::tiling::{test_pattern, tile_to_vec, tiled_size};
 use dmabridge::interop::{Layout, TileLayout};
-use dmabridge::{AllocateError, Allocated, AllocationSpec, Converter, Engine, EngineOptions, ImageUse, LayoutSource};
+use dmabridge::{AllocateError, Allocated, AllocationSpec, Converter, Engine, EngineOptions, ImageUse, ImportOptions, LayoutSource};
 use dmabridge_interop::negotiate::spec::{ParticipantSpec, SpecError};
 
 use crate::negotiate::{negotiation_of, NegotiateArgs};
@@ -191,8 +191,8 @@ fn verify(engine: &Engine, buf: &DmaBuf, seed: u32) -> Result<(), String> {
         image.read_back().map_err(|e| e.to_string())?
     } else {
         let conv = Converter::new(engine).map_err(|e| e.to_string())?;
-        let (out, _) = conv.detile_dmabuf(buf, dmabridge::READBACK_TIMEOUT).map_err(|e| e.to_string())?;
-        out.bytes().map_err(|e| e.to_string())?.to_vec()
+        let detiled = conv.detile_dmabuf(buf, ImportOptions::default(), dmabridge::READBACK_TIMEOUT).map_err(|e| e.to_string())?;
+        detiled.buffer.bytes().map_err(|e| e.to_string())?.to_vec()
     };
     if back != pattern {
         let at = back.iter().zip(&pattern).position(|(a, b)| a != b).unwrap_or(back.len().min(pattern.len()));

@@ -1,7 +1,9 @@
 //! `dmabridge import`: validate a dma-buf layout given on the command line, import it into
 //! Vulkan (explicitly where the device can, else through the buffer-copy fallback, or for a
-//! tiled layout no driver samples, by detiling it on the GPU), read it back through the GPU and write each plane's visible rows, tightly packed, planes
-//! concatenated. The fds are inherited from the parent process.
+//! tiled layout no driver samples, by detiling it where the cost model says, under the same
+//! import options), read it back and write each plane's visible rows, tightly packed,
+//! planes concatenated, saying which path ran. The fds are inherited from the parent
+//! process.
 
 use std::process::ExitCode;
 
@@ -115,15 +117,16 @@ pub fn run(args: &ImportArgs) -> ExitCode {
             }
         }
         // A tiled layout no Vulkan driver samples (a V4L2 decoder's, a foreign GPU's):
-        // the copy fallback detiles it on the GPU.
+        // the copy fallback detiles it, on the path the cost model picks (or
+        // DMABRIDGE_CONVERT_PATH names), reaching the buffer as the import would have.
         Err(ImportError::NeedsConversion(_)) if !args.require_zero_copy => {
             let detiled = Converter::new(&engine).map_err(|e| e.to_string()).and_then(|c| {
-                let (out, layout) = c.detile_dmabuf(&buf, dmabridge::READBACK_TIMEOUT).map_err(|e| e.to_string())?;
-                Ok((out.bytes().map_err(|e| e.to_string())?.to_vec(), layout))
+                let d = c.detile_dmabuf(&buf, options, dmabridge::READBACK_TIMEOUT).map_err(|e| e.to_string())?;
+                Ok((d.buffer.bytes().map_err(|e| e.to_string())?.to_vec(), d.run))
             });
             match detiled {
-                Ok((bytes, layout)) => {
-                    println!("path: detile {layout} on the GPU (copy fallback)");
+                Ok((bytes, run)) => {
+                    println!("path: {run} (copy fallback)");
                     bytes
                 }
                 Err(e) => return fail(e),

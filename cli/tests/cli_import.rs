@@ -150,31 +150,91 @@ fn drm_format_names_the_format_and_the_modifier() {
     let _ = std::fs::remove_file(out);
 }
 
-#[test]
-fn a_tiled_modifier_is_detiled_on_the_gpu() {
+/// A Samsung-tiled NV12 frame (no driver samples it, so `import` detiles it): the linear
+/// frame, the tiled bytes, and the `--plane` offsets and strides of its two planes.
+fn samsung_nv12(seed: u32) -> (Vec<u8>, Vec<u8>, [(u64, u64); 2]) {
     use dmabridge::interop::tiling::{self, packed_planes, tiled_size};
     use dmabridge::interop::{Fourcc, TileLayout};
-    let (w, h) = (130u32, 66u32);
+    let (w, h) = SAMSUNG_EXTENT;
     let len = tiled_size(TileLayout::Linear, Fourcc::NV12, w, h).expect("g").size as usize;
-    let linear = common::pattern(len, 50);
+    let linear = common::pattern(len, seed);
     let g = tiled_size(TileLayout::Samsung64x32, Fourcc::NV12, w, h).expect("g");
     let mut tiled = vec![0u8; g.size as usize];
     tiling::tile(TileLayout::Samsung64x32, Fourcc::NV12, w, h, &linear, &packed_planes(Fourcc::NV12, w, h).expect("p"), &mut tiled)
         .expect("tile");
-    let fd = inheritable(&tiled);
-    let out = out_path("samsung");
-    let (p0, p1) = (&g.planes[0], &g.planes[1]);
-    let r = import(&[
-        s("--format"), s("NV12"), s("--width"), s(w), s("--height"), s(h), s("--modifier"), s("0x0400000000000001"),
-        s("--plane"), format!("{}:{}:{}", fd.as_raw_fd(), p0.offset, p0.padded_width_bytes),
-        s("--plane"), format!("{}:{}:{}", fd.as_raw_fd(), p1.offset, p1.padded_width_bytes),
-        s("--out"), s(out.display()),
-    ]);
-    let stdout = String::from_utf8_lossy(&r.stdout);
-    assert!(r.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&r.stderr));
-    assert!(stdout.contains("path: detile samsung-64x32 on the GPU"), "{stdout}");
-    assert_eq!(std::fs::read(&out).expect("output"), linear);
+    let planes = [0, 1].map(|i| (g.planes[i].offset, u64::from(g.planes[i].padded_width_bytes)));
+    (linear, tiled, planes)
+}
+
+const SAMSUNG_EXTENT: (u32, u32) = (130, 66);
+
+/// `dmabridge import` of the Samsung frame in `fd`, with `extra` arguments, on the
+/// conversion path `path` names (`DMABRIDGE_CONVERT_PATH`): its stdout, after checking
+/// that it succeeded and wrote `linear`.
+fn import_samsung(fd: &OwnedFd, planes: [(u64, u64); 2], linear: &[u8], path: &str, extra: &[&str]) -> String {
+    let out = out_path(&format!("samsung-{path}-{}", extra.join("")));
+    let (w, h) = SAMSUNG_EXTENT;
+    let mut args = vec![s("--format"), s("NV12"), s("--width"), s(w), s("--height"), s(h), s("--modifier"), s("0x0400000000000001")];
+    for (offset, stride) in planes {
+        args.extend([s("--plane"), format!("{}:{offset}:{stride}", fd.as_raw_fd())]);
+    }
+    args.extend([s("--out"), s(out.display())]);
+    args.extend(extra.iter().map(s));
+    let r = Command::new(env!("CARGO_BIN_EXE_dmabridge"))
+        .arg("import")
+        .args(&args)
+        .env("DMABRIDGE_VALIDATION", "1")
+        .env("DMABRIDGE_CONVERT_PATH", path)
+        .output()
+        .expect("run dmabridge");
+    let stdout = String::from_utf8_lossy(&r.stdout).into_owned();
+    assert!(r.status.success(), "{path} {extra:?}: {stdout}\n{}", String::from_utf8_lossy(&r.stderr));
+    assert!(std::fs::read(&out).expect("output") == linear, "{path} {extra:?}: wrong bytes");
     let _ = std::fs::remove_file(out);
+    stdout
+}
+
+/// The detile says where it ran: the CPU when the CPU ran it, the GPU when the GPU did.
+#[test]
+fn a_tiled_modifier_is_detiled_and_the_path_that_ran_is_reported() {
+    let (linear, tiled, planes) = samsung_nv12(50);
+    let fd = inheritable(&tiled);
+    let stdout = import_samsung(&fd, planes, &linear, "cpu", &[]);
+    assert!(stdout.contains("path: detile samsung-64x32 on the CPU, its planes mapped read-only"), "{stdout}");
+    assert!(!stdout.contains("GPU"), "{stdout}");
+    let stdout = import_samsung(&fd, planes, &linear, "gpu", &[]);
+    assert!(stdout.contains("path: detile samsung-64x32 on the GPU, its planes imported in place"), "{stdout}");
+    assert!(!stdout.contains("CPU"), "{stdout}");
+}
+
+/// `--trust-files` reaches the detile: an unsealed memfd is read into dmabridge's memory
+/// without it and imported in place with it (on the CPU: read with pread, or mapped).
+#[test]
+fn trust_files_decides_whether_the_detile_reads_an_unsealed_file() {
+    let (linear, tiled, planes) = samsung_nv12(51);
+    let fd = rustix::fs::memfd_create("unsealed", rustix::fs::MemfdFlags::empty()).expect("memfd");
+    rustix::io::pwrite(&fd, &tiled, 0).expect("fill");
+    for (path, read, in_place) in [("gpu", "read into dmabridge's memory first", "imported in place"), ("cpu", "read with pread", "mapped read-only")] {
+        let stdout = import_samsung(&fd, planes, &linear, path, &[]);
+        assert!(stdout.contains(read), "{path}, untrusted: {stdout}");
+        let stdout = import_samsung(&fd, planes, &linear, path, &["--trust-files"]);
+        assert!(stdout.contains(in_place), "{path}, --trust-files: {stdout}");
+    }
+}
+
+/// The README's read-only share (a sealed memfd re-opened `O_RDONLY`) detiled on the GPU:
+/// read, not handed to lavapipe, which would refuse it (`ERROR_INVALID_EXTERNAL_HANDLE`).
+#[test]
+fn a_read_only_share_is_detiled_on_the_gpu() {
+    let (linear, tiled, planes) = samsung_nv12(52);
+    let sealed = common::memfd_with(&tiled);
+    // Without O_CLOEXEC, so that the child inherits it.
+    let path = format!("/proc/self/fd/{}", sealed.as_raw_fd());
+    let fd = rustix::fs::open(path.as_str(), rustix::fs::OFlags::RDONLY, rustix::fs::Mode::empty()).expect("re-open read-only");
+    let stdout = import_samsung(&fd, planes, &linear, "gpu", &[]);
+    assert!(stdout.contains("path: detile samsung-64x32 on the GPU, its planes read into dmabridge's memory first"), "{stdout}");
+    let stdout = import_samsung(&fd, planes, &linear, "cpu", &[]);
+    assert!(stdout.contains("path: detile samsung-64x32 on the CPU, its planes mapped read-only"), "{stdout}");
 }
 
 #[test]

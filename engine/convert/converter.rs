@@ -15,7 +15,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use ash::vk;
-use dmabridge_interop::dmabuf::{check_import, CheckedImport, DmaBuf, FileId, ImportCheckError, ImportFacts, ReadError};
+use dmabridge_interop::dmabuf::{check_import_with, CheckedImport, DmaBuf, FileId, ImportCheckError, ImportFacts, ReadError};
 use dmabridge_interop::negotiate::ConversionKind;
 use dmabridge_interop::tiling::gpu::{
     plane_dispatches, rgb_to_nv12_dispatch, tiled_yuv_to_rgb_dispatch, ColourPushConstants, Dispatch, GpuParamError,
@@ -36,7 +36,8 @@ use crate::resources::memory::MemoryError;
 use crate::convert::shaders::{COLOUR_SPV, TILE_SPV};
 use crate::resources::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
 use crate::resources::transfer::READBACK_TIMEOUT;
-use crate::Engine;
+use crate::dmabuf::import::{not_mappable, ImportOptions};
+use crate::{ConvertPath, Engine};
 
 /// Why a GPU conversion failed.
 #[derive(Debug, thiserror::Error)]
@@ -98,6 +99,100 @@ pub enum ConvertError {
     /// A step of a copy plan that this device cannot do.
     #[error("plan step {index} ('{step}'): {source}")]
     PlanStep { index: usize, step: String, source: Box<ConvertError> },
+    /// The caller required zero-copy ([`ImportOptions::require_zero_copy`]) and the
+    /// dma-buf's planes must be read into dmabridge's memory before the detile (the reason
+    /// is the import path's: a file that can shrink, or a read-only fd the driver would map
+    /// writable).
+    #[error("zero-copy detile is not possible: {0}")]
+    NotZeroCopy(String),
+    /// A plane's file could not be imported for the GPU to read it in place.
+    #[error("plane {plane}: cannot import its file: {source}")]
+    Import { plane: usize, source: BufferError },
+    /// A storage buffer the shaders would address past the device's
+    /// `maxStorageBufferRange` (a frame too large for the compute path on this device; the
+    /// CPU path has no such limit).
+    #[error("the {what} spans {bytes} bytes, more than the {max} bytes a storage buffer binding may span on this device (maxStorageBufferRange)")]
+    BindingTooLarge { what: String, bytes: u64, max: u64 },
+}
+
+impl ConvertError {
+    /// Whether the error is the path's own (the device cannot run the conversion that way:
+    /// its limits, its memory, its driver), not the input's or the caller's: what the cost
+    /// model sets a path aside for ([`Converter::convert_frame`]).
+    pub(crate) fn is_path_failure(&self) -> bool {
+        match self {
+            ConvertError::Params(_)
+            | ConvertError::Compute(_)
+            | ConvertError::Buffer(_)
+            | ConvertError::Memory(_)
+            | ConvertError::Vk(_)
+            | ConvertError::Submit(_)
+            | ConvertError::PathUnavailable { .. }
+            | ConvertError::BindingTooLarge { .. } => true,
+            ConvertError::PlanStep { source, .. } => source.is_path_failure(),
+            ConvertError::Tiling(_)
+            | ConvertError::InputSize { .. }
+            | ConvertError::NotTiled(_)
+            | ConvertError::Check(_)
+            | ConvertError::TiledStride { .. }
+            | ConvertError::TilesPastEndOfFd { .. }
+            | ConvertError::Read { .. }
+            | ConvertError::Frame(_)
+            | ConvertError::Map { .. }
+            | ConvertError::Plan(_)
+            | ConvertError::NotZeroCopy(_)
+            | ConvertError::Import { .. } => false,
+        }
+    }
+}
+
+/// Where a dma-buf detile ran and how it reached the tiled bytes: what
+/// [`Converter::detile_dmabuf`] and [`Converter::detile_dmabuf_into`] report, so
+/// that a tool says what happened, not what was meant to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DetileRun {
+    /// The buffer's tiled layout.
+    pub layout: TileLayout,
+    /// Where the detile ran: [`ConvertPath::Cpu`] or [`ConvertPath::Gpu`] (the compute
+    /// shader: a dma-buf's tiles have no copy-command path).
+    pub path: ConvertPath,
+    /// How the tiled bytes were reached.
+    pub source: DetileSource,
+}
+
+/// How a detile reached a dma-buf's tiled bytes, decided by the import path's rules
+/// (`ImportOptions`, the fd classes, and whether the driver imports by mapping).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DetileSource {
+    /// In place: on the GPU, every file imported as a storage buffer the shader reads
+    /// (zero-copy); on the CPU, every plane mapped read-only.
+    InPlace,
+    /// Read into dmabridge's memory first (`pread`; a dma-buf through a guarded read-only
+    /// mapping): a file that can shrink, or, on the GPU, a read-only fd that the driver would
+    /// map writable. The import path's [`crate::ImportPath::ReadCopy`].
+    Read,
+}
+
+impl std::fmt::Display for DetileRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let how = match (self.path, self.source) {
+            (ConvertPath::Cpu, DetileSource::InPlace) => "its planes mapped read-only",
+            (ConvertPath::Cpu, DetileSource::Read) => "its planes read with pread (a file that can shrink)",
+            (_, DetileSource::InPlace) => "its planes imported in place (zero-copy)",
+            (_, DetileSource::Read) => "its planes read into dmabridge's memory first (a file that can shrink, or a read-only fd)",
+        };
+        let on = if self.path == ConvertPath::Cpu { "CPU" } else { "GPU" };
+        write!(f, "detile {} on the {on}, {how}", self.layout)
+    }
+}
+
+/// A dma-buf detiled into a new buffer ([`Converter::detile_dmabuf`]).
+#[derive(Debug)]
+pub struct Detiled {
+    /// The frame, planes tightly packed and concatenated.
+    pub buffer: GpuBuffer,
+    /// What ran.
+    pub run: DetileRun,
 }
 
 /// A buffer a conversion reads or writes: dmabridge's own or one over a dma-buf's memory.
@@ -187,6 +282,11 @@ const MAX_COPY_REGIONS: usize = 1 << 17;
 /// Descriptor sets one recording may use (a detile of a 4-plane dma-buf; tiled -> tiled: two).
 const MAX_SETS: u32 = 4;
 
+/// Bytes a binding may span past what its shaders address: bindings cover the whole
+/// `VkBuffer` (`VK_WHOLE_SIZE`), and a [`GpuBuffer`] is rounded up past its usable length
+/// (by at most 79 bytes: the shaders read whole 16-byte groups at a plane's end).
+const BINDING_SLACK: u64 = 80;
+
 /// The tiles of `p` as copy blocks, when copy commands beat the compute shader on them:
 /// layouts whose bytes are row-major inside each tile, with tiles at least 32 bytes wide
 /// (narrower ones cost more per region than they save), on a plane no wider or taller than
@@ -227,6 +327,8 @@ pub struct Converter {
     tile: ComputePipeline,
     colour: ComputePipeline,
     contexts: Mutex<Vec<Context>>,
+    /// `maxStorageBufferRange`: the most bytes one binding may span.
+    max_storage_range: u64,
 }
 
 impl std::fmt::Debug for Converter {
@@ -251,7 +353,20 @@ impl Converter {
             std::mem::size_of::<ColourPushConstants>() as u32,
             1,
         )?;
-        Ok(Converter { engine: engine.clone(), tile, colour, contexts: Mutex::new(Vec::new()) })
+        // SAFETY: a plain query of this engine's physical device.
+        let limits = unsafe { engine.instance().get_physical_device_properties(engine.physical_device()) }.limits;
+        Ok(Converter { engine: engine.clone(), tile, colour, contexts: Mutex::new(Vec::new()), max_storage_range: u64::from(limits.max_storage_buffer_range) })
+    }
+
+    /// Refuses a storage-buffer binding whose shaders address `bytes` from its start where
+    /// the device cannot bind that many (`maxStorageBufferRange`,
+    /// VUID-VkWriteDescriptorSet-descriptorType-00333): before anything is recorded, so the
+    /// driver never sees it.
+    fn check_binding(&self, what: &str, bytes: u64) -> Result<(), ConvertError> {
+        if bytes.saturating_add(BINDING_SLACK) > self.max_storage_range {
+            return Err(ConvertError::BindingTooLarge { what: what.to_owned(), bytes, max: self.max_storage_range });
+        }
+        Ok(())
     }
 
     pub fn engine(&self) -> &Engine {
@@ -348,11 +463,16 @@ impl Converter {
     }
 
     /// Records one dispatch of the colour shader over `bindings` (its three storage
-    /// buffers, in binding order), followed by a barrier for what reads its output.
+    /// buffers, in binding order, each with the bytes `d` addresses in it from its start),
+    /// followed by a barrier for what reads its output.
     ///
     /// # Safety
     /// As [`Converter::record_planes`], for the bound buffers, which hold what `d` addresses.
-    pub(crate) unsafe fn record_colour(&self, cmd: vk::CommandBuffer, bindings: [vk::Buffer; 3], d: Dispatch<ColourPushConstants>, until: Completion) -> Result<(), ConvertError> {
+    pub(crate) unsafe fn record_colour(&self, cmd: vk::CommandBuffer, bindings: [(vk::Buffer, u64); 3], d: Dispatch<ColourPushConstants>, until: Completion) -> Result<(), ConvertError> {
+        for (i, (_, span)) in bindings.iter().enumerate() {
+            self.check_binding(&format!("colour shader's binding {i}"), *span)?;
+        }
+        let bindings = bindings.map(|(b, _)| b);
         let ctx = self.take_context()?;
         let result = self.set(&ctx, &self.colour, &bindings).and_then(|set| {
             // SAFETY: the caller's contract.
@@ -390,8 +510,9 @@ impl Converter {
         let end = rgb.stride.saturating_mul(u64::from(height).saturating_sub(1)).saturating_add(rgb.offset).saturating_add(row);
         need(&format!("{to} {width}x{height} destination"), end, dst.byte_len())?;
         let d = tiled_yuv_to_rgb_dispatch(layout, from, to, matrix, range, width, height, tiled_base, rgb)?;
+        let src_span = tiled_base.saturating_add(g.size);
         // SAFETY: the caller's contract; the buffers hold the frame (checked above).
-        unsafe { self.record_colour(cmd, [src.vk_buffer(), src.vk_buffer(), dst.vk_buffer()], d, until) }
+        unsafe { self.record_colour(cmd, [(src.vk_buffer(), src_span), (src.vk_buffer(), src_span), (dst.vk_buffer(), end)], d, until) }
     }
 
     /// Records the conversion of every plane between a tiled buffer (`tiled`, starting at
@@ -454,6 +575,9 @@ impl Converter {
                 }
             }
             if !compute.is_empty() {
+                self.check_binding(&format!("{layout} {fourcc} tiled buffer"), tiled_base.saturating_add(geometry.size))?;
+                let linear_span = geometry.planes.iter().zip(planes).map(|(p, l)| linear_span(p, l)).max().unwrap_or(0);
+                self.check_binding(&format!("{fourcc} linear buffer"), linear_span)?;
                 let set = if to_tiled { self.set(&ctx, &self.tile, &[linear, tiled])? } else { self.set(&ctx, &self.tile, &[tiled, linear])? };
                 // SAFETY: the caller's contract.
                 unsafe { self.record(cmd, &self.tile, set, &compute, until)? };
@@ -670,16 +794,13 @@ impl Converter {
     /// One dispatch of the colour shader over `bindings` (its three storage buffers, in
     /// binding order), on the engine's queue, waited for; `buffers` are the owners of those
     /// bindings, kept alive until the GPU is done with them.
-    fn colour_and_wait(&self, bindings: &[vk::Buffer; 3], d: Dispatch<ColourPushConstants>, buffers: [&GpuBuffer; 2]) -> Result<(), ConvertError> {
+    fn colour_and_wait(&self, bindings: [&GpuBuffer; 3], d: Dispatch<ColourPushConstants>) -> Result<(), ConvertError> {
         self.run_and_wait(|cmd, until| {
-            let ctx = self.take_context()?;
-            let result = self.set(&ctx, &self.colour, bindings).and_then(|set| {
-                // SAFETY: the engine's own command buffer, recording; every bound buffer is
-                // tracked below (VUID-vkDestroyBuffer-buffer-00922).
-                unsafe { self.record(cmd, &self.colour, set, &[d], until) }
-            });
-            self.return_context(ctx, until);
-            for b in buffers {
+            // SAFETY: the engine's own command buffer, recording; every bound buffer is
+            // tracked below (VUID-vkDestroyBuffer-buffer-00922), and holds what `d` addresses
+            // (its caller sized it so).
+            let result = unsafe { self.record_colour(cmd, bindings.map(|b| (b.buffer(), b.len())), d, until) };
+            for b in bindings {
                 b.track(until);
             }
             result
@@ -760,7 +881,7 @@ impl Converter {
         let d = tiled_yuv_to_rgb_dispatch(layout, from, to, matrix, range, width, height, 0, rgb)?;
         let src = GpuBuffer::from_bytes(&self.engine, &input[..g.size as usize])?;
         let dst = GpuBuffer::new(&self.engine, rgb_len, BufferLocation::Readback)?;
-        self.colour_and_wait(&[src.buffer(), src.buffer(), dst.buffer()], d, [&src, &dst])?;
+        self.colour_and_wait([&src, &src, &dst], d)?;
         Ok(dst.bytes()?.to_vec())
     }
 
@@ -781,7 +902,7 @@ impl Converter {
         let d = rgb_to_nv12_dispatch(from, matrix, range, width, height, rgba, &aligned)?;
         let src = GpuBuffer::from_bytes(&self.engine, &input[..rgba_len as usize])?;
         let dst = GpuBuffer::new(&self.engine, aligned_len, BufferLocation::Readback)?;
-        self.colour_and_wait(&[dst.buffer(), dst.buffer(), src.buffer()], d, [&src, &dst])?;
+        self.colour_and_wait([&dst, &dst, &src], d)?;
         let mut out = vec![0u8; nv12_len as usize];
         let bytes = dst.bytes()?;
         for (plane, (from, to)) in aligned.iter().zip(&packed).enumerate() {
@@ -808,30 +929,50 @@ impl Converter {
     }
 
     /// Detiles a dma-buf whose modifier names a layout dmabridge converts (samsung-64x32,
-    /// NVIDIA block linear, ...) into `dst`, planes at `planes`: the copy fallback for a
-    /// producer whose tiling no consumer samples. Returns at once; `dst` is the caller's to
-    /// read once the submission is done.
+    /// NVIDIA block linear, ...) into `dst`, planes at `planes`, on the GPU: the copy
+    /// fallback for a producer whose tiling no consumer samples. Returns at once; `dst` is
+    /// the caller's to read once the submission is done.
+    ///
+    /// The buffer is reached as [`Engine::import_dmabuf_with`] would reach it, under the
+    /// same `import` options and the same rule: files that cannot shrink (a dma-buf, a
+    /// sealed memfd, a regular file `import.trust` vouches for) are imported in place, unless
+    /// their fds are read-only and the driver imports by mapping (a read-only share); the
+    /// rest are read into dmabridge's memory first, or refused with
+    /// [`ConvertError::NotZeroCopy`] (or the check's `NotFixedSize`) when
+    /// `import.require_zero_copy`. `import.negotiated` is an image use, and the detile makes
+    /// no image: it is not consulted. The returned [`DetileRun`] says which way it went.
     ///
     /// The descriptor's fds are borrowed (dups go to Vulkan). Nothing reaches the driver
     /// before the layout checks, plus two that tiling adds: each stride must be the plane's
     /// padded row of whole tiles, and the padded tiles must lie inside the fd.
-    pub fn detile_dmabuf_into(&self, buf: &DmaBuf, dst: &GpuBuffer, planes: &[PlaneLayout], options: SubmitOptions) -> Result<(TileLayout, Submission), ConvertError> {
-        let (tile, g, checked) = self.check_tiled_dmabuf(buf, planes)?;
-        self.detile_checked_on_gpu(buf, (tile, &g, &checked), dst, planes, options)
+    pub fn detile_dmabuf_into(
+        &self,
+        buf: &DmaBuf,
+        dst: &GpuBuffer,
+        planes: &[PlaneLayout],
+        import: ImportOptions,
+        submit: SubmitOptions,
+    ) -> Result<(DetileRun, Submission), ConvertError> {
+        let checked = self.check_tiled_dmabuf(buf, planes, import)?;
+        self.detile_checked_on_gpu(&checked, dst, planes, import, submit)
     }
 
-    /// The layout checks of a tiled dma-buf (see [`Converter::detile_dmabuf_into`]), and
-    /// that `planes` fit a linear destination.
-    fn check_tiled_dmabuf<'a>(&self, buf: &'a DmaBuf, planes: &[PlaneLayout]) -> Result<(TileLayout, dmabridge_interop::tiling::TiledGeometry, CheckedImport<'a>), ConvertError> {
+    /// The layout checks of a tiled dma-buf (see [`Converter::detile_dmabuf_into`]),
+    /// under `import`'s trust and zero-copy requirement, and that `planes` fit a linear
+    /// destination.
+    fn check_tiled_dmabuf<'a>(&self, buf: &'a DmaBuf, planes: &[PlaneLayout], import: ImportOptions) -> Result<CheckedTiled<'a>, ConvertError> {
         let layout = buf.layout();
         let tile = layout.modifier().and_then(TileLayout::from_modifier).filter(|t| *t != TileLayout::Linear).ok_or(ConvertError::NotTiled(layout))?;
         let (fourcc, w, h) = (buf.fourcc(), buf.width(), buf.height());
         let g = tiled_size(tile, fourcc, w, h)?;
         let plane_count = format_info(fourcc).map_or(0, |i| i.plane_count());
         let max = self.engine.info().max_image_dimension_2d;
-        let checked = check_import(buf, &|f: Format| {
-            (f == buf.format()).then_some(ImportFacts { memory_plane_count: plane_count, max_width: max, max_height: max, disjoint: true })
-        })?;
+        let checks = dmabridge_interop::dmabuf::ImportOptions { trust: import.trust, require_fixed_size: import.require_zero_copy };
+        let checked = check_import_with(
+            buf,
+            &|f: Format| (f == buf.format()).then_some(ImportFacts { memory_plane_count: plane_count, max_width: max, max_height: max, disjoint: true }),
+            checks,
+        )?;
         for (i, (c, p)) in checked.planes().iter().zip(&g.planes).enumerate() {
             if c.stride != p.padded_width_bytes as u64 {
                 return Err(ConvertError::TiledStride { plane: i, layout: tile, stride: c.stride, expected: p.padded_width_bytes as u64 });
@@ -843,23 +984,29 @@ impl Converter {
         }
         // Planes must fit where the caller wants them.
         dmabridge_interop::tiling::gpu::plane_dispatches(TileLayout::Linear, fourcc, w, h, 0, planes, false)?;
-        Ok((tile, g, checked))
+        Ok(CheckedTiled { tile, geometry: g, checked })
     }
 
+    /// The GPU detile of a checked buffer: imported in place, or read first, as
+    /// [`not_mappable`] (the import path's rule) decides.
     fn detile_checked_on_gpu(
         &self,
-        buf: &DmaBuf,
-        (tile, g, checked): (TileLayout, &dmabridge_interop::tiling::TiledGeometry, &CheckedImport<'_>),
+        t: &CheckedTiled<'_>,
         dst: &GpuBuffer,
         planes: &[PlaneLayout],
-        options: SubmitOptions,
-    ) -> Result<(TileLayout, Submission), ConvertError> {
+        import: ImportOptions,
+        submit: SubmitOptions,
+    ) -> Result<(DetileRun, Submission), ConvertError> {
+        let CheckedTiled { tile, geometry: g, checked } = t;
+        let buf = checked.dmabuf();
         let layout = buf.layout();
         let (fourcc, w, h) = (buf.fourcc(), buf.width(), buf.height());
-        let plane_count = checked.planes().len();
-        if !checked.zero_copy_safe() {
-            // A file that can shrink is never mapped: its tiles are read into memory
-            // dmabridge owns, then detiled from there.
+        let run = |source| DetileRun { layout: *tile, path: ConvertPath::Gpu, source };
+        if let Some(why) = not_mappable(&self.engine, checked) {
+            if import.require_zero_copy {
+                return Err(ConvertError::NotZeroCopy(why));
+            }
+            tracing::debug!(layout = %tile, %fourcc, %why, "detile: the planes are read into dmabridge's memory, not given to the driver");
             let reads: Vec<PlaneRead> = checked
                 .planes()
                 .iter()
@@ -867,31 +1014,39 @@ impl Converter {
                 .enumerate()
                 .map(|(i, (c, p))| PlaneRead { plane: i, file_offset: c.offset, at: p.offset, len: p.size })
                 .collect();
+            // The staging buffer is bound as a whole: refuse one the device cannot bind
+            // before reading anything into it.
+            self.check_binding(&format!("{tile} {fourcc} tiled buffer"), g.size)?;
             let staged = GpuBuffer::read_planes(&self.engine, buf, g.size, &reads).map_err(|e| match e {
                 PlaneReadError::Buffer(e) => ConvertError::Buffer(e),
                 PlaneReadError::NoPlane(_) => ConvertError::NotTiled(layout),
                 PlaneReadError::Read { plane, source } => ConvertError::Read { plane, source },
             })?;
-            let frame = TiledFrame { layout: tile, fourcc, extent: (w, h) };
-            let s = self.detile(frame, &staged, dst, planes, options)?;
-            return Ok((tile, s));
+            let frame = TiledFrame { layout: *tile, fourcc, extent: (w, h) };
+            let s = self.detile(frame, &staged, dst, planes, submit)?;
+            return Ok((run(DetileSource::Read), s));
         }
+        let linear_end = g.planes.iter().zip(planes).map(|(p, l)| linear_span(p, l)).max().unwrap_or(0);
+        self.check_binding(&format!("{fourcc} linear buffer"), linear_end)?;
         // One storage buffer per distinct file, covering every plane in it.
         let mut files: Vec<(FileId, ImportedBuffer)> = Vec::new();
-        let mut plane_file = Vec::with_capacity(plane_count);
+        let mut plane_file = Vec::with_capacity(checked.planes().len());
         for (i, c) in checked.planes().iter().enumerate() {
             let index = match files.iter().position(|(f, _)| *f == c.file) {
                 Some(index) => index,
                 None => {
                     let size = checked.planes().iter().zip(&g.planes).filter(|(o, _)| o.file == c.file).map(|(o, q)| o.offset + q.size).max().unwrap_or(0);
+                    self.check_binding(&format!("file of plane {i}"), size)?;
                     let fd = buf.plane(i).map(|p| p.fd).ok_or(ConvertError::NotTiled(layout))?;
-                    files.push((c.file, ImportedBuffer::import(&self.engine, fd, size, vk::BufferUsageFlags::STORAGE_BUFFER)?));
+                    let imported = ImportedBuffer::import_trusting(&self.engine, fd, size, vk::BufferUsageFlags::STORAGE_BUFFER, import.trust)
+                        .map_err(|source| ConvertError::Import { plane: i, source })?;
+                    files.push((c.file, imported));
                     files.len() - 1
                 }
             };
             plane_file.push(index);
         }
-        let (_, s) = self.engine.submit(options, |cmd, until| {
+        let (_, s) = self.engine.submit(submit, |cmd, until| {
             let ctx = self.take_context()?;
             let result = (|| {
                 for (i, (c, p)) in checked.planes().iter().zip(&g.planes).enumerate() {
@@ -906,45 +1061,77 @@ impl Converter {
                 Ok::<(), ConvertError>(())
             })();
             self.return_context(ctx, until);
-            for (_, f) in &files {
-                f.track(until);
+            // Nothing is submitted when recording failed: the buffers have no use to wait for
+            // (and `dst` stays the caller's to write, for the CPU to detile into instead).
+            if result.is_ok() {
+                for (_, f) in &files {
+                    f.track(until);
+                }
+                dst.track(until);
             }
-            dst.track(until);
             result
         })?;
-        Ok((tile, s))
+        Ok((run(DetileSource::InPlace), s))
     }
 
-    /// [`Converter::detile_dmabuf_into`] a new buffer, planes tightly packed and concatenated,
-    /// waiting for the GPU (at most `timeout`); or, where the cost model picks the CPU, on
-    /// the CPU: fixed-size planes mapped read-only, shrinkable ones read with `pread`, the
-    /// same layout checks first either way.
-    pub fn detile_dmabuf(&self, buf: &DmaBuf, timeout: Duration) -> Result<(GpuBuffer, TileLayout), ConvertError> {
+    /// The CPU detile of a checked buffer into `dst` (planes at `linear`): files that cannot
+    /// shrink mapped read-only (a dma-buf inside its `DMA_BUF_IOCTL_SYNC` bracket; a
+    /// read-only fd maps read-only as well as any), the rest read with `pread`.
+    fn detile_checked_on_cpu(&self, t: &CheckedTiled<'_>, dst: &mut [u8], linear: &[PlaneLayout]) -> Result<DetileRun, ConvertError> {
+        let CheckedTiled { tile, geometry: g, checked } = t;
+        let mut source = DetileSource::InPlace;
+        for (i, ((c, p), l)) in checked.planes().iter().zip(&g.planes).zip(linear).enumerate() {
+            let at_zero = PlaneGeometry { offset: 0, ..*p };
+            if c.class.is_fixed_size() {
+                let map = checked.map_plane(i, p.size).map_err(|e| ConvertError::Map { plane: i, source: e })?;
+                dmabridge_interop::tiling::detile_plane_fast(&at_zero, map.bytes(), dst, *l, 0)?;
+            } else {
+                // The padded tiles, which run past the visible rows the checks measured.
+                let fd = checked.dmabuf().plane(i).ok_or(ConvertError::NotTiled(checked.dmabuf().layout()))?.fd;
+                let bytes = dmabridge_interop::dmabuf::read_at(fd, c.offset, p.size, p.size).map_err(|e| ConvertError::Read { plane: i, source: e })?;
+                dmabridge_interop::tiling::detile_plane_fast(&at_zero, &bytes, dst, *l, 0)?;
+                source = DetileSource::Read;
+            }
+        }
+        Ok(DetileRun { layout: *tile, path: ConvertPath::Cpu, source })
+    }
+
+    /// Detiles a tiled dma-buf into a new buffer, planes tightly packed and concatenated,
+    /// where the cost model says ([`Converter::choose`]): on the GPU as
+    /// [`Converter::detile_dmabuf_into`] does, waiting for it (at most `timeout`), or on
+    /// the CPU, each plane mapped read-only where its file cannot shrink and read with
+    /// `pread` where it can. Either way the buffer goes through the import path's checks and
+    /// rules under `import` first. Where the GPU path the model chose fails for want of
+    /// what the device can do, the model drops it and the CPU detiles the frame (see
+    /// [`Converter::convert_frame`]). The result says what ran.
+    pub fn detile_dmabuf(&self, buf: &DmaBuf, import: ImportOptions, timeout: Duration) -> Result<Detiled, ConvertError> {
         let (fourcc, w, h) = (buf.fourcc(), buf.width(), buf.height());
         let linear = packed_planes(fourcc, w, h)?;
         let mut out = GpuBuffer::new(&self.engine, tiled_size(TileLayout::Linear, fourcc, w, h)?.size, BufferLocation::Readback)?;
-        let (tile, g, checked) = self.check_tiled_dmabuf(buf, &linear)?;
-        let c = FrameConversion::new((tile, fourcc), (TileLayout::Linear, fourcc), w, h);
-        if self.choose(&c, None)?.path == crate::ConvertPath::Cpu {
-            let dst = out.bytes_mut()?;
-            for (i, ((c, p), l)) in checked.planes().iter().zip(&g.planes).zip(&linear).enumerate() {
-                let at_zero = PlaneGeometry { offset: 0, ..*p };
-                if c.class.is_fixed_size() {
-                    let map = checked.map_plane(i, p.size).map_err(|e| ConvertError::Map { plane: i, source: e })?;
-                    dmabridge_interop::tiling::detile_plane_fast(&at_zero, map.bytes(), dst, *l, 0)?;
-                } else {
-                    // The padded tiles, which run past the visible rows the checks measured.
-                    let fd = buf.plane(i).ok_or(ConvertError::NotTiled(buf.layout()))?.fd;
-                    let bytes = dmabridge_interop::dmabuf::read_at(fd, c.offset, p.size, p.size).map_err(|e| ConvertError::Read { plane: i, source: e })?;
-                    dmabridge_interop::tiling::detile_plane_fast(&at_zero, &bytes, dst, *l, 0)?;
-                }
-            }
-            return Ok((out, tile));
+        let checked = self.check_tiled_dmabuf(buf, &linear, import)?;
+        let c = FrameConversion::new((checked.tile, fourcc), (TileLayout::Linear, fourcc), w, h);
+        let choice = self.choose(&c, None)?;
+        if choice.path == ConvertPath::Cpu {
+            let run = self.detile_checked_on_cpu(&checked, out.bytes_mut()?, &linear)?;
+            return Ok(Detiled { buffer: out, run });
         }
-        let (tile, s) = self.detile_checked_on_gpu(buf, (tile, &g, &checked), &out, &linear, SubmitOptions::default())?;
-        s.wait(timeout)?;
-        Ok((out, tile))
+        let run = match self.detile_checked_on_gpu(&checked, &out, &linear, import, SubmitOptions::default()) {
+            Ok((run, s)) => {
+                s.wait(timeout)?;
+                run
+            }
+            Err(error) => self.fall_back(&c, &choice, error, |_| self.detile_checked_on_cpu(&checked, out.bytes_mut()?, &linear))?.0,
+        };
+        Ok(Detiled { buffer: out, run })
     }
+}
+
+/// A tiled dma-buf that passed [`Converter::check_tiled_dmabuf`]: its layout, its tiled
+/// geometry, and the checks' proof.
+struct CheckedTiled<'a> {
+    tile: TileLayout,
+    geometry: dmabridge_interop::tiling::TiledGeometry,
+    checked: CheckedImport<'a>,
 }
 
 impl Drop for Converter {
@@ -954,6 +1141,12 @@ impl Drop for Converter {
             self.engine.shared().retire(last.into_iter().collect(), garbage);
         }
     }
+}
+
+/// The bytes a linear plane `l` of geometry `p` spans from its buffer's start: to the end
+/// of its last visible row.
+fn linear_span(p: &PlaneGeometry, l: &PlaneLayout) -> u64 {
+    l.offset.saturating_add(l.stride.saturating_mul(u64::from(p.rows.saturating_sub(1)))).saturating_add(u64::from(p.width_bytes))
 }
 
 fn need(what: &str, expected: u64, got: u64) -> Result<(), ConvertError> {

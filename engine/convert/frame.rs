@@ -25,7 +25,10 @@ use crate::convert::cost::{fastest, key, Choice, ChoiceReason, ConvertPath, Meas
 
 impl Converter {
     /// The paths that can run `c`: the CPU and the compute shaders always; copy commands
-    /// when a layout step has tiles copy commands can move (wide row-major tiles).
+    /// when a layout step has tiles copy commands can move (wide row-major tiles). The
+    /// compute shaders may still refuse a frame at run time (one larger than the device
+    /// binds, [`ConvertError::BindingTooLarge`]): [`Converter::convert_frame`] then falls
+    /// back, and the cost model drops them for the combination.
     pub fn paths(&self, c: &FrameConversion) -> Result<Vec<ConvertPath>, ConvertError> {
         let steps = c.steps()?;
         let mut paths = vec![ConvertPath::Cpu, ConvertPath::Gpu];
@@ -73,12 +76,15 @@ impl Converter {
 
     /// The fastest runnable path for `c` as measured earlier. A figure for a path that
     /// cannot run `c` here (a cache written for another extent of the class, or by another
-    /// build) is set aside; with none left, `None`.
+    /// build), or that failed the combination at run time in this process, is set aside;
+    /// with none left, `None`.
     fn known_choice(&self, c: &FrameConversion) -> Result<Option<Choice>, ConvertError> {
         let class = SizeClass::of(c.width, c.height);
-        let Some(known) = self.engine().shared().cost.get(&key(c, class)) else { return Ok(None) };
+        let k = key(c, class);
+        let model = &self.engine().shared().cost;
+        let Some(known) = model.get(&k) else { return Ok(None) };
         let runnable = self.paths(c)?;
-        let usable: Vec<Measured> = known.into_iter().filter(|m| runnable.contains(&m.path)).collect();
+        let usable: Vec<Measured> = known.into_iter().filter(|m| runnable.contains(&m.path) && !model.has_failed(&k, m.path)).collect();
         match fastest(&usable) {
             Some(path) => Ok(Some(Choice { path, reason: ChoiceReason::Cached, size_class: class, candidates: usable })),
             None => {
@@ -105,16 +111,27 @@ impl Converter {
         let mut measured = Vec::new();
         // Only what runs both `c` and the sample (copy commands depend on the extent).
         let sample_paths = self.paths(&sample)?;
-        for p in runnable.into_iter().filter(|p| sample_paths.contains(p)) {
+        for p in runnable.into_iter().filter(|p| sample_paths.contains(p) && !model.has_failed(&k, *p)) {
             // One warm-up (pipelines, scratch, page faults), then the best of two.
-            self.convert_frame_into(&sample, p, &input, &mut out)?;
-            let mut best = f64::MAX;
-            for _ in 0..2 {
-                let t = Instant::now();
+            let timed = (|| {
                 self.convert_frame_into(&sample, p, &input, &mut out)?;
-                best = best.min(t.elapsed().as_secs_f64());
+                let mut best = f64::MAX;
+                for _ in 0..2 {
+                    let t = Instant::now();
+                    self.convert_frame_into(&sample, p, &input, &mut out)?;
+                    best = best.min(t.elapsed().as_secs_f64());
+                }
+                Ok::<f64, ConvertError>(best)
+            })();
+            match timed {
+                Ok(best) => measured.push(Measured { path: p, gbps: out_size as f64 / best.max(1e-9) / 1e9 }),
+                // A path the device cannot run on this sample is no candidate; the CPU runs
+                // every sample, so an error there is the conversion's own.
+                Err(e) if p != ConvertPath::Cpu && e.is_path_failure() => {
+                    tracing::warn!(conversion = %c, path = %p, error = %e, "cost model: a path failed its measurement and is no candidate")
+                }
+                Err(e) => return Err(e),
             }
-            measured.push(Measured { path: p, gbps: out_size as f64 / best.max(1e-9) / 1e9 });
         }
         tracing::debug!(conversion = %c, ?measured, "cost model measured");
         model.put(k, measured.clone());
@@ -124,12 +141,63 @@ impl Converter {
 
     /// Converts a whole frame (buffers by the tiled-buffer conventions, linear ones tightly
     /// packed) on `path`, or where [`Converter::choose`] says. Blocks until it is done.
+    ///
+    /// Where the path the cost model chose (measured or cached, not forced) fails for want
+    /// of what the device can do (a limit the measured frames stayed inside, memory, the
+    /// driver: not bad input), the CPU converts the frame, the model drops that path for
+    /// the combination in memory and in its cache file, and the returned [`Choice`] says so
+    /// ([`ChoiceReason::FellBack`], with the path that ran): later frames go to the paths
+    /// that work. The failure is logged (`tracing`, warning).
     pub fn convert_frame(&self, c: &FrameConversion, path: Option<ConvertPath>, input: &[u8]) -> Result<(Vec<u8>, Choice), ConvertError> {
         let choice = self.choose(c, path)?;
         let (_, out_size) = c.sizes()?;
         let mut out = vec![0u8; out_size as usize];
-        self.convert_frame_into(c, choice.path, input, &mut out)?;
-        Ok((out, choice))
+        match self.convert_frame_into(c, choice.path, input, &mut out) {
+            Ok(()) => Ok((out, choice)),
+            Err(error) => {
+                let ((), ran) = self.fall_back(c, &choice, error, |path| self.convert_frame_into(c, path, input, &mut out))?;
+                Ok((out, ran))
+            }
+        }
+    }
+
+    /// After `choice`'s path failed `c` with `error`: where the cost model made the choice
+    /// (not a caller), the path is not the CPU and the error is the path's own
+    /// ([`ConvertError::is_path_failure`]), runs the frame on the CPU with `run`; where that
+    /// works, drops the failed path for `c`'s combination (keeping the CPU's time on this
+    /// frame as its figure where it had none) and returns what `run` returned with the
+    /// choice that ran. Otherwise, or when the CPU fails too (the input is at fault then, and
+    /// the model is left alone), returns `error`.
+    pub(crate) fn fall_back<T>(
+        &self,
+        c: &FrameConversion,
+        choice: &Choice,
+        error: ConvertError,
+        run: impl FnOnce(ConvertPath) -> Result<T, ConvertError>,
+    ) -> Result<(T, Choice), ConvertError> {
+        if choice.reason == ChoiceReason::Forced || choice.path == ConvertPath::Cpu || !error.is_path_failure() {
+            return Err(error);
+        }
+        let t = Instant::now();
+        let ran = match run(ConvertPath::Cpu) {
+            Ok(ran) => ran,
+            Err(cpu) => {
+                tracing::debug!(conversion = %c, path = %choice.path, %error, %cpu, "the CPU failed the frame too: the input is at fault, the cost model is left alone");
+                return Err(error);
+            }
+        };
+        let secs = t.elapsed().as_secs_f64();
+        let (_, out_size) = c.sizes()?;
+        let cpu = Measured { path: ConvertPath::Cpu, gbps: out_size as f64 / secs.max(1e-9) / 1e9 };
+        let class = SizeClass::of(c.width, c.height);
+        tracing::warn!(
+            conversion = %c,
+            path = %choice.path,
+            %error,
+            "cost model: the path it chose failed at run time; dropped for this combination, and the CPU converted the frame"
+        );
+        let candidates = self.engine().shared().cost.drop_failed(&key(c, class), choice.path, cpu);
+        Ok((ran, Choice { path: ConvertPath::Cpu, reason: ChoiceReason::FellBack { failed: choice.path }, size_class: class, candidates }))
     }
 
     /// Converts a whole frame on exactly `path`, into `out` (at least the output frame's

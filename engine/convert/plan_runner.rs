@@ -138,9 +138,10 @@ impl Converter {
             Step::YuvToRgb { layout, from, to } => {
                 let rgb = PlaneLayout::linear(0, u64::from(w) * 4, h);
                 let d = tiled_yuv_to_rgb_dispatch(layout, from, to, matrix, range, w, h, 0, rgb)?;
+                let (src_span, dst_span) = (tiled_size(layout, from, w, h)?.size, rgb.size);
                 // SAFETY: the caller's contract; `src` holds the frame the dispatch reads and
                 // `dst` the packed RGB frame it writes (the plan's sizes, checked).
-                unsafe { self.record_colour(cmd, [src, src, dst], d, until) }
+                unsafe { self.record_colour(cmd, [(src, src_span), (src, src_span), (dst, dst_span)], d, until) }
             }
             // SAFETY: the caller's contract.
             Step::RgbToNv12 { from } => unsafe { self.record_rgb_to_nv12(cmd, from, (matrix, range), (w, h), src, dst, scratch, until) },
@@ -175,13 +176,15 @@ impl Converter {
         let rows = [u64::from(h), u64::from(h).div_ceil(2)];
         if w % 4 == 0 {
             let d = rgb_to_nv12_dispatch(from, matrix, range, w, h, rgba, &packed)?;
+            let nv12 = tiled_size(TileLayout::Linear, Fourcc::NV12, w, h)?.size;
             // SAFETY: the caller's contract.
-            return unsafe { self.record_colour(cmd, [dst, dst, src], d, until) };
+            return unsafe { self.record_colour(cmd, [(dst, nv12), (dst, nv12), (src, rgba.size)], d, until) };
         }
         let stride = u64::from(w).div_ceil(4) * 4;
         let aligned = [PlaneLayout::linear(0, stride, h), PlaneLayout::linear(stride * rows[0], stride, h.div_ceil(2))];
         let d = rgb_to_nv12_dispatch(from, matrix, range, w, h, rgba, &aligned)?;
-        let mid = GpuBuffer::new(self.engine(), stride * (rows[0] + rows[1]), BufferLocation::DeviceLocal)?;
+        let mid_len = stride * (rows[0] + rows[1]);
+        let mid = GpuBuffer::new(self.engine(), mid_len, BufferLocation::DeviceLocal)?;
         mid.track(until);
         let regions: Vec<vk::BufferCopy> = aligned
             .iter()
@@ -194,7 +197,7 @@ impl Converter {
         // SAFETY: the caller's contract; `mid` is this engine's buffer, tracked until `until`,
         // and holds the aligned planes; the regions lie inside `mid` and the packed frame.
         unsafe {
-            self.record_colour(cmd, [mid.buffer(), mid.buffer(), src], d, until)?;
+            self.record_colour(cmd, [(mid.buffer(), mid_len), (mid.buffer(), mid_len), (src, rgba.size)], d, until)?;
             self.record_copy(cmd, mid.buffer(), dst, &regions);
         }
         scratch.push(mid);

@@ -518,8 +518,20 @@ impl Building<'_> {
 /// mapping; a dma-buf is, by a driver that [`imports_by_mapping`](crate::DeviceInfo::imports_by_mapping)
 /// (lavapipe refuses an `O_RDONLY` dma-buf on Linux 6.12, found in the kernel lab).
 fn mappable(engine: &Engine, checked: &CheckedImport<'_>) -> bool {
+    not_mappable(engine, checked).is_none()
+}
+
+/// Why the planes may not be given to the driver ([`mappable`]), or `None` where they may:
+/// the one rule of every import of a caller's fd, the image import's and the detile's
+/// ([`crate::Converter::detile_dmabuf`]) alike. Where it says why, the bytes are read
+/// into dmabridge's memory instead, or a caller that requires zero-copy is told why not.
+pub(crate) fn not_mappable(engine: &Engine, checked: &CheckedImport<'_>) -> Option<String> {
+    if !checked.zero_copy_safe() {
+        return Some(not_fixed(checked));
+    }
     let maps = engine.info().imports_by_mapping();
-    checked.zero_copy_safe() && !(checked.dmabuf().read_only() && checked.planes().iter().any(|p| p.class != FdClass::DmaBuf || maps))
+    (checked.dmabuf().read_only() && checked.planes().iter().any(|p| p.class != FdClass::DmaBuf || maps))
+        .then(|| "its fds are read-only, and the driver maps an imported file writable".to_owned())
 }
 
 impl Engine {
@@ -576,13 +588,7 @@ impl Engine {
                 },
                 checks,
             )?;
-            let why_not = || {
-                if checked.zero_copy_safe() {
-                    "its fds are read-only, and the driver maps an imported file writable".to_owned()
-                } else {
-                    not_fixed(&checked)
-                }
-            };
+            let why_not = || not_mappable(self, &checked).unwrap_or_default();
             if mappable(self, &checked) {
                 self.import_explicit(&checked, entry, usage, options.trust)
             } else if options.require_zero_copy {

@@ -94,6 +94,8 @@ const DRM_IOCTL_VGEM_FENCE_SIGNAL: Opcode = opcode::write::<FenceSignal>(b'd', D
 const VGEM_FENCE_WRITE: u32 = 1;
 /// `DRM_CLOEXEC | DRM_RDWR` (`O_CLOEXEC | O_RDWR`).
 const PRIME_FLAGS: u32 = 0o2_000_000 | 0o2;
+/// `DRM_CLOEXEC` alone: the dma-buf's file is `O_RDONLY`.
+const PRIME_FLAGS_READ_ONLY: u32 = 0o2_000_000;
 
 /// The vgem device's primary node (dumb buffers are not allowed on render nodes).
 pub struct Vgem {
@@ -156,7 +158,20 @@ impl Vgem {
     /// caller owns it. For an object imported from a dma-buf the kernel hands back that
     /// dma-buf itself (a new fd of the same file), not a new one.
     pub fn export_handle(&self, handle: u32) -> io::Result<OwnedFd> {
-        let mut arg = PrimeHandle { handle, flags: PRIME_FLAGS, fd: -1 };
+        self.export_with(handle, PRIME_FLAGS)
+    }
+
+    /// The buffer as a read-only dma-buf (PRIME without `DRM_RDWR`: an `O_RDONLY` file, which
+    /// nobody holding it can map writable), close-on-exec; the caller owns it. The first
+    /// export of an object makes its dma-buf, and later exports hand back the same file, so
+    /// this must come first; the test writes the buffer through the card
+    /// ([`Vgem::map_offset`]).
+    pub fn export_read_only(&self, buffer: &DumbBuffer) -> io::Result<OwnedFd> {
+        self.export_with(buffer.handle, PRIME_FLAGS_READ_ONLY)
+    }
+
+    fn export_with(&self, handle: u32, flags: u32) -> io::Result<OwnedFd> {
+        let mut arg = PrimeHandle { handle, flags, fd: -1 };
         // SAFETY: the opcode is DRM_IOWR(0x2d, struct drm_prime_handle) and `arg` is that
         // struct (#[repr(C)], 12 bytes), borrowed mutably for the call only.
         unsafe { ioctl(&self.card, Updater::<DRM_IOCTL_PRIME_HANDLE_TO_FD, _>::new(&mut arg)) }?;

@@ -12,7 +12,8 @@
 //!   a frame damaged after decoding is caught by both peers.
 //! - Hostile peers: a stopped consumer is named within the peer timeout; a killed consumer
 //!   (either demo) is named with its pid and the signal; a killed late-joining recorder is
-//!   reported in summary.json while the decoder and the consumer finish the stream.
+//!   reported in summary.json while the decoder and the consumer finish the stream, and so
+//!   is a stopped one (named stopped, with its pid), which the decoder kills and reaps.
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
@@ -234,7 +235,7 @@ fn the_consumer_refuses_fds_it_was_not_given() {
 struct Consumer {
     child: std::process::Child,
     /// Kept open: a closed buffer socket would end the consumer for another reason.
-    _buffers: std::os::fd::OwnedFd,
+    buffers: std::os::fd::OwnedFd,
     control: std::os::fd::OwnedFd,
 }
 
@@ -261,7 +262,7 @@ impl Consumer {
         }
         let child = cmd.spawn().expect("spawn demo-consumer");
         drop((b_theirs, c_theirs));
-        Consumer { child, _buffers: buffers, control }
+        Consumer { child, buffers, control }
     }
 
     fn send(&self, json: &str) {
@@ -307,6 +308,44 @@ fn a_hostile_producer_gets_a_clear_error_from_the_consumer_not_a_panic() {
         assert!(stderr.contains(expect), "{bad}: {stderr}");
         assert!(!stderr.contains("panicked"), "{stderr}");
     }
+}
+
+#[test]
+fn a_producer_whose_fence_is_no_sync_file_is_named_and_cannot_wedge_the_consumer() {
+    use dmabridge::interop::dmabuf::wire::{self, BufferMsg, Message};
+    use dmabridge::interop::dmabuf::{sealed_memfd_of_size, send_raw, DmaBuf, PlaneDesc};
+    use dmabridge::interop::{Fourcc, Layout, Modifier};
+    use std::os::fd::AsFd;
+    // In the kernel lab the consumer's device has sync_file (the mode it would wedge: its
+    // queue waited for the "fence"); elsewhere the fence is refused all the same.
+    let lab = std::env::var("DMABRIDGE_TEST_CONFIG").is_ok_and(|c| c == "kernel");
+    let sync = if lab { "sync-file" } else { "cpu-wait" };
+    let consumer = Consumer::start("5");
+    consumer.send(&format!(
+        r#"{{"type":"start","mode":"zero-copy","fourcc":"AR24","width":64,"height":64,"frames":1,"pool":1,"sample_every":1,"sync":"{sync}"}}"#
+    ));
+    let fd = sealed_memfd_of_size("frame", 64 * 64 * 4).expect("memfd");
+    let buf = DmaBuf::new(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 64, 64, vec![PlaneDesc { fd, offset: 0, stride: 256 }]).expect("descriptor");
+    // An eventfd nobody writes: an anonymous inode like a sync_file, and it never signals.
+    let fence = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).expect("eventfd");
+    let msg = Message::Buffer(BufferMsg {
+        id: 0,
+        fourcc: buf.fourcc(),
+        layout: buf.layout(),
+        width: 64,
+        height: 64,
+        read_only: buf.read_only(),
+        disjoint: buf.disjoint(),
+        planes: buf.plane_layouts(),
+        acquire_fence: true,
+    });
+    let fds: Vec<_> = buf.planes().map(|p| p.fd).chain([fence.as_fd()]).collect();
+    send_raw(consumer.buffers.as_fd(), &wire::encode(&msg).expect("encode"), &fds).expect("send");
+    let (limit, bound) = if lab { (120, 60) } else { (20, 10) };
+    let (code, stderr, took) = consumer.finish(Duration::from_secs(limit));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("the producer") && stderr.contains("sent a fence that broke its promise") && stderr.contains("not a sync_file"), "{stderr}");
+    assert!(took < Duration::from_secs(bound), "{took:?}");
 }
 
 #[test]
@@ -431,6 +470,70 @@ fn a_killed_late_joiner_is_reported_and_the_stream_goes_on() {
     }
     assert_eq!(s["leaked_fds"], serde_json::json!({"decoder": 0, "consumer": 0, "recorder": null}), "{s}");
     let _ = std::fs::remove_dir_all(&out);
+}
+
+/// A late-joining recorder that is stopped (SIGSTOP: alive, holding its buffers and its
+/// token, silent) mid-stream is a lost late joiner, not the end of the stream: once the
+/// peer timeout passes with the decoder waiting on it alone, the decoder names it (role,
+/// pid, stopped), kills and reaps it, takes its buffers back and decodes on; the consumer
+/// verifies every frame and nothing leaks. Before, the decoder gave up after the timeout
+/// ("the consumer or recorder did not answer", or the collection's bind timing out) and
+/// the demo failed. The timeout is short (3 s; a minute in the kernel lab, where a Vulkan
+/// device takes that long to start). `extra` are more demo flags.
+fn stopped_late_joiner_is_lost(name: &str, extra: &[&str]) {
+    let out = out_dir(name);
+    // Enough frames natively that the stop lands mid-stream; the lab's frames are slow.
+    let (frames, timeout) = if common::in_kernel_lab() { (120, 60) } else { (300, 3) };
+    let (frames_arg, timeout_arg) = (frames.to_string(), timeout.to_string());
+    let mut args = vec!["--late-join-at", "2", "--frames", &frames_arg, "--peer-timeout", &timeout_arg];
+    args.extend_from_slice(extra);
+    let mut demo = start(decoder_command(&out, &args));
+    // Stop the recorder once it has bound the collection and holds its buffers.
+    let recorder = peer_process(&mut demo, &["--role", "recorder"], holds_buffers);
+    signal(&mut demo, recorder, rustix::process::Signal::STOP);
+    let limit = Duration::from_secs(if common::in_kernel_lab() { 900 } else { 120 });
+    let Some((status, stderr, took)) = finish(&mut demo, limit) else {
+        signal(&mut demo, recorder, rustix::process::Signal::KILL);
+        panic!("the decoder hung on its stopped late joiner");
+    };
+    let how = format!("the recorder (pid {recorder}) did not answer within {timeout}s (it was stopped); the decoder ended it: it was killed by signal 9 (SIGKILL)");
+    assert_eq!(status.code(), Some(0), "the stream holds without its late joiner: {stderr}");
+    assert!(stderr.contains("warning: the late joiner was lost at frame") && stderr.contains(&how), "{stderr}");
+    let s = summary(&out);
+    assert_eq!(s["problems"], serde_json::json!([]), "{s}");
+    assert_eq!(s["verified_frames"], frames, "{s}");
+    assert_eq!(s["consumer"]["verified"], frames, "{s}");
+    assert_eq!(s["dropped_frames"], 0, "{s}");
+    assert_eq!(s["reference_errors"], 0, "{s}");
+    let lost = &s["late_joiner"]["lost"];
+    assert_eq!(lost["role"], "recorder", "{s}");
+    assert_eq!(lost["pid"], recorder, "{s}");
+    assert_eq!(lost["reason"], how.as_str(), "{s}");
+    assert!(lost["at_frame"].as_u64().is_some_and(|f| (2..frames).contains(&f)), "lost mid-stream: {s}");
+    for c in s["collections"].as_array().expect("collections") {
+        assert_eq!(c["buffers_released"], true, "{c}");
+    }
+    assert_eq!(s["leaked_fds"], serde_json::json!({"decoder": 0, "consumer": 0, "recorder": null}), "{s}");
+    // Reaped by the decoder, not left stopped (or a zombie) for someone else.
+    assert!(!Path::new(&format!("/proc/{recorder}")).exists(), "the stopped recorder {recorder} is still there");
+    // One or two peer timeouts lost, not more (with room for a loaded host).
+    if !common::in_kernel_lab() {
+        assert!(took < Duration::from_secs(timeout * 6), "{took:?}");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// Stopped while it holds frames: the decoder waits for buffers only the recorder holds.
+#[test]
+fn a_stopped_late_joiner_is_named_killed_and_the_stream_goes_on() {
+    stopped_late_joiner_is_lost("decoder-late-stopped", &[]);
+}
+
+/// Stopped as the stream changes resolution: the new collection's allocation waits for
+/// the recorder's bind (its token there is dispensable), or the decoder for its releases.
+#[test]
+fn a_late_joiner_stopped_at_a_resolution_change_is_lost_and_the_new_collection_allocates() {
+    stopped_late_joiner_is_lost("decoder-late-stopped-change", &["--resolution-change-at", "3"]);
 }
 
 fn bench(extra: &[&str]) -> Output {

@@ -922,6 +922,67 @@ fn a_dispensable_holder_that_breaks_the_rules_is_dropped_and_the_others_allocate
     assert_eq!(c.take_events().len(), 2, "both hear");
 }
 
+/// A non-dispensable holder whose list reconciles only with a dispensable one's help (issue
+/// 43): a display that accepts any format at any size and only reads, rooted in the
+/// collection, and a dispensable decoder, the only writer, the only one to name a format
+/// and to bound the extent. A second dispensable holder breaks the reconcile (a min size
+/// over the limit). As in sysmem, the live dispensable decoder's list counts in the
+/// allocation like any other: the breaker fails alone, whether its token comes before the
+/// helper's or after, and the display and the decoder allocate. Before, the display's list
+/// had to reconcile alone, which it cannot, so everyone failed over the breaker's list.
+/// When the helper is itself the breaker, it fails alone with its own conflict and the rest
+/// fail with what they then lack (nobody writes): the display cannot allocate by itself.
+#[test]
+fn a_holder_that_reconciles_only_with_a_dispensable_ones_help_allocates_without_the_breaker() {
+    let _g = lock();
+    let display = || Participant::any_format("display").constrain(|c| c.read_only = true).with_usage(Usage::SAMPLE);
+    let decoder = || part("decoder", Fourcc::NV12, 2);
+    let greedy = || part("greedy", Fourcc::NV12, 1).constrain(|c| c.min_size = 1 << 40);
+    for breaker_first in [true, false] {
+        let (mut c, root) = Collection::new("frames").unwrap();
+        let (g, d) = if breaker_first {
+            let g = c.duplicate(root, Rights::default(), true, "greedy").unwrap();
+            (g, c.duplicate(root, Rights::default(), true, "decoder").unwrap())
+        } else {
+            let d = c.duplicate(root, Rights::default(), true, "decoder").unwrap();
+            (c.duplicate(root, Rights::default(), true, "greedy").unwrap(), d)
+        };
+        c.bind(root, display()).unwrap();
+        c.bind(g, greedy()).unwrap();
+        let Progress::Allocate(r) = c.bind(d, decoder()).unwrap() else {
+            panic!("the display and its helper allocate (breaker first: {breaker_first}): {:?}", c.progress());
+        };
+        assert_eq!(r.participants, ["display", "decoder"], "reconciled without the breaker");
+        assert_eq!((r.format, r.width, r.height), (Format::linear(Fourcc::NV12), 64, 48), "the helper's format and extent");
+        let evs = c.take_events();
+        assert_eq!(evs.len(), 1, "only the breaker hears: {evs:?}");
+        let Event::Failed(f) = &events_for(&evs, g)[0] else { panic!("{evs:?}") };
+        assert_eq!(f.participant, "greedy");
+        assert!(f.reason.contains(&format!("{MAX_BUFFER_BYTES}-byte limit")), "{f}");
+        assert_eq!(c.allocate_with(&mut SystemAllocator::new("t")), Progress::Allocated);
+        for t in [root, d] {
+            assert_eq!(c.buffers_for(t).unwrap().len(), 2, "{t}");
+        }
+        assert!(c.buffers_for(root).unwrap().iter().all(|b| b.read_only()), "the display reads only");
+    }
+
+    // The helper breaks the reconcile itself: it fails alone, told its own conflict; without
+    // it nobody writes, and that is everyone's failure.
+    let (mut c, root) = Collection::new("frames").unwrap();
+    let d = c.duplicate(root, Rights::default(), true, "decoder").unwrap();
+    c.bind(root, display()).unwrap();
+    let Progress::Failed(f) = c.bind(d, decoder().constrain(|c| c.min_size = 1 << 40)).unwrap() else {
+        panic!("the display cannot allocate alone: {:?}", c.progress());
+    };
+    assert_eq!(f.participant, "display");
+    assert!(f.reason.contains("nobody produces the content"), "{f}");
+    let evs = c.take_events();
+    let Event::Failed(own) = &events_for(&evs, d)[0] else { panic!("{evs:?}") };
+    assert!(own.participant == "decoder" && own.reason.contains(&format!("{MAX_BUFFER_BYTES}-byte limit")), "{own}");
+    assert_eq!(events_for(&evs, root), vec![Event::Failed(f)]);
+    assert_eq!(evs.len(), 2, "{evs:?}");
+}
+
 /// The same over sockets: a dispensable holder over a collection's own (lower) size limit
 /// gets a typed Failed naming the limit at its bind; the others get their buffers.
 #[test]

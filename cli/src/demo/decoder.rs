@@ -19,11 +19,21 @@
 //! - `--late-join-at N`: a third process, a read-only recorder, is started at frame N; its
 //!   token is attached to the running collection (sysmem AttachToken), judged against the
 //!   existing buffers, and it verifies every frame from then on. A late joiner's failure is
-//!   its own: if the recorder dies, hangs up or breaks the protocol, the decoder reaps it,
+//!   its own: if the recorder dies, hangs up, breaks the protocol or stops answering (a
+//!   SIGSTOP, a hang), the decoder reaps it (killing one that still runs, stopped or not),
 //!   takes back the buffers it held (its tokens fail with its process, and the collection
-//!   drops a late-attached sub-tree alone), reports the loss (`late_joiner.lost` and a
-//!   warning) and decodes on with the consumer.
-//! - End of stream: the peers release and close everything and report.
+//!   drops a late-attached sub-tree alone), reports the loss (`late_joiner.lost`, naming its
+//!   pid and how it ended, and a warning) and decodes on with the consumer.
+//! - Who stalled: when no peer has said anything for the peer timeout, the peers that owe
+//!   the decoder an answer are the ones in the way (`Decoder::owes`): a Bound for a
+//!   collection they were given, their report after the end, or a buffer held beyond their
+//!   queue depth (a peer hands its oldest frame back as soon as it holds more). A stalled
+//!   consumer ends the stream; a stalled recorder alone is lost. The peers wait longer for
+//!   the decoder than the decoder for them (`decoder_peer::patience`): the decoder may
+//!   spend one peer timeout waiting on the recorder before it answers the consumer.
+//! - End of stream: the peers release and close everything and report. One that then does
+//!   not exit within the peer timeout (stopped on its way out) is killed and reaped: a
+//!   recorder's is a loss, a consumer's a problem.
 //!
 //! `summary.json` has `collections` (size, buffer count, modifier, layout, frames carried,
 //! released), `dropped_frames`, `late_joiner` and every process's leaked fds.
@@ -37,7 +47,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use dmabridge::ash::vk;
-use dmabridge::interop::collection::{CollectionError, Rights, Server, ServerError, ServerOutcome, Token};
+use dmabridge::interop::collection::{CollectionError, Rights, Server, ServerError, ServerOutcome, Token, TokenEvent};
 use dmabridge::interop::dmabuf::{fd_count, socketpair, write_all_at, write_planes, DmaBuf};
 use dmabridge::interop::negotiate::{Constraints, CpuAccess, Domain, ExtentRange, Participant};
 use dmabridge::interop::{Format, FormatSet, Fourcc};
@@ -74,6 +84,7 @@ pub struct DecoderOutcome {
 
 /// A late joiner the stream went on without.
 struct Lost {
+    role: Role,
     pid: u32,
     /// The frame being decoded when the loss was seen (the frame count: at the end).
     at_frame: u32,
@@ -94,6 +105,10 @@ struct PeerProc {
     control: OwnedFd,
     child: Child,
     report: Option<PeerReport>,
+    /// The collection whose Bound it owes (its token was sent).
+    binding: Option<u32>,
+    /// It was told the stream ended, and owes its report.
+    ended: bool,
 }
 
 #[derive(Clone, Copy, Default)]
@@ -177,10 +192,27 @@ pub fn run(config: &DecoderConfig, exe: &std::path::Path) -> Result<DecoderOutco
         }
     }
     let mut reports = Vec::new();
+    let timeout = d.timeout();
     for mut p in std::mem::take(&mut d.peers) {
-        let status = p.child.wait()?;
-        if !status.success() && result.is_ok() {
-            d.problems.push(format!("the {} exited with {status}", p.role.name()));
+        let pid = p.child.id();
+        match wait_or_end(&mut p.child, timeout)? {
+            // It reported (or the stream failed) and then did not exit: stopped or hung on
+            // its way out. A late joiner's is a loss like any other; the consumer's fails
+            // the stream.
+            (status, Some(state)) if result.is_ok() => {
+                let reason = format!(
+                    "{} did not exit within {timeout:?} of the end of the stream (it was {state}); the decoder ended it: it {}",
+                    super::control::who(p.role.name(), Some(pid)),
+                    Ending::of(status)
+                );
+                tracing::warn!(role = p.role.name(), pid, %reason, "a peer did not exit");
+                match p.role {
+                    Role::Recorder if d.lost.is_none() => d.lost = Some(Lost { role: p.role, pid, at_frame: d.frame, reason }),
+                    _ => d.problems.push(reason),
+                }
+            }
+            (status, _) if !status.success() && result.is_ok() => d.problems.push(format!("the {} exited with {status}", p.role.name())),
+            _ => {}
         }
         reports.push((p.role, p.report.take()));
     }
@@ -255,7 +287,7 @@ pub fn run(config: &DecoderConfig, exe: &std::path::Path) -> Result<DecoderOutco
         "late_joiner": match (&recorder, &lost) {
             (_, Some(l)) => json!({
                 "joined_at": config.late_join_at,
-                "lost": {"at_frame": l.at_frame, "pid": l.pid, "reason": l.reason},
+                "lost": {"role": l.role.name(), "at_frame": l.at_frame, "pid": l.pid, "reason": l.reason},
             }),
             (Some(r), None) => json!({
                 "joined_at": config.late_join_at,
@@ -345,21 +377,46 @@ impl Decoder {
         let Some(i) = self.peers.iter().position(|p| p.role == role) else { return };
         let peer = self.peer(role);
         let mut p = self.peers.remove(i);
+        // How a silent one was when the wait ended (stopped, sleeping, busy), before it is
+        // killed: the kill makes them all alike.
+        let state = match error {
+            DemoError::PeerStalled { .. } => process_state(p.child.id()),
+            _ => None,
+        };
         let error = peer.reap(&mut p.child, error);
-        if !matches!(error, DemoError::PeerDied { .. }) {
-            // It hung up and lives on, or broke the protocol: it is ended here.
-            let _ = p.child.kill();
-            let _ = p.child.wait();
-        }
+        let reason = match error {
+            DemoError::PeerDied { .. } => error.to_string(),
+            // It stopped answering, hung up and lives on, or broke the protocol: it is ended
+            // here (SIGKILL ends a stopped process too) and reaped, and says how it ended.
+            _ => {
+                let _ = p.child.kill();
+                let ended = p.child.wait().map_or_else(|e| format!("waiting for it failed: {e}"), |s| format!("it {}", Ending::of(s)));
+                match error {
+                    DemoError::PeerStalled { after, .. } => {
+                        let state = state.map(|s| format!(" (it was {s})")).unwrap_or_default();
+                        format!("{} did not answer within {after:?}{state}; the decoder ended it: {ended}", peer.who())
+                    }
+                    other => format!("{other}; the decoder ended it: {ended}"),
+                }
+            }
+        };
         for c in &mut self.colls {
             for s in &mut c.slots {
                 s.held[peer_index(role)] = false;
             }
         }
-        let reason = error.to_string();
         tracing::info!(role = role.name(), pid = p.child.id(), frame = self.frame, %reason, "late joiner lost; the stream goes on");
-        self.lost = Some(Lost { pid: p.child.id(), at_frame: self.frame, reason });
+        self.lost = Some(Lost { role, pid: p.child.id(), at_frame: self.frame, reason });
         // `p` goes here, and its control socket with it.
+    }
+
+    /// Whether `p` owes the decoder an answer: the Bound of a collection it was given, its
+    /// report once told the stream ended, or the release of a buffer it holds beyond its
+    /// queue depth (it hands its oldest frame back as soon as it holds more). A peer that
+    /// owes nothing may be silent for as long as the decoder is.
+    fn owes(&self, p: &PeerProc) -> bool {
+        let held = self.colls.iter().flat_map(|c| &c.slots).filter(|s| s.held[peer_index(p.role)]).count();
+        p.binding.is_some() || (p.ended && p.report.is_none()) || held > p.role.depth()
     }
 
     fn spawn(&mut self, role: Role) -> Result<(), DemoError> {
@@ -375,7 +432,7 @@ impl Decoder {
         }
         let child = cmd.spawn();
         drop((inherited, theirs));
-        self.peers.push(PeerProc { role, control: ours, child: child?, report: None });
+        self.peers.push(PeerProc { role, control: ours, child: child?, report: None, binding: None, ended: false });
         Ok(())
     }
 
@@ -411,6 +468,9 @@ impl Decoder {
         }
         self.frame = self.config.frames;
         for role in self.roles() {
+            if let Some(p) = self.peers.iter_mut().find(|p| p.role == role) {
+                p.ended = true;
+            }
             self.send(role, &ToPeer::End)?;
         }
         while self.peers.iter().any(|p| p.report.is_none()) {
@@ -439,10 +499,27 @@ impl Decoder {
         for role in self.roles() {
             // The recorder is optional: its failure must not fail the stream.
             let token = root.duplicate(Rights { read_only: true }, role == Role::Recorder, role.name(), t)?;
+            self.awaiting(role, index);
             self.send(role, &ToPeer::Collection { index, width, height, late: false })?;
             self.send_token(role, token)?;
         }
-        let got = root.bind(&decoder_participant(width, height), t)?;
+        let got = match root.bind(&decoder_participant(width, height), t) {
+            Ok(got) => got,
+            // Someone never bound, and the allocation waits for every initial token. The
+            // recorder's is dispensable: it is let go (its process ends, its token fails
+            // with it and the collection drops it alone) and the others get one more peer
+            // timeout. Were the consumer the silent one, the stream fails all the same.
+            Err(CollectionError::Timeout(..)) if self.roles().contains(&Role::Recorder) => {
+                self.lose(Role::Recorder, DemoError::PeerStalled { peer: Role::Recorder.name(), after: t });
+                match root.wait_event(t)? {
+                    Some(TokenEvent::Allocated(got)) => got,
+                    Some(TokenEvent::Failed(f)) => return Err(CollectionError::Failed(f).into()),
+                    Some(TokenEvent::LateJoinRefused(c)) => return Err(CollectionError::LateJoinRefused(c).into()),
+                    None => return Err(CollectionError::Timeout(t, "waiting for the collection's buffers").into()),
+                }
+            }
+            Err(e) => return Err(e.into()),
+        };
         self.expect_bound(index, &self.roles())?;
         let outputs = got.reconciled.outputs.clone();
         let first_buf = got.buffers.first().ok_or_else(|| DemoError::Protocol("a collection with no buffers".into()))?;
@@ -460,6 +537,13 @@ impl Decoder {
         let slots = vec![Slot::default(); got.buffers.len()];
         self.colls.push(Coll { index, width, height, token: Some(root), server: serving, outcome: None, buffers: got.buffers, slots, frames_carried: 0, summary });
         Ok(())
+    }
+
+    /// Notes that the peer in `role` owes the Bound of collection `index`.
+    fn awaiting(&mut self, role: Role, index: u32) {
+        if let Some(p) = self.peers.iter_mut().find(|p| p.role == role) {
+            p.binding = Some(index);
+        }
     }
 
     /// Waits until each peer in `roles` has bound collection `index` (or was lost).
@@ -483,6 +567,7 @@ impl Decoder {
         let (index, width, height) = (c.index, c.width, c.height);
         let root = c.token.as_mut().ok_or_else(|| DemoError::Protocol("the running collection has no root token".into()))?;
         let token = root.attach_token("recorder", t)?;
+        self.awaiting(Role::Recorder, index);
         self.send(Role::Recorder, &ToPeer::Collection { index, width, height, late: true })?;
         self.send_token(Role::Recorder, token)?;
         self.expect_bound(index, &[Role::Recorder])
@@ -544,12 +629,24 @@ impl Decoder {
     }
 
     /// Waits (at most the peer timeout) for the next message from any peer and applies it.
+    /// When none comes, the peers that owe an answer ([`Decoder::owes`]) are the ones in
+    /// the way: a silent recorder alone is lost ([`Heard::Lost`]); a silent consumer ends
+    /// the stream, as does silence from a decoder's own mistake (nobody owes anything).
     fn wait_message(&mut self) -> Result<Heard, DemoError> {
-        match self.poll_message(self.timeout())? {
-            Some(m) => Ok(m),
-            None => {
-                let waiting: Vec<&str> = self.peers.iter().map(|p| p.role.name()).collect();
-                Err(DemoError::PeerStalled { peer: if waiting.len() > 1 { "consumer or recorder" } else { "consumer" }, after: self.timeout() })
+        if let Some(m) = self.poll_message(self.timeout())? {
+            return Ok(m);
+        }
+        let after = self.timeout();
+        let silent: Vec<Role> = self.peers.iter().filter(|p| self.owes(p)).map(|p| p.role).collect();
+        match silent[..] {
+            [Role::Recorder] => {
+                self.lose(Role::Recorder, DemoError::PeerStalled { peer: Role::Recorder.name(), after });
+                Ok(Heard::Lost(Role::Recorder))
+            }
+            _ if silent.contains(&Role::Consumer) => Err(DemoError::PeerStalled { peer: Role::Consumer.name(), after }),
+            _ => {
+                let peer = if self.peers.len() > 1 { "consumer or recorder" } else { "consumer" };
+                Err(DemoError::PeerStalled { peer, after })
             }
         }
     }
@@ -591,11 +688,49 @@ impl Decoder {
                 }
             }
             FromPeer::Final(r) => self.peers[i].report = Some(r.clone()),
+            FromPeer::Bound { collection, .. } if self.peers[i].binding == Some(*collection) => self.peers[i].binding = None,
             FromPeer::Failed { error } => return Err(DemoError::PeerFailed { peer: role.name(), pid: Some(self.peers[i].child.id()), error: error.clone() }),
             FromPeer::Bound { .. } | FromPeer::Closed { .. } => {}
         }
         Ok(msg)
     }
+}
+
+/// Waits at most `timeout` for `child` to exit. One that has not (stopped, hung) is killed
+/// and reaped: its status comes back with how it was before the kill.
+fn wait_or_end(child: &mut Child, timeout: Duration) -> std::io::Result<(std::process::ExitStatus, Option<String>)> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(status) = child.try_wait()? {
+            return Ok((status, None));
+        }
+        if start.elapsed() >= timeout {
+            let state = process_state(child.id()).unwrap_or_else(|| "in a state /proc did not give".into());
+            child.kill()?;
+            return Ok((child.wait()?, Some(state)));
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// How process `pid` is now, from the state letter of `/proc/PID/stat` ("stopped" for a
+/// SIGSTOP); `None` where that cannot be read.
+fn process_state(pid: u32) -> Option<String> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name is in parentheses and may hold anything: the state follows the last ')'.
+    let state = stat.get(stat.rfind(')')? + 1..)?.split_whitespace().next()?;
+    Some(
+        match state {
+            "T" => "stopped",
+            "t" => "stopped by a tracer",
+            "R" => "running",
+            "S" => "sleeping",
+            "D" => "in an uninterruptible wait",
+            "Z" => "a zombie",
+            other => return Some(format!("in state {other}")),
+        }
+        .to_owned(),
+    )
 }
 
 /// Waits for a collection's server to finish (every token closed) and records how.

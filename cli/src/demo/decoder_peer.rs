@@ -22,7 +22,7 @@ use dmabridge::interop::negotiate::{Constraints, CpuAccess, Participant};
 use dmabridge::interop::{Format, FormatSet, Fourcc};
 use dmabridge::{Engine, EngineOptions, ImageUse, ImportCache};
 
-use super::control::{recv_msg, send_msg, Peer};
+use super::control::{recv_msg, send_msg, Peer, EXIT_GRACE};
 use super::decoder_stream::{header_of, packed_frame, planes, FromPeer, Header, PeerReport, ToPeer, CONSUMER_DEPTH, HEADER_LEN};
 use super::DemoError;
 
@@ -41,8 +41,9 @@ impl Role {
         }
     }
 
-    /// Frames held at once before the oldest is handed back.
-    fn depth(self) -> usize {
+    /// Frames held at once before the oldest is handed back (the decoder counts a peer
+    /// that holds more after a quiet peer timeout as stalled).
+    pub(super) fn depth(self) -> usize {
         match self {
             Role::Consumer => CONSUMER_DEPTH as usize,
             Role::Recorder => 1,
@@ -81,9 +82,18 @@ struct PeerState {
 
 const USE: vk::ImageUsageFlags = vk::ImageUsageFlags::from_raw(vk::ImageUsageFlags::SAMPLED.as_raw() | vk::ImageUsageFlags::TRANSFER_SRC.as_raw());
 
-/// Runs one peer until the end of the stream; `control` is the inherited socket.
+/// How long a peer waits for the decoder, given the peer timeout: the decoder may wait one
+/// peer timeout on the other peer before it answers (a stalled recorder), one more on a
+/// collection it then allocates without that peer, and up to [`EXIT_GRACE`] for a peer that
+/// hung up to end. A peer that gave up sooner would fail the stream the decoder is saving.
+pub fn patience(timeout: Duration) -> Duration {
+    timeout.saturating_mul(2).saturating_add(EXIT_GRACE)
+}
+
+/// Runs one peer until the end of the stream; `control` is the inherited socket; `timeout`
+/// is the demo's peer timeout, and this peer waits [`patience`] for the decoder.
 pub fn run(role: Role, control: OwnedFd, validation: bool, timeout: Duration) -> Result<(), DemoError> {
-    let peer = Peer::parent("decoder", timeout);
+    let peer = Peer::parent("decoder", patience(timeout));
     peer.apply(&control)?;
     let result = serve(role, control.as_fd(), validation, peer);
     if let Err(e) = &result {

@@ -80,6 +80,43 @@ impl Default for ReconcileOptions {
 /// copies, no groups); only the collection's own caps ([`MAX_BUFFERS`], [`MAX_EXTENT`],
 /// [`MAX_TOKENS`] lists) are checked here. Every conflict is returned, not just the first.
 pub fn reconcile(lists: &[Participant], opts: ReconcileOptions) -> Result<Reconciled, Vec<Conflict>> {
+    match reconcile_as(lists, opts, Need::Complete)? {
+        Some(r) => Ok(r),
+        // Only a partial reconcile stops short of a list; a complete one has a format or a
+        // conflict saying nobody named one.
+        None => Err(vec![Conflict::new(Vec::<String>::new(), ConstraintKind::Format, "no list names a format", "")]),
+    }
+}
+
+/// Whether `lists` conflict among themselves, leaving aside the three things a list still
+/// to come could give them: a named format (when no list names one), a bound on the width
+/// or height (when no list bounds it), and a writer (when every list is read-only). Every
+/// other check of [`reconcile`] only gets harder as lists are added (formats and extents
+/// are intersected, min-buffers summed, alignments, min sizes and the buffer's size only
+/// grow), so lists that fail here fail with any lists added: the conflict is theirs.
+/// Lists that pass may still need another list's help to reconcile; a collection judging
+/// its dispensable sub-trees asks this, so that a non-dispensable holder whose list needs
+/// a dispensable one's help is not taken for the one in the way.
+pub(crate) fn conflicts_among(lists: &[Participant], opts: ReconcileOptions) -> Result<(), Vec<Conflict>> {
+    reconcile_as(lists, opts, Need::Consistent).map(|_| ())
+}
+
+/// How much a reconcile asks of the lists.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Need {
+    /// Everything needed to allocate: [`reconcile`].
+    Complete,
+    /// No conflict among them: [`conflicts_among`].
+    Consistent,
+}
+
+/// The name of the writer a consistency check adds when every list is read-only. A NUL
+/// is in no holder's name (`check_name`), so it never meets a real one.
+const STAND_IN_WRITER: &str = "\0stand-in writer";
+
+/// [`reconcile`], or with [`Need::Consistent`] [`conflicts_among`], which gives `Ok(None)`
+/// where no list names a format (nothing to size, nothing in the way).
+fn reconcile_as(lists: &[Participant], opts: ReconcileOptions, need: Need) -> Result<Option<Reconciled>, Vec<Conflict>> {
     let names: Vec<String> = lists.iter().map(|p| p.name.clone()).collect();
     if lists.len() > MAX_TOKENS {
         return Err(vec![Conflict::new(
@@ -89,7 +126,15 @@ pub fn reconcile(lists: &[Participant], opts: ReconcileOptions) -> Result<Reconc
             "",
         )]);
     }
-    let members: Vec<Member> = lists.iter().cloned().map(Member::Participant).collect();
+    let partial = need == Need::Consistent;
+    let mut members: Vec<Member> = lists.iter().cloned().map(Member::Participant).collect();
+    // A writer that asks for nothing (any format, extent and sync method, no buffers, no
+    // alignment), so that "nobody writes" is not counted, and nothing else changes.
+    if partial && lists.iter().all(|p| p.constraints.read_only) {
+        let mut writer = Participant::any_format(STAND_IN_WRITER);
+        writer.sync = crate::sync::SyncMethods::ALL;
+        members.push(Member::Participant(writer));
+    }
     let opts_n = NegotiateOptions { allow_copy: false, ..NegotiateOptions::default() };
     let (alloc, mut conflicts) = match negotiate_with(&members, opts_n) {
         Ok(n) => match n.outcome {
@@ -100,9 +145,36 @@ pub fn reconcile(lists: &[Participant], opts: ReconcileOptions) -> Result<Reconc
         },
         Err(e) => (None, vec![Conflict::new(names.clone(), ConstraintKind::Other, e.to_string(), "")]),
     };
+    if partial {
+        for c in &mut conflicts {
+            c.participants.retain(|n| n != STAND_IN_WRITER);
+        }
+        // With no format named, every format conflict is that absence (the others come only
+        // from comparing named lists).
+        if lists.iter().all(|p| p.formats.as_set().is_none()) {
+            conflicts.retain(|c| c.constraint != ConstraintKind::Format);
+        }
+    }
+    let limit = opts.max_buffer_bytes;
+    // Each holder's own min size, naming the holder: over the limit whatever the others say.
+    let over_limit = |conflicts: &mut Vec<Conflict>| {
+        for p in lists.iter().filter(|p| p.constraints.min_size > limit) {
+            conflicts.push(Conflict::new(
+                [p.name.clone()],
+                ConstraintKind::MinSize,
+                format!("min size {} is more than the {limit}-byte limit of one buffer", p.constraints.min_size),
+                format!("ask for at most {limit} bytes, or raise the collection's max_buffer_bytes"),
+            ));
+        }
+    };
     let seen = |c: &[Conflict], a: ConstraintKind| c.iter().any(|x| x.constraint == a);
     let Some(alloc) = alloc else {
-        return Err(conflicts);
+        if !partial {
+            return Err(conflicts);
+        }
+        // No format to size a buffer by (none named yet): only what is over the limit alone.
+        over_limit(&mut conflicts);
+        return if conflicts.is_empty() { Ok(None) } else { Err(conflicts) };
     };
 
     let buffers = alloc.constraints.buffers.max(1);
@@ -116,7 +188,7 @@ pub fn reconcile(lists: &[Participant], opts: ReconcileOptions) -> Result<Reconc
     }
     for (attr, range) in [(ConstraintKind::Width, alloc.width), (ConstraintKind::Height, alloc.height)] {
         // Unbounded on both sides: nobody said, and a 1-pixel buffer helps no one.
-        if range == crate::negotiate::ExtentRange::ANY {
+        if range == crate::negotiate::ExtentRange::ANY && !partial {
             conflicts.push(Conflict::new(names.clone(), attr, format!("no list bounds the {attr}; the producer should give one"), ""));
         }
         let v = range.min;
@@ -131,15 +203,7 @@ pub fn reconcile(lists: &[Participant], opts: ReconcileOptions) -> Result<Reconc
     }
     // Size: each holder's own min size first (naming the holder), then the layout the
     // merged alignments give.
-    let limit = opts.max_buffer_bytes;
-    for p in lists.iter().filter(|p| p.constraints.min_size > limit) {
-        conflicts.push(Conflict::new(
-            [p.name.clone()],
-            ConstraintKind::MinSize,
-            format!("min size {} is more than the {limit}-byte limit of one buffer", p.constraints.min_size),
-            format!("ask for at most {limit} bytes, or raise the collection's max_buffer_bytes"),
-        ));
-    }
+    over_limit(&mut conflicts);
     if !conflicts.is_empty() {
         return Err(conflicts);
     }
@@ -171,7 +235,7 @@ pub fn reconcile(lists: &[Participant], opts: ReconcileOptions) -> Result<Reconc
             "lower the alignments or the extent, or raise the collection's max_buffer_bytes",
         )]);
     }
-    Ok(Reconciled {
+    Ok(Some(Reconciled {
         format,
         width: alloc.width.min,
         height: alloc.height.min,
@@ -179,7 +243,7 @@ pub fn reconcile(lists: &[Participant], opts: ReconcileOptions) -> Result<Reconc
         disjoint,
         participants: names,
         outputs: None,
-    })
+    }))
 }
 
 /// The first participant's most preferred layout among the common ones (a list's order is

@@ -16,9 +16,14 @@
 //! it binds what its rights forbid) fails the whole collection, and every live holder is told
 //! who and why, unless the failure is inside a dispensable or late-attached sub-tree, which is
 //! then dropped alone. So are its lists: when the bound lists conflict and those outside
-//! every dispensable sub-tree reconcile alone, each dispensable sub-tree whose lists break
-//! the reconcile (a size over [`ReconcileOptions::max_buffer_bytes`], a format nobody else
-//! has) fails alone, told the conflict, and the rest allocate. A late joiner ([`Collection::attach_token`]) is judged against the
+//! every dispensable sub-tree do not conflict among themselves, each dispensable sub-tree
+//! whose lists bring a conflict (a size over [`ReconcileOptions::max_buffer_bytes`], a
+//! format nobody else has) fails alone, told the conflict, and the rest allocate. As in
+//! sysmem, a live dispensable holder's list counts in the allocation like any other: the
+//! others need not reconcile alone, and one that gives what they leave unsaid (the only
+//! writer, the only bound on the extent, the only named format) helps them allocate. Only
+//! when the lists left after the breakers are dropped still lack it does everyone fail:
+//! the non-dispensable holders cannot allocate without a list that is not there. A late joiner ([`Collection::attach_token`]) is judged against the
 //! buffers that exist and accepted or refused with the conflicts; nothing is reallocated.
 //! Buffers are released when the last holder closes ([`WeakBuffers`] observes it).
 //!

@@ -13,7 +13,7 @@ use crate::dmabuf::{DescriptorError, DmaBuf};
 use crate::negotiate::Participant;
 
 use super::alloc::{Allocator, Holders};
-use super::attrs::{describe, outputs_of, reconcile, validate_holder, ReconcileOptions, Reconciled};
+use super::attrs::{conflicts_among, describe, outputs_of, reconcile, validate_holder, ReconcileOptions, Reconciled};
 use crate::negotiate::{Conflict, ConstraintKind};
 use super::limits::{MAX_NAME_LEN, MAX_TOKENS, MAX_TOKENS_PER_SUBTREE};
 
@@ -467,13 +467,21 @@ impl Collection {
     }
 
     /// The bound lists conflict (`conflicts`): sysmem's rule for failure domains. If the
-    /// lists outside every isolated (dispensable) sub-tree reconcile alone, each isolated
-    /// sub-tree is added in turn (outer ones first, by token number) and one whose lists
-    /// break the reconcile fails alone, told the conflicts its lists cause (a size over the
-    /// limit names the limit). So a dispensable holder cannot sink the others by what it
-    /// binds, whatever its name or its place in the bind order. If the others do not
-    /// reconcile alone, the conflict is theirs and `conflicts` fail the whole collection.
-    /// At most two reconciles more than there are isolated sub-trees.
+    /// lists outside every isolated (dispensable) sub-tree do not conflict among themselves
+    /// ([`conflicts_among`]), each isolated sub-tree is added in turn (outer ones first, by
+    /// token number) and one whose lists bring a conflict fails alone, told the conflicts
+    /// its lists cause (a size over the limit names the limit). So a dispensable holder
+    /// cannot sink the others by what it binds, whatever its name or its place in the bind
+    /// order. If the others conflict among themselves, the conflict is theirs and
+    /// `conflicts` fail the whole collection.
+    ///
+    /// The others need not reconcile alone: as in sysmem, a live dispensable holder's list
+    /// counts in the allocation like any other, so one may give what the rest leave
+    /// unsaid (the only writer, the only bound on the extent, the only named format) and
+    /// stays in. Only if the lists left after the breakers are dropped still lack it does
+    /// the whole collection fail, with that conflict: the non-dispensable holders cannot
+    /// allocate without a list that is not there. At most two reconciles more than there
+    /// are isolated sub-trees.
     fn reconcile_without_breakers(&mut self, conflicts: Vec<Conflict>) -> Result<Reconciled, Vec<Conflict>> {
         let mut groups: BTreeMap<TokenId, Vec<TokenId>> = BTreeMap::new();
         for t in &self.bound_order {
@@ -487,7 +495,7 @@ impl Collection {
         let isolated: Vec<TokenId> = groups.values().flatten().copied().collect();
         let mut accepted: Vec<TokenId> = self.bound_order.iter().copied().filter(|t| !isolated.contains(t)).collect();
         let base = self.lists_of(|t| accepted.contains(&t));
-        if base.is_empty() || reconcile(&base, self.options).is_err() {
+        if base.is_empty() || conflicts_among(&base, self.options).is_err() {
             return Err(conflicts);
         }
         for (stop, members) in groups {
@@ -499,8 +507,8 @@ impl Collection {
             // have), the lists that reconcile without it go first.
             let mut trial = self.lists_of(|t| accepted.contains(&t));
             trial.extend(self.lists_of(|t| members.contains(&t)));
-            match reconcile(&trial, self.options) {
-                Ok(_) => accepted.extend(members),
+            match conflicts_among(&trial, self.options) {
+                Ok(()) => accepted.extend(members),
                 Err(theirs) => {
                     // Named from the sub-tree's root down (token numbers follow creation).
                     let mut named = members.clone();
@@ -512,7 +520,8 @@ impl Collection {
                 }
             }
         }
-        // The survivors in bind order (whose first list's preferences choose the format).
+        // The survivors in bind order (whose first list's preferences choose the format);
+        // what they still leave unsaid fails them all.
         reconcile(&self.lists_of(|t| accepted.contains(&t)), self.options)
     }
 

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Fuzzes every target of dmabridge's fuzz crates (interop/fuzz: the parsers, the import
-# checks, the tiling geometry, the handoff wire; cli/fuzz: the demo's control messages), one
-# at a time, for FUZZ_SECONDS each (default 600), and keeps what the fuzzer learns:
+# checks, the tiling geometry, the handoff wire, the CPU fast paths against the scalar
+# references on buffers between guard pages (cpu_differential); cli/fuzz: the demo's control
+# messages), one at a time, for FUZZ_SECONDS each (default 600), under AddressSanitizer
+# (cargo fuzz's default), and keeps what the fuzzer learns:
 #   - inputs that reach new code are merged (libFuzzer -merge=1, so only those that add
 #     coverage) into <crate>/fuzz/corpus/<target>/, which <crate>/tests/fuzz_corpus.rs replays;
 #   - a crash (panic, abort, allocation over the RSS limit, timeout) is minimised and copied

@@ -26,6 +26,7 @@ declare -A SKIP=(
     [pipelines]="gst-launch conversions of files against videoconvert: no dma-buf (the element's dma-buf input is dmabuf_input and dma_drm)"
     [bench_report]="renders the benchmark report in Chromium: no fd"
     [gstreamer_reference]="the CPU reference against GStreamer's videoconvert: no fd"
+    [lab_anywhere]="boots the lab itself, from clones under /tmp, /run and /dev/shm: a host's test"
 )
 # Single tests left out of a binary that runs (cargo test --skip), and why:
 # - demo: the benchmark's tests (JSON, report, table) time the paths the demo runs; under

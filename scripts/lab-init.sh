@@ -12,7 +12,8 @@ mount -t devtmpfs dev /dev
 V9P="trans=virtio,version=9p2000.L,msize=512000"
 fail() {
     echo "lab-init: $*"
-    if [ -d /job/. ] && mountpoint -q /job; then
+    # (busybox here has no mountpoint applet: /proc/mounts says whether /job is the share.)
+    if grep -q "^labjob /job " /proc/mounts 2>/dev/null; then
         echo "$*" >/job/setup-error
         echo setup >/job/rc
     fi
@@ -34,22 +35,26 @@ while read -r ko params; do
     insmod "/host$ko" $params || fail "insmod $ko $params failed"
 done </job/modules
 
+# The guest's own file systems first, then the shares on top: a share under /tmp, /run or
+# /dev/shm (a work tree cloned to /tmp, say) gets its mount point made inside the tmpfs
+# that would otherwise hide the host's directory of that name.
 mount -t proc proc /host/proc || fail "mounting /proc failed"
 mount -t sysfs sys /host/sys || fail "mounting /sys failed"
 mount -t devtmpfs dev /host/dev || fail "mounting /dev failed"
 mkdir -p /host/dev/pts /host/dev/shm
 mount -t devpts devpts /host/dev/pts
-mount -t tmpfs -o mode=1777 shm /host/dev/shm
+mount -t tmpfs -o mode=1777 shm /host/dev/shm || fail "mounting /dev/shm failed"
 mount -t tmpfs -o mode=1777 tmp /host/tmp || fail "mounting /tmp failed"
 mount -t tmpfs -o mode=755 run /host/run || fail "mounting /run failed"
 mkdir -p /host/run/lab
 mount -o bind /job /host/run/lab || fail "binding the job directory failed"
-i=0
-while read -r d; do
+# One writable share a line, "TAG DIR", parents before children (lab.sh sorts them), so
+# that no share hides another; lab.sh refuses a DIR that would hide the file systems above.
+while read -r tag d; do
     [ -n "$d" ] || continue
+    [ -d "/host$d" ] || mkdir -p "/host$d" || fail "making the mount point of $d failed"
     # Writable, and written by both sides of a test (fds, files): no caching.
-    mount -t 9p -o "$V9P,cache=mmap" "labrw$i" "/host$d" || fail "mounting $d writable (9p tag labrw$i) failed"
-    i=$((i + 1))
+    mount -t 9p -o "$V9P,cache=mmap" "$tag" "/host$d" || fail "mounting $d writable (9p tag $tag) failed"
 done </job/rw
 
 chroot /host /bin/bash /run/lab/run.sh >/job/stdout 2>/job/stderr </dev/null

@@ -7,8 +7,10 @@
 #
 # The guest sees the host's root read-only (9p), so it runs the binaries built here with the
 # host's libraries; the working tree (the git top level of the current directory, or the
-# directory itself) is shared writable at the same path; /tmp, /run and /dev/shm are tmpfs and
-# TMPDIR=/tmp (and XDG_CACHE_HOME=/tmp/cache unless the caller set it). CMD runs in the current directory with the caller's environment, as root. The
+# directory itself) is shared writable at the same path, wherever it is (under /tmp, /run or
+# /dev/shm too, or on a mount of its own); the guest's /tmp, /run and /dev/shm are tmpfs and
+# TMPDIR=/tmp (and XDG_CACHE_HOME=/tmp/cache unless the caller set it). CMD runs in the
+# current directory with the caller's environment, as root. The
 # kernel has a real /dev/udmabuf, /dev/dma_heap/system, sync_file, and the modules asked for.
 #
 # Options:
@@ -182,7 +184,16 @@ for m in ${MODULES//,/ }; do
 done
 
 # --- The job: the command, its environment and directory, and where its results go.
-WORK=$(git rev-parse --show-toplevel 2>/dev/null || pwd)
+# Physical paths: the guest has the host's directories, not the links the caller went through.
+WORK=$(git rev-parse --show-toplevel 2>/dev/null || pwd -P)
+# Each share is mounted over the guest's own /, /dev, /proc, /sys and /run (where the job's
+# directory is): a share that is one of them, or holds the job's directory, would hide it.
+for d in "$WORK" "${RW_DIRS[@]}"; do
+    case "$d" in
+        /|/dev|/proc|/sys|/run|/run/lab) die "cannot share $d writable: it would hide the guest's own $d (run from a directory below it)" ;;
+        *$'\n'*) die "cannot share a directory whose name holds a newline" ;;
+    esac
+done
 JOB=$(mktemp -d "${TMPDIR:-/tmp}/dmabridge-lab.XXXXXX")
 QEMU_PID=""
 TAIL_PIDS=()
@@ -200,20 +211,25 @@ trap 'exit 130' INT TERM
     echo 'export TMPDIR=/tmp'
     # The root is read-only: a cache the caller did not place goes to the tmpfs.
     [ -n "${XDG_CACHE_HOME:-}" ] || echo 'export XDG_CACHE_HOME=/tmp/cache'
-    printf 'cd %q || exit 125\n' "$PWD"
+    printf 'cd %q || exit 125\n' "$(pwd -P)"
     printf 'exec'; printf ' %q' "$@"; echo
 } >"$JOB/run.sh"
 printf '%s\n' "${LOAD[@]}" >"$JOB/modules"
-printf '%s\n' "$WORK" "${RW_DIRS[@]}" >"$JOB/rw"
 : >"$JOB/stdout"; : >"$JOB/stderr"
 
+# (QEMU's option syntax: a comma in a path is written twice.)
 SHARES=(-virtfs "local,path=/,mount_tag=hostroot,security_model=none,readonly=on,multidevs=remap"
-        -virtfs "local,path=$JOB,mount_tag=labjob,security_model=none,multidevs=remap")
+        -virtfs "local,path=${JOB//,/,,},mount_tag=labjob,security_model=none,multidevs=remap")
+# The writable shares, "TAG DIR" a line for the guest's init, parents before children so
+# that the guest mounts none over another it mounted before (a prefix sorts first).
 i=0
+RW_LINES=""
 for d in "$WORK" "${RW_DIRS[@]}"; do
-    SHARES+=(-virtfs "local,path=$d,mount_tag=labrw$i,security_model=none,multidevs=remap")
+    SHARES+=(-virtfs "local,path=${d//,/,,},mount_tag=labrw$i,security_model=none,multidevs=remap")
+    RW_LINES+="labrw$i $d"$'\n'
     i=$((i + 1))
 done
+printf '%s' "$RW_LINES" | LC_ALL=C sort -k2 >"$JOB/rw"
 ACCEL=(-accel tcg,thread=multi -cpu max)
 [ "${DMABRIDGE_LAB_ACCEL:-tcg}" = kvm ] && ACCEL=(-accel kvm -cpu host)
 

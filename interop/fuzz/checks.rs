@@ -494,3 +494,298 @@ pub fn forged_server(data: &[u8]) -> bool {
     };
     accepted
 }
+
+/// A buffer of its own anonymous mapping, between two pages that cannot be touched: its
+/// last byte just before the one after (or, `at_start`, its first just after the one
+/// before), so that a read or write one byte outside it faults at once, with or without
+/// ASan (which does not see into mappings).
+struct Guarded {
+    map: *mut std::ffi::c_void,
+    map_len: usize,
+    at: usize,
+    len: usize,
+}
+
+impl Guarded {
+    /// `len` bytes of `fill`, or `None` when the mapping cannot be made.
+    fn new(len: usize, at_start: bool, fill: impl Fn(usize) -> u8) -> Option<Guarded> {
+        use rustix::mm::{mmap_anonymous, mprotect, MapFlags, MprotectFlags, ProtFlags};
+        let page = rustix::param::page_size();
+        let body = len.div_ceil(page).max(1) * page;
+        let map_len = body + 2 * page;
+        // SAFETY: a new private anonymous mapping at an address the kernel picks: it aliases
+        // nothing of this process.
+        let map = unsafe { mmap_anonymous(std::ptr::null_mut(), map_len, ProtFlags::READ | ProtFlags::WRITE, MapFlags::PRIVATE) }.ok()?;
+        let g = Guarded { map, map_len, at: if at_start { page } else { page + body - len }, len };
+        // SAFETY: the first and the last page of the mapping just made, which nothing refers to
+        // (the buffer lies between them).
+        unsafe {
+            mprotect(map, page, MprotectFlags::empty()).ok()?;
+            mprotect(map.cast::<u8>().add(page + body).cast(), page, MprotectFlags::empty()).ok()?;
+        }
+        let mut g = g;
+        for (i, b) in g.bytes_mut().iter_mut().enumerate() {
+            *b = fill(i);
+        }
+        Some(g)
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: `at..at + len` lies in the readable and writable pages of the mapping this
+        // value owns until it is dropped; the borrow of `self` keeps it alive and unshared.
+        unsafe { std::slice::from_raw_parts(self.map.cast::<u8>().add(self.at), self.len) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, and the mutable borrow of `self` makes this the only view.
+        unsafe { std::slice::from_raw_parts_mut(self.map.cast::<u8>().add(self.at), self.len) }
+    }
+}
+
+impl Drop for Guarded {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`, whose bytes no slice borrows any more (they
+        // borrowed `self`).
+        let _ = unsafe { rustix::mm::munmap(self.map, self.map_len) };
+    }
+}
+
+/// The most bytes one buffer of [`cpu_differential`] may take.
+const DIFFERENTIAL_MAX_BUFFER: u64 = 8 << 20;
+
+/// A small extent, odd or tiny most of the time.
+fn small_extent(r: &mut Bytes<'_>) -> u32 {
+    match r.u8() % 4 {
+        0 => 1 + u32::from(r.u8() % 4),
+        1 => 1 + u32::from(r.u8() % 64),
+        2 => 1 + u32::from(r.u16() % 384),
+        _ => 1 + u32::from(r.u8()),
+    }
+}
+
+/// Linear planes for `fourcc` at `width` x `height`, placed as the input says: strides the
+/// minimum or padded (by a few bytes, or to 64 or 256), planes back to back, with gaps, in
+/// reverse order, or anywhere (overlapping, or past the buffer: the conversions must refuse
+/// those, or agree); and the buffer length that holds them, less a few bytes now and then.
+fn linear_planes(r: &mut Bytes<'_>, fourcc: dmabridge_interop::Fourcc, width: u32, height: u32) -> Option<(Vec<dmabridge_interop::dmabuf::PlaneLayout>, u64)> {
+    use dmabridge_interop::dmabuf::{plane_rows, PlaneLayout};
+    let info = dmabridge_interop::format_info(fourcc)?;
+    let n = info.plane_count();
+    let strides: Vec<u64> = (0..n)
+        .map(|i| {
+            let min = info.min_stride(i, width);
+            match r.u8() % 4 {
+                0 | 1 => min,
+                2 => min + u64::from(r.u8() % 32),
+                _ => min.next_multiple_of(if r.u8() & 1 == 0 { 64 } else { 256 }),
+            }
+        })
+        .collect();
+    let rows: Vec<u32> = (0..n).map(|i| plane_rows(fourcc, i, height)).collect();
+    let sizes: Vec<u64> = (0..n).map(|i| strides[i].saturating_mul(u64::from(rows[i]))).collect();
+    let mut offsets = vec![0u64; n];
+    match r.u8() % 4 {
+        // Back to back, from 0.
+        0 => (1..n).for_each(|i| offsets[i] = offsets[i - 1] + sizes[i - 1]),
+        // A first offset and gaps.
+        1 => {
+            offsets[0] = u64::from(r.u8());
+            (1..n).for_each(|i| offsets[i] = offsets[i - 1] + sizes[i - 1] + u64::from(r.u8()));
+        }
+        // The last plane first.
+        2 => {
+            let mut at = 0;
+            for i in (0..n).rev() {
+                offsets[i] = at;
+                at += sizes[i];
+            }
+        }
+        // Anywhere.
+        _ => offsets.iter_mut().for_each(|o| *o = u64::from(r.u16())),
+    }
+    let planes: Vec<PlaneLayout> = (0..n).map(|i| PlaneLayout::linear(offsets[i], strides[i], rows[i])).collect();
+    let end = planes.iter().map(|p| p.offset.saturating_add(p.size)).max().unwrap_or(0);
+    let short = if r.u8() % 8 == 0 { u64::from(r.u8() % 8) + 1 } else { 0 };
+    Some((planes, end.saturating_sub(short)))
+}
+
+/// The CPU fast paths against the scalar references, on buffers that end (or start) at a
+/// page that faults: for a layout of `TILE_LAYOUTS`, a fourcc, a small extent (odd and tiny
+/// ones too), linear planes with minimum or padded strides at fuzzed offsets, a thread count
+/// and one of detile, tile, tiled NV12/P010 -> RGB fused, RGB -> NV12, or a whole
+/// `FrameConversion::run_cpu_into` (against the references step by step). Both sides must
+/// refuse, or both write the same bytes (every byte of the destination compared, so a
+/// write outside the planes shows too). Returns whether the conversion ran.
+pub fn cpu_differential(data: &[u8]) -> bool {
+    use dmabridge_interop::dmabuf::PlaneLayout;
+    use dmabridge_interop::tile_layout::TILE_LAYOUTS;
+    use dmabridge_interop::tiling::{
+        detile, detile_fast, detile_to_vec, packed_planes, rgb_to_nv12, rgb_to_nv12_fast, rgb_to_nv12_vec, test_pattern, tile,
+        tile_fast, tile_to_vec, tiled_size, tiled_yuv_to_rgb_fast, yuv_to_rgb, yuv_to_rgb_vec, ColourMatrix, ColourRange,
+        FrameConversion, Step, RGB10_FORMATS, RGB8_FORMATS,
+    };
+    use dmabridge_interop::Fourcc;
+
+    let mut r = Bytes::new(data);
+    let kind = r.u8() % 5;
+    let layout = TILE_LAYOUTS[usize::from(r.u8()) % TILE_LAYOUTS.len()].layout;
+    let yuv = |r: &mut Bytes<'_>| match r.u8() % 8 {
+        0..=4 => Fourcc::NV12,
+        5 | 6 => Fourcc::P010,
+        _ => pick_fourcc(r),
+    };
+    let rgb = |r: &mut Bytes<'_>| match r.u8() {
+        b if b < 240 => RGB8_FORMATS.into_iter().chain(RGB10_FORMATS).nth(usize::from(b) % 10).unwrap_or(Fourcc::XRGB8888),
+        _ => pick_fourcc(r),
+    };
+    let (width, height) = (small_extent(&mut r), small_extent(&mut r));
+    let threads = usize::from(r.u8() % 5);
+    let matrix = ColourMatrix::ALL[usize::from(r.u8()) % ColourMatrix::ALL.len()];
+    let range = if r.u8() & 1 == 0 { ColourRange::Limited } else { ColourRange::Full };
+    let placement = r.u8();
+    let seed = r.u32();
+    // A source of `len` bytes: the input's bytes from `rest` on, repeated, or a pattern when
+    // none are left.
+    let source = |len: u64, rest: &[u8]| -> Option<Guarded> {
+        if len > DIFFERENTIAL_MAX_BUFFER {
+            return None;
+        }
+        let pattern = if rest.is_empty() { test_pattern(len as usize, seed) } else { Vec::new() };
+        Guarded::new(len as usize, placement & 1 != 0, |i| if rest.is_empty() { pattern[i] } else { rest[i % rest.len()] })
+    };
+    // A destination the two sides each get a copy of, prefilled the same.
+    let dest = |len: u64| -> Option<(Guarded, Guarded)> {
+        if len > DIFFERENTIAL_MAX_BUFFER {
+            return None;
+        }
+        let fill = |i: usize| (i as u8).wrapping_mul(31) ^ 0x5a;
+        Some((Guarded::new(len as usize, placement & 2 != 0, fill)?, Guarded::new(len as usize, placement & 2 != 0, fill)?))
+    };
+    /// Both refuse, or both succeed with the same bytes.
+    fn agree<E: std::fmt::Display, F: std::fmt::Display>(what: &str, fast: Result<(), E>, reference: Result<(), F>, got: &Guarded, want: &Guarded) -> bool {
+        match (fast, reference) {
+            (Ok(()), Ok(())) => {
+                if let Some(at) = got.bytes().iter().zip(want.bytes()).position(|(a, b)| a != b) {
+                    panic!("{what}: the fast path writes {:#04x} at byte {at} of {}, the reference {:#04x}", got.bytes()[at], got.len, want.bytes()[at]);
+                }
+                true
+            }
+            (Err(f), Err(e)) => {
+                let _ = (f.to_string(), e.to_string());
+                false
+            }
+            (Ok(()), Err(e)) => panic!("{what}: the fast path converts what the reference refuses ({e})"),
+            (Err(f), Ok(())) => panic!("{what}: the fast path refuses ({f}) what the reference converts"),
+        }
+    }
+
+    match kind {
+        // Tiled -> linear, and linear -> tiled, into linear planes placed as the input says.
+        0 | 1 => {
+            let fourcc = pick_fourcc(&mut r);
+            let Ok(g) = tiled_size(layout, fourcc, width, height) else { return false };
+            let Some((planes, linear_len)) = linear_planes(&mut r, fourcc, width, height) else { return false };
+            let short = if r.u8() % 8 == 0 { u64::from(r.u8() % 8) + 1 } else { 0 };
+            let tiled_len = g.size.saturating_sub(short);
+            let what = format!("{} {layout} {fourcc} {width}x{height} on {threads} threads, planes {planes:?}", if kind == 0 { "detile" } else { "tile" });
+            if kind == 0 {
+                let Some(src) = source(tiled_len, r.rest()) else { return false };
+                let Some((mut got, mut want)) = dest(linear_len) else { return false };
+                let fast = detile_fast(layout, fourcc, width, height, src.bytes(), got.bytes_mut(), &planes, threads).map(drop);
+                let reference = detile(layout, fourcc, width, height, src.bytes(), want.bytes_mut(), &planes).map(drop);
+                agree(&what, fast, reference, &got, &want)
+            } else {
+                let Some(src) = source(linear_len, r.rest()) else { return false };
+                let Some((mut got, mut want)) = dest(tiled_len) else { return false };
+                let fast = tile_fast(layout, fourcc, width, height, src.bytes(), &planes, got.bytes_mut(), threads).map(drop);
+                let reference = tile(layout, fourcc, width, height, src.bytes(), &planes, want.bytes_mut()).map(drop);
+                agree(&what, fast, reference, &got, &want)
+            }
+        }
+        // Tiled NV12/P010 -> RGB in one pass, against detile then the colour reference.
+        2 => {
+            let (from, to) = (yuv(&mut r), rgb(&mut r));
+            let Ok(g) = tiled_size(layout, from, width, height) else { return false };
+            let short = if r.u8() % 8 == 0 { u64::from(r.u8() % 8) + 1 } else { 0 };
+            let bpp = if to == Fourcc::XRGB8888 || RGB8_FORMATS.contains(&to) || RGB10_FORMATS.contains(&to) { 4 } else { 1 };
+            let min = u64::from(width) * bpp;
+            let stride = match r.u8() % 4 {
+                0 | 1 => min,
+                2 => min + u64::from(r.u8() % 64),
+                _ => min.next_multiple_of(64),
+            };
+            let offset = if r.u8() % 2 == 0 { 0 } else { u64::from(r.u8()) };
+            let plane = PlaneLayout::linear(offset, stride, height);
+            let dst_len = (offset + stride * u64::from(height)).saturating_sub(if r.u8() % 8 == 0 { u64::from(r.u8() % 8) + 1 } else { 0 });
+            let Some(src) = source(g.size.saturating_sub(short), r.rest()) else { return false };
+            let Some((mut got, mut want)) = dest(dst_len) else { return false };
+            let what = format!("fused {layout} {from} -> {to} {width}x{height} {matrix:?} {range:?} on {threads} threads, {plane:?}");
+            let fast = tiled_yuv_to_rgb_fast(layout, from, to, matrix, range, width, height, src.bytes(), got.bytes_mut(), plane, threads);
+            let reference = detile_to_vec(layout, from, width, height, src.bytes()).map_err(|e| e.to_string()).and_then(|linear| {
+                let packed = packed_planes(from, width, height).map_err(|e| e.to_string())?;
+                yuv_to_rgb(from, to, matrix, range, width, height, &linear, &packed, want.bytes_mut(), plane).map_err(|e| e.to_string())
+            });
+            agree(&what, fast, reference, &got, &want)
+        }
+        // 8-bit RGB -> NV12.
+        3 => {
+            let from = rgb(&mut r);
+            let (Some((src_planes, src_len)), Some((dst_planes, dst_len))) = (
+                linear_planes(&mut r, from, width, height),
+                linear_planes(&mut r, Fourcc::NV12, width, height),
+            ) else {
+                return false;
+            };
+            let Some(src) = source(src_len, r.rest()) else { return false };
+            let Some((mut got, mut want)) = dest(dst_len) else { return false };
+            let what = format!("rgb->nv12 {from} {width}x{height} {matrix:?} {range:?} on {threads} threads, {src_planes:?} -> {dst_planes:?}");
+            let fast = rgb_to_nv12_fast(from, (matrix, range), (width, height), (src.bytes(), src_planes[0]), (got.bytes_mut(), &dst_planes), threads);
+            let reference = rgb_to_nv12(from, matrix, range, width, height, src.bytes(), src_planes[0], want.bytes_mut(), &dst_planes);
+            agree(&what, fast, reference, &got, &want)
+        }
+        // A whole frame, against the references step by step.
+        _ => {
+            let (from, to) = match r.u8() % 4 {
+                0 => (yuv(&mut r), rgb(&mut r)),
+                1 => (rgb(&mut r), Fourcc::NV12),
+                2 => {
+                    let f = pick_fourcc(&mut r);
+                    (f, f)
+                }
+                _ => (pick_fourcc(&mut r), pick_fourcc(&mut r)),
+            };
+            let to_layout = TILE_LAYOUTS[usize::from(r.u8()) % TILE_LAYOUTS.len()].layout;
+            let c = FrameConversion { matrix, range, ..FrameConversion::new((layout, from), (to_layout, to), width, height) };
+            let Ok((in_size, out_size)) = c.sizes() else {
+                assert!(c.run_cpu_into(&[], &mut [], threads).is_err(), "{c}: no sizes, yet it runs");
+                return false;
+            };
+            let short = if r.u8() % 8 == 0 { u64::from(r.u8() % 8) + 1 } else { 0 };
+            let extra = if r.u8() % 4 == 0 { u64::from(r.u8() % 64) } else { 0 };
+            let Some(input) = source(in_size.saturating_sub(short), r.rest()) else { return false };
+            let Some((mut got, mut want)) = dest(out_size + extra) else { return false };
+            let what = format!("{c} {matrix:?} {range:?} on {threads} threads, input {} bytes", input.len);
+            let fast = c.run_cpu_into(input.bytes(), got.bytes_mut(), threads);
+            let reference = (|| -> Result<(), String> {
+                let steps = c.steps().map_err(|e| e.to_string())?;
+                let e = |e: &dyn std::fmt::Display| e.to_string();
+                let mut frame = input.bytes().get(..in_size as usize).ok_or("the input is short")?.to_vec();
+                for step in steps {
+                    frame = match step {
+                        Step::Copy => frame,
+                        Step::Detile(l) => detile_to_vec(l, from, width, height, &frame).map_err(|x| e(&x))?,
+                        Step::Tile(l) => tile_to_vec(l, to, width, height, &frame).map_err(|x| e(&x))?,
+                        Step::YuvToRgb { layout: l, from: f, to: t } => {
+                            let linear = detile_to_vec(l, f, width, height, &frame).map_err(|x| e(&x))?;
+                            yuv_to_rgb_vec(f, t, matrix, range, width, height, &linear).map_err(|x| e(&x))?
+                        }
+                        Step::RgbToNv12 { from: f } => rgb_to_nv12_vec(f, matrix, range, width, height, &frame).map_err(|x| e(&x))?,
+                    };
+                }
+                want.bytes_mut().get_mut(..frame.len()).ok_or("the output is short")?.copy_from_slice(&frame);
+                Ok(())
+            })();
+            agree(&what, fast, reference, &got, &want)
+        }
+    }
+}

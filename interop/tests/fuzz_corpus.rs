@@ -24,6 +24,7 @@ const TARGETS: &[(&str, Check)] = &[
     ("tiling_geometry", checks::tiling_geometry),
     ("collection_wire", checks::collection_wire),
     ("forged_server", checks::forged_server),
+    ("cpu_differential", checks::cpu_differential),
 ];
 
 fn fuzz_dir() -> PathBuf {

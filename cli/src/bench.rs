@@ -56,9 +56,10 @@ fn finish(args: &BenchArgs, new: &BenchReport) -> Result<(), String> {
     if let Some(dir) = &args.report {
         std::fs::create_dir_all(dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let json = serde_json::to_string_pretty(new).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join("bench.json"), json).map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+        let write = |name: &str, bytes: &[u8]| dmabridge::interop::user_file::write_regular(&dir.join(name), bytes).map_err(|e| e.to_string());
+        write("bench.json", json.as_bytes())?;
         let page = render(&figures, "bench.json", changes.as_deref()).map_err(|e| e.to_string())?;
-        std::fs::write(dir.join("index.html"), page).map_err(|e| format!("cannot write {}: {e}", dir.display()))?;
+        write("index.html", page.as_bytes())?;
         write_plot(&dir.join("bench.png"), &figures).map_err(|e| e.to_string())?;
         eprintln!("report: {}", dir.join("index.html").display());
     }

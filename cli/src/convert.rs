@@ -14,7 +14,7 @@
 use std::process::ExitCode;
 
 use dmabridge::interop::tiling::{tiled_size, ColourMatrix, ColourRange, FrameConversion, MAX_CPU_FRAME_BYTES};
-use dmabridge::interop::{file_read, Fourcc, Layout, TileLayout};
+use dmabridge::interop::{user_file, Fourcc, Layout, TileLayout};
 use dmabridge::{ConvertPath, Converter, Engine, EngineOptions};
 
 #[derive(clap::Args)]
@@ -79,12 +79,12 @@ struct Report<'a> {
 
 /// The whole of `path`, which must be a regular file of exactly `expected` bytes: read with
 /// a cap, so a huge file is refused after `expected + 1` bytes, and a FIFO or a device
-/// (`/dev/zero`) is refused before any read ([`file_read`]).
+/// (`/dev/zero`) is refused before any read ([`user_file`]).
 fn read_exactly(path: &std::path::Path, expected: u64) -> Result<Vec<u8>, String> {
-    match file_read::read_regular(path, expected) {
+    match user_file::read_regular(path, expected) {
         Ok(data) if data.len() as u64 == expected => Ok(data),
         Ok(data) => Err(format!("{} holds {} bytes, but the frame described is {expected}", path.display(), data.len())),
-        Err(file_read::ReadFileError::TooLarge { .. }) => {
+        Err(user_file::ReadFileError::TooLarge { .. }) => {
             Err(format!("{} holds more than the {expected} bytes of the frame described", path.display()))
         }
         Err(e) => Err(e.to_string()),
@@ -165,8 +165,8 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
-    if let Err(e) = std::fs::write(&args.output, &out) {
-        return fail(format!("cannot write {}: {e}", args.output.display()));
+    if let Err(e) = user_file::write_regular(&args.output, &out) {
+        return fail(e.to_string());
     }
     let step_names: Vec<String> = steps.iter().map(|s| s.to_string()).collect();
     if args.json {
@@ -207,7 +207,7 @@ fn run_plan_file(args: &ConvertArgs, file: &std::path::Path) -> ExitCode {
         ExitCode::from(1)
     };
     let parsed = (|| -> Result<_, String> {
-        let bytes = file_read::read_regular(file, MAX_PLAN_FILE_BYTES).map_err(|e| format!("the plan file: {e}"))?;
+        let bytes = user_file::read_regular(file, MAX_PLAN_FILE_BYTES).map_err(|e| format!("the plan file: {e}"))?;
         let text = std::str::from_utf8(&bytes).map_err(|e| format!("{} is not a plan file: not UTF-8 ({e})", file.display()))?;
         let plans = PlanFile::parse(text).map_err(|e| format!("{}: {e}", file.display()))?;
         let index = match (args.conversion, plans.conversions.len()) {
@@ -266,8 +266,8 @@ fn run_plan_file(args: &ConvertArgs, file: &std::path::Path) -> ExitCode {
         Ok(o) => o,
         Err(e) => return fail(e),
     };
-    if let Err(e) = std::fs::write(&args.output, &out) {
-        return fail(format!("cannot write {}: {e}", args.output.display()));
+    if let Err(e) = user_file::write_regular(&args.output, &out) {
+        return fail(e.to_string());
     }
     let steps: Vec<String> = plan.steps.iter().map(|s| s.to_string()).collect();
     if args.json {

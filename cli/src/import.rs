@@ -134,8 +134,8 @@ pub fn run(args: &ImportArgs) -> ExitCode {
         }
         Err(e) => return fail(e.to_string()),
     };
-    if let Err(e) = std::fs::write(&args.out, &bytes) {
-        return fail(format!("cannot write {}: {e}", args.out.display()));
+    if let Err(e) = dmabridge::interop::user_file::write_regular(&args.out, &bytes) {
+        return fail(e.to_string());
     }
     println!("wrote {} bytes to {}", bytes.len(), args.out.display());
     crate::exit_status(&engine)

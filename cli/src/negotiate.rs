@@ -221,8 +221,8 @@ pub fn run_with(
     if let Some(out) = &args.plan_out {
         match &plan_file {
             Some(file) => {
-                if let Err(e) = std::fs::write(out, file.to_json() + "\n") {
-                    let _ = writeln!(std::io::stderr().lock(), "dmabridge negotiate: cannot write {}: {e}", out.display());
+                if let Err(e) = dmabridge::interop::user_file::write_regular(out, (file.to_json() + "\n").as_bytes()) {
+                    let _ = writeln!(std::io::stderr().lock(), "dmabridge negotiate: {e}");
                     return ExitCode::from(1);
                 }
                 if let Outcome::Copy { plan, .. } = &negotiation.outcome {

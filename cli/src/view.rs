@@ -78,8 +78,8 @@ fn build(args: &ViewArgs) -> Result<DmaBuf, String> {
     }
     let expected = info.packed_size(args.frame.width, args.frame.height);
     // A regular file, at most the frame's size (a FIFO or a device is refused, not waited on).
-    let bytes = dmabridge::interop::file_read::read_regular(&args.input, expected).map_err(|e| match e {
-        dmabridge::interop::file_read::ReadFileError::TooLarge { .. } => format!(
+    let bytes = dmabridge::interop::user_file::read_regular(&args.input, expected).map_err(|e| match e {
+        dmabridge::interop::user_file::ReadFileError::TooLarge { .. } => format!(
             "{} is more than {expected} bytes; a tightly packed {}x{} {fourcc} frame is {expected}",
             args.input.display(),
             args.frame.width,

@@ -116,6 +116,23 @@ fn convert_refuses_a_fifo_as_plan_or_frame() {
 }
 
 #[test]
+fn outputs_that_are_fifos_are_refused_not_blocked_on() {
+    // The write side of the same trap: opening a FIFO nobody reads for writing blocks.
+    let dir = own_dir();
+    let frame = s(&long_file(dir.path(), "frame", 64 * 64 * 4));
+    let out = s(&fifo(dir.path(), "out.fifo"));
+    refused(
+        &["convert", "--format", "AB24", "--width", "64", "--height", "64", "--from", "linear", "--to", "linear", "--cpu", "--in", &frame, "--out", &out],
+        &[&out, NOT_REGULAR],
+    );
+    let plan_out = s(&fifo(dir.path(), "plan.fifo"));
+    refused(
+        &["negotiate", "--paths", "--v4l2", "decoder=NV12MT", "--drm-formats", "display=XR24,AR24", "--plan-out", &plan_out],
+        &[&plan_out, NOT_REGULAR],
+    );
+}
+
+#[test]
 fn view_refuses_a_fifo_as_its_frame() {
     let dir = own_dir();
     let input = s(&fifo(dir.path(), "frame.fifo"));

@@ -311,7 +311,7 @@ fn default_cache_file() -> Option<PathBuf> {
 /// The cache file's contents, or an empty cache when it is missing, not a regular file,
 /// too large, or not ours (bad JSON, or figures that are not finite positive numbers).
 fn read_cache(path: &Path) -> CacheFile {
-    use dmabridge_interop::file_read::{read_regular_with, Links, ReadFileError};
+    use dmabridge_interop::user_file::{read_regular_with, Links, ReadFileError};
     // Links::Refuse: a symbolic link is not followed (ELOOP), as the writer replaces the
     // file; a FIFO does not wait for a writer, and is refused with anything else that is not
     // a regular file.

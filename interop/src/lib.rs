@@ -5,7 +5,7 @@
 //! sets, and the static plane layout of each format. On top of that it reads peers'
 //! format lists ([`peers`]), reconciles participants ([`negotiate`]), describes and passes
 //! dma-bufs ([`dmabuf`]; both wire protocols share [`framing`]), names how the parties
-//! synchronise ([`sync`]), reads the files a user names ([`file_read`]: regular files only, bounded) and holds the CPU reference of every layout conversion ([`tiling`]). [`collection`] runs sysmem-style buffer
+//! synchronise ([`sync`]), reads the files a user names ([`user_file`]: regular files only, bounded) and holds the CPU reference of every layout conversion ([`tiling`]). [`collection`] runs sysmem-style buffer
 //! collections (tokens, attribute lists, late joiners) across processes. An engine with no
 //! Vulkan at all can use all of it.
 
@@ -14,7 +14,7 @@
 
 pub mod collection;
 pub mod dmabuf;
-pub mod file_read;
+pub mod user_file;
 pub mod format;
 pub mod format_info;
 pub mod framing;

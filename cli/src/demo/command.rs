@@ -158,8 +158,8 @@ fn summarised<T, E: std::fmt::Display>(out: &std::path::Path, run: Result<T, E>,
 fn write_summary(out: &std::path::Path, summary: &serde_json::Value) -> Result<PathBuf, ExitCode> {
     let path = out.join("summary.json");
     let text = serde_json::to_string_pretty(summary).unwrap_or_else(|_| "{}".into());
-    std::fs::write(&path, text + "\n").map_err(|e| {
-        eprintln!("dmabridge demo: cannot write {}: {e}", path.display());
+    dmabridge::interop::user_file::write_regular(&path, (text + "\n").as_bytes()).map_err(|e| {
+        eprintln!("dmabridge demo: {e}");
         ExitCode::from(1)
     })?;
     Ok(path)

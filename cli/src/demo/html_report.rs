@@ -40,7 +40,7 @@ pub enum ReportError {
     /// The file could not be read: missing, not a regular file (a FIFO, a device), or over
     /// [`MAX_REPORT_BYTES`] (`ReadFileError::TooLarge`, which names the limit).
     #[error("a bench JSON: {0}")]
-    Read(#[from] dmabridge::interop::file_read::ReadFileError),
+    Read(#[from] dmabridge::interop::user_file::ReadFileError),
     #[error("{path} is not a dmabridge bench JSON: {source}")]
     NotBenchJson { path: String, source: serde_json::Error },
     #[error("not a dmabridge bench JSON: {what} is {value}, outside {range}")]
@@ -55,7 +55,7 @@ pub enum ReportError {
 /// the types it was written with; at most [`MAX_REPORT_BYTES`].
 pub fn read_report(path: &Path) -> Result<BenchReport, ReportError> {
     // A regular file only: a FIFO given as --compare is refused, not waited on.
-    let text = dmabridge::interop::file_read::read_regular(path, MAX_REPORT_BYTES)?;
+    let text = dmabridge::interop::user_file::read_regular(path, MAX_REPORT_BYTES)?;
     serde_json::from_slice(&text).map_err(|source| ReportError::NotBenchJson { path: path.display().to_string(), source })
 }
 
@@ -630,7 +630,7 @@ mod tests {
         let path = dir.path().join("big.json");
         let f = std::fs::File::create(&path).unwrap();
         f.set_len(MAX_REPORT_BYTES + 1).unwrap();
-        use dmabridge::interop::file_read::ReadFileError;
+        use dmabridge::interop::user_file::ReadFileError;
         assert!(matches!(read_report(&path), Err(ReportError::Read(ReadFileError::TooLarge { limit: MAX_REPORT_BYTES, .. }))));
         assert!(matches!(read_report(&dir.path().join("missing.json")), Err(ReportError::Read(ReadFileError::Open { .. }))));
     }

@@ -77,7 +77,7 @@ fn mode_colour(mode: Mode) -> [u8; 3] {
 
 pub(super) fn write_png(path: &Path, width: u32, height: u32, rgb: &[u8]) -> Result<(), DemoError> {
     let err = |detail: String| DemoError::Output { path: path.display().to_string(), detail };
-    let file = std::fs::File::create(path).map_err(|e| err(e.to_string()))?;
+    let file = dmabridge::interop::user_file::create_regular(path).map_err(|e| err(e.to_string()))?;
     let mut enc = png::Encoder::new(std::io::BufWriter::new(file), width, height);
     enc.set_color(png::ColorType::Rgb);
     enc.set_depth(png::BitDepth::Eight);

@@ -140,7 +140,7 @@ pub enum SpecError {
     File {
         participant: String,
         kind: PeerKind,
-        source: crate::file_read::ReadFileError,
+        source: crate::user_file::ReadFileError,
     },
     /// A live kind given to a loader that cannot answer it (see [`PeerKind::is_live`]).
     #[error("participant {participant:?} ({kind}): {what} is not available here")]
@@ -259,10 +259,10 @@ impl ParticipantSpec {
     }
 
     /// Reads `path`, a regular file of at most [`MAX_PEER_FILE`] bytes
-    /// ([`crate::file_read::read_regular`]: a FIFO, a device or a directory is refused at
+    /// ([`crate::user_file::read_regular`]: a FIFO, a device or a directory is refused at
     /// once, never waited on).
     pub(crate) fn read_path(&self, path: &str) -> Result<Vec<u8>, SpecError> {
-        crate::file_read::read_regular(std::path::Path::new(path), MAX_PEER_FILE).map_err(|source| SpecError::File {
+        crate::user_file::read_regular(std::path::Path::new(path), MAX_PEER_FILE).map_err(|source| SpecError::File {
             participant: one_line(&self.name),
             kind: self.kind,
             source,

@@ -1,6 +1,7 @@
-//! The one way dmabridge reads a file a user names: a peer's list (`--kms-in-formats`,
+//! The one way dmabridge opens a file a user names: reads a peer's list (`--kms-in-formats`,
 //! `--wayland-table`, `--drm-info`, and the same through the C ABI), a copy plan, a bench
-//! result, a frame, the cost model's cache.
+//! result, a frame, the cost model's cache ([`read_regular`]); writes a frame, a plan, a
+//! report ([`create_regular`], [`write_regular`]).
 //!
 //! A path on a command line may name anything. A FIFO with no writer blocks `open(O_RDONLY)`
 //! and then `read` for ever; a character device such as `/dev/zero` never ends; a directory
@@ -9,6 +10,11 @@
 //! regular file, naming what it is; then it is read up to a limit that the error names.
 //! Device nodes that a flag names as a device (`--kms-device`, `--v4l2-device`) are not
 //! files to read: their own open paths take them.
+//!
+//! Writing has the same trap the other way round: `open(O_WRONLY)` of a FIFO with no reader
+//! blocks for ever. A file to write is opened `O_NONBLOCK` too (a FIFO then fails with
+//! `ENXIO`, or opens where it has a reader) and refused unless it is a regular file; only
+//! then is it truncated.
 
 use std::fmt;
 use std::io::Read;
@@ -129,6 +135,62 @@ pub fn read_regular_with(path: &Path, limit: u64, links: Links) -> Result<Vec<u8
     Ok(bytes)
 }
 
+/// Why a file a user named was not written. Every message names the path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum WriteFileError {
+    /// `open` failed (no such directory, no permission).
+    #[error("cannot create {}: {errno}", shown(path))]
+    Open { path: PathBuf, errno: Errno },
+    /// `fstat` of the opened file failed.
+    #[error("cannot stat {}: {errno}", shown(path))]
+    Stat { path: PathBuf, errno: Errno },
+    /// The path is not a regular file (a FIFO, with or without a reader, a device, a
+    /// socket): writing it could block for ever, or go nowhere a user can read back.
+    #[error("{} is a {kind}, not a regular file", shown(path))]
+    NotRegular { path: PathBuf, kind: FileKind },
+    /// Emptying the file first (`ftruncate`) failed.
+    #[error("cannot truncate {}: {errno}", shown(path))]
+    Truncate { path: PathBuf, errno: Errno },
+    /// `write` failed (a full disk, say).
+    #[error("cannot write {}: {errno}", shown(path))]
+    Write { path: PathBuf, errno: Errno },
+}
+
+/// The regular file at `path`, created (mode 0666 less the umask) or emptied, open for
+/// writing (blocking, close-on-exec); anything else that is there (a FIFO, a device) is
+/// refused without blocking and left as it was.
+pub fn create_regular(path: &Path) -> Result<std::fs::File, WriteFileError> {
+    let owned = || path.to_path_buf();
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::NONBLOCK | OFlags::CLOEXEC | OFlags::NOCTTY;
+    let fd = match rustix::fs::open(path, flags, Mode::from_bits_truncate(0o666)) {
+        Ok(fd) => fd,
+        // O_NONBLOCK|O_WRONLY on a FIFO nobody reads.
+        Err(Errno::NXIO) => {
+            let kind = rustix::fs::stat(path).ok().and_then(|st| FileKind::of(FileType::from_raw_mode(st.st_mode))).unwrap_or(FileKind::Fifo);
+            return Err(WriteFileError::NotRegular { path: owned(), kind });
+        }
+        Err(errno) => return Err(WriteFileError::Open { path: owned(), errno }),
+    };
+    let st = rustix::fs::fstat(&fd).map_err(|errno| WriteFileError::Stat { path: owned(), errno })?;
+    if let Some(kind) = FileKind::of(FileType::from_raw_mode(st.st_mode)) {
+        return Err(WriteFileError::NotRegular { path: owned(), kind });
+    }
+    rustix::fs::ftruncate(&fd, 0).map_err(|errno| WriteFileError::Truncate { path: owned(), errno })?;
+    // As for reads: a network file system may pass O_NONBLOCK on.
+    if let Ok(now) = rustix::fs::fcntl_getfl(&fd) {
+        let _ = rustix::fs::fcntl_setfl(&fd, now - OFlags::NONBLOCK);
+    }
+    Ok(std::fs::File::from(fd))
+}
+
+/// Writes `bytes` as the whole of the regular file at `path` ([`create_regular`]).
+pub fn write_regular(path: &Path, bytes: &[u8]) -> Result<(), WriteFileError> {
+    use std::io::Write;
+    create_regular(path)?
+        .write_all(bytes)
+        .map_err(|e| WriteFileError::Write { path: path.to_path_buf(), errno: Errno::from_io_error(&e).unwrap_or(Errno::IO) })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -194,5 +256,31 @@ mod tests {
         let e = read_regular(Path::new("/nonexistent/a\nb"), 1).unwrap_err();
         assert!(!e.to_string().contains('\n') && e.to_string().contains("a?b"), "{e}");
         assert_eq!(e.path(), Path::new("/nonexistent/a\nb"));
+    }
+
+    #[test]
+    fn a_write_goes_to_regular_files_only_and_never_blocks() {
+        let d = own_dir("write");
+        let f = d.join("out");
+        write_regular(&f, b"longer first").expect("create");
+        write_regular(&f, b"short").expect("replace");
+        assert_eq!(std::fs::read(&f).expect("read"), b"short", "an existing file is emptied first");
+        // A FIFO with no reader: refused at once, not a write that never returns.
+        let fifo = d.join("fifo");
+        rustix::fs::mknodat(rustix::fs::CWD, &fifo, FileType::Fifo, Mode::RUSR | Mode::WUSR, 0).expect("mkfifo");
+        let t = std::time::Instant::now();
+        let e = write_regular(&fifo, b"x").unwrap_err();
+        assert!(t.elapsed() < std::time::Duration::from_secs(2), "a FIFO with no reader held the write for {:?}", t.elapsed());
+        assert_eq!(e, WriteFileError::NotRegular { path: fifo.clone(), kind: FileKind::Fifo });
+        assert!(e.to_string().ends_with("is a pipe (FIFO), not a regular file"), "{e}");
+        // ...and with a reader, refused all the same (what it wrote would go nowhere a user
+        // reads back).
+        let reader = rustix::fs::open(&fifo, OFlags::RDONLY | OFlags::NONBLOCK | OFlags::CLOEXEC, Mode::empty()).expect("open the FIFO's reading end");
+        assert_eq!(write_regular(&fifo, b"x"), Err(WriteFileError::NotRegular { path: fifo.clone(), kind: FileKind::Fifo }));
+        drop(reader);
+        let null = Path::new("/dev/null");
+        assert_eq!(write_regular(null, b"x"), Err(WriteFileError::NotRegular { path: null.to_path_buf(), kind: FileKind::CharacterDevice }));
+        assert!(matches!(write_regular(&d, b"x"), Err(WriteFileError::Open { errno: Errno::ISDIR, .. })));
+        let _ = std::fs::remove_dir_all(d);
     }
 }

@@ -571,12 +571,16 @@ impl Engine {
         }
         state.last_value = value;
         state.busy.push_back((value, cmd));
-        drop(state);
         let verdicts: Vec<Arc<Verdict>> = gates.iter().map(Gate::verdict).collect();
         let mut garbage: Vec<Garbage> = gates.iter().map(|g| Garbage::Semaphore(g.semaphore())).collect();
         // The gates open from the fence thread, before the export below: lavapipe's export
         // returns only once the batch has run, which needs them open.
         submitter.gates.watch(device, gates);
+        // Exported at once, under the queue lock, before anything asks the driver whether
+        // the batch is done: the validation layer takes the export of a batch it has already
+        // seen complete for no unsignal, and reports the semaphore's next signal (found in
+        // the kernel lab). On lavapipe, whose export waits for the batch, the lock is held
+        // that long: at most the fence limit, where a gate is pending.
         let exported = export.map(|semaphore| {
             let fence = self.export_sync_file(semaphore);
             // A semaphore whose payload was not taken by a successful export stays signalled
@@ -584,6 +588,7 @@ impl Engine {
             garbage.push(if fence.is_ok() { Garbage::ExportSemaphore(semaphore) } else { Garbage::Semaphore(semaphore) });
             fence
         });
+        drop(state);
         if !garbage.is_empty() {
             shared.retire(vec![completion], garbage);
         }

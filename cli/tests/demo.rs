@@ -328,17 +328,7 @@ fn a_producer_whose_fence_is_no_sync_file_is_named_and_cannot_wedge_the_consumer
     let buf = DmaBuf::new(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 64, 64, vec![PlaneDesc { fd, offset: 0, stride: 256 }]).expect("descriptor");
     // An eventfd nobody writes: an anonymous inode like a sync_file, and it never signals.
     let fence = rustix::event::eventfd(0, rustix::event::EventfdFlags::CLOEXEC).expect("eventfd");
-    let msg = Message::Buffer(BufferMsg {
-        id: 0,
-        fourcc: buf.fourcc(),
-        layout: buf.layout(),
-        width: 64,
-        height: 64,
-        read_only: buf.read_only(),
-        disjoint: buf.disjoint(),
-        planes: buf.plane_layouts(),
-        acquire_fence: true,
-    });
+    let msg = Message::Buffer(BufferMsg::describe(0, &buf, true));
     let fds: Vec<_> = buf.planes().map(|p| p.fd).chain([fence.as_fd()]).collect();
     send_raw(consumer.buffers.as_fd(), &wire::encode(&msg).expect("encode"), &fds).expect("send");
     let (limit, bound) = if lab { (120, 60) } else { (20, 10) };

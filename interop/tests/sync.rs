@@ -199,17 +199,7 @@ fn a_fence_that_is_not_a_sync_file_is_refused_wherever_it_enters() {
         // From a peer, with a buffer and with a release: refused, closed, the socket in step.
         let before = fd_count().unwrap();
         for msg in [
-            Message::Buffer(BufferMsg {
-                id: 1,
-                fourcc: buf.fourcc(),
-                layout: buf.layout(),
-                width: buf.width(),
-                height: buf.height(),
-                read_only: buf.read_only(),
-                disjoint: buf.disjoint(),
-                planes: buf.plane_layouts(),
-                acquire_fence: true,
-            }),
+            Message::Buffer(BufferMsg::describe(1, &buf, true)),
             Message::Release { id: 2, release_fence: true },
         ] {
             let fds: Vec<_> = buf.planes().map(|p| p.fd).filter(|_| matches!(msg, Message::Buffer(_))).chain([fake.as_fd()]).collect();

@@ -119,17 +119,7 @@ pub fn send_buffer_with_fence(
     acquire_fence: Option<&SyncFile>,
 ) -> Result<(), HandoffError> {
     let acquire_fence = acquire_fence.map(AsFd::as_fd);
-    let msg = Message::Buffer(BufferMsg {
-        id,
-        fourcc: buf.fourcc(),
-        layout: buf.layout(),
-        width: buf.width(),
-        height: buf.height(),
-        read_only: buf.read_only(),
-        disjoint: buf.disjoint(),
-        planes: buf.plane_layouts(),
-        acquire_fence: acquire_fence.is_some(),
-    });
+    let msg = Message::Buffer(BufferMsg::describe(id, buf, acquire_fence.is_some()));
     let bytes = wire::encode(&msg)?;
     let fds: Vec<BorrowedFd<'_>> = buf.planes().map(|p| p.fd).chain(acquire_fence).collect();
     send_raw(socket.as_fd(), &bytes, &fds)?;

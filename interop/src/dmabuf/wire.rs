@@ -98,6 +98,23 @@ pub struct BufferMsg {
     pub acquire_fence: bool,
 }
 
+impl BufferMsg {
+    /// `buf` as buffer `id`, its fds to follow (and an acquire fence, with `acquire_fence`).
+    pub fn describe(id: u64, buf: &super::DmaBuf, acquire_fence: bool) -> BufferMsg {
+        BufferMsg {
+            id,
+            fourcc: buf.fourcc(),
+            layout: buf.layout(),
+            width: buf.width(),
+            height: buf.height(),
+            read_only: buf.read_only(),
+            disjoint: buf.disjoint(),
+            planes: buf.plane_layouts(),
+            acquire_fence,
+        }
+    }
+}
+
 /// A decoded message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Message {

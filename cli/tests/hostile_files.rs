@@ -127,7 +127,7 @@ fn outputs_that_are_fifos_are_refused_not_blocked_on() {
     );
     let plan_out = s(&fifo(dir.path(), "plan.fifo"));
     refused(
-        &["negotiate", "--paths", "--v4l2", "decoder=NV12MT", "--drm-formats", "display=XR24,AR24", "--plan-out", &plan_out],
+        &["negotiate", "--v4l2", "decoder=NV12MT", "--drm-formats", "display=XR24,AR24", "--plan-out", &plan_out],
         &[&plan_out, NOT_REGULAR],
     );
 }

@@ -63,9 +63,13 @@ pub struct ProbeFormat {
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ProbeModifier {
     pub modifier: String,
+    /// The modifier decoded, whatever its vendor ([`Modifier::display_name`]): `LINEAR`,
+    /// `AMD(GFX11, GFX9_64K_R_X, DCC, DCC_RETILE, DCC_MAX_COMPRESSED_BLOCK=64B,
+    /// PIPE_XOR_BITS=3, PACKERS=3)`; a value `drm_fourcc.h` does not define is what decodes
+    /// of it followed by the hex.
     pub name: String,
     /// The kernel's macro name and the hex, as `drm_info` prints them
-    /// (`I915_FORMAT_MOD_X_TILED (0x0100000000000001)`).
+    /// (`I915_FORMAT_MOD_X_TILED (0x0100000000000001)`; see [`Modifier::kernel_label`]).
     pub kernel_name: String,
     pub plane_count: u32,
     /// Per usage key (a name of [`IMAGE_USAGES`], or a `+`-joined combination): whether
@@ -178,7 +182,11 @@ pub fn probe(engine: &Engine, options: &ProbeOptions) -> Result<ProbeReport, For
 }
 
 impl ProbeReport {
-    /// A table per format: modifiers against usages, `I` import, `E` export.
+    /// A table per format: modifiers against usages, `I` import, `E` export. Each row starts
+    /// with the modifier's hex and ends with its name: every column before the name has a
+    /// fixed width, so a long decoded name (AMD's run past 100 characters) runs on at the end
+    /// of its own row without pushing the usage columns of the others (the macro spelling is
+    /// `kernel_name` in `--json`).
     pub fn to_table(&self) -> String {
         let mut out = String::new();
         let _ = writeln!(out, "device: {} ({}, {}), Vulkan {}", self.device.name, self.device.driver_name, self.device.driver, self.device.api_version);
@@ -206,26 +214,22 @@ impl ProbeReport {
             );
         }
         let _ = writeln!(out, "cells: I = importable, E = exportable, - = neither (DMA_BUF handle type)\n");
-        let name_w = self
-            .formats
-            .iter()
-            .flat_map(|f| f.modifiers.iter().map(|m| m.name.len()))
-            .chain(std::iter::once("modifier".len()))
-            .max()
-            .unwrap_or(8);
+        // `0x` and 16 digits.
+        let hex_w = Modifier::LINEAR.to_hex().len();
         for f in &self.formats {
             let _ = writeln!(out, "{}  {}", f.fourcc, f.vk_format);
             if f.modifiers.is_empty() {
                 let _ = writeln!(out, "  (the driver lists no modifier for this format)\n");
                 continue;
             }
-            let _ = write!(out, "  {:<name_w$}  planes", "modifier");
+            let _ = write!(out, "  {:<hex_w$}  planes", "modifier");
             for u in &self.usage_keys {
                 let _ = write!(out, "  {u}");
             }
+            // The names that end the rows go unlabelled, as the kernel names did before.
             let _ = writeln!(out);
             for m in &f.modifiers {
-                let _ = write!(out, "  {:<name_w$}  {:<6}", m.name, m.plane_count);
+                let _ = write!(out, "  {:<hex_w$}  {:<6}", m.modifier, m.plane_count);
                 for u in &self.usage_keys {
                     let s = m.usages.get(u).copied().unwrap_or_default();
                     let cell = match (s.import, s.export) {
@@ -236,7 +240,7 @@ impl ProbeReport {
                     };
                     let _ = write!(out, "  {:<w$}", cell, w = u.len());
                 }
-                let _ = writeln!(out, "  {}", m.kernel_name);
+                let _ = writeln!(out, "  {}", m.name);
             }
             for caps in &f.gst_caps {
                 let _ = writeln!(out, "  caps: {caps}");
@@ -250,4 +254,81 @@ impl ProbeReport {
 /// The modifier of a probe row, parsed back (for tests and tools).
 pub fn row_modifier(m: &ProbeModifier) -> Option<Modifier> {
     Modifier::parse_hex(&m.modifier).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmabridge_interop::sync::SyncMethod;
+
+    fn row(m: Modifier, planes: u32, keys: &[&str], import: bool) -> ProbeModifier {
+        ProbeModifier {
+            modifier: m.to_hex(),
+            name: m.display_name(),
+            kernel_name: m.kernel_label(),
+            plane_count: planes,
+            usages: keys.iter().map(|k| (k.to_string(), Support { import, export: true, max_extent: None })).collect(),
+        }
+    }
+
+    /// A device listing radv's navi31 modifiers (one with DCC, whose name is over 100
+    /// characters), LINEAR and one the header does not define: every row's cells start in
+    /// the same column, each row ends with its decoded name, and the JSON has both names.
+    #[test]
+    fn long_modifier_names_keep_the_table_aligned() {
+        let keys = ["sampled", "color-attachment"];
+        let dcc = Modifier::from_raw(0x0200_0000_28a6_bf04);
+        let unknown = Modifier::from_raw(0x0200_0000_0000_0009);
+        let report = ProbeReport {
+            device: ProbeDevice {
+                name: "AMD Radeon RX 7900 XTX (RADV NAVI31)".into(),
+                driver: "Mesa".into(),
+                driver_name: "radv".into(),
+                api_version: "1.4.305".into(),
+            },
+            modifier_extension: true,
+            create_flags: String::new(),
+            srgb_view: false,
+            usage_keys: keys.iter().map(|k| k.to_string()).collect(),
+            sync: SyncMethod::SyncFile,
+            sync_methods: vec![SyncMethod::SyncFile],
+            formats: vec![ProbeFormat {
+                fourcc: "AR24".into(),
+                vk_format: "B8G8R8A8_UNORM".into(),
+                source: SupportSource::DrmModifier,
+                modifiers: vec![
+                    row(dcc, 2, &keys, true),
+                    row(Modifier::from_raw(0x0200_0000_0000_1b04), 1, &keys, false),
+                    row(Modifier::LINEAR, 1, &keys, true),
+                    row(unknown, 1, &keys, false),
+                ],
+                gst_caps: vec![],
+            }],
+        };
+        let table = report.to_table();
+        let rows: Vec<&str> = table.lines().filter(|l| l.starts_with("  0x")).collect();
+        assert_eq!(rows.len(), 4, "{table}");
+        let header = table.lines().find(|l| l.starts_with("  modifier")).expect("header row");
+        let column = |line: &str, what: &str| line.find(what).unwrap_or_else(|| panic!("{what:?} in {line:?}"));
+        let cells = column(header, "sampled");
+        for r in &rows {
+            let cell = &r[cells..cells + 2];
+            assert!(cell == "IE" || cell == "E ", "{r:?}: {cell:?}");
+        }
+        assert!(rows[0].ends_with(
+            "AMD(GFX11, GFX11_256K_R_X, DCC, DCC_PIPE_ALIGN, DCC_INDEPENDENT_128B, DCC_MAX_COMPRESSED_BLOCK=128B, PIPE_XOR_BITS=5, PACKERS=5)"
+        ));
+        assert!(rows[1].ends_with("AMD(GFX11, GFX9_64K_R_X, PIPE_XOR_BITS=0, PACKERS=0)"), "{}", rows[1]);
+        assert!(rows[2].starts_with("  0x0000000000000000  1") && rows[2].ends_with("  LINEAR"), "{}", rows[2]);
+        assert!(rows[3].ends_with("  AMD(unknown tile version 9) 0x0200000000000009"), "{}", rows[3]);
+        assert_eq!(header.len() + 2, column(rows[2], "LINEAR"), "{table}");
+
+        let json = serde_json::to_value(&report).expect("json");
+        let m = &json["formats"][0]["modifiers"];
+        assert_eq!(m[0]["modifier"], "0x0200000028a6bf04");
+        assert_eq!(m[0]["name"], dcc.display_name());
+        assert_eq!(m[0]["kernel_name"], format!("{} (0x0200000028a6bf04)", dcc.display_name()));
+        assert_eq!(m[3]["name"], "AMD(unknown tile version 9) 0x0200000000000009");
+        assert_eq!(m[3]["kernel_name"], "AMD(unknown tile version 9) (0x0200000000000009)");
+    }
 }

@@ -17,6 +17,24 @@ fn same_pairs(a: &FormatSet, b: &FormatSet) -> bool {
     a.len() == b.len() && a.iter().all(|f| b.contains(f))
 }
 
+/// Every spelling of each modifier a peer's list gave (the name path of the probe table,
+/// `--json` and the negotiation report): no panic whatever the value, the name wherever
+/// `drm_fourcc.h` defines the value, and the hex wherever it does not.
+fn modifier_names(set: &FormatSet) {
+    for m in set.iter().filter_map(|f| f.layout.modifier()) {
+        let hex = m.to_hex();
+        let display = m.display_name();
+        assert!(m.kernel_label().contains(&hex), "{}", m.kernel_label());
+        match m.name() {
+            Some(name) => {
+                assert_eq!(display, name);
+                assert!(m.macro_name().is_some(), "{display}");
+            }
+            None => assert!(display.ends_with(&hex), "{display}"),
+        }
+    }
+}
+
 /// `Caps::parse`; what parses prints (both spellings) to text that parses back to the same
 /// caps, and intersects with itself to itself.
 pub fn gst_caps(data: &[u8]) -> bool {
@@ -40,6 +58,7 @@ pub fn drm_format_list(data: &[u8]) -> bool {
     let Ok(text) = std::str::from_utf8(data) else { return false };
     let list = gst::parse_drm_format_list(text);
     if let Ok(set) = &list {
+        modifier_names(set);
         let printed = gst::print_drm_format_list(set);
         assert_eq!(gst::parse_drm_format_list(&printed).as_ref(), Ok(set), "{printed:?}");
     }
@@ -58,6 +77,7 @@ pub fn kms_in_formats(data: &[u8]) -> bool {
         let _ = dmabridge_interop::peers::drm_info::in_formats(text, Some(1));
     }
     let Ok(set) = kms::parse_in_formats(data) else { return false };
+    modifier_names(&set);
     let blob = kms::write_in_formats(&set);
     let again = kms::parse_in_formats(&blob).unwrap_or_else(|e| panic!("written blob does not parse: {e}"));
     assert!(same_pairs(&set, &again), "{set:?} != {again:?}");
@@ -74,6 +94,7 @@ pub fn wayland_table(data: &[u8]) -> bool {
     assert_eq!(wayland::parse_format_table(&wayland::write_format_table(&formats)).as_ref(), Ok(&formats));
     match wayland::tranche_formats(&formats, indices) {
         Ok(set) => {
+            modifier_names(&set);
             assert!(set.len() <= indices.len() / 2);
             true
         }

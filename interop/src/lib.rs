@@ -29,5 +29,5 @@ pub mod tiling;
 pub use format::{Format, FormatSet, Layout};
 pub use format_info::{format_info, FormatInfo, PlaneInfo, Subsampling, FORMAT_INFO};
 pub use fourcc::{Fourcc, FourccParseError};
-pub use modifier::{Modifier, ModifierParseError, NvidiaBlockLinear, Vendor};
+pub use modifier::{AmdModifier, Modifier, ModifierParseError, NvidiaBlockLinear, Vendor};
 pub use tile_layout::{TileLayout, TileLayoutParseError};

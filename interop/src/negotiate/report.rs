@@ -358,3 +358,49 @@ pub fn human(n: &Negotiation) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::negotiate::{negotiate, Member, Participant};
+    use crate::{Format, Fourcc};
+
+    const AR24: Fourcc = Fourcc::from_bytes(*b"AR24");
+
+    fn member(name: &str, formats: &[Format]) -> Member {
+        Member::from(Participant::new(name, formats.iter().copied().collect()))
+    }
+
+    /// A radv device and an amdgpu plane sharing navi31's DCC modifier: the report names it
+    /// decoded, in `modifier_names` and in the summary, with its hex.
+    #[test]
+    fn amd_modifiers_are_named_decoded() {
+        let dcc = Modifier::from_raw(0x0200_0000_28a6_bf04);
+        let plain = Modifier::from_raw(0x0200_0000_0000_1b04);
+        let n = negotiate(&[
+            member("radv", &[Format::explicit(AR24, dcc), Format::explicit(AR24, plain), Format::linear(AR24)]),
+            member("plane", &[Format::explicit(AR24, dcc)]),
+        ])
+        .expect("negotiates");
+        let want = "AMD(GFX11, GFX11_256K_R_X, DCC, DCC_PIPE_ALIGN, DCC_INDEPENDENT_128B, DCC_MAX_COMPRESSED_BLOCK=128B, \
+                    PIPE_XOR_BITS=5, PACKERS=5) (0x0200000028a6bf04)";
+        let r = Report::new(&n);
+        assert_eq!(r.modifiers, [dcc], "{r:?}");
+        assert_eq!(r.modifier_names, [want]);
+        let h = human(&n);
+        assert!(h.starts_with(&format!("shared: AR24 with {want}")), "{h}");
+    }
+
+    /// A modifier drm_fourcc.h does not define is shown as what decodes of it and its hex,
+    /// in the report and in a conflict's detail.
+    #[test]
+    fn undefined_modifiers_are_shown_raw() {
+        let odd = Modifier::from_raw(0x0200_0000_0000_0009);
+        let n = negotiate(&[member("a", &[Format::explicit(AR24, odd)]), member("b", &[Format::explicit(AR24, odd)])]).expect("negotiates");
+        let r = Report::new(&n);
+        assert_eq!(r.modifier_names, ["AMD(unknown tile version 9) (0x0200000000000009)"]);
+        let n = negotiate(&[member("a", &[Format::explicit(AR24, odd)]), member("b", &[Format::linear(AR24)])]).expect("negotiates");
+        let text = human(&n);
+        assert!(text.contains("AMD(unknown tile version 9) 0x0200000000000009"), "{text}");
+    }
+}

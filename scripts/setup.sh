@@ -39,8 +39,9 @@ for p in "${LEAN[@]}"; do pkg_ok "$p" || missing_lean+=("$p"); done
 
 # GStreamer's development files, for the dmabridgeconvert plugin (gst-plugin/): from
 # bookworm-backports, because they pull libdrm/gbm/wayland -dev packages that must match the
-# backports Mesa (plain apt-get refuses them as "held broken packages").
-BACKPORTS_DEV=(libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev)
+# backports Mesa (plain apt-get refuses them as "held broken packages"). libdrm-dev by name
+# too: the modifier tests read its drm_fourcc.h, the kernel's definition of every modifier.
+BACKPORTS_DEV=(libgstreamer1.0-dev libgstreamer-plugins-base1.0-dev libdrm-dev)
 missing_dev=()
 for p in "${BACKPORTS_DEV[@]}"; do pkg_ok "$p" || missing_dev+=("$p"); done
 

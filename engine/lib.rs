@@ -56,9 +56,10 @@ pub use device::format_support::{FormatSupportError, SupportQuery, SupportSource
 pub use convert::compute::{Binding, ComputeError, ComputePipeline};
 pub use convert::converter::{ConversionBuffer, ConvertError, Converter, DetileRun, DetileSource, Detiled, TiledFrame};
 pub use convert::cost::{Choice, ChoiceReason, ConvertPath, CostCache, Measured, SizeClass};
+pub use device::adapter::Adapter;
 pub use device::engine::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
 pub use error::VkError;
-pub use dmabuf::export::{ExportError, ExportRequest, ExportedImage, OpaqueFd, Shared};
+pub use dmabuf::export::{ExportError, ExportRequest, ExportableImage, ExportedImage, OpaqueFd, Shared};
 pub use resources::image::{DeviceImage, ImageAccess, ImageError};
 pub use dmabuf::import::{ImportError, ImportOptions, ImportPath, ImportedImage};
 pub use dmabuf::import_cache::{BufferImportCache, CacheStats, ImportCache};

@@ -26,6 +26,8 @@ declare -A SKIP=(
     [pipelines]="gst-launch conversions of files against videoconvert: no dma-buf (the element's dma-buf input is dmabuf_input and dma_drm)"
     [bench_report]="renders the benchmark report in Chromium: no fd"
     [gstreamer_reference]="the CPU reference against GStreamer's videoconvert: no fd"
+    [drm_shim]="radv on Mesa's drm-shim is a configuration of its own (scripts/test.sh runs it per chip); it has no PRIME, so no fd of it reaches the kernel"
+    [real_drivers]="radv's null device answers queries only: no fd; the plain and udmabuf configurations run it"
     [lab_anywhere]="boots the lab itself, from clones under /tmp, /run and /dev/shm: a host's test"
 )
 # Single tests left out of a binary that runs (cargo test --skip), and why:

@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh Debian 12 machine: provisions (idempotent), then runs
-# the tests in three configurations against the real lavapipe:
-#   1. plain: no udmabuf, so no modifier extension and no DMA_BUF export;
-#   2. with the udmabuf emulation preloaded (or the real /dev/udmabuf where there is one);
-#   3. kernel: inside Linux itself (scripts/lab.sh: Debian's 6.12 under QEMU), with a real
+# the tests in four configurations:
+#   1. plain lavapipe: no udmabuf, so no modifier extension and no DMA_BUF export (radv's
+#      null device answers the real-driver queries here: cli/tests/real_drivers.rs);
+#   2. lavapipe with the udmabuf emulation preloaded (or the real /dev/udmabuf where there is one);
+#   3. drm-shim: radv, a real GPU driver, on Mesa's amdgpu drm-shim (scripts/real-drivers.sh
+#      builds it once, about 3 minutes, cached under ~/.cache/dmabridge-mesa), once per chip
+#      the shim carries: tests/drm_shim.rs, and `dmabridge probe` on each chip;
+#   4. kernel: lavapipe inside Linux itself (scripts/lab.sh: Debian's 6.12 under QEMU), with a real
 #      udmabuf, the system dma-heap, sync_file, vgem, vivid and virtio-gpu, and no emulation
 #      (scripts/kernel-tests.sh says which test binaries run there, and why the rest do not).
 # DMABRIDGE_TEST_CONFIG tells the tests which configuration they are in, so they can
@@ -102,10 +106,11 @@ step() {
 count() {
     awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p += $(i-1); if ($(i) ~ /^failed/) f += $(i-1); if ($(i) ~ /^ignored/) g += $(i-1) } }
          /^program ok: / { programs++ }
+         /^drm-shim [a-z0-9_]+: ok$/ { programs++ }
          END { printf "%d passed, %d failed, %d ignored, %d programs", p, f, g, programs }' "$LOGS/$1.log" 2>/dev/null
 }
 
-echo "=== configuration 1/3: plain lavapipe (no udmabuf) ==="
+echo "=== configuration 1/4: plain lavapipe (no udmabuf) ==="
 step plain env DMABRIDGE_TEST_CONFIG=plain cargo test --workspace --quiet -- --test-threads=2
 step plain env DMABRIDGE_TEST_CONFIG=plain cargo test -p dmabridge-cli --features test-layout --test test_layout --quiet -- --test-threads=2
 # The made-up layout in the element: the plugin the test loads is built with the feature for
@@ -120,11 +125,10 @@ made_up_layout_in_the_element() {
 step plain made_up_layout_in_the_element
 step plain run_examples env DMABRIDGE_TEST_CONFIG=plain
 
-echo "=== configuration 2/3: udmabuf ($( [ -e /dev/udmabuf ] && echo real || echo emulation )) ==="
+echo "=== configuration 2/4: udmabuf ($( [ -e /dev/udmabuf ] && echo real || echo emulation )) ==="
 step udmabuf with_udmabuf cargo test --workspace --quiet -- --test-threads=2
 step udmabuf run_examples with_udmabuf
 
-echo "=== configuration 3/3: kernel (Linux in the lab, scripts/lab.sh) ==="
 # The test binaries cargo built above, with the directory each runs in.
 cargo test --workspace --no-run --message-format=json 2>/dev/null | /usr/bin/python3 -c '
 import json, os, sys
@@ -133,13 +137,30 @@ for line in sys.stdin:
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["profile"]["test"]:
         print(m["target"]["name"], m["target"]["kind"][0], m["executable"], os.path.dirname(m["manifest_path"]))
 ' >target/lab-tests.list
+
+echo "=== configuration 3/4: drm-shim (radv on Mesa's amdgpu drm-shim, scripts/real-drivers.sh) ==="
+# Each chip is a process of its own; its verdict is a line "drm-shim CHIP: ok" or "FAILED".
+drm_shim_tests() {
+    local bin
+    bin=$(awk '$1 == "drm_shim" && $2 == "test" { print $3 }' target/lab-tests.list)
+    [ -n "$bin" ] || { echo "drm_shim: the test binary was not built"; return 1; }
+    DMABRIDGE_TEST_CONFIG=drm-shim scripts/real-drivers.sh -- "$bin" --test-threads=2 -q
+}
+# The probe a user runs, per chip: exits 0, the JSON kept beside the logs.
+drm_shim_probe() {
+    scripts/real-drivers.sh -- sh -c 'target/debug/dmabridge probe --json --usage sampled+storage+color-attachment >"$0/probe-$DMABRIDGE_DRM_SHIM_CHIP.json"' "$LOGS"
+}
+step drm-shim drm_shim_tests
+step drm-shim drm_shim_probe
+
+echo "=== configuration 4/4: kernel (Linux in the lab, scripts/lab.sh) ==="
 # The live peers: vgem (a second DRM device, fences), two vivid instances (V4L2 capture and
 # output: 000 single-planar, 001 multi-planar) and virtio-gpu (a KMS device).
 step kernel scripts/lab.sh --modules vgem,vivid,virtio_gpu --param vivid.n_devs=2 --param vivid.multiplanar=1,2 \
     --timeout "${DMABRIDGE_LAB_TIMEOUT:-2700}" -- scripts/kernel-tests.sh target/lab-tests.list
 
 kernel_line=$(grep -E '^kernel configuration:' "$LOGS/kernel.log" | tail -1 | sed 's/^kernel configuration: //')
-echo "summary: plain: $(count plain) | udmabuf: $(count udmabuf) | kernel: ${kernel_line:-did not finish (see above)}"
+echo "summary: plain: $(count plain) | udmabuf: $(count udmabuf) | drm-shim: $(count drm-shim) | kernel: ${kernel_line:-did not finish (see above)}"
 if [ ${#FAILED[@]} -gt 0 ]; then
     echo "FAILED: ${FAILED[*]}" >&2
     exit 1

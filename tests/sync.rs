@@ -52,7 +52,7 @@ fn the_device_reports_the_sync_methods_the_kernel_gives_it() {
     let best = methods[0];
     let p = engine.participant(&ParticipantRequest::new("gpu", dmabridge::ash::vk::ImageUsageFlags::SAMPLED, Direction::Both)).expect("participant");
     assert_eq!(p.sync.best(), best);
-    let report = dmabridge::device::probe::probe(&engine, &Default::default()).expect("probe");
+    let report = dmabridge::device::probe::probe(engine.adapter(), &Default::default()).expect("probe");
     assert_eq!(report.sync, best);
     common::assert_clean(&engine);
 }

@@ -73,7 +73,9 @@ impl FromArgMatches for AllocateArgs {
     }
 }
 
-type Loader<'a> = dyn for<'e> Fn(&ParticipantSpec, &dyn Fn() -> &'e Result<Engine, String>) -> Result<Participant, SpecError> + 'a;
+/// Loads a participant; `--vulkan` through the adapter the second argument gives for a
+/// `:device=` (none: the default device).
+type Loader<'a> = dyn Fn(&ParticipantSpec, &dyn Fn(Option<&str>) -> Result<dmabridge::Adapter, String>) -> Result<Participant, SpecError> + 'a;
 
 fn say(text: &str) {
     // A closed stdout (`| head`) must not panic, as println! would.
@@ -99,7 +101,12 @@ fn impossible(e: &AllocateError) -> bool {
 
 pub fn run(args: &AllocateArgs, load: &Loader<'_>) -> ExitCode {
     let engine = Engine::new(&EngineOptions::from_env()).map_err(|e| e.to_string());
-    let negotiation = match negotiation_of(&args.negotiate, &|spec| load(spec, &|| &engine)) {
+    // The allocation is made on this engine: its `--vulkan` participants are its device.
+    let this_device = |device: Option<&str>| match device {
+        None => engine.as_ref().map(|e| e.adapter().clone()).map_err(Clone::clone),
+        Some(_) => Err("allocate allocates on its own device (DMABRIDGE_DEVICE); :device= is for negotiate".to_owned()),
+    };
+    let negotiation = match negotiation_of(&args.negotiate, &|spec| load(spec, &this_device)) {
         Ok(n) => n,
         Err(e) => return fail(1, &e),
     };
@@ -143,7 +150,7 @@ pub fn run(args: &AllocateArgs, load: &Loader<'_>) -> ExitCode {
     if let Some((n, Err(e))) = read_only.iter().find(|(_, r)| r.is_err()) {
         return fail(1, &format!("read-only participant {n}: {e}"));
     }
-    crate::exit_status(&engine)
+    crate::exit_status(engine.adapter())
 }
 
 /// The participants that set `read-only=true`, in order.

@@ -131,7 +131,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
                 return ExitCode::from(1);
             }
         }
-        return crate::exit_status(&engine);
+        return crate::exit_status(engine.adapter());
     }
 
     println!("dmabridge bench on {}", report.device);
@@ -219,5 +219,5 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         }
         Err(e) => eprintln!("dmabridge bench: {e}"),
     }
-    crate::exit_status(&engine)
+    crate::exit_status(engine.adapter())
 }

@@ -182,7 +182,7 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
         }
     }
     match &engine {
-        Some(e) => crate::exit_status(e),
+        Some(e) => crate::exit_status(e.adapter()),
         None => ExitCode::SUCCESS,
     }
 }
@@ -279,7 +279,7 @@ fn run_plan_file(args: &ConvertArgs, file: &std::path::Path) -> ExitCode {
         println!("{} -> {} {}x{}: {} bytes ({ran_on}; {})", plan.from, plan.to, plan.width, plan.height, out.len(), steps.join(", then "));
     }
     match &engine {
-        Some(e) => crate::exit_status(e),
+        Some(e) => crate::exit_status(e.adapter()),
         None => ExitCode::SUCCESS,
     }
 }

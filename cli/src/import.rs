@@ -138,7 +138,7 @@ pub fn run(args: &ImportArgs) -> ExitCode {
         return fail(e.to_string());
     }
     println!("wrote {} bytes to {}", bytes.len(), args.out.display());
-    crate::exit_status(&engine)
+    crate::exit_status(engine.adapter())
 }
 
 #[cfg(test)]

@@ -97,8 +97,8 @@ fn main() -> ExitCode {
 }
 
 /// Success, unless validation was on and the layer reported a problem.
-fn exit_status(engine: &dmabridge::Engine) -> ExitCode {
-    let problems = engine.validation().map(|v| v.problems()).unwrap_or_default();
+fn exit_status(adapter: &dmabridge::Adapter) -> ExitCode {
+    let problems = adapter.validation().map(|v| v.problems()).unwrap_or_default();
     if problems.is_empty() {
         return ExitCode::SUCCESS;
     }
@@ -108,29 +108,47 @@ fn exit_status(engine: &dmabridge::Engine) -> ExitCode {
     ExitCode::from(3)
 }
 
-/// `negotiate`, with `--vulkan NAME=USE` answered by the live device for exactly that use
-/// (created only when such a participant is given).
+/// `negotiate`, with each `--vulkan NAME=USE[:device=D]` answered by the live device it
+/// names, for exactly that use. The devices are only queried ([`dmabridge::Adapter`]): a
+/// driver that answers queries and can do nothing more (radv's null device) takes part, and
+/// two drivers in one process (both ICDs in `VK_ICD_FILENAMES`) are two participants. An
+/// engine is opened only where `--paths` asks the cost model.
 fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
-    let engine = std::cell::OnceCell::new();
-    let engine = || engine.get_or_init(|| dmabridge::Engine::new(&dmabridge::EngineOptions::from_env()).map_err(|e| e.to_string()));
+    let adapters: std::cell::RefCell<std::collections::HashMap<Option<String>, Result<dmabridge::Adapter, String>>> = Default::default();
+    let adapter = |device: Option<&str>| -> Result<dmabridge::Adapter, String> {
+        adapters
+            .borrow_mut()
+            .entry(device.map(str::to_owned))
+            .or_insert_with(|| {
+                let mut options = dmabridge::EngineOptions::from_env();
+                if let Some(d) = device {
+                    options.device = Some(dmabridge::DeviceSelector::parse(d));
+                }
+                dmabridge::Adapter::new(&options).map_err(|e| e.to_string())
+            })
+            .clone()
+    };
     let converter = std::cell::OnceCell::new();
     negotiate::run_with(
         args,
-        &|spec| load_participant(spec, &engine),
+        &|spec| load_participant(spec, &adapter),
         &|c| {
-            let conv = converter.get_or_init(|| engine().clone().and_then(|e| dmabridge::Converter::new(&e).map_err(|e| e.to_string())));
+            let conv = converter.get_or_init(|| {
+                let engine = adapter(None).and_then(|a| a.open(&dmabridge::EngineOptions::from_env()).map_err(|e| e.to_string()))?;
+                dmabridge::Converter::new(&engine).map_err(|e| e.to_string())
+            });
             let choice = conv.as_ref().map_err(|e| format!("no Vulkan device: {e}"))?.choose(c, None).map_err(|e| e.to_string())?;
             Ok(choice.explain())
         },
     )
 }
 
-/// Loads one participant: the two live kinds here (`--vulkan NAME=USE` is the live device,
-/// `engine`, opened only then, for exactly that use; `--wayland NAME` asks the compositor
+/// Loads one participant: the two live kinds here (`--vulkan NAME=USE[:device=D]` is the
+/// device `adapter(D)` gives, for exactly that use; `--wayland NAME` asks the compositor
 /// `WAYLAND_DISPLAY` names), every other kind through the library's loader.
-fn load_participant<'a>(
+fn load_participant(
     spec: &dmabridge_interop::negotiate::spec::ParticipantSpec,
-    engine: &dyn Fn() -> &'a Result<dmabridge::Engine, String>,
+    adapter: &dyn Fn(Option<&str>) -> Result<dmabridge::Adapter, String>,
 ) -> Result<dmabridge_interop::negotiate::Participant, dmabridge_interop::negotiate::spec::SpecError> {
     use dmabridge_interop::negotiate::spec::{PeerKind, SpecError};
     match spec.kind {
@@ -143,10 +161,17 @@ fn load_participant<'a>(
         _ => return spec.load(),
     }
     let peer = |reason: String| SpecError::Peer { participant: spec.name.clone(), kind: spec.kind, reason };
-    let usage = dmabridge::ImageUse::parse(&spec.value).map_err(|e| spec.peer_error(e))?;
+    // The device is the value's `device=` part; the rest is the use.
+    let (device, use_parts): (Vec<&str>, Vec<&str>) = spec.value.split(':').partition(|p| p.starts_with("device="));
+    let device = match device.as_slice() {
+        [] => None,
+        [d] => Some(d.trim_start_matches("device=")),
+        _ => return Err(peer("device= is given more than once".into())),
+    };
+    let usage = dmabridge::ImageUse::parse(&use_parts.join(":")).map_err(|e| spec.peer_error(e))?;
     let request = dmabridge::ParticipantRequest::new(spec.name.as_str(), usage, dmabridge::Direction::Both);
-    match engine() {
-        Ok(e) => e.participant(&request).map_err(|e| peer(e.to_string())),
+    match adapter(device) {
+        Ok(a) => a.participant(&request).map_err(|e| peer(e.to_string())),
         Err(e) => Err(peer(format!("no Vulkan device: {e}"))),
     }
 }

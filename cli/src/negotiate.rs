@@ -42,7 +42,7 @@ pub struct NegotiateArgs {
 }
 
 /// clap id, value name and help of each participant flag.
-const PEER_ARGS: [(PeerKind, &str, &str, &str); 10] = [
+const PEER_ARGS: [(PeerKind, &str, &str, &str); 11] = [
     (
         PeerKind::GstCaps,
         "gst-caps",
@@ -88,8 +88,8 @@ const PEER_ARGS: [(PeerKind, &str, &str, &str); 10] = [
     (
         PeerKind::Vulkan,
         "vulkan",
-        "NAME=USAGE[+USAGE][:create=FLAG,...][:srgb-view]",
-        "the live Vulkan device for exactly this use, e.g. gpu=sampled+color-attachment:create=mutable-format:srgb-view",
+        "NAME=USAGE[+USAGE][:create=FLAG,...][:srgb-view][:device=INDEX|NAME]",
+        "a live Vulkan device (the best, DMABRIDGE_DEVICE's, or :device='s: an index, or part of its name) for exactly this use, e.g. gpu=sampled+color-attachment:create=mutable-format:srgb-view; queried only, never opened",
     ),
     (
         PeerKind::V4l2Device,
@@ -102,6 +102,12 @@ const PEER_ARGS: [(PeerKind, &str, &str, &str); 10] = [
         "kms-device",
         "NAME=/dev/dri/cardN[:PLANE_ID]",
         "a live KMS device's plane, asked for its IN_FORMATS (default: the first primary plane)",
+    ),
+    (
+        PeerKind::ProbeReport,
+        "probe-report",
+        "NAME=FILE:USAGE[+USAGE]",
+        "a GPU as a saved 'dmabridge probe --json' report (another machine's, another driver's), for one use it probed, e.g. dgpu=navi21.json:color-attachment",
     ),
 ];
 
@@ -239,7 +245,7 @@ pub fn run_with(
     let text = if args.json {
         report.to_json() + "\n"
     } else {
-        human(&negotiation) + &text
+        human(&negotiation) + &report.notes() + &text
     };
     // A closed stdout (`| head`) must not panic, as println! would.
     let _ = std::io::stdout().lock().write_all(text.as_bytes());

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use dmabridge::device::probe::ProbeOptions;
 use dmabridge::device::usage::{parse_create_flags, parse_image_usage};
-use dmabridge::{Engine, EngineOptions};
+use dmabridge::{Adapter, EngineOptions};
 
 #[derive(clap::Args)]
 pub struct ProbeArgs {
@@ -150,14 +150,15 @@ pub fn run(args: &ProbeArgs) -> ExitCode {
     if let Some(d) = &args.device {
         engine_options.device = Some(dmabridge::DeviceSelector::parse(d));
     }
-    let engine = match Engine::new(&engine_options) {
-        Ok(e) => e,
+    // Queries only: no device is opened, so any device that answers them can be probed.
+    let adapter = match Adapter::new(&engine_options) {
+        Ok(a) => a,
         Err(e) => {
             eprintln!("dmabridge probe: {e}");
             return ExitCode::from(1);
         }
     };
-    let report = match dmabridge::device::probe::probe(&engine, &options) {
+    let report = match dmabridge::device::probe::probe(&adapter, &options) {
         Ok(r) => r,
         Err(e) => {
             eprintln!("dmabridge probe: {e}");
@@ -175,5 +176,5 @@ pub fn run(args: &ProbeArgs) -> ExitCode {
     } else {
         print!("{}", report.to_table());
     }
-    crate::exit_status(&engine)
+    crate::exit_status(&adapter)
 }

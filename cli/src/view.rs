@@ -263,5 +263,5 @@ fn view(args: &ViewArgs) -> Result<ExitCode, String> {
         "presented {} frame(s), skipped {}, {} swapchain(s), {} resize(s)",
         stats.presented, stats.skipped, stats.swapchains, resizes
     );
-    Ok(crate::exit_status(&engine))
+    Ok(crate::exit_status(engine.adapter()))
 }

@@ -53,7 +53,7 @@ pub fn run(args: &WaylandDemoArgs) -> ExitCode {
     let mut opts = SinkOptions::new(Display::Env, args.width, args.height, fourccs);
     opts.title = "dmabridge wayland-demo".into();
     match show(&engine, opts, args.frames) {
-        Ok(()) => super::exit_status(&engine),
+        Ok(()) => super::exit_status(engine.adapter()),
         Err(e) => {
             eprintln!("dmabridge wayland-demo: {e}");
             ExitCode::from(1)

@@ -26,7 +26,7 @@ use crate::error::VkError;
 use crate::device::requirements::DeviceExtension;
 use crate::device::usage::ImageUse;
 use crate::device::vk_format;
-use crate::Engine;
+use crate::{Adapter, Engine};
 
 /// The format features a usage needs from the tiling (a usage the features lack is not
 /// supported even where the image-format query is lenient).
@@ -232,7 +232,7 @@ macro_rules! read_modifier_list {
         let instance = $engine.instance();
         let mut list = vk::$list::default();
         let mut props = vk::FormatProperties2::default().push_next(&mut list);
-        // SAFETY: the modifier extension is enabled (and, for List2, the device offers
+        // SAFETY: the device offers the modifier extension (and, for List2,
         // VK_KHR_format_feature_flags2; the caller checked), so the list struct is a valid
         // pNext of VkFormatProperties2 (VUID-VkFormatProperties2-pNext-pNext); with a null
         // array the call only writes the count.
@@ -259,14 +259,15 @@ macro_rules! read_modifier_list {
     }};
 }
 
-impl Engine {
-    /// Answers `q`, from the cache when it was asked before.
+impl Adapter {
+    /// Answers `q`, from the cache when it was asked before. Queries only: works on any
+    /// device that answers them.
     pub fn format_support(&self, q: &SupportQuery) -> Result<Arc<FormatSupport>, FormatSupportError> {
-        if let Some(hit) = self.shared().support_cache.answers.lock().ok().and_then(|c| c.get(q).cloned()) {
+        if let Some(hit) = self.0.support_cache.answers.lock().ok().and_then(|c| c.get(q).cloned()) {
             return Ok(hit);
         }
         let answer = Arc::new(self.compute_caps(q)?);
-        if let Ok(mut cache) = self.shared().support_cache.answers.lock() {
+        if let Ok(mut cache) = self.0.support_cache.answers.lock() {
             cache.insert(*q, answer.clone());
         }
         Ok(answer)
@@ -314,10 +315,10 @@ impl Engine {
     /// [`merge_modifier_lists`] (a disagreement is logged once per engine).
     fn listed_modifiers(&self, format: vk::Format) -> Vec<ListedModifier> {
         let list1 = self.modifier_list1(format);
-        let list2 = if self.shared().support_cache.features2 { self.modifier_list2(format) } else { Vec::new() };
+        let list2 = if self.0.support_cache.features2 { self.modifier_list2(format) } else { Vec::new() };
         let (merged, note) = merge_modifier_lists(&list1, &list2);
         if let Some(note) = note {
-            if !self.shared().support_cache.disagreement_logged.swap(true, Ordering::Relaxed) {
+            if !self.0.support_cache.disagreement_logged.swap(true, Ordering::Relaxed) {
                 tracing::warn!(?format, "the driver's two modifier lists disagree ({note}); using what both say");
             }
         }
@@ -334,7 +335,7 @@ impl Engine {
 
     /// LINEAR tiling's features, 64-bit where the device offers them.
     fn linear_features(&self, format: vk::Format) -> vk::FormatFeatureFlags2 {
-        if self.shared().support_cache.features2 {
+        if self.0.support_cache.features2 {
             let mut three = vk::FormatProperties3::default();
             let mut props = vk::FormatProperties2::default().push_next(&mut three);
             // SAFETY: the device offers VK_KHR_format_feature_flags2, so VkFormatProperties3
@@ -409,6 +410,32 @@ impl Engine {
             Err(vk::Result::ERROR_FORMAT_NOT_SUPPORTED) => Ok(None),
             Err(result) => Err(VkError { call: "vkGetPhysicalDeviceImageFormatProperties2", result }.into()),
         }
+    }
+}
+
+impl Adapter {
+    /// The device-local optimal image the copy path writes (`usage` plus TRANSFER_DST), if
+    /// the device can create one of `format`: `None` means the copy path cannot take it.
+    pub(crate) fn copy_target_properties(&self, format: vk::Format, usage: &ImageUse) -> Option<vk::ImageFormatProperties> {
+        // SAFETY: plain query of this adapter's physical device (no VUID beyond valid handles).
+        unsafe {
+            self.instance().get_physical_device_image_format_properties(
+                self.physical_device(),
+                format,
+                vk::ImageType::TYPE_2D,
+                vk::ImageTiling::OPTIMAL,
+                usage.usage | vk::ImageUsageFlags::TRANSFER_DST,
+                usage.create_flags(format),
+            )
+        }
+        .ok()
+    }
+}
+
+impl Engine {
+    /// [`Adapter::format_support`], for this engine's extensions.
+    pub fn format_support(&self, q: &SupportQuery) -> Result<Arc<FormatSupport>, FormatSupportError> {
+        self.adapter().format_support(q)
     }
 }
 

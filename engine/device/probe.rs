@@ -16,7 +16,7 @@ use dmabridge_interop::{Format, Modifier};
 use crate::device::format_support::{FormatSupportError, SupportQuery, SupportSource};
 use crate::device::usage::{create_flags_name, image_usage_name, ImageUse, IMAGE_USAGES};
 use crate::device::vk_format::{vk_format_name, VK_FORMAT_TABLE};
-use crate::Engine;
+use crate::Adapter;
 
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ProbeReport {
@@ -118,7 +118,7 @@ impl ProbeOptions {
 /// Probes every format of the VkFormat table for every column of `options` (the single
 /// usages of [`IMAGE_USAGES`] and the combinations), with its create flags and sRGB view,
 /// and the DMA_BUF handle type.
-pub fn probe(engine: &Engine, options: &ProbeOptions) -> Result<ProbeReport, FormatSupportError> {
+pub fn probe(engine: &Adapter, options: &ProbeOptions) -> Result<ProbeReport, FormatSupportError> {
     let info = engine.info();
     let columns = options.columns();
     let mut formats = Vec::with_capacity(VK_FORMAT_TABLE.len());
@@ -196,7 +196,7 @@ impl ProbeReport {
             if self.modifier_extension {
                 "yes (VK_EXT_image_drm_format_modifier)"
             } else {
-                "no: implicit world only, LINEAR rows below come from LINEAR tiling"
+                "no: the driver does not offer VK_EXT_image_drm_format_modifier on this device, so it lists no modifier; the LINEAR rows below come from LINEAR tiling (implicit world only)"
             }
         );
         let _ = writeln!(

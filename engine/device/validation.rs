@@ -51,9 +51,10 @@ impl ValidationLog {
     }
 
     /// Whether `m` is the layer's "format features (0x0) ... DRM_FORMAT_MODIFIER" report made
-    /// wrong by the driver inconsistency above. Nothing else is ever set aside.
+    /// wrong by the driver inconsistency above, or a Mesa driver's own report of an error
+    /// code it is returning (`is_driver_error_report`). Nothing else is ever set aside.
     pub fn is_known_false_positive(&self, m: &ValidationMessage) -> bool {
-        self.drm_features_unreliable.load(Ordering::SeqCst) && is_empty_list2_report(&m.text)
+        (self.drm_features_unreliable.load(Ordering::SeqCst) && is_empty_list2_report(&m.text)) || is_driver_error_report(m)
     }
 
     /// Errors and warnings: both mean dmabridge did something the spec does not allow or
@@ -83,6 +84,23 @@ pub(crate) fn is_empty_list2_report(text: &str) -> bool {
     text.contains("VkFormatFeatureFlags (0x0) does not support required feature") && text.contains("VK_IMAGE_TILING_DRM_FORMAT_MODIFIER_EXT")
 }
 
+/// Whether a message is a Mesa driver telling the messenger about an error code it returns
+/// (`vk_error` in Mesa's runtime, vk_log.c): a WARNING, as Mesa chose ("not actually
+/// application bugs or VU violations"), its id the driver's `file.c:line`, its text the
+/// `VK_ERROR_*` name, alone or after a message in parentheses. The caller gets the same
+/// code as the call's result and dmabridge returns it as a typed error (radv on Mesa's
+/// drm-shim answers every `vkGetMemoryFdKHR` so: `ExportError::MemoryFd`), so it is no
+/// finding of the layer's. A layer message's id is a `VUID-` or `UNASSIGNED-` name, never a
+/// source line.
+pub(crate) fn is_driver_error_report(m: &ValidationMessage) -> bool {
+    let source_line = m.id_name.rsplit_once(':').is_some_and(|(file, line)| {
+        [".c", ".cpp", ".h", ".hpp"].iter().any(|ext| file.ends_with(ext)) && !line.is_empty() && line.bytes().all(|b| b.is_ascii_digit())
+    });
+    let code = m.text.strip_suffix(')').and_then(|t| t.rsplit_once(" (")).map_or(m.text.as_str(), |(_, code)| code);
+    let is_code = code.strip_prefix("VK_ERROR_").is_some_and(|rest| !rest.is_empty() && rest.bytes().all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_'));
+    m.severity == vk::DebugUtilsMessageSeverityFlagsEXT::WARNING && source_line && is_code
+}
+
 /// The callback's user data is a leaked `Box<ValidationLog>`; see [`Messenger`].
 unsafe extern "system" fn callback(
     severity: vk::DebugUtilsMessageSeverityFlagsEXT,
@@ -105,7 +123,9 @@ unsafe extern "system" fn callback(
     let id_name =
         unsafe { data.message_id_name_as_c_str() }.map(|s| s.to_string_lossy().into_owned()).unwrap_or_default();
     let m = ValidationMessage { severity, id_name, text };
-    if log.is_known_false_positive(&m) {
+    if is_driver_error_report(&m) {
+        tracing::debug!(target: "dmabridge::validation", "set aside (the driver's report of the error code it returns): {m}");
+    } else if log.is_known_false_positive(&m) {
         tracing::debug!(target: "dmabridge::validation", "set aside (driver leaves List2 empty): {m}");
     } else if m.is_error() {
         tracing::error!(target: "dmabridge::validation", "{m}");
@@ -173,5 +193,28 @@ impl Drop for Messenger {
             self.loader.destroy_debug_utils_messenger(self.handle, None);
             drop(Box::from_raw(self.log));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(severity: vk::DebugUtilsMessageSeverityFlagsEXT, id: &str, text: &str) -> ValidationMessage {
+        ValidationMessage { severity, id_name: id.into(), text: text.into() }
+    }
+
+    #[test]
+    fn only_a_drivers_report_of_its_own_error_code_is_set_aside() {
+        let warn = vk::DebugUtilsMessageSeverityFlagsEXT::WARNING;
+        // What radv on the drm-shim says when vkGetMemoryFdKHR fails (Mesa's vk_error).
+        assert!(is_driver_error_report(&msg(warn, "../src/amd/vulkan/radv_device_memory.c:372", "VK_ERROR_OUT_OF_DEVICE_MEMORY")));
+        assert!(is_driver_error_report(&msg(warn, "radv_image.c:12", "could not export (VK_ERROR_OUT_OF_HOST_MEMORY)")));
+        // The layer's own findings, an error severity, or any other text are kept.
+        assert!(!is_driver_error_report(&msg(warn, "VUID-vkGetMemoryFdKHR-handleType-00671", "VK_ERROR_OUT_OF_DEVICE_MEMORY")));
+        assert!(!is_driver_error_report(&msg(vk::DebugUtilsMessageSeverityFlagsEXT::ERROR, "radv_image.c:12", "VK_ERROR_OUT_OF_DEVICE_MEMORY")));
+        assert!(!is_driver_error_report(&msg(warn, "radv_image.c:12", "VK_ERROR_ and then some words")));
+        assert!(!is_driver_error_report(&msg(warn, "radv_image.c:", "VK_ERROR_OUT_OF_DEVICE_MEMORY")));
+        assert!(!is_driver_error_report(&msg(warn, "UNASSIGNED-BestPractices", "VK_ERROR_DEVICE_LOST")));
     }
 }

@@ -11,7 +11,7 @@
 use std::os::fd::{FromRawFd, OwnedFd};
 
 use ash::vk;
-use dmabridge_interop::dmabuf::{DescriptorError, DmaBuf};
+use dmabridge_interop::dmabuf::{check_explicit_layout, DescriptorError, DmaBuf, LayoutRuleError};
 use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{Fourcc, Layout, Modifier};
 
@@ -88,6 +88,23 @@ pub enum ExportError {
     /// An explicit layout with the wrong number of memory planes for its modifier.
     #[error("{modifier} has {expected} memory planes, the explicit layout gives {got}")]
     LayoutPlaneCount { modifier: Modifier, expected: usize, got: usize },
+    /// The explicit layout breaks a rule dmabridge knows, before any driver call: the plane
+    /// and the rule are named ([`LayoutRuleError`]).
+    #[error("explicit layout for {modifier}: {rule}")]
+    LayoutRule { modifier: Modifier, rule: LayoutRuleError },
+    /// The driver refused an explicit layout that passed dmabridge's rules
+    /// (`vkCreateImage`: `VK_ERROR_INVALID_DRM_FORMAT_MODIFIER_PLANE_LAYOUT_EXT`): its own
+    /// rules (radv, for one, wants its own pitch and metadata offsets for a tiled or
+    /// compressed modifier) are not all written down anywhere dmabridge can read them.
+    #[error("the driver refused the explicit layout for {modifier} (planes {}): {result}",
+        .planes.iter().map(|p| format!("offset {} pitch {}", p.offset, p.stride)).collect::<Vec<_>>().join("; "))]
+    LayoutRefused { modifier: Modifier, planes: Vec<PlaneLayout>, result: vk::Result },
+    /// The image was created, laid out and bound, but the driver gave no fd for its memory
+    /// (`vkGetMemoryFdKHR` failed). A driver with no way to share memory (Mesa's drm-shim
+    /// has no PRIME, so radv on it answers `VK_ERROR_OUT_OF_DEVICE_MEMORY`) lands here; the
+    /// layout is still known through [`Engine::allocate_exportable`].
+    #[error("the driver laid out and bound the image but gave no {handle} fd for its memory: {source}")]
+    MemoryFd { handle: &'static str, source: VkError },
     #[error("no memory type can hold the image")]
     NoMemoryType,
     #[error("the device cannot export {fourcc} memory as OPAQUE_FD")]
@@ -332,6 +349,123 @@ impl Drop for ExportedImage {
     }
 }
 
+/// An image allocated for export, laid out and bound, before any fd leaves the driver: the
+/// driver's answer to an [`ExportRequest`] (the modifier it chose, where each memory plane
+/// lies, the memory it asked for), readable whether or not the memory can then be exported.
+/// [`ExportableImage::export`] turns it into an [`ExportedImage`]; dropped instead, the image
+/// and its memory are freed (nothing has used them).
+///
+/// This is the one export path: [`Engine::export_image`] and
+/// [`Engine::export_image_with_layout`] are [`Engine::allocate_exportable`] and
+/// [`Engine::allocate_exportable_with_layout`] followed by `export`. A driver that lays
+/// images out but cannot share memory (radv on Mesa's drm-shim: no PRIME) answers everything
+/// here and fails only `export`, with [`ExportError::MemoryFd`].
+pub struct ExportableImage {
+    engine: Engine,
+    image: vk::Image,
+    memory: vk::DeviceMemory,
+    vk_format: vk::Format,
+    fourcc: Fourcc,
+    width: u32,
+    height: u32,
+    image_use: ImageUse,
+    layout: Layout,
+    planes: Vec<PlaneLayout>,
+    requirements: vk::MemoryRequirements,
+}
+
+impl std::fmt::Debug for ExportableImage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExportableImage")
+            .field("fourcc", &self.fourcc)
+            .field("extent", &(self.width, self.height))
+            .field("layout", &self.layout)
+            .field("planes", &self.planes)
+            .field("memory_size", &self.requirements.size)
+            .finish()
+    }
+}
+
+impl ExportableImage {
+    /// The layout consumers will use: the modifier the driver chose (from the acceptable
+    /// list, or the one an explicit layout named), or implicit for a LINEAR-tiling image
+    /// exported where only implicit was acceptable.
+    pub fn layout(&self) -> Layout {
+        self.layout
+    }
+
+    /// The chosen modifier; `None` for an implicit layout.
+    pub fn modifier(&self) -> Option<Modifier> {
+        self.layout.modifier()
+    }
+
+    /// Each memory plane as the driver reported it (`vkGetImageSubresourceLayout` with
+    /// `MEMORY_PLANE_i`, or the format plane for LINEAR tiling): offset, row pitch and size,
+    /// all in object 0 (an export is one allocation). A modifier with compression metadata
+    /// has more of these than the format has planes.
+    pub fn planes(&self) -> &[PlaneLayout] {
+        &self.planes
+    }
+
+    /// What the driver asked for (`vkGetImageMemoryRequirements`): the bound memory is a
+    /// dedicated allocation of exactly `size` bytes.
+    pub fn memory_requirements(&self) -> vk::MemoryRequirements {
+        self.requirements
+    }
+
+    /// The image's fourcc, width and height.
+    pub fn frame(&self) -> (Fourcc, u32, u32) {
+        (self.fourcc, self.width, self.height)
+    }
+
+    pub fn vk_format(&self) -> vk::Format {
+        self.vk_format
+    }
+
+    /// The use the image was created for.
+    pub fn image_use(&self) -> ImageUse {
+        self.image_use
+    }
+
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// Exports the memory as a dma-buf (`vkGetMemoryFdKHR`, `DMA_BUF`) and hands the image
+    /// over to an [`ExportedImage`]. Where the driver gives no fd, the image and memory are
+    /// freed and the error is [`ExportError::MemoryFd`].
+    pub fn export(mut self) -> Result<ExportedImage, ExportError> {
+        let fd = self.engine.memory_fd(self.memory, vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT)?;
+        let dmabuf = DmaBuf::in_one_file(self.fourcc, self.layout, self.width, self.height, fd, &self.planes)?;
+        let (image, memory) = (std::mem::take(&mut self.image), std::mem::take(&mut self.memory));
+        Ok(ExportedImage {
+            engine: self.engine.clone(),
+            image,
+            memory,
+            vk_format: self.vk_format,
+            image_use: self.image_use,
+            shared: Shared::DmaBuf(dmabuf),
+            tracked: Tracked::new(true),
+        })
+    }
+}
+
+impl Drop for ExportableImage {
+    fn drop(&mut self) {
+        let device = self.engine.device();
+        // SAFETY: objects of this device that no command ever used (the handle is not
+        // handed out before `export`, which takes both and leaves null here).
+        unsafe {
+            if self.image != vk::Image::null() {
+                device.destroy_image(self.image, None);
+            }
+            if self.memory != vk::DeviceMemory::null() {
+                device.free_memory(self.memory, None);
+            }
+        }
+    }
+}
+
 /// The image and its memory before they are wrapped, destroyed on early return.
 struct Partial<'a> {
     device: &'a ash::Device,
@@ -363,8 +497,17 @@ impl Drop for Partial<'_> {
 }
 
 impl Engine {
-    /// Allocates an image for `req` and exports it as a dma-buf.
+    /// Allocates an image for `req` and exports it as a dma-buf:
+    /// [`Engine::allocate_exportable`], then [`ExportableImage::export`].
     pub fn export_image(&self, req: &ExportRequest) -> Result<ExportedImage, ExportError> {
+        self.allocate_exportable(req)?.export()
+    }
+
+    /// Allocates an image for `req`, exportable as a dma-buf, and reads back how the driver
+    /// laid it out, without exporting it yet: with the modifier extension, the image is
+    /// created from the acceptable modifiers (those the device exports for this use) and
+    /// the driver's choice must be one of them; without it, LINEAR tiling.
+    pub fn allocate_exportable(&self, req: &ExportRequest) -> Result<ExportableImage, ExportError> {
         let entry = vk_format::to_vk(req.fourcc).ok_or(ExportError::UnknownFourcc(req.fourcc))?;
         if req.width == 0 || req.height == 0 {
             return Err(ExportError::ZeroExtent { width: req.width, height: req.height });
@@ -402,7 +545,7 @@ impl Engine {
                 .max()
                 .unwrap_or((0, 0));
             check_extent(req, max)?;
-            self.export_with_modifiers(req, entry.vk_format, &wanted)
+            self.exportable_with_modifiers(req, entry.vk_format, &wanted)
         } else {
             let linear_ok = req.acceptable.is_empty() || req.acceptable.contains(&Layout::Explicit(Modifier::LINEAR));
             let linear = caps.get(Modifier::LINEAR).filter(|c| c.can_export());
@@ -422,19 +565,19 @@ impl Engine {
             // Vulkan LINEAR tiling is the DRM LINEAR layout; report it as such when the
             // consumer asked for LINEAR, and as implicit when only implicit was acceptable.
             let layout = if linear_ok { Layout::Explicit(Modifier::LINEAR) } else { Layout::Implicit };
-            self.export_linear_tiling(req, entry.vk_format, layout)
+            self.exportable_linear_tiling(req, entry.vk_format, layout)
         }
     }
 
-    fn export_with_modifiers(
+    fn exportable_with_modifiers(
         &self,
         req: &ExportRequest,
         format: vk::Format,
         modifiers: &[Modifier],
-    ) -> Result<ExportedImage, ExportError> {
+    ) -> Result<ExportableImage, ExportError> {
         let raw: Vec<u64> = modifiers.iter().map(|m| m.raw()).collect();
         let mut list = vk::ImageDrmFormatModifierListCreateInfoEXT::default().drm_format_modifiers(&raw);
-        let (partial, _) = self.create_exportable(req, format, Tiling::Modifiers(&mut list))?;
+        let (partial, _, requirements) = self.create_exportable(req, format, Tiling::Modifiers(&mut list))?;
         let modifier_fn = self.drm_format_modifier().ok_or(ExportError::DmaBufExportUnsupported { fourcc: req.fourcc })?;
         let mut props = vk::ImageDrmFormatModifierPropertiesEXT::default();
         // SAFETY: the image was created with DRM_FORMAT_MODIFIER_EXT tiling
@@ -456,8 +599,8 @@ impl Engine {
                 plane_layout(unsafe { self.device().get_image_subresource_layout(partial.image, sub) })
             })
             .collect();
-        tracing::debug!(fourcc = %req.fourcc, modifier = %chosen, ?planes, "exported with an explicit modifier");
-        self.finish_export(req, format, partial, Layout::Explicit(chosen), &planes)
+        tracing::debug!(fourcc = %req.fourcc, modifier = %chosen, ?planes, "allocated for export with an explicit modifier");
+        Ok(self.exportable(req, format, partial, Layout::Explicit(chosen), planes, requirements))
     }
 
     /// Allocates and exports an image with `modifier` whose memory planes are where
@@ -466,7 +609,18 @@ impl Engine {
     /// `VkImageDrmFormatModifierExplicitCreateInfoEXT`. The layout the driver then reports
     /// must be the one asked for, else [`ExportError::LayoutNotHonoured`]: a driver may
     /// accept an explicit layout for an image it allocates and still place it its own way.
+    /// [`Engine::allocate_exportable_with_layout`], then [`ExportableImage::export`].
     pub fn export_image_with_layout(&self, req: &ExportRequest, modifier: Modifier, planes: &[PlaneLayout]) -> Result<ExportedImage, ExportError> {
+        self.allocate_exportable_with_layout(req, modifier, planes)?.export()
+    }
+
+    /// Allocates an image with `modifier` whose memory planes are where `planes` says (see
+    /// [`Engine::export_image_with_layout`]), without exporting it yet. Before any driver
+    /// call the layout must keep the rules dmabridge knows ([`check_explicit_layout`]:
+    /// [`ExportError::LayoutRule`], naming the plane and the rule; a plane's `size` is the
+    /// most it may span, 0 for no bound); a layout the driver refuses anyway is
+    /// [`ExportError::LayoutRefused`].
+    pub fn allocate_exportable_with_layout(&self, req: &ExportRequest, modifier: Modifier, planes: &[PlaneLayout]) -> Result<ExportableImage, ExportError> {
         let entry = vk_format::to_vk(req.fourcc).ok_or(ExportError::UnknownFourcc(req.fourcc))?;
         if req.width == 0 || req.height == 0 {
             return Err(ExportError::ZeroExtent { width: req.width, height: req.height });
@@ -483,6 +637,7 @@ impl Engine {
         if planes.len() != c.plane_count as usize {
             return Err(ExportError::LayoutPlaneCount { modifier, expected: c.plane_count as usize, got: planes.len() });
         }
+        check_explicit_layout(req.fourcc, modifier, req.width, c.plane_count as usize, planes).map_err(|rule| ExportError::LayoutRule { modifier, rule })?;
         let layouts: Vec<vk::SubresourceLayout> = planes
             .iter()
             .map(|p| vk::SubresourceLayout { offset: p.offset, size: 0, row_pitch: p.stride, array_pitch: 0, depth_pitch: 0 })
@@ -492,22 +647,31 @@ impl Engine {
         let mut explicit = vk::ImageDrmFormatModifierExplicitCreateInfoEXT::default()
             .drm_format_modifier(modifier.raw())
             .plane_layouts(&layouts);
-        let (partial, _) = self.create_exportable(req, entry.vk_format, Tiling::Explicit(&mut explicit))?;
+        let (partial, _, requirements) = match self.create_exportable(req, entry.vk_format, Tiling::Explicit(&mut explicit)) {
+            Err(ExportError::Vk(VkError { call: "vkCreateImage", result: result @ vk::Result::ERROR_INVALID_DRM_FORMAT_MODIFIER_PLANE_LAYOUT_EXT })) => {
+                tracing::debug!(fourcc = %req.fourcc, %modifier, ?planes, "the driver refused the explicit layout");
+                return Err(ExportError::LayoutRefused { modifier, planes: planes.to_vec(), result });
+            }
+            other => other?,
+        };
+        let mut got_planes = Vec::with_capacity(planes.len());
         for (i, &asked) in planes.iter().enumerate() {
             let sub = vk::ImageSubresource { aspect_mask: memory_plane_aspect(i), mip_level: 0, array_layer: 0 };
             // SAFETY: DRM-modifier images are queried per MEMORY_PLANE_i aspect, i below
             // the modifier's plane count (VUID-vkGetImageSubresourceLayout-tiling-02271).
             let got = plane_layout(unsafe { self.device().get_image_subresource_layout(partial.image, sub) });
-            if (got.offset, got.stride) != (asked.offset, asked.stride) || got.size > asked.size {
+            // A size of 0 asks for no bound (the size of a plane is the driver's to report).
+            if (got.offset, got.stride) != (asked.offset, asked.stride) || (asked.size != 0 && got.size > asked.size) {
                 return Err(ExportError::LayoutNotHonoured { plane: i, asked, got });
             }
+            got_planes.push(got);
         }
-        tracing::debug!(fourcc = %req.fourcc, %modifier, ?planes, "exported with an imposed explicit layout");
-        self.finish_export(req, entry.vk_format, partial, Layout::Explicit(modifier), planes)
+        tracing::debug!(fourcc = %req.fourcc, %modifier, ?planes, "allocated for export with an imposed explicit layout");
+        Ok(self.exportable(req, entry.vk_format, partial, Layout::Explicit(modifier), got_planes, requirements))
     }
 
-    fn export_linear_tiling(&self, req: &ExportRequest, format: vk::Format, layout: Layout) -> Result<ExportedImage, ExportError> {
-        let (partial, vk_planes) = self.create_exportable(req, format, Tiling::Linear)?;
+    fn exportable_linear_tiling(&self, req: &ExportRequest, format: vk::Format, layout: Layout) -> Result<ExportableImage, ExportError> {
+        let (partial, vk_planes, requirements) = self.create_exportable(req, format, Tiling::Linear)?;
         let planes: Vec<PlaneLayout> = (0..vk_planes as usize)
             .map(|i| {
                 let sub = vk::ImageSubresource {
@@ -520,7 +684,7 @@ impl Engine {
                 plane_layout(unsafe { self.device().get_image_subresource_layout(partial.image, sub) })
             })
             .collect();
-        self.finish_export(req, format, partial, layout, &planes)
+        Ok(self.exportable(req, format, partial, layout, planes, requirements))
     }
 
     /// Allocates an image in the driver's own (OPTIMAL) layout and exports its memory as an
@@ -547,9 +711,7 @@ impl Engine {
             return Err(ExportError::OpaqueExportUnsupported { fourcc });
         }
         let req = ExportRequest::new(fourcc, width, height, image_use);
-        let (partial, _) = self.create_exportable(&req, entry.vk_format, Tiling::Optimal)?;
-        // SAFETY: image of this device, bound above.
-        let reqs = unsafe { self.device().get_image_memory_requirements(partial.image) };
+        let (partial, _, reqs) = self.create_exportable(&req, entry.vk_format, Tiling::Optimal)?;
         let fd = self.memory_fd(partial.memory, handle)?;
         let type_index = self.memory_type(reqs.memory_type_bits, vk::MemoryPropertyFlags::empty()).ok_or(ExportError::NoMemoryType)?;
         let info = self.info();
@@ -575,7 +737,7 @@ impl Engine {
         req: &ExportRequest,
         format: vk::Format,
         tiling: Tiling<'_, '_>,
-    ) -> Result<(Partial<'a>, u8), ExportError> {
+    ) -> Result<(Partial<'a>, u8, vk::MemoryRequirements), ExportError> {
         let device = self.device();
         let handle = match tiling {
             Tiling::Optimal => vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD,
@@ -623,38 +785,45 @@ impl Engine {
         // SAFETY: unbound image, memory dedicated to it, offset 0 (VUID-vkBindImageMemory-memory-02628).
         unsafe { device.bind_image_memory(image, partial.memory, 0) }.vk("vkBindImageMemory")?;
         let vk_planes = vk_format::from_vk(format).map_or(1, |e| e.vk_planes);
-        Ok((partial, vk_planes))
+        Ok((partial, vk_planes, reqs))
     }
 
-    fn finish_export(
+    /// Wraps a created, bound and laid-out image for export.
+    fn exportable(
         &self,
         req: &ExportRequest,
         format: vk::Format,
         partial: Partial<'_>,
         layout: Layout,
-        planes: &[PlaneLayout],
-    ) -> Result<ExportedImage, ExportError> {
-        let fd = self.memory_fd(partial.memory, vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT)?;
-        let dmabuf = DmaBuf::in_one_file(req.fourcc, layout, req.width, req.height, fd, planes)?;
+        planes: Vec<PlaneLayout>,
+        requirements: vk::MemoryRequirements,
+    ) -> ExportableImage {
         let (image, memory) = partial.release();
-        Ok(ExportedImage {
+        ExportableImage {
             engine: self.clone(),
             image,
             memory,
             vk_format: format,
+            fourcc: req.fourcc,
+            width: req.width,
+            height: req.height,
             image_use: req.image_use,
-            shared: Shared::DmaBuf(dmabuf),
-            tracked: Tracked::new(true),
-        })
+            layout,
+            planes,
+            requirements,
+        }
     }
 
     /// `vkGetMemoryFdKHR`: a new fd, owned by the caller.
     fn memory_fd(&self, memory: vk::DeviceMemory, handle: vk::ExternalMemoryHandleTypeFlags) -> Result<OwnedFd, ExportError> {
         let fd_fn = self.external_memory_fd().ok_or(ExportError::Unsupported(Capability::DmaBufExport))?;
         let get = vk::MemoryGetFdInfoKHR::default().memory(memory).handle_type(handle);
+        let handle_name = if handle == vk::ExternalMemoryHandleTypeFlags::OPAQUE_FD { "OPAQUE_FD" } else { "DMA_BUF" };
         // SAFETY: the memory was allocated exportable with this handle type
         // (VUID-VkMemoryGetFdInfoKHR-handleType-00671).
-        let raw = unsafe { fd_fn.get_memory_fd(&get) }.vk("vkGetMemoryFdKHR")?;
+        let raw = unsafe { fd_fn.get_memory_fd(&get) }
+            .vk("vkGetMemoryFdKHR")
+            .map_err(|source| ExportError::MemoryFd { handle: handle_name, source })?;
         // SAFETY: vkGetMemoryFdKHR returns a new fd that the caller owns.
         Ok(unsafe { OwnedFd::from_raw_fd(raw) })
     }

@@ -710,28 +710,11 @@ impl Engine {
         })))
     }
 
-    /// The device-local optimal image the copy path writes (`usage` plus TRANSFER_DST), if
-    /// the device can create one of `format`: `None` means the copy path cannot take it.
-    pub(crate) fn copy_target_properties(&self, format: vk::Format, usage: &ImageUse) -> Option<vk::ImageFormatProperties> {
-        // SAFETY: plain query of this engine's physical device (no VUID beyond valid handles).
-        unsafe {
-            self.instance().get_physical_device_image_format_properties(
-                self.physical_device(),
-                format,
-                vk::ImageType::TYPE_2D,
-                vk::ImageTiling::OPTIMAL,
-                usage.usage | vk::ImageUsageFlags::TRANSFER_DST,
-                usage.create_flags(format),
-            )
-        }
-        .ok()
-    }
-
     /// Limits of the copy path: a device-local optimal image of the format with `usage`
     /// plus TRANSFER_DST; planes may live in any files.
     fn copy_path_facts(&self, buf: &DmaBuf, entry: &VkFormatEntry, usage: &ImageUse) -> Option<ImportFacts> {
         let planes = format_info(buf.fourcc())?.plane_count();
-        let props = self.copy_target_properties(entry.vk_format, usage)?;
+        let props = self.adapter().copy_target_properties(entry.vk_format, usage)?;
         Some(ImportFacts { memory_plane_count: planes, max_width: props.max_extent.width, max_height: props.max_extent.height, disjoint: true })
     }
 

@@ -2,14 +2,11 @@
 //! device can do into a format list. The CLI (`negotiate --vulkan`), the demo's producer and
 //! consumer, and the Wayland sink all use [`Engine::participant`].
 //!
-//! The rule, for the usage given:
-//! - with `VK_EXT_image_drm_format_modifier`: the explicit modifiers the driver accepts for
-//!   that usage and can export (a producer), import (a consumer), or either;
-//! - without it there are no explicit modifiers. A producer's LINEAR tiling *is* the DRM
-//!   LINEAR layout (the image is allocated first and its row pitch read back), so a device
-//!   that can export LINEAR-tiled memory lists LINEAR and implicit. A consumer cannot state
-//!   a row pitch for an import, so it is implicit-only (seed 001: a party without modifier
-//!   support); buffers it receives go through the buffer-copy path.
+//! The rule, for the usage given, is interop's [`device_formats`] (the one a saved probe
+//! report of a device follows too): the explicit modifiers the driver accepts for that usage
+//! and can export, import or either; without the modifier extension, LINEAR and implicit for
+//! a producer and implicit alone for a consumer (buffers it receives go through the
+//! buffer-copy path). Besides:
 //! - A consumer that accepts copying (`copy_import`) also lists LINEAR for every format the
 //!   buffer-copy import takes: a copy, not zero-copy, and said so by the import's path.
 //!
@@ -18,26 +15,16 @@
 //! [`ParticipantRequest::import_options`] carry it on, so the image made from the
 //! negotiated layout is refused, typed, if it asks for more.
 
-use dmabridge_interop::negotiate::Participant;
-use dmabridge_interop::{Format, FormatSet, Fourcc, Layout, Modifier};
+pub use dmabridge_interop::negotiate::Direction;
+use dmabridge_interop::negotiate::{device_formats, DeviceFormat, Participant};
+use dmabridge_interop::{Format, FormatSet, Fourcc, Layout};
 
 use crate::device::format_support::{FormatSupportError, SupportQuery};
 use crate::dmabuf::export::ExportRequest;
 use crate::dmabuf::import::ImportOptions;
 use crate::device::usage::{negotiation_usage, ImageUse};
 use crate::device::vk_format::{Mapping, VK_FORMAT_TABLE};
-use crate::Engine;
-
-/// Which way buffers go between the device and the other parties.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Direction {
-    /// The device writes the buffers and exports them.
-    Export,
-    /// The device imports buffers others wrote.
-    Import,
-    /// Either (a report of what the device shares at all).
-    Both,
-}
+use crate::{Adapter, Engine};
 
 /// What [`Engine::participant`] describes.
 #[derive(Debug, Clone)]
@@ -80,7 +67,15 @@ impl ParticipantRequest {
 }
 
 impl Engine {
-    /// This device as a negotiation participant: see the module docs for the rule.
+    /// [`Adapter::participant`].
+    pub fn participant(&self, req: &ParticipantRequest) -> Result<Participant, FormatSupportError> {
+        self.adapter().participant(req)
+    }
+}
+
+impl Adapter {
+    /// This device as a negotiation participant: see the module docs for the rule. Queries
+    /// only: works on any device that answers them.
     pub fn participant(&self, req: &ParticipantRequest) -> Result<Participant, FormatSupportError> {
         let all: Vec<Fourcc>;
         let fourccs = match &req.fourccs {
@@ -94,26 +89,18 @@ impl Engine {
         let mut formats = FormatSet::new();
         for &fourcc in fourccs {
             let caps = self.format_support(&SupportQuery::new(fourcc, req.image_use))?;
-            let wanted = |m: &crate::device::format_support::ModifierSupport| match req.direction {
-                Direction::Export => m.can_export(),
-                Direction::Import => m.can_import(),
-                Direction::Both => m.can_import() || m.can_export(),
-            };
-            if self.has_modifiers() {
-                formats.extend(caps.modifiers.iter().filter(|m| wanted(m)).map(|m| Format::explicit(fourcc, m.modifier)));
-            } else if let Some(linear) = caps.get(Modifier::LINEAR).filter(|m| wanted(m)) {
-                // Only memory the device allocated has a known row pitch.
-                if req.direction != Direction::Import && linear.can_export() {
-                    formats.insert(Format::linear(fourcc));
-                }
-                formats.insert(Format { fourcc, layout: Layout::Implicit });
-            }
+            let answers = caps.modifiers.iter().map(|m| DeviceFormat { fourcc, modifier: m.modifier, import: m.can_import(), export: m.can_export() });
+            formats.extend(device_formats(self.has_modifiers(), req.direction, answers).iter().copied());
             if req.copy_import && self.copy_import_possible(fourcc, &req.image_use) {
                 formats.insert(Format::linear(fourcc));
             }
         }
         tracing::debug!(name = req.name.as_str(), image_use = %req.image_use, ?formats, "the device as a participant");
-        Ok(Participant::new(req.name.as_str(), formats).with_usage(negotiation_usage(req.image_use.usage)).with_sync(self.sync_methods()))
+        let info = self.info();
+        Ok(Participant::new(req.name.as_str(), formats)
+            .with_usage(negotiation_usage(req.image_use.usage))
+            .with_sync(self.sync_methods())
+            .with_device(format!("{} ({}, {})", info.name, info.driver_name, info.driver_info)))
     }
 
     /// Whether the buffer-copy import takes `fourcc` for `usage` (an optimal image of it).

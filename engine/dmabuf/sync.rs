@@ -23,7 +23,7 @@ use dmabridge_interop::sync::{export_sync_file, import_sync_file, SyncAccess, Sy
 
 use crate::device::requirements::Capability;
 use crate::resources::submit::Submission;
-use crate::Engine;
+use crate::{Adapter, Engine};
 
 /// The first kernel with `DMA_BUF_IOCTL_EXPORT_SYNC_FILE` and `IMPORT_SYNC_FILE` (5.20, released as 6.0).
 const IMPLICIT_BRIDGE_KERNEL: (u32, u32) = (6, 0);
@@ -37,6 +37,13 @@ fn kernel_version() -> Option<(u32, u32)> {
 }
 
 impl Engine {
+    /// [`Adapter::sync_methods`].
+    pub fn sync_methods(&self) -> SyncMethods {
+        self.adapter().sync_methods()
+    }
+}
+
+impl Adapter {
     /// The sync methods this device (and kernel) can take part in; cpu-wait always.
     pub fn sync_methods(&self) -> SyncMethods {
         let mut m = SyncMethods::CPU_WAIT;

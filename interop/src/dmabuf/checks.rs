@@ -23,10 +23,12 @@
 //! 7. each plane's fd is a dma-buf or a regular file ([`classify`]); then, if
 //!    [`ImportOptions::require_fixed_size`], each one's size is fixed ([`FdClass`]);
 //! 8. each plane's `offset + stride x rows` is computed without overflow and is at most the
-//!    size of its fd (`fstat`, or `lseek(SEEK_END)` for a dma-buf);
+//!    size of its fd (`fstat`, or `lseek(SEEK_END)` for a dma-buf); a metadata plane (a
+//!    memory plane past the format's, whose rows are not known) starts inside its fd;
 //! 9. the disjoint rules: planes are disjoint exactly when they are not all in one file (by
 //!    dev+ino); a disjoint buffer needs a device that supports disjoint import; planes that
-//!    share a file (disjoint or not) must not share bytes.
+//!    share a file (disjoint or not) must not share bytes, and no metadata plane starts
+//!    inside another plane's.
 
 use std::collections::HashMap;
 use std::io;
@@ -278,7 +280,9 @@ impl<'a> CheckedImport<'a> {
 /// default [`ImportOptions`] (nothing trusted, shrinkable files allowed and marked).
 ///
 /// Memory planes beyond the format's planes (a vendor modifier's metadata planes) have no
-/// known row size, so check 6 skips them and check 8 counts the image's full height of rows.
+/// known row size or row count ([`plane_rows`] is 0 for them), so check 6 skips them, check
+/// 8 only asks that each starts inside its fd, and check 9 that none starts inside another
+/// plane's bytes.
 ///
 /// The fds are borrowed from `buf` and only `fstatfs`ed, `fstat`ed and asked for their
 /// seals (and, for dma-bufs, seeked to the end and back). The result borrows `buf`.
@@ -403,11 +407,12 @@ fn run_checks<'a>(
                 size
             }
         };
-        if end > file_size {
+        // A metadata plane (no rows known) must at least start inside the fd.
+        if end > file_size || (rows == 0 && p.offset >= file_size) {
             return Err(ImportCheckError::PastEndOfFd {
                 plane: i,
                 offset: p.offset,
-                end,
+                end: end.max(p.offset.saturating_add(1)),
                 fd_size: file_size,
             });
         }
@@ -429,9 +434,12 @@ fn run_checks<'a>(
     for a in 0..planes.len() {
         for b in a + 1..planes.len() {
             let (pa, pb) = (&planes[a], &planes[b]);
-            // A metadata plane may declare stride 0: an empty range shares no bytes.
+            // A metadata plane's bytes are not known (its range is empty), but it may not
+            // start inside another plane's.
+            let starts_inside = |p: &CheckedPlane, q: &CheckedPlane| p.end == p.offset && q.offset <= p.offset && p.offset < q.end;
             let empty = pa.end == pa.offset || pb.end == pb.offset;
-            if pa.file == pb.file && !empty && pa.offset < pb.end && pb.offset < pa.end {
+            let shared = if empty { starts_inside(pa, pb) || starts_inside(pb, pa) } else { pa.offset < pb.end && pb.offset < pa.end };
+            if pa.file == pb.file && shared {
                 return Err(ImportCheckError::PlanesOverlap { a, b });
             }
         }

@@ -31,6 +31,7 @@
 
 mod checks;
 mod descriptor;
+mod explicit;
 pub mod fd_kind;
 mod foreign_fd;
 pub mod handoff;
@@ -47,6 +48,7 @@ pub use checks::{
     check_import, check_import_with, CheckedImport, CheckedPlane, DeviceFacts, ImportCheckError,
     ImportFacts, ImportLimits, ImportOptions,
 };
+pub use explicit::{check_explicit_layout, LayoutRuleError};
 pub use foreign_fd::{dup_foreign_fd, ForeignFdError};
 pub use fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, FileKind, NotFixedReason};
 pub use heap::{DmaHeap, HeapError, SystemMemory, SYSTEM_HEAP};

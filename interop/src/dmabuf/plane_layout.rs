@@ -32,15 +32,20 @@ impl PlaneLayout {
 }
 
 /// The rows of plane `plane` of a `fourcc` image `height` rows tall that a descriptor's
-/// stride counts: the format's (subsampled) rows, or `height` for a plane the format table
-/// does not list (a modifier's metadata plane, an unknown fourcc). The import check sizes a
-/// plane as `stride x plane_rows`, and so does every [`PlaneLayout`] made from a descriptor
-/// ([`super::DmaBuf::plane_layouts`]) or a wire message: for a tiled layout that is a lower
-/// bound, its padding rows being the layout's business.
+/// stride counts: the format's (subsampled) rows; 0 for a memory plane past the format's
+/// planes (a modifier's compression metadata: AMD's DCC, Intel's CCS), whose rows are the
+/// vendor's blocks, not the image's, so that neither its row count nor its size follows
+/// from its pitch (radv's DCC planes at 1920x1080 have a 2048-byte pitch and span 48 or 64
+/// KiB, not 2048 x 1080); `height` for a fourcc the table does not know. The import check
+/// sizes a plane as `stride x plane_rows`, and so does every [`PlaneLayout`] made from a
+/// descriptor ([`super::DmaBuf::plane_layouts`]) or a wire message: for a tiled layout that
+/// is a lower bound, its padding rows being the layout's business, and for a metadata plane
+/// it is 0, a size not known.
 pub fn plane_rows(fourcc: crate::Fourcc, plane: usize, height: u32) -> u32 {
     match crate::format_info(fourcc) {
         Some(info) if plane < info.plane_count() => info.plane_height(plane, height),
-        _ => height,
+        Some(_) => 0,
+        None => height,
     }
 }
 

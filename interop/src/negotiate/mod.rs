@@ -21,6 +21,7 @@
 pub mod conflict;
 pub mod constraints;
 pub mod copy_plan;
+pub mod device;
 pub mod groups;
 pub mod implicit;
 pub mod limits;
@@ -36,6 +37,7 @@ pub use copy_plan::{
     Conversion, ConversionKind, ConversionPlan, CopyGroup, CopyPlan, CopyPlanError, PlanError, PlanFile, PlanFileError, PlanFormat,
     PlanStep, PlannedConversion, StepOp, MAX_COPY_PARTICIPANTS, MAX_PLAN_STEPS, PLAN_FILE_VERSION,
 };
+pub use device::{device_formats, DeviceFormat, Direction};
 pub use groups::{combinations, FallbackGroup, Member, MAX_COMBINATIONS};
 pub use implicit::{
     upgrade_or_validate, AllocatedAs, AllocationRequest, AllocationResult, ImplicitRuleError,

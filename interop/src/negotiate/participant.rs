@@ -353,6 +353,9 @@ pub struct Participant {
     /// exchange can do; a participant built from a peer's list gets that kind of peer's
     /// methods (`peers::*::SYNC_METHODS`, [`crate::peers::SYNC_DEFAULTS`]).
     pub sync: SyncMethods,
+    /// The device its list describes, where it is one (a GPU, asked live or read from a
+    /// saved probe): `"Null hardware (RADV NAVI21) (radv, Mesa 25.0.7)"`. Reports name it.
+    pub device: Option<String>,
 }
 
 impl Participant {
@@ -364,6 +367,7 @@ impl Participant {
             usage: Usage::NONE,
             constraints: Constraints::default(),
             sync: SyncMethods::CPU_WAIT,
+            device: None,
         }
     }
 
@@ -375,7 +379,14 @@ impl Participant {
             usage: Usage::NONE,
             constraints: Constraints::default(),
             sync: SyncMethods::CPU_WAIT,
+            device: None,
         }
+    }
+
+    /// The device its list describes ([`Participant::device`]).
+    pub fn with_device(mut self, device: impl Into<String>) -> Self {
+        self.device = Some(device.into());
+        self
     }
 
     pub fn with_usage(mut self, usage: Usage) -> Self {

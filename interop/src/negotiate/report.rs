@@ -63,6 +63,24 @@ pub struct Report {
     /// [`Report::with_participants`]; absent from the JSON when not filled.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub participants: Vec<ReportParticipant>,
+    /// Where the one layout all share is LINEAR: what each participant listed for the
+    /// format besides LINEAR, and so gives up (a GPU's tiled and compressed layouts).
+    /// Filled by [`Report::with_participants`]; absent from the JSON when empty.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub gives_up: Vec<GivenUp>,
+}
+
+/// What one participant gives up for a shared LINEAR buffer ([`Report::gives_up`]).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct GivenUp {
+    pub participant: String,
+    /// The device its list describes, where it is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// The layouts it listed for the shared format besides LINEAR (`0x` + 16 hex digits).
+    pub modifiers: Vec<Modifier>,
+    /// The same, named as [`Modifier::display_name`] names them.
+    pub names: Vec<String>,
 }
 
 /// One participant's list as read (`participants` of [`Report`]).
@@ -71,6 +89,13 @@ pub struct ReportParticipant {
     pub name: String,
     /// Where the list came from, as given (`--v4l2-device /dev/video0`); `null` if unsaid.
     pub from: Option<String>,
+    /// The device its list describes, where it is one (a GPU: its name and driver, live or
+    /// from a saved probe); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub device: Option<String>,
+    /// Its formats as values, for what the report works out from them.
+    #[serde(skip)]
+    list: Option<Vec<crate::Format>>,
     /// Its formats in preference order, as `drm-format` strings (`NV12`,
     /// `NV12:0x0100000000000002`, `NV12:0x00ffffffffffffff` for an implicit modifier);
     /// `null` for a participant that accepts any format.
@@ -95,6 +120,11 @@ impl ReportParticipant {
         ReportParticipant {
             name: p.name.clone(),
             from,
+            device: p.device.clone(),
+            list: match &p.formats {
+                super::Candidates::Any => None,
+                super::Candidates::Only(set) => Some(set.iter().copied().collect()),
+            },
             formats,
             width: [c.width.min, c.width.max],
             height: [c.height.min, c.height.max],
@@ -175,6 +205,7 @@ impl Report {
             gst_caps: vec![],
             modifier_names: vec![],
             participants: vec![],
+            gives_up: vec![],
         };
         let top = |a: &Allocation| Report {
             format: Some(a.fourcc.trimmed()),
@@ -224,10 +255,52 @@ impl Report {
         }
     }
 
-    /// The report with each participant's list as read ([`Report::participants`]).
+    /// The report with each participant's list as read ([`Report::participants`]), and what
+    /// each gives up where the one shared layout is LINEAR ([`Report::gives_up`]).
     pub fn with_participants(mut self, participants: Vec<ReportParticipant>) -> Self {
+        let linear_only = self.outcome == OutcomeName::Shared && self.modifiers == [Modifier::LINEAR];
+        let shared = self.format.as_deref().and_then(|f| crate::peers::gst::parse_drm_format(f).ok()).map(|f| f.fourcc);
+        if let (true, Some(fourcc)) = (linear_only, shared) {
+            self.gives_up = participants
+                .iter()
+                .filter_map(|p| {
+                    let others: Vec<Modifier> = p
+                        .list
+                        .iter()
+                        .flatten()
+                        .filter(|f| f.fourcc == fourcc)
+                        .filter_map(|f| f.layout.modifier())
+                        .filter(|m| *m != Modifier::LINEAR)
+                        .collect();
+                    (!others.is_empty()).then(|| GivenUp {
+                        participant: p.name.clone(),
+                        device: p.device.clone(),
+                        names: others.iter().map(|m| m.display_name()).collect(),
+                        modifiers: others,
+                    })
+                })
+                .collect();
+        }
         self.participants = participants;
         self
+    }
+
+    /// What the report adds to [`human`]'s summary: the devices the participants are, and
+    /// what each gives up for a shared LINEAR buffer. Empty when there is neither.
+    pub fn notes(&self) -> String {
+        let mut s = String::new();
+        for p in &self.participants {
+            if let Some(d) = &p.device {
+                let _ = writeln!(s, "device {}: {d}", p.name);
+            }
+        }
+        if !self.gives_up.is_empty() {
+            let _ = writeln!(s, "LINEAR is the only layout every participant shares; each gives up the rest of its list for {}:", self.format.as_deref().unwrap_or("the format"));
+            for g in &self.gives_up {
+                let _ = writeln!(s, "  {} gives up {}", g.participant, g.names.join(", "));
+            }
+        }
+        s
     }
 
     /// The CLI's exit status: 0 when there is a way (shared or copy), 2 when there is none.

@@ -6,6 +6,7 @@
 //! - [`kms_device`]: a live KMS device (`/dev/dri/cardN`): its planes' lists read through the
 //!   kernel, and a dma-buf imported as a framebuffer (PRIME, ADDFB2) and shown (atomic commit);
 //! - [`drm_info`]: the same list as `drm_info -j` prints it (JSON);
+//! - [`probe_report`]: a GPU as `dmabridge probe --json` saved it, on another machine or driver;
 //! - [`wayland`]: linux-dmabuf v4 feedback (format table, tranches) and v3 `modifier` events;
 //! - [`egl`]: the answers of `eglQueryDmaBufFormatsEXT` / `eglQueryDmaBufModifiersEXT`;
 //! - [`v4l2`]: V4L2 pixel formats, including the tiled decoder layouts with no DRM modifier;
@@ -28,6 +29,7 @@ pub mod egl;
 pub mod gst;
 pub mod kms;
 pub mod kms_device;
+pub mod probe_report;
 pub mod v4l2;
 pub mod v4l2_device;
 pub mod wayland;

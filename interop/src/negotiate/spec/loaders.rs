@@ -2,8 +2,8 @@
 //! the sync methods that kind of peer has (`SYNC_METHODS` of each; a bare drm-format list
 //! says nothing, so cpu-wait only).
 
-use crate::negotiate::{Candidates, ExtentRange, Participant};
-use crate::peers::{drm_info, gst, kms, kms_device, v4l2, v4l2_device, wayland};
+use crate::negotiate::{Candidates, Direction, ExtentRange, Participant};
+use crate::peers::{drm_info, gst, kms, kms_device, probe_report, v4l2, v4l2_device, wayland};
 use crate::FormatSet;
 
 use super::{one_line, ParticipantSpec, PeerKind, SpecError};
@@ -39,6 +39,13 @@ pub(crate) fn load(spec: &ParticipantSpec) -> Result<Participant, SpecError> {
             let text = String::from_utf8(bytes).map_err(|_| spec.peer_error(format_args!("{} is not UTF-8 JSON", path)))?;
             let set = drm_info::in_formats(&text, plane).map_err(|e| err(&e))?;
             Ok(Participant::new(&spec.name, set).with_sync(kms::SYNC_METHODS))
+        }
+        PeerKind::ProbeReport => {
+            let (path, usage) = spec.probe_report_target()?;
+            let bytes = spec.read_path(path)?;
+            let text = String::from_utf8(bytes).map_err(|_| spec.peer_error(format_args!("{} is not UTF-8 JSON", path)))?;
+            let d = probe_report::probed_device(&text, usage, Direction::Both).map_err(|e| err(&e))?;
+            Ok(Participant::new(&spec.name, d.formats).with_usage(d.usage).with_sync(d.sync).with_device(format!("{}, saved probe {path}", d.device)))
         }
         // The live kinds need the engine: the caller answers them with its own loader
         // (`build_participants_with`).

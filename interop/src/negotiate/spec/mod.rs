@@ -46,11 +46,14 @@ pub enum PeerKind {
     /// A KMS device's plane, asked at run time for its `IN_FORMATS`
     /// ([`crate::peers::kms_device`]).
     KmsDevice,
+    /// A GPU as a saved `dmabridge probe --json` report, for one use it answered
+    /// ([`crate::peers::probe_report`]).
+    ProbeReport,
 }
 
 impl PeerKind {
     /// Every kind, in the order the command line's help lists them.
-    pub const ALL: [PeerKind; 10] = [
+    pub const ALL: [PeerKind; 11] = [
         PeerKind::GstCaps,
         PeerKind::KmsInFormats,
         PeerKind::DrmInfo,
@@ -61,6 +64,7 @@ impl PeerKind {
         PeerKind::Vulkan,
         PeerKind::V4l2Device,
         PeerKind::KmsDevice,
+        PeerKind::ProbeReport,
     ];
 
     /// The command-line flag.
@@ -76,6 +80,7 @@ impl PeerKind {
             PeerKind::Vulkan => "--vulkan",
             PeerKind::V4l2Device => "--v4l2-device",
             PeerKind::KmsDevice => "--kms-device",
+            PeerKind::ProbeReport => "--probe-report",
         }
     }
 
@@ -95,9 +100,10 @@ impl PeerKind {
             PeerKind::Wayland => "",
             PeerKind::DrmFormats => "LIST",
             PeerKind::V4l2 => "PIXFMT[,PIXFMT]",
-            PeerKind::Vulkan => "USAGE[+USAGE][:create=FLAG,...][:srgb-view]",
+            PeerKind::Vulkan => "USAGE[+USAGE][:create=FLAG,...][:srgb-view][:device=INDEX|NAME]",
             PeerKind::V4l2Device => "/dev/videoN[:capture|:output]",
             PeerKind::KmsDevice => "/dev/dri/cardN[:PLANE_ID]",
+            PeerKind::ProbeReport => "FILE:USAGE[+USAGE]",
         }
     }
 }
@@ -228,6 +234,15 @@ impl ParticipantSpec {
                 Err(_) => (&self.value, None),
             },
             _ => (&self.value, None),
+        }
+    }
+
+    /// The file and the use of a `--probe-report FILE:USAGE` value (the use is one of the
+    /// report's usage keys, which hold no `/`, so paths with colons still work).
+    pub(crate) fn probe_report_target(&self) -> Result<(&str, &str), SpecError> {
+        match self.value.rsplit_once(':') {
+            Some((path, usage)) if !path.is_empty() && !usage.is_empty() && !usage.contains('/') => Ok((path, usage)),
+            _ => Err(SpecError::ParticipantSyntax { kind: self.kind, arg: one_line(&format!("{}={}", self.name, self.value)) }),
         }
     }
 

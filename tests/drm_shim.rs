@@ -16,7 +16,7 @@ use ash::vk;
 use dmabridge::interop::dmabuf::handoff::{recv, send_buffer, socketpair, Received};
 use dmabridge::interop::dmabuf::{check_import, sealed_memfd_of_size, DmaBuf, ImportFacts, LayoutRuleError};
 use dmabridge::interop::{Format, Fourcc, Layout, Modifier};
-use dmabridge::{ash, Converter, Engine, ExportError, ExportRequest, ImageUse, SupportQuery};
+use dmabridge::{ash, Converter, DeviceExtension, Engine, ExportError, ExportRequest, ImageUse, SupportQuery, SupportSource};
 
 /// The chip the shim pretends to be, or `None` outside the drm-shim configuration.
 fn chip() -> Option<String> {
@@ -106,21 +106,29 @@ fn every_listed_modifier_round_trips_through_its_explicit_layout() {
 }
 
 /// The driver's own answer to one image-format query, asked here without dmabridge: `None`
-/// for `VK_ERROR_FORMAT_NOT_SUPPORTED`, else whether DMA_BUF memory of it imports and exports.
-fn driver_answer(engine: &Engine, format: vk::Format, image_use: ImageUse, modifier: Modifier) -> Option<(bool, bool)> {
+/// for `VK_ERROR_FORMAT_NOT_SUPPORTED`, else whether DMA_BUF memory of it imports and
+/// exports. `modifier` is `None` for LINEAR tiling (a device without the modifier
+/// extension: GFX6-8), and the DMA_BUF handle type is asked about only where the device
+/// enabled its extension (as dmabridge does).
+fn driver_answer(engine: &Engine, format: vk::Format, image_use: ImageUse, modifier: Option<Modifier>) -> Option<(bool, bool)> {
     let create = image_use.create_flags(format);
     let views = image_use.view_formats(format);
+    let dma_buf = engine.extensions().has(DeviceExtension::ExternalMemoryDmaBuf);
     let mut list = vk::ImageFormatListCreateInfo::default().view_formats(&views);
-    let mut drm = vk::PhysicalDeviceImageDrmFormatModifierInfoEXT::default().drm_format_modifier(modifier.raw()).sharing_mode(vk::SharingMode::EXCLUSIVE);
+    let mut drm = vk::PhysicalDeviceImageDrmFormatModifierInfoEXT::default().drm_format_modifier(modifier.map_or(0, Modifier::raw)).sharing_mode(vk::SharingMode::EXCLUSIVE);
     let mut ext = vk::PhysicalDeviceExternalImageFormatInfo::default().handle_type(vk::ExternalMemoryHandleTypeFlags::DMA_BUF_EXT);
     let mut info = vk::PhysicalDeviceImageFormatInfo2::default()
         .format(format)
         .ty(vk::ImageType::TYPE_2D)
         .usage(image_use.usage)
         .flags(create)
-        .tiling(vk::ImageTiling::DRM_FORMAT_MODIFIER_EXT)
-        .push_next(&mut drm)
-        .push_next(&mut ext);
+        .tiling(if modifier.is_some() { vk::ImageTiling::DRM_FORMAT_MODIFIER_EXT } else { vk::ImageTiling::LINEAR });
+    if modifier.is_some() {
+        info = info.push_next(&mut drm);
+    }
+    if dma_buf {
+        info = info.push_next(&mut ext);
+    }
     if !views.is_empty() {
         info = info.push_next(&mut list);
     }
@@ -135,7 +143,7 @@ fn driver_answer(engine: &Engine, format: vk::Format, image_use: ImageUse, modif
             Some((f.contains(vk::ExternalMemoryFeatureFlags::IMPORTABLE), f.contains(vk::ExternalMemoryFeatureFlags::EXPORTABLE)))
         }
         Err(vk::Result::ERROR_FORMAT_NOT_SUPPORTED) => None,
-        Err(e) => panic!("vkGetPhysicalDeviceImageFormatProperties2 {format:?} {modifier}: {e}"),
+        Err(e) => panic!("vkGetPhysicalDeviceImageFormatProperties2 {format:?} {modifier:?}: {e}"),
     }
 }
 
@@ -159,7 +167,11 @@ fn per_usage_answers_are_the_drivers() {
             let support = engine.format_support(&SupportQuery::new(fourcc, image_use)).expect("the capability query");
             let mut narrowed = 0;
             for m in &support.modifiers {
-                let direct = driver_answer(engine, support.vk_format, image_use, m.modifier);
+                let tiling = match support.source {
+                    SupportSource::DrmModifier => Some(m.modifier),
+                    SupportSource::LinearTiling => None,
+                };
+                let direct = driver_answer(engine, support.vk_format, image_use, tiling);
                 assert_eq!(m.limits.is_some(), direct.is_some(), "{chip} {fourcc} {name} {}: supported as the driver says", m.modifier);
                 if let Some((import, export)) = direct {
                     assert_eq!((m.importable, m.exportable), (import, export), "{chip} {fourcc} {name} {}: import/export as the driver says", m.modifier);

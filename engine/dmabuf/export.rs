@@ -105,6 +105,10 @@ pub enum ExportError {
     /// layout is still known through [`Engine::allocate_exportable`].
     #[error("the driver laid out and bound the image but gave no {handle} fd for its memory: {source}")]
     MemoryFd { handle: &'static str, source: VkError },
+    /// `vkGetMemoryFdKHR` succeeded but the fd it gave is not open in this process (anv on
+    /// Mesa's drm-shim, which has no PRIME, does this): dmabridge takes no ownership of it.
+    #[error("the driver reported a {handle} fd for the image's memory, but fd {fd} is not open")]
+    MemoryFdNotOpen { handle: &'static str, fd: i32 },
     #[error("no memory type can hold the image")]
     NoMemoryType,
     #[error("the device cannot export {fourcc} memory as OPAQUE_FD")]
@@ -824,7 +828,21 @@ impl Engine {
         let raw = unsafe { fd_fn.get_memory_fd(&get) }
             .vk("vkGetMemoryFdKHR")
             .map_err(|source| ExportError::MemoryFd { handle: handle_name, source })?;
-        // SAFETY: vkGetMemoryFdKHR returns a new fd that the caller owns.
+        // A driver that reports success with a number that is not open (anv on Mesa's
+        // drm-shim, which has no PRIME) must not be believed: owning it, dmabridge would
+        // close a number that is not its own (Rust aborts on the EBADF), or someone else's.
+        // fcntl(F_GETFD) only reads the descriptor's flags.
+        let open = raw >= 0 && {
+            // SAFETY: `raw` is not -1; borrowed only for the fcntl, which fails with EBADF
+            // on a number that is not open.
+            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
+            rustix::io::fcntl_getfd(fd).is_ok()
+        };
+        if !open {
+            tracing::warn!(fd = raw, handle = handle_name, "vkGetMemoryFdKHR succeeded with an fd that is not open");
+            return Err(ExportError::MemoryFdNotOpen { handle: handle_name, fd: raw });
+        }
+        // SAFETY: vkGetMemoryFdKHR returns a new fd that the caller owns, and it is open.
         Ok(unsafe { OwnedFd::from_raw_fd(raw) })
     }
 }

@@ -8,10 +8,10 @@
 //! DRM LINEAR layout (rows at the `rowPitch` the driver reports), and is exported only
 //! where the driver can export DMA_BUF at all.
 
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 
 use ash::vk;
-use dmabridge_interop::dmabuf::{check_explicit_layout, DescriptorError, DmaBuf, LayoutRuleError};
+use dmabridge_interop::dmabuf::{check_explicit_layout, take_returned_fd, DescriptorError, DmaBuf, LayoutRuleError};
 use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{Fourcc, Layout, Modifier};
 
@@ -828,22 +828,12 @@ impl Engine {
         let raw = unsafe { fd_fn.get_memory_fd(&get) }
             .vk("vkGetMemoryFdKHR")
             .map_err(|source| ExportError::MemoryFd { handle: handle_name, source })?;
-        // A driver that reports success with a number that is not open (anv on Mesa's
-        // drm-shim, which has no PRIME) must not be believed: owning it, dmabridge would
-        // close a number that is not its own (Rust aborts on the EBADF), or someone else's.
-        // fcntl(F_GETFD) only reads the descriptor's flags.
-        let open = raw >= 0 && {
-            // SAFETY: `raw` is not -1; borrowed only for the fcntl, which fails with EBADF
-            // on a number that is not open.
-            let fd = unsafe { std::os::fd::BorrowedFd::borrow_raw(raw) };
-            rustix::io::fcntl_getfd(fd).is_ok()
-        };
-        if !open {
+        // SAFETY: vkGetMemoryFdKHR returns a new fd that the caller owns; it is taken only
+        // once confirmed open (a driver may report success with a number that is not).
+        unsafe { take_returned_fd(raw) }.map_err(|_| {
             tracing::warn!(fd = raw, handle = handle_name, "vkGetMemoryFdKHR succeeded with an fd that is not open");
-            return Err(ExportError::MemoryFdNotOpen { handle: handle_name, fd: raw });
-        }
-        // SAFETY: vkGetMemoryFdKHR returns a new fd that the caller owns, and it is open.
-        Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+            ExportError::MemoryFdNotOpen { handle: handle_name, fd: raw }
+        })
     }
 }
 

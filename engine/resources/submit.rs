@@ -22,12 +22,12 @@
 //! to the same queue takes the same lock.
 
 use std::collections::VecDeque;
-use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
 use ash::vk;
+use dmabridge_interop::dmabuf::take_returned_fd;
 use dmabridge_interop::sync::{SyncFile, SyncFileError, WaitError};
 
 use super::fence_gate::{FenceGates, Gate, Verdict};
@@ -84,6 +84,10 @@ pub enum SubmitError {
     /// The driver's `SYNC_FD` export is not a sync_file ([`SyncFile::new`] refused it).
     #[error("the driver's exported fence is not a sync_file: {0}")]
     ExportedNotASyncFile(SyncFileError),
+    /// `vkGetSemaphoreFdKHR` succeeded with an fd number that is not open in this process:
+    /// nothing is owned.
+    #[error("the driver's exported fence is fd {0}, which is not open")]
+    ExportedFenceNotOpen(i32),
     /// A completion from a different engine was passed as a wait.
     #[error("a wait names a timeline of another engine")]
     ForeignCompletion,
@@ -696,8 +700,9 @@ impl Engine {
         if raw < 0 {
             return Ok(None);
         }
-        // SAFETY: vkGetSemaphoreFdKHR returns a new fd the caller owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: vkGetSemaphoreFdKHR returns a new fd the caller owns; it is taken only
+        // once confirmed open (a driver may report success with a number that is not).
+        let fd = unsafe { take_returned_fd(raw) }.map_err(|_| SubmitError::ExportedFenceNotOpen(raw))?;
         SyncFile::new(fd).map(Some).map_err(SubmitError::ExportedNotASyncFile)
     }
 

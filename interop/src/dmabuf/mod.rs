@@ -49,7 +49,7 @@ pub use checks::{
     ImportFacts, ImportLimits, ImportOptions,
 };
 pub use explicit::{check_explicit_layout, LayoutRuleError};
-pub use foreign_fd::{dup_foreign_fd, ForeignFdError};
+pub use foreign_fd::{dup_foreign_fd, take_returned_fd, ForeignFdError};
 pub use fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, FileKind, NotFixedReason};
 pub use heap::{DmaHeap, HeapError, SystemMemory, SYSTEM_HEAP};
 pub use map::{CachedView, MapCache, MapError, PlaneMap};

@@ -71,7 +71,7 @@ pub fn check_explicit_layout(fourcc: Fourcc, modifier: Modifier, width: u32, mem
             if p.stride % texel != 0 {
                 return Err(LayoutRuleError::StrideNotWholeTexels { plane, stride: p.stride, texel });
             }
-            if let Some((tile, log2)) = amd_swizzle_block(modifier) {
+            if let Some((tile, log2)) = modifier.as_amd().and_then(|a| a.swizzle_block()) {
                 let block_bytes = 1u64 << log2;
                 let block_pitch = amd_block_width(log2, texel) * texel;
                 if p.stride % block_pitch != 0 {
@@ -97,30 +97,6 @@ pub fn check_explicit_layout(fourcc: Fourcc, modifier: Modifier, width: u32, mem
         }
     }
     Ok(())
-}
-
-/// The swizzle block of an AMD modifier's `TILE` (`drm_fourcc.h`: the block size is in the
-/// tile's name), as its name and log2 of its bytes; `None` for anything else.
-fn amd_swizzle_block(modifier: Modifier) -> Option<(&'static str, u32)> {
-    let amd = modifier.as_amd()?;
-    Some(match (amd.tile_version, amd.tile) {
-        // GFX9 to GFX11: 64K_S, 64K_D, 64K_S_X, 64K_D_X, 64K_R_X; GFX11's 256K_R_X.
-        (1..=4, 9) => ("64K_S", 16),
-        (1..=4, 10) => ("64K_D", 16),
-        (1..=4, 25) => ("64K_S_X", 16),
-        (1..=4, 26) => ("64K_D_X", 16),
-        (1..=4, 27) => ("64K_R_X", 16),
-        (4, 31) => ("256K_R_X", 18),
-        // GFX12's swizzle modes, 2D and 3D.
-        (5, 1) => ("256B_2D", 8),
-        (5, 2) => ("4K_2D", 12),
-        (5, 3) => ("64K_2D", 16),
-        (5, 4) => ("256K_2D", 18),
-        (5, 5) => ("4K_3D", 12),
-        (5, 6) => ("64K_3D", 16),
-        (5, 7) => ("256K_3D", 18),
-        _ => return None,
-    })
 }
 
 /// The width in texels of a 2-D swizzle block of 2^`log2` bytes at `texel` bytes a texel: the

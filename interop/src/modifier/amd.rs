@@ -109,27 +109,28 @@ fn version_name(v: u64) -> Option<&'static str> {
 /// the XOR-swizzled tiles, the only ones the XOR fields apply to.
 const X_TILES: [u64; 4] = [25, 26, 27, 31];
 
-/// The tile's name for this version: `AMD_FMT_MOD_TILE_{name}`. The GFX9 tiles serve GFX9 to
+/// The tile's name for this version, `AMD_FMT_MOD_TILE_{name}`, and log2 of the bytes of its
+/// swizzle block (the size the name gives: 256B, 4K, 64K, 256K). The GFX9 tiles serve GFX9 to
 /// GFX11 ("64K_S is the same for GFX9/GFX10/GFX10_RBPLUS and hence has GFX9 as canonical
 /// version", 64K_D "on GFX11" too); GFX11_256K_R_X is GFX11's. GFX12 numbers its swizzle
 /// modes afresh: the header defines 64K_2D (3) and 256K_2D (4) and lists the others in a
 /// comment (0 LINEAR, which a modifier spells DRM_FORMAT_MOD_LINEAR, 1 256B_2D, 2 4KB_2D,
 /// 5 4KB_3D, 6 64KB_3D, 7 256KB_3D), named here the way the header names 3 and 4.
-fn tile_name(version: u64, tile: u64) -> Option<&'static str> {
+fn tile_info(version: u64, tile: u64) -> Option<(&'static str, u32)> {
     Some(match (version, tile) {
-        (GFX9..=GFX11, 9) => "GFX9_64K_S",
-        (GFX9..=GFX11, 10) => "GFX9_64K_D",
-        (GFX9..=GFX11, 25) => "GFX9_64K_S_X",
-        (GFX9..=GFX11, 26) => "GFX9_64K_D_X",
-        (GFX9..=GFX11, 27) => "GFX9_64K_R_X",
-        (GFX11, 31) => "GFX11_256K_R_X",
-        (GFX12, 1) => "GFX12_256B_2D",
-        (GFX12, 2) => "GFX12_4K_2D",
-        (GFX12, 3) => "GFX12_64K_2D",
-        (GFX12, 4) => "GFX12_256K_2D",
-        (GFX12, 5) => "GFX12_4K_3D",
-        (GFX12, 6) => "GFX12_64K_3D",
-        (GFX12, 7) => "GFX12_256K_3D",
+        (GFX9..=GFX11, 9) => ("GFX9_64K_S", 16),
+        (GFX9..=GFX11, 10) => ("GFX9_64K_D", 16),
+        (GFX9..=GFX11, 25) => ("GFX9_64K_S_X", 16),
+        (GFX9..=GFX11, 26) => ("GFX9_64K_D_X", 16),
+        (GFX9..=GFX11, 27) => ("GFX9_64K_R_X", 16),
+        (GFX11, 31) => ("GFX11_256K_R_X", 18),
+        (GFX12, 1) => ("GFX12_256B_2D", 8),
+        (GFX12, 2) => ("GFX12_4K_2D", 12),
+        (GFX12, 3) => ("GFX12_64K_2D", 16),
+        (GFX12, 4) => ("GFX12_256K_2D", 18),
+        (GFX12, 5) => ("GFX12_4K_3D", 12),
+        (GFX12, 6) => ("GFX12_64K_3D", 16),
+        (GFX12, 7) => ("GFX12_256K_3D", 18),
         _ => return None,
     })
 }
@@ -190,6 +191,12 @@ impl AmdModifier {
             | PIPE.set(self.pipe as u64)
     }
 
+    /// The swizzle mode's `AMD_FMT_MOD_TILE_*` name and log2 of the bytes of its block, where
+    /// `drm_fourcc.h` defines the tile for this tile version; `None` otherwise.
+    pub fn swizzle_block(&self) -> Option<(&'static str, u32)> {
+        tile_info(self.tile_version.into(), self.tile.into())
+    }
+
     /// The fields of a value with no reserved bit set.
     pub(super) fn from_value(v: u64) -> Option<Self> {
         if v & RESERVED != 0 {
@@ -227,7 +234,7 @@ pub(super) fn decode(v: u64) -> Decoded {
     let mut d = Decoded::family("AMD");
     d.part(version_name);
     let tile = TILE.get(v);
-    let known_tile = tile_name(version, tile);
+    let known_tile = tile_info(version, tile).map(|(name, _)| name);
     match known_tile {
         Some(t) => d.part(t),
         None => d.problem(format!("unknown tile {tile}")),
@@ -264,7 +271,7 @@ pub(super) fn decode(v: u64) -> Decoded {
         }
     }
 
-    // tile_name gives GFX12 no _X tile, and an unknown tile carries no field.
+    // tile_info gives GFX12 no _X tile, and an unknown tile carries no field.
     let x_tile = known_tile.is_some() && X_TILES.contains(&tile);
     let carried = [
         (PIPE_XOR_BITS, x_tile),

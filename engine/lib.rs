@@ -59,6 +59,7 @@ pub use convert::cost::{Choice, ChoiceReason, ConvertPath, CostCache, Measured, 
 pub use device::adapter::Adapter;
 pub use device::engine::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
 pub use error::VkError;
+pub use dmabuf::device_copy::DeviceCopyError;
 pub use dmabuf::export::{ExportError, ExportRequest, ExportableImage, ExportedImage, OpaqueFd, Shared};
 pub use resources::image::{DeviceImage, ImageAccess, ImageError};
 pub use dmabuf::import::{ImportError, ImportOptions, ImportPath, ImportedImage};

@@ -13,6 +13,9 @@
 //! requirements, its refusals), never about what dmabridge believes a chip does.
 
 mod common;
+#[cfg(feature = "present")]
+#[path = "common/present.rs"]
+mod present_check;
 
 use ash::vk;
 use dmabridge::interop::dmabuf::handoff::{recv, send_buffer, socketpair, Received};
@@ -271,6 +274,18 @@ fn layouts_are_refused_first_or_typed() {
     common::assert_clean(engine);
 }
 
+/// The row pitch the driver needs of a LINEAR layout it is given is measured into the
+/// opened device's participant, and a buffer dmabridge places with it is the driver's
+/// (`common::linear_pitch_is_measured_and_placed_for`). radv's is 256 bytes on every chip: a
+/// LINEAR buffer placed at its packed pitch would reach radv and be refused there.
+#[test]
+fn the_linear_pitch_the_driver_needs_is_measured_and_placed_for() {
+    let Some((chip, engine)) = shim_engine() else { return };
+    let aligns = common::linear_pitch_is_measured_and_placed_for(engine, uses()[0].1, &FOURCCS);
+    eprintln!("drm-shim {chip}: LINEAR pitch alignment measured: {}", aligns.join(", "));
+    common::assert_clean(engine);
+}
+
 /// Every multi-memory-plane layout the driver gives (DCC/CCS metadata beside the pixels)
 /// survives the descriptor, the import checks and the handoff wire unchanged, and the
 /// engine's import path up to the driver: a memfd of the size the driver asked for stands
@@ -329,5 +344,18 @@ fn compute_shaders_compile_on_the_drivers_compiler() {
     let started = std::time::Instant::now();
     Converter::new(engine).unwrap_or_else(|e| panic!("{chip}: the compiler refused a compute shader: {e}"));
     eprintln!("drm-shim {chip}: tile.comp and colour.comp compiled by {} in {} ms", engine.info().driver_name, started.elapsed().as_millis());
+    common::assert_clean(engine);
+}
+
+/// The presenter's graphics pipelines (vertex and fragment shaders, the YCbCr samplers baked
+/// in) compile on the driver's compiler for every frame kind it samples, with no window.
+#[cfg(feature = "present")] // on in the workspace build the test command runs (the CLI enables it)
+#[test]
+fn present_pipelines_compile_on_the_drivers_compiler() {
+    let Some((chip, engine)) = shim_engine() else { return };
+    let started = std::time::Instant::now();
+    let (compiled, refused) = present_check::present_pipelines_compile(engine);
+    assert!(compiled > 0, "{chip}: no present pipeline compiled");
+    eprintln!("drm-shim {chip}: {compiled} frame kinds drawn by present pipelines compiled by {} in {} ms ({refused} kinds not sampleable)", engine.info().driver_name, started.elapsed().as_millis());
     common::assert_clean(engine);
 }

@@ -2,6 +2,9 @@
 //! runs (see scripts/test.sh): plain, or with udmabuf.
 
 mod common;
+#[cfg(feature = "present")]
+#[path = "common/present.rs"]
+mod present_check;
 
 use dmabridge::ash::vk;
 use dmabridge::interop::{Fourcc, Modifier};
@@ -113,5 +116,30 @@ fn opaque_fd_handle_type_is_queried_separately() {
     let linear = caps.get(Modifier::LINEAR).expect("LINEAR");
     // lavapipe shares OPAQUE_FD memory between its own instances in both configurations.
     assert!(linear.can_import() && linear.can_export(), "{linear:?}");
+    common::assert_clean(&engine);
+}
+
+/// lavapipe's LINEAR pitch rule, measured into the opened device's participant and kept by
+/// a buffer dmabridge places for it (the same check the drm-shim runs on radv and anv).
+#[test]
+fn the_opened_device_states_the_linear_pitch_its_driver_takes() {
+    let engine = common::engine();
+    let image_use = dmabridge::ImageUse::new(vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC);
+    let aligns = common::linear_pitch_is_measured_and_placed_for(&engine, image_use, &[Fourcc::ARGB8888, Fourcc::NV12]);
+    // Measured only where LINEAR is an explicit layout (the modifier extension).
+    assert_eq!(aligns.is_empty(), !common::expect_modifiers(), "{aligns:?}");
+    eprintln!("lavapipe: LINEAR pitch alignment measured: {}", aligns.join(", "));
+    common::assert_clean(&engine);
+}
+
+/// The presenter's graphics pipelines compile on lavapipe for every frame kind it samples
+/// (the same check the drm-shim runs on radv and anv), with no window.
+#[cfg(feature = "present")] // on in the workspace build the test command runs (the CLI enables it)
+#[test]
+fn present_pipelines_compile_without_a_window() {
+    let engine = common::engine();
+    let (compiled, refused) = present_check::present_pipelines_compile(&engine);
+    assert!(compiled > 0);
+    eprintln!("lavapipe: {compiled} frame kinds drawn by present pipelines compiled ({refused} kinds not sampleable)");
     common::assert_clean(&engine);
 }

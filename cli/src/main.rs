@@ -170,8 +170,15 @@ fn load_participant(
     };
     let usage = dmabridge::ImageUse::parse(&use_parts.join(":")).map_err(|e| spec.peer_error(e))?;
     let request = dmabridge::ParticipantRequest::new(spec.name.as_str(), usage, dmabridge::Direction::Both);
-    match adapter(device) {
-        Ok(a) => a.participant(&request).map_err(|e| peer(e.to_string())),
-        Err(e) => Err(peer(format!("no Vulkan device: {e}"))),
+    let a = adapter(device).map_err(|e| peer(format!("no Vulkan device: {e}")))?;
+    // Opened, the device also states the LINEAR pitch its driver needs (measured with
+    // images); a device that answers queries only (radv's null device) lists without it.
+    match a.open(&dmabridge::EngineOptions::from_env()) {
+        Ok(engine) => engine.participant(&request),
+        Err(e) => {
+            tracing::debug!(error = %e, "the device is not opened: its participant is from its queries alone");
+            a.participant(&request)
+        }
     }
+    .map_err(|e| peer(e.to_string()))
 }

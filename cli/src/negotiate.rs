@@ -214,7 +214,10 @@ pub fn run_with(
             let (w, h) = plan.cost_extent;
             for (i, (r, c)) in report.conversions.iter_mut().zip(&plan.conversions).enumerate() {
                 let from = plan.groups.get(c.from_group).map_or(Fourcc::NV12, |g| g.format.fourcc);
-                let (f, t) = c.kind.endpoints(from);
+                // A device copy runs where the report already says (its copier's GPU).
+                let Some((f, t)) = c.kind.endpoints(from) else {
+                    continue;
+                };
                 let runs_on = path(&FrameConversion::new(f, t, w, h)).unwrap_or_else(|e| format!("unknown ({e})"));
                 text += &format!("group {} -> group {} runs on: {runs_on}\n", r.from_group, r.to_group);
                 if let Some(p) = plan_file.as_mut().and_then(|f| f.conversions.get_mut(i)) {

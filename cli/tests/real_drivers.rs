@@ -178,6 +178,59 @@ fn a_prime_laptop_shares_linear_and_says_what_each_side_gives_up() {
     assert!(human.contains("device igpu: Null hardware (RADV GFX1150)"), "{human}");
 }
 
+/// The PRIME laptop where no layout is shared: the display scans out only gfx1150's own
+/// tiling, which navi21 cannot write. The integrated GPU's driver answers that it imports
+/// LINEAR for transfer reads and exports that tiling for transfer writes, so the plan is its
+/// copy (`vkCmdCopyImage`), named, and carried in the plan file to the GPU that runs it.
+#[test]
+fn a_prime_laptop_with_no_shared_layout_is_fed_by_the_integrated_gpus_copy() {
+    let dgpu = format!("dgpu={}:color-attachment", data("radv-null-navi21.json").display());
+    let saved_igpu = format!("igpu={}:sampled", data("radv-null-gfx1150.json").display());
+    let display = "display=AR24:0x0200000000001b04";
+    let plan_out = std::env::temp_dir().join(format!("dmabridge-prime-plan-{}.json", std::process::id()));
+    let check = |o: &Output, live: bool| {
+        let (stdout, stderr) = text(o);
+        assert_eq!(o.status.code(), Some(0), "{stdout}\n{stderr}");
+        let v: Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}\n{stderr}"));
+        assert_eq!(v["outcome"], "copy", "{v:#}");
+        let groups: Vec<(&Value, &Value)> = v["groups"].as_array().expect("groups").iter().map(|g| (&g["participants"], &g["modifiers"])).collect();
+        assert_eq!(groups[0], (&serde_json::json!(["dgpu", "igpu"]), &serde_json::json!(["0x0000000000000000"])), "{v:#}");
+        assert_eq!(groups[1], (&serde_json::json!(["display"]), &serde_json::json!(["0x0200000000001b04"])), "{v:#}");
+        let c = &v["conversions"][0];
+        assert!(c["kind"].as_str().is_some_and(|k| k.starts_with("device copy AR24 LINEAR -> AMD(GFX11")), "{c}");
+        let runs_on = c["runs_on"].as_str().expect("the copier is named");
+        assert!(runs_on.starts_with("igpu (Null hardware (RADV GFX1150)") && runs_on.ends_with("with vkCmdCopyImage"), "{runs_on}");
+        assert_eq!(runs_on.contains("saved probe"), !live, "{runs_on}");
+        assert!(c.get("convert").is_none(), "no `dmabridge convert` runs a driver's layout: {c}");
+    };
+    let bin = env!("CARGO_BIN_EXE_dmabridge");
+    let plan_arg = plan_out.display().to_string();
+    let o = Command::new(bin)
+        .args(["negotiate", "--json", "--probe-report", &dgpu, "--probe-report", &saved_igpu, "--drm-formats", display, "--plan-out", &plan_arg])
+        .output()
+        .expect("run dmabridge");
+    check(&o, false);
+    // The plan file names the GPU, and the converter refuses the step, saying whose it is.
+    let file: Value = serde_json::from_str(&std::fs::read_to_string(&plan_out).expect("plan file")).expect("JSON");
+    assert_eq!(file["conversions"][0]["plan"]["steps"][0]["op"], "device-copy", "{file:#}");
+    let frame = std::env::temp_dir().join(format!("dmabridge-prime-frame-{}.raw", std::process::id()));
+    std::fs::write(&frame, vec![0u8; 64 * 64 * 4]).expect("frame");
+    let out = frame.with_extension("out");
+    let (frame_arg, out_arg) = (frame.display().to_string(), out.display().to_string());
+    let o = Command::new(bin).args(["convert", "--plan", &plan_arg, "--width", "64", "--height", "64", "--in", &frame_arg, "--out", &out_arg]).output().expect("run dmabridge");
+    let (_, stderr) = text(&o);
+    assert_eq!(o.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("is a GPU's copy between dma-bufs (vkCmdCopyImage), not a converter step"), "{stderr}");
+    for f in [&plan_out, &frame, &out] {
+        let _ = std::fs::remove_file(f);
+    }
+    // The integrated GPU asked live gives the same plan.
+    if radv_installed() {
+        let o = on_null_device("gfx1150", &[], &["negotiate", "--json", "--probe-report", &dgpu, "--vulkan", "igpu=sampled", "--drm-formats", display]);
+        check(&o, true);
+    }
+}
+
 #[test]
 fn saved_probe_reports_are_participants_and_their_faults_are_named() {
     let bin = env!("CARGO_BIN_EXE_dmabridge");

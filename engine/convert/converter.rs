@@ -923,7 +923,9 @@ impl Converter {
     /// group's format. Colour conversions use BT.709, limited range: what a video pipeline
     /// assumes when nothing says otherwise. Blocks until the work is done.
     pub fn run_step(&self, kind: &ConversionKind, fourcc: Fourcc, (width, height): (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
-        let ((from_layout, from), (to_layout, to)) = kind.endpoints(fourcc);
+        // A device copy is the driver's, between dma-bufs: bytes in, bytes out has no layout.
+        let ((from_layout, from), (to_layout, to)) =
+            kind.endpoints(fourcc).ok_or_else(|| dmabridge_interop::negotiate::PlanError::OnDevice(kind.to_string()))?;
         let c = FrameConversion::new((from_layout, from), (to_layout, to), width, height);
         Ok(self.convert_frame(&c, None, input)?.0)
     }

@@ -9,6 +9,16 @@
 //! buffer-copy path). Besides:
 //! - A consumer that accepts copying (`copy_import`) also lists LINEAR for every format the
 //!   buffer-copy import takes: a copy, not zero-copy, and said so by the import's path.
+//! - With the modifier extension, the device offers a copy plan its copies
+//!   ([`DeviceCopy`]: what it imports for `TRANSFER_SRC` into what it exports for
+//!   `TRANSFER_DST`, asked of the driver for the same formats), so a plan can join layouts
+//!   only the driver addresses.
+//! - An opened device ([`Engine::participant`]) also states the row pitch alignment its
+//!   driver needs of a LINEAR layout it is given, as `stride_align`: measured, by asking the
+//!   driver for LINEAR images of each listed format at pitches aligned to 1, 2, 4, ... 4096
+//!   bytes (radv refuses any LINEAR pitch that is not a multiple of 256 bytes, so a buffer
+//!   dmabridge places for it must be pitched that way). The queries alone cannot say it, so
+//!   a device opened for queries only ([`Adapter::participant`]) leaves it at 1.
 //!
 //! The use is exact ([`ImageUse`]: usage, create flags, view formats), and the layouts it
 //! yields hold for that use only. [`ParticipantRequest::export_request`] and
@@ -16,11 +26,15 @@
 //! negotiated layout is refused, typed, if it asks for more.
 
 pub use dmabridge_interop::negotiate::Direction;
-use dmabridge_interop::negotiate::{device_formats, DeviceFormat, Participant};
-use dmabridge_interop::{Format, FormatSet, Fourcc, Layout};
+use ash::vk;
+use dmabridge_interop::negotiate::{device_formats, DeviceCopy, DeviceFormat, Participant};
+use dmabridge_interop::dmabuf::PlaneLayout;
+use dmabridge_interop::{Format, FormatSet, Fourcc, Layout, Modifier};
+
+const LINEAR: Layout = Layout::Explicit(Modifier::LINEAR);
 
 use crate::device::format_support::{FormatSupportError, SupportQuery};
-use crate::dmabuf::export::ExportRequest;
+use crate::dmabuf::export::{ExportError, ExportRequest};
 use crate::dmabuf::import::ImportOptions;
 use crate::device::usage::{negotiation_usage, ImageUse};
 use crate::device::vk_format::{Mapping, VK_FORMAT_TABLE};
@@ -66,10 +80,58 @@ impl ParticipantRequest {
     }
 }
 
+/// The widest LINEAR pitch alignment measured (and the alignment of each plane's offset
+/// while measuring).
+const MAX_MEASURED_PITCH_ALIGN: u64 = 4096;
+
 impl Engine {
-    /// [`Adapter::participant`].
+    /// [`Adapter::participant`], with the LINEAR pitch alignment the driver needs as the
+    /// participant's `stride_align` (see the module docs).
     pub fn participant(&self, req: &ParticipantRequest) -> Result<Participant, FormatSupportError> {
-        self.adapter().participant(req)
+        let p = self.adapter().participant(req)?;
+        let linear: Vec<Fourcc> = p.formats.as_set().map_or_else(Vec::new, |set| set.iter().filter(|f| f.layout == LINEAR).map(|f| f.fourcc).collect());
+        let align = linear.iter().filter_map(|&fourcc| self.linear_pitch_align(fourcc, req.image_use)).max().unwrap_or(1);
+        tracing::debug!(name = req.name.as_str(), align, "the driver's LINEAR pitch alignment");
+        Ok(p.constrain(|c| c.stride_align = c.stride_align.max(align)))
+    }
+
+    /// The smallest power of two `a` for which the driver takes an explicit LINEAR layout of
+    /// `fourcc` for `image_use` pitched to a multiple of `a`, every plane; `None` where it
+    /// cannot be measured (LINEAR not exportable for that use, or refused at every pitch).
+    /// The image is one macropixel wide, so that each alignment is a pitch of its own (at a
+    /// wider row, aligning to 128 and to 256 bytes can give the same pitch).
+    fn linear_pitch_align(&self, fourcc: Fourcc, image_use: ImageUse) -> Option<u64> {
+        let info = dmabridge_interop::format_info(fourcc)?;
+        let (width, height) = (u32::from(info.subsampling.h), 64);
+        let req = ExportRequest::new(fourcc, width, height, image_use);
+        let mut tried = Vec::new();
+        for shift in 0..=MAX_MEASURED_PITCH_ALIGN.trailing_zeros() {
+            let align = 1u64 << shift;
+            let mut offset = 0;
+            let planes: Vec<PlaneLayout> = (0..info.plane_count())
+                .map(|i| {
+                    let stride = info.min_stride(i, width).next_multiple_of(align);
+                    let plane = PlaneLayout { object: 0, offset, stride, size: 0 };
+                    offset = (offset + stride * u64::from(info.plane_height(i, height))).next_multiple_of(MAX_MEASURED_PITCH_ALIGN);
+                    plane
+                })
+                .collect();
+            if tried.last() == Some(&planes) {
+                continue;
+            }
+            match self.allocate_exportable_with_layout(&req, Modifier::LINEAR, &planes) {
+                Ok(_) => return Some(align),
+                Err(ExportError::LayoutRefused { .. } | ExportError::LayoutNotHonoured { .. } | ExportError::LayoutRule { .. }) => tried.push(planes),
+                Err(e) => {
+                    tracing::debug!(%fourcc, error = %e, "LINEAR pitch alignment not measured");
+                    return None;
+                }
+            }
+        }
+        // Refused at every pitch: something else in the layout is not the driver's (its
+        // offsets), so the pitch rule stays unknown rather than guessed.
+        tracing::debug!(%fourcc, "no LINEAR pitch up to {MAX_MEASURED_PITCH_ALIGN}-byte alignment taken");
+        None
     }
 }
 
@@ -87,12 +149,15 @@ impl Adapter {
             }
         };
         let mut formats = FormatSet::new();
+        let (mut transfer_src, mut transfer_dst) = (Vec::new(), Vec::new());
         for &fourcc in fourccs {
-            let caps = self.format_support(&SupportQuery::new(fourcc, req.image_use))?;
-            let answers = caps.modifiers.iter().map(|m| DeviceFormat { fourcc, modifier: m.modifier, import: m.can_import(), export: m.can_export() });
-            formats.extend(device_formats(self.has_modifiers(), req.direction, answers).iter().copied());
+            formats.extend(device_formats(self.has_modifiers(), req.direction, self.answers(fourcc, req.image_use)?).iter().copied());
             if req.copy_import && self.copy_import_possible(fourcc, &req.image_use) {
                 formats.insert(Format::linear(fourcc));
+            }
+            if self.has_modifiers() {
+                transfer_src.extend(self.answers(fourcc, vk::ImageUsageFlags::TRANSFER_SRC.into())?);
+                transfer_dst.extend(self.answers(fourcc, vk::ImageUsageFlags::TRANSFER_DST.into())?);
             }
         }
         tracing::debug!(name = req.name.as_str(), image_use = %req.image_use, ?formats, "the device as a participant");
@@ -100,7 +165,14 @@ impl Adapter {
         Ok(Participant::new(req.name.as_str(), formats)
             .with_usage(negotiation_usage(req.image_use.usage))
             .with_sync(self.sync_methods())
-            .with_device(format!("{} ({}, {})", info.name, info.driver_name, info.driver_info)))
+            .with_device(format!("{} ({}, {})", info.name, info.driver_name, info.driver_info))
+            .with_copy(DeviceCopy::of_answers(self.has_modifiers(), transfer_src, transfer_dst)))
+    }
+
+    /// The driver's answers for `fourcc` and one use: each modifier, importable, exportable.
+    fn answers(&self, fourcc: Fourcc, image_use: ImageUse) -> Result<Vec<DeviceFormat>, FormatSupportError> {
+        let caps = self.format_support(&SupportQuery::new(fourcc, image_use))?;
+        Ok(caps.modifiers.iter().map(|m| DeviceFormat { fourcc, modifier: m.modifier, import: m.can_import(), export: m.can_export() }).collect())
     }
 
     /// Whether the buffer-copy import takes `fourcc` for `usage` (an optimal image of it).

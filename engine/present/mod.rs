@@ -60,7 +60,7 @@ use std::ffi::{c_char, CStr, CString};
 use std::time::Duration;
 
 use ash::vk;
-use dmabridge_interop::{format_info, Fourcc, Layout};
+use dmabridge_interop::{format_info, Fourcc, Layout, Modifier};
 use raw_window_handle::{RawDisplayHandle, RawWindowHandle};
 
 use crate::device::format_support::{widen, SupportQuery};
@@ -70,7 +70,7 @@ use crate::dmabuf::import::{ImportPath, ImportedImage};
 use crate::device::requirements::Capability;
 use crate::resources::submit::{BinarySemaphores, Completion, Garbage, SubmitError, SubmitOptions};
 use crate::device::vk_format::{self, Mapping};
-use crate::Engine;
+use crate::{Engine, ImageUse};
 
 use pipeline::{Key, Pipelines, YcbcrKey};
 use swapchain::{Chain, ChainParams};
@@ -606,62 +606,11 @@ impl Presenter {
     /// The pipeline identity for `frame`: its format, YCbCr conversion and filter, from the
     /// format features of the frame's tiling.
     fn frame_key(&self, frame: &ImportedImage, opts: &FrameOptions) -> Result<Key, PresentError> {
-        let engine = &self.engine;
-        let fourcc = frame.fourcc();
-        let entry = vk_format::to_vk(fourcc).ok_or(PresentError::UnknownFourcc(fourcc))?;
-        let is_yuv = format_info(fourcc).ok_or(PresentError::UnknownFourcc(fourcc))?.is_yuv;
-        let features = match (frame.path(), frame.layout()) {
-            (ImportPath::Explicit, Layout::Explicit(m)) => engine
-                .format_support(&SupportQuery::new(fourcc, frame.image_use()))?
-                .get(m)
-                .map(|c| c.tiling_features)
-                .unwrap_or_default(),
-            _ => {
-                // SAFETY: plain query of the engine's physical device.
-                let props = unsafe {
-                    engine.instance().get_physical_device_format_properties(engine.physical_device(), entry.vk_format)
-                };
-                widen(props.optimal_tiling_features)
-            }
+        let explicit = match (frame.path(), frame.layout()) {
+            (ImportPath::Explicit, Layout::Explicit(m)) => Some(m),
+            _ => None,
         };
-        if !features.contains(vk::FormatFeatureFlags2::SAMPLED_IMAGE) {
-            return Err(PresentError::NotSampleable { fourcc, format: entry.vk_format });
-        }
-        let mut filter_linear = features.contains(vk::FormatFeatureFlags2::SAMPLED_IMAGE_FILTER_LINEAR);
-        if frame.path() == ImportPath::Explicit && engine.drm_modifier_list2_is_empty() {
-            // The driver's List2 of modifier features is empty (lavapipe 25.0), so anything
-            // that reads it (the validation layer, VUID-vkCmdDraw-magFilter-04553) sees no
-            // LINEAR filtering for DRM-tiled images. Sample those NEAREST: exact at 1:1,
-            // blockier when scaled.
-            filter_linear = false;
-        }
-        if !is_yuv {
-            return Ok(Key { format: entry.vk_format, ycbcr: None, linear: filter_linear });
-        }
-        if !engine.has_capability(Capability::YcbcrSampling) {
-            return Err(PresentError::NoYcbcrConversion(fourcc, Capability::YcbcrSampling));
-        }
-        let cosited = features.contains(vk::FormatFeatureFlags2::COSITED_CHROMA_SAMPLES);
-        let midpoint = features.contains(vk::FormatFeatureFlags2::MIDPOINT_CHROMA_SAMPLES);
-        if !cosited && !midpoint {
-            return Err(PresentError::NotSampleable { fourcc, format: entry.vk_format });
-        }
-        // MPEG-2/H.264/HEVC 4:2:0: left-cosited horizontally, midway vertically.
-        let x_offset = if cosited { vk::ChromaLocation::COSITED_EVEN } else { vk::ChromaLocation::MIDPOINT };
-        let y_offset = if midpoint { vk::ChromaLocation::MIDPOINT } else { vk::ChromaLocation::COSITED_EVEN };
-        let linear =
-            filter_linear && features.contains(vk::FormatFeatureFlags2::SAMPLED_IMAGE_YCBCR_CONVERSION_LINEAR_FILTER);
-        Ok(Key {
-            format: entry.vk_format,
-            ycbcr: Some(YcbcrKey {
-                matrix: opts.matrix,
-                range: opts.range,
-                swap_chroma: entry.mapping == Mapping::ChromaSwapped && entry.vk_planes < 3,
-                x_offset,
-                y_offset,
-            }),
-            linear,
-        })
+        frame_key(&self.engine, frame.fourcc(), explicit, frame.image_use(), opts)
     }
 
     /// A view of the frame with the pipeline's conversion; the caller retires it.
@@ -795,6 +744,98 @@ fn choose_present_mode(policy: PresentModePolicy, modes: &[vk::PresentModeKHR]) 
         // FIFO is always supported (VUID-VkSwapchainCreateInfoKHR-presentMode-01281 cannot fail for it).
         _ => vk::PresentModeKHR::FIFO,
     }
+}
+
+
+/// The pipeline identity for a `fourcc` frame imported for `image_use`, in the explicit
+/// layout `explicit` (the import's explicit path) or else an image of the driver's own
+/// tiling: its format, YCbCr conversion and filter, from that tiling's format features.
+fn frame_key(engine: &Engine, fourcc: Fourcc, explicit: Option<Modifier>, image_use: ImageUse, opts: &FrameOptions) -> Result<Key, PresentError> {
+    let entry = vk_format::to_vk(fourcc).ok_or(PresentError::UnknownFourcc(fourcc))?;
+    let is_yuv = format_info(fourcc).ok_or(PresentError::UnknownFourcc(fourcc))?.is_yuv;
+    let features = match explicit {
+        Some(m) => engine.format_support(&SupportQuery::new(fourcc, image_use))?.get(m).map(|c| c.tiling_features).unwrap_or_default(),
+        None => {
+            // SAFETY: plain query of the engine's physical device.
+            let props = unsafe {
+                engine.instance().get_physical_device_format_properties(engine.physical_device(), entry.vk_format)
+            };
+            widen(props.optimal_tiling_features)
+        }
+    };
+    if !features.contains(vk::FormatFeatureFlags2::SAMPLED_IMAGE) {
+        return Err(PresentError::NotSampleable { fourcc, format: entry.vk_format });
+    }
+    let mut filter_linear = features.contains(vk::FormatFeatureFlags2::SAMPLED_IMAGE_FILTER_LINEAR);
+    if explicit.is_some() && engine.drm_modifier_list2_is_empty() {
+        // The driver's List2 of modifier features is empty (lavapipe 25.0), so anything
+        // that reads it (the validation layer, VUID-vkCmdDraw-magFilter-04553) sees no
+        // LINEAR filtering for DRM-tiled images. Sample those NEAREST: exact at 1:1,
+        // blockier when scaled.
+        filter_linear = false;
+    }
+    if !is_yuv {
+        return Ok(Key { format: entry.vk_format, ycbcr: None, linear: filter_linear });
+    }
+    if !engine.has_capability(Capability::YcbcrSampling) {
+        return Err(PresentError::NoYcbcrConversion(fourcc, Capability::YcbcrSampling));
+    }
+    let cosited = features.contains(vk::FormatFeatureFlags2::COSITED_CHROMA_SAMPLES);
+    let midpoint = features.contains(vk::FormatFeatureFlags2::MIDPOINT_CHROMA_SAMPLES);
+    if !cosited && !midpoint {
+        return Err(PresentError::NotSampleable { fourcc, format: entry.vk_format });
+    }
+    // MPEG-2/H.264/HEVC 4:2:0: left-cosited horizontally, midway vertically.
+    let x_offset = if cosited { vk::ChromaLocation::COSITED_EVEN } else { vk::ChromaLocation::MIDPOINT };
+    let y_offset = if midpoint { vk::ChromaLocation::MIDPOINT } else { vk::ChromaLocation::COSITED_EVEN };
+    let linear =
+        filter_linear && features.contains(vk::FormatFeatureFlags2::SAMPLED_IMAGE_YCBCR_CONVERSION_LINEAR_FILTER);
+    Ok(Key {
+        format: entry.vk_format,
+        ycbcr: Some(YcbcrKey {
+            matrix: opts.matrix,
+            range: opts.range,
+            swap_chroma: entry.mapping == Mapping::ChromaSwapped && entry.vk_planes < 3,
+            x_offset,
+            y_offset,
+        }),
+        linear,
+    })
+}
+
+/// One kind of frame a presenter draws: what its pipeline depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FrameKind {
+    pub fourcc: Fourcc,
+    /// An explicit layout (imported as it is, sampled with that layout's features), or
+    /// [`Layout::Implicit`] for a frame in the driver's own tiling (the buffer-copy import).
+    pub layout: Layout,
+    /// The use the frame is imported for ([`ImportedImage::image_use`]).
+    pub image_use: ImageUse,
+    pub options: FrameOptions,
+}
+
+/// Compiles the presenter's render pass and one drawing pipeline per kind of frame in
+/// `frames`, into `target` (a swapchain format), with no window: a frame the device cannot
+/// sample, or a shader its compiler refuses, fails here instead of at the first
+/// [`Presenter::present`]. Everything made is destroyed before it returns; nothing is
+/// submitted.
+pub fn compile_pipelines(engine: &Engine, target: vk::Format, frames: &[FrameKind]) -> Result<(), PresentError> {
+    let device = engine.device();
+    let render_pass = pipeline::create_render_pass(device, target)?;
+    let made = Pipelines::new(device).and_then(|mut pipelines| {
+        let built = frames.iter().try_for_each(|f| {
+            let explicit = f.layout.modifier();
+            let key = frame_key(engine, f.fourcc, explicit, f.image_use, &f.options)?;
+            pipelines.get(device, render_pass, key).map(drop)
+        });
+        // SAFETY: nothing made here was submitted.
+        unsafe { pipelines.destroy(device) };
+        built
+    });
+    // SAFETY: the pipelines made for it are gone, and nothing was submitted.
+    unsafe { device.destroy_render_pass(render_pass, None) };
+    made
 }
 
 #[cfg(test)]

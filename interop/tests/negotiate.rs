@@ -775,6 +775,91 @@ fn a_domain_split_is_a_linear_copy() {
     assert_eq!(conflicts[0].constraint, ConstraintKind::CpuAccess);
 }
 
+// ---- device copies: a GPU joins layouts only its driver addresses ----
+
+const GFX10_TILED: Modifier = Modifier::from_raw(0x0200_0000_0000_1b03);
+const GFX11_TILED: Modifier = Modifier::from_raw(0x0200_0000_0000_1b04);
+
+fn ar24(m: Modifier) -> Format {
+    Format::explicit(Fourcc::ARGB8888, m)
+}
+
+/// The PRIME laptop where no layout is shared: a discrete GPU renders its own tiling or
+/// LINEAR, the integrated GPU samples LINEAR and copies into its own tiling, and the display
+/// scans out only that tiling.
+fn prime(igpu_copies: bool) -> Vec<Participant> {
+    let dgpu = at_1080p(p("dgpu", &[ar24(GFX10_TILED), ar24(Modifier::LINEAR)]));
+    let copy = DeviceCopy { reads: set(&[ar24(GFX11_TILED), ar24(Modifier::LINEAR)]), writes: set(&[ar24(GFX11_TILED), ar24(Modifier::LINEAR)]) };
+    let igpu = p("igpu", &[ar24(GFX11_TILED), ar24(Modifier::LINEAR)])
+        .constrain(|c| c.read_only = true)
+        .with_device("AMD Radeon 780M")
+        .with_copy(igpu_copies.then_some(copy));
+    let display = p("display", &[ar24(GFX11_TILED)]).constrain(|c| c.read_only = true);
+    vec![dgpu, igpu, display]
+}
+
+#[test]
+fn a_gpu_copy_joins_layouts_only_its_driver_addresses() {
+    let n = negotiate(&members(prime(true))).unwrap();
+    let Outcome::Copy { plan, conflicts } = &n.outcome else {
+        panic!("{:?}", n.outcome)
+    };
+    assert_eq!(conflicts[0].constraint, ConstraintKind::Modifier, "{conflicts:?}");
+    let groups: Vec<(Vec<String>, Format)> = plan.groups.iter().map(|g| (g.allocation.participants.clone(), g.format)).collect();
+    assert_eq!(groups, [(vec!["dgpu".to_owned(), "igpu".to_owned()], ar24(Modifier::LINEAR)), (vec!["display".to_owned()], ar24(GFX11_TILED))]);
+    let c = &plan.conversions[0];
+    assert_eq!(c.kind, ConversionKind::DeviceCopy { fourcc: Fourcc::ARGB8888, from: Modifier::LINEAR, to: GFX11_TILED });
+    assert_eq!(c.copier, Some(Copier { participant: "igpu".into(), device: Some("AMD Radeon 780M".into()) }));
+    // Costed as two packed 1080p frames (the driver's padding is unknown here).
+    assert_eq!(c.bytes_per_frame, 2 * 1920 * 1080 * 4);
+    assert_eq!(c.plan.steps.iter().map(|s| s.op).collect::<Vec<_>>(), [StepOp::DeviceCopy]);
+    // The converter does not run it, and says so; the plan file carries it to the GPU.
+    assert!(matches!(c.plan.check(), Err(PlanError::OnDevice(_))));
+    let file = PlanFile::of(plan);
+    assert_eq!(file.conversions[0].runs_on.as_deref(), Some("igpu (AMD Radeon 780M)"));
+    assert_eq!(PlanFile::parse(&file.to_json()).unwrap(), file);
+    // The report names the copier and offers no `dmabridge convert` line for it.
+    let r = Report::new(&n);
+    assert_eq!(r.conversions[0].convert, None);
+    assert_eq!(r.conversions[0].runs_on.as_deref(), Some("igpu (AMD Radeon 780M) with vkCmdCopyImage"));
+    assert!(human(&n).contains("copied by igpu (AMD Radeon 780M): vkCmdCopyImage"), "{}", human(&n));
+    // Without the GPU's copy the same parties have no plan.
+    let n = negotiate(&members(prime(false))).unwrap();
+    assert!(matches!(n.outcome, Outcome::Impossible(_)), "{:?}", n.outcome);
+}
+
+#[test]
+fn a_converter_step_is_taken_before_a_gpu_copy_of_the_same_cost() {
+    // The domain split of a_domain_split_is_a_linear_copy, with a GPU that could copy too.
+    let copy = DeviceCopy { reads: set(&[nv12()]), writes: set(&[nv12()]) };
+    let gpu = at_1080p(p("gpu", &[nv12()]).constrain(|c| c.domain = Domain::DeviceLocal)).with_copy(Some(copy));
+    let cpu = p("cpu", &[nv12()]).constrain(|c| {
+        c.cpu_access = CpuAccess::Read;
+        c.read_only = true;
+    });
+    let n = negotiate(&members(vec![gpu, cpu])).unwrap();
+    let Outcome::Copy { plan, .. } = &n.outcome else {
+        panic!("{:?}", n.outcome)
+    };
+    assert_eq!((plan.conversions[0].kind, &plan.conversions[0].copier), (ConversionKind::CopyLinear, &None));
+}
+
+#[test]
+fn a_device_copy_in_a_plan_file_is_one_step_between_layouts_of_one_fourcc() {
+    let plan = ConversionPlan::device_copy(ar24(Modifier::LINEAR), ar24(GFX11_TILED), (64, 32)).unwrap();
+    let file = PlanFile { dmabridge_plan: PLAN_FILE_VERSION, conversions: vec![PlannedConversion { from_group: 0, to_group: 1, runs_on: None, plan: plan.clone() }] };
+    assert_eq!(PlanFile::parse(&file.to_json()).unwrap(), file);
+    // A fourcc change, an odd 4:2:0 extent, and a second step are refused, named.
+    let recolour = file.to_json().replace("\"AR24\"", "\"XR24\"").replacen("\"XR24\"", "\"AR24\"", 1);
+    assert!(matches!(PlanFile::parse(&recolour), Err(PlanFileError::Plan { index: 0, source: PlanError::DeviceCopy(_) | PlanError::Broken { .. } })), "{recolour}");
+    let nv12_plan = ConversionPlan::device_copy(Format::linear(Fourcc::NV12), Format::explicit(Fourcc::NV12, GFX11_TILED), (64, 32)).unwrap();
+    assert!(matches!(nv12_plan.at_extent(63, 31).validate(), Err(PlanError::DeviceCopy(_))));
+    let mut twice = plan.clone();
+    twice.steps.push(plan.steps[0]);
+    assert!(matches!(twice.validate(), Err(PlanError::DeviceCopy(_))));
+    assert!(matches!(ConversionPlan::device_copy(Format::implicit(Fourcc::ARGB8888), ar24(GFX11_TILED), (64, 32)), Err(PlanError::NoLayout(_))));
+}
+
 #[test]
 fn no_conversion_between_the_groups_is_impossible() {
     let a = p("a", &[nv12()]);

@@ -1,6 +1,7 @@
 /* The C ABI against the real library: a padded NV12 frame in a memfd imported and read back,
  * a tiled frame converted and back, hostile frames refused, 1,000 import/free cycles without
- * a leaked fd, a negotiation's JSON from arguments and from the participant builder (with
+ * a leaked fd, a DCC frame (three memory planes, as radv lays one out) carried to the import
+ * path, a negotiation's JSON from arguments and from the participant builder (with
  * each of its errors), and nothing from the validation layer.
  * Built and run by scripts/test.sh in every configuration, with pkg-config's flags only:
  *   gcc -Wall -Wextra -Werror tests/c/capi_test.c $(pkg-config --cflags --libs dmabridge)
@@ -100,6 +101,36 @@ int main(void) {
     bad = f;
     bad.planes[0].pitch = 10;
     CHECK(dmb_import(e, &bad, &img) == DMB_ERR_INVALID, "a pitch shorter than a row");
+
+    /* A DCC layout as radv lays it out (navi31 on Mesa's drm-shim, AR24 256x64 with
+     * AMD_FMT_MOD GFX11 64K_R_X + DCC + DCC_RETILE): three memory planes for a one-plane
+     * format, the pixels, the displayable DCC and the pipe-aligned DCC. The frame carries all
+     * three past the descriptor's checks to the import path, which finds that the device
+     * (lavapipe) does not list the modifier and that no copy reads it as rows: the refusal
+     * names the layout, not a plane count. */
+    {
+        const uint64_t dcc = 0x0200000028a67b04ull;
+        size_t size = 0;
+        uint8_t *zeros = calloc(163840, 1);
+        dmb_frame d = {.drm_format = 0x34325241u /* AR24 */, .width = 256, .height = 64, .nb_objects = 1, .nb_planes = 3};
+        d.objects[0] = (dmb_object){.fd = frame_buffer(zeros, 163840, &size), .size = 0, .format_modifier = dcc};
+        d.objects[0].size = size;
+        d.planes[0] = (dmb_plane){.object_index = 0, .offset = 0, .pitch = 1024};
+        d.planes[1] = (dmb_plane){.object_index = 0, .offset = 131072, .pitch = 512};
+        d.planes[2] = (dmb_plane){.object_index = 0, .offset = 147456, .pitch = 1024};
+        free(zeros);
+        CHECK(d.objects[0].fd >= 0, "the DCC frame's buffer");
+        img = NULL;
+        int s = dmb_import(e, &d, &img);
+        CHECK(s == DMB_ERR_INVALID && img == NULL && strstr(dmb_last_error(), "DCC_RETILE") != NULL && strstr(dmb_last_error(), "needs a detiling conversion") != NULL,
+              "a DCC frame reaches the import path's refusal: %d %s", s, dmb_last_error());
+        /* One plane too many for the modifier's memory planes on any device is the
+         * descriptor's refusal, before the device. */
+        d.nb_planes = 4;
+        d.planes[3] = d.planes[2];
+        CHECK(dmb_import(e, &d, &img) == DMB_ERR_INVALID && img == NULL, "four planes that overlap: %s", dmb_last_error());
+        close(d.objects[0].fd);
+    }
 
     /* 1,000 import/free cycles leave no fd behind. */
     int before = fd_count();

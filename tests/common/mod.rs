@@ -105,3 +105,39 @@ pub fn place_rows(buf: &mut [u8], packed: &[u8], row_bytes: usize, rows: usize, 
         buf[offset + r * stride..offset + r * stride + row_bytes].copy_from_slice(&packed[r * row_bytes..(r + 1) * row_bytes]);
     }
 }
+
+/// For each of `fourccs` the opened device lists LINEAR for: its participant's `stride_align`
+/// (the LINEAR pitch alignment the engine measured) is a power of two, a buffer placed with
+/// it is one the driver takes as an explicit layout, and one placed with half of it (where
+/// that is another pitch) is the driver's typed refusal. Returns "FOURCC ALIGN" per format.
+pub fn linear_pitch_is_measured_and_placed_for(engine: &Engine, image_use: dmabridge::ImageUse, fourccs: &[dmabridge::interop::Fourcc]) -> Vec<String> {
+    use dmabridge::interop::dmabuf::{place, PlaneLayout, PlacementRequest};
+    use dmabridge::interop::{Format, Layout, Modifier};
+    let (w, h) = (130u32, 66u32);
+    let mut aligns = Vec::new();
+    for &fourcc in fourccs {
+        let req = dmabridge::ParticipantRequest::new("gpu", image_use, dmabridge::Direction::Both).with_fourccs(&[fourcc]);
+        let p = engine.participant(&req).expect("participant");
+        if !engine.has_modifiers() || !p.formats.accepts(&Format::linear(fourcc)) {
+            continue;
+        }
+        let align = p.constraints.stride_align;
+        assert!(align.is_power_of_two(), "{fourcc}: {align}");
+        let placed = |stride_align: u64| {
+            let at = place(&PlacementRequest { fourcc, layout: Layout::Explicit(Modifier::LINEAR), width: w, height: h, stride_align, offset_align: 1, min_size: 0, disjoint: false }).expect("placement");
+            let planes: Vec<PlaneLayout> = at.planes.iter().map(|p| PlaneLayout { size: 0, ..*p }).collect();
+            let taken = engine.allocate_exportable_with_layout(&dmabridge::ExportRequest::new(fourcc, w, h, image_use), Modifier::LINEAR, &planes).map(drop);
+            (planes, taken)
+        };
+        let (planes, taken) = placed(align);
+        if let Err(e) = taken {
+            panic!("{fourcc}: the placement at stride-align {align} ({planes:?}) is refused: {e}");
+        }
+        let (half, refused) = placed((align / 2).max(1));
+        if half != planes {
+            assert!(matches!(refused, Err(dmabridge::ExportError::LayoutRefused { .. })), "{fourcc}: pitch {} (half the alignment) is the driver's refusal, got {refused:?}", half[0].stride);
+        }
+        aligns.push(format!("{fourcc} {align}"));
+    }
+    aligns
+}

@@ -551,7 +551,7 @@ impl Reader<'_> {
             read_only: flags & LIST_READ_ONLY != 0,
             ..Constraints::default()
         };
-        Ok(Participant { name, formats, usage, constraints, sync, device: None })
+        Ok(Participant { name, formats, usage, constraints, sync, device: None, copy: None })
     }
 
     fn reconciled(&mut self) -> Result<Reconciled, WireError> {

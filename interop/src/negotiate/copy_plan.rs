@@ -19,8 +19,14 @@
 //! to fewer groups, then to the first found (participants stay with earlier ones).
 //!
 //! Each group is pinned to one explicit format: a conversion must know the layout it
-//! reads or writes, so implicit layouts and modifiers without a [`TileLayout`] cannot take
-//! part, and the kernel's choice among several modifiers is not left open.
+//! reads or writes, so implicit layouts cannot take part, and the kernel's choice among
+//! several modifiers is not left open. dmabridge's converter addresses the layouts of
+//! [`TileLayout`]; a modifier outside it (an AMD, NVIDIA or Intel CCS tiling) joins a plan only
+//! through a participant's GPU that copies it ([`ConversionKind::DeviceCopy`], from the
+//! participant's [`DeviceCopy`]: `vkCmdCopyImage`, the driver addressing both layouts). Such a
+//! layout's bytes are costed as its packed linear size (its tile padding and metadata are
+//! the driver's, unknown here). Where both a converter step and a device copy feed a group
+//! at the same cost, the converter's is taken (it runs wherever dmabridge does).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -28,6 +34,7 @@ use std::fmt;
 use tracing::debug;
 
 use super::constraints::{merge, MergeRules};
+use super::device::DeviceCopy;
 use super::participant::{ExtentRange, Participant};
 use super::reconcile::{Allocation, ChainLayout};
 use crate::tiling::{tiled_size, FrameConversion, Step};
@@ -58,6 +65,9 @@ pub enum ConversionKind {
     /// Anything else a chain of those steps does, fused where a fused path exists: tiled
     /// YUV -> RGB (one pass), RGB -> tiled YUV, tiled -> tiled through linear.
     Chain { from_layout: TileLayout, from: Fourcc, to_layout: TileLayout, to: Fourcc },
+    /// A participant's GPU copies one layout of `fourcc` into another with `vkCmdCopyImage`
+    /// (its driver addresses both; the [`Conversion`] names the participant).
+    DeviceCopy { fourcc: Fourcc, from: Modifier, to: Modifier },
 }
 
 impl ConversionKind {
@@ -81,22 +91,25 @@ impl ConversionKind {
         }
     }
 
-    /// (layout, fourcc) read and written, for a conversion whose source group holds `from`.
-    pub fn endpoints(&self, from: Fourcc) -> ((TileLayout, Fourcc), (TileLayout, Fourcc)) {
+    /// (layout, fourcc) read and written by dmabridge's converter, for a conversion whose
+    /// source group holds `from`; `None` for a [`ConversionKind::DeviceCopy`] (a driver's, in
+    /// layouts the converter need not know).
+    pub fn endpoints(&self, from: Fourcc) -> Option<((TileLayout, Fourcc), (TileLayout, Fourcc))> {
         let linear = TileLayout::Linear;
-        match *self {
+        Some(match *self {
             ConversionKind::Detile(t) => ((t, from), (linear, from)),
             ConversionKind::Tile(t) => ((linear, from), (t, from)),
             ConversionKind::CopyLinear => ((linear, from), (linear, from)),
             ConversionKind::YuvToRgb { from, to } | ConversionKind::RgbToYuv { from, to } => ((linear, from), (linear, to)),
             ConversionKind::Chain { from_layout, from, to_layout, to } => ((from_layout, from), (to_layout, to)),
-        }
+            ConversionKind::DeviceCopy { .. } => return None,
+        })
     }
 
-    /// The steps, in order ([`Step::chain`] of the endpoints; what `dmabridge convert` runs).
+    /// The converter's steps, in order ([`Step::chain`] of the endpoints; what `dmabridge
+    /// convert` runs); none for a device copy.
     pub fn steps(&self, from: Fourcc) -> Vec<Step> {
-        let (f, t) = self.endpoints(from);
-        Step::chain(f, t).unwrap_or_default()
+        self.endpoints(from).and_then(|(f, t)| Step::chain(f, t).ok()).unwrap_or_default()
     }
 }
 
@@ -126,6 +139,7 @@ impl fmt::Display for ConversionKind {
                 let steps: Vec<String> = self.steps(*from).iter().map(|s| s.to_string()).collect();
                 f.write_str(&steps.join(", then "))
             }
+            ConversionKind::DeviceCopy { fourcc, from, to } => write!(f, "device copy {} {from} -> {to}", fourcc.trimmed()),
         }
     }
 }
@@ -145,6 +159,9 @@ pub enum StepOp {
     RgbToYuv,
     /// Linear -> linear, same fourcc.
     Copy,
+    /// A GPU's `vkCmdCopyImage` between two layouts of one fourcc (the plan's only step; it
+    /// runs where the conversion's `runs_on` says, not in the converter).
+    DeviceCopy,
 }
 
 impl StepOp {
@@ -210,6 +227,9 @@ impl PlanStep {
     /// converter has).
     pub fn step(&self) -> Result<Step, PlanError> {
         let refuse = |why: String| PlanError::Step { step: self.to_string(), why };
+        if self.op == StepOp::DeviceCopy {
+            return Err(PlanError::OnDevice(self.to_string()));
+        }
         let (from, to) = (self.from.layout()?, self.to.layout()?);
         let chain = Step::chain((from, self.from.fourcc), (to, self.to.fourcc)).map_err(|e| refuse(e.to_string()))?;
         match chain.as_slice() {
@@ -231,6 +251,7 @@ impl fmt::Display for PlanStep {
             StepOp::YuvToRgb => "yuv-to-rgb",
             StepOp::RgbToYuv => "rgb-to-yuv",
             StepOp::Copy => "copy",
+            StepOp::DeviceCopy => "device-copy",
         };
         write!(f, "{op} {} -> {} {}x{}", self.from, self.to, self.width, self.height)
     }
@@ -275,6 +296,13 @@ pub enum PlanError {
     /// Steps at another extent than the plan's.
     #[error("step {index} ('{step}') is not at the plan's {width}x{height}")]
     Extent { index: usize, step: String, width: u32, height: u32 },
+    /// A GPU's copy (`vkCmdCopyImage` between dma-bufs it imports and exports): the
+    /// converter does not run it.
+    #[error("step '{0}' is a GPU's copy between dma-bufs (vkCmdCopyImage), not a converter step")]
+    OnDevice(String),
+    /// A device copy that is not one step between two layouts of one fourcc.
+    #[error("a device copy is one step between two layouts of one fourcc: {0}")]
+    DeviceCopy(String),
     /// No steps, or more than [`MAX_PLAN_STEPS`].
     #[error("a plan has 1 to {MAX_PLAN_STEPS} steps, not {0}")]
     StepCount(usize),
@@ -296,6 +324,58 @@ impl ConversionPlan {
             at = next;
         }
         Ok(ConversionPlan { from: PlanFormat::of(fl, from.fourcc)?, to: PlanFormat::of(tl, to.fourcc)?, width, height, steps })
+    }
+
+    /// The plan of a device copy from `from` to `to` (one fourcc, explicit layouts) at
+    /// `width` x `height`: one [`StepOp::DeviceCopy`] step.
+    pub fn device_copy(from: Format, to: Format, (width, height): (u32, u32)) -> Result<ConversionPlan, PlanError> {
+        let explicit = |f: Format| f.layout.modifier().map(|modifier| PlanFormat { fourcc: f.fourcc, modifier }).ok_or(PlanError::NoLayout(f));
+        let (f, t) = (explicit(from)?, explicit(to)?);
+        let step = PlanStep { op: StepOp::DeviceCopy, from: f, to: t, width, height };
+        let plan = ConversionPlan { from: f, to: t, width, height, steps: vec![step] };
+        plan.check_device_copy()?;
+        Ok(plan)
+    }
+
+    /// Whether this is a device copy (its steps are not the converter's).
+    pub fn is_device_copy(&self) -> bool {
+        self.steps.iter().any(|s| s.op == StepOp::DeviceCopy)
+    }
+
+    /// Checks a plan as [`ConversionPlan::check`] does, or, for a device copy, that it is one
+    /// step between two layouts of one fourcc at an extent that fourcc allows: what a plan
+    /// file may hold.
+    pub fn validate(&self) -> Result<(), PlanError> {
+        if self.is_device_copy() {
+            self.check_device_copy()
+        } else {
+            self.check().map(drop)
+        }
+    }
+
+    fn check_device_copy(&self) -> Result<(), PlanError> {
+        let refuse = |why: &str| PlanError::DeviceCopy(format!("{why} ({self})"));
+        let [s] = self.steps.as_slice() else {
+            return Err(refuse("more than one step"));
+        };
+        if s.op != StepOp::DeviceCopy || s.from != self.from || s.to != self.to {
+            return Err(refuse("the step is not the plan's copy"));
+        }
+        if self.from.fourcc != self.to.fourcc {
+            return Err(refuse("the fourcc changes"));
+        }
+        if (s.width, s.height) != (self.width, self.height) {
+            return Err(PlanError::Extent { index: 0, step: s.to_string(), width: self.width, height: self.height });
+        }
+        // The extent must be one the fourcc has: not zero, not overflowing, and whole
+        // macropixels (an image of a subsampled format has an even width, and height for
+        // 4:2:0: VUID-VkImageCreateInfo-format-04712/04713).
+        tiled_size(TileLayout::Linear, self.from.fourcc, self.width, self.height).map_err(|e| refuse(&e.to_string()))?;
+        let sub = crate::format_info::format_info(self.from.fourcc).map_or(crate::format_info::Subsampling::NONE, |i| i.subsampling);
+        if self.width % u32::from(sub.h) != 0 || self.height % u32::from(sub.v) != 0 {
+            return Err(refuse(&format!("{}x{} is not whole {} macropixels", self.width, self.height, sub.name())));
+        }
+        Ok(())
     }
 
     /// The same steps at another extent (a plan is made at the negotiation's cost extent
@@ -413,7 +493,12 @@ impl PlanFile {
         let conversions = plan
             .conversions
             .iter()
-            .map(|c| PlannedConversion { from_group: c.from_group, to_group: c.to_group, runs_on: None, plan: c.plan.clone() })
+            .map(|c| PlannedConversion {
+                from_group: c.from_group,
+                to_group: c.to_group,
+                runs_on: c.copier.as_ref().map(|c| c.to_string()),
+                plan: c.plan.clone(),
+            })
             .collect();
         PlanFile { dmabridge_plan: PLAN_FILE_VERSION, conversions }
     }
@@ -429,7 +514,7 @@ impl PlanFile {
             return Err(PlanFileError::Conversions(file.conversions.len()));
         }
         for (index, c) in file.conversions.iter().enumerate() {
-            c.plan.check().map_err(|source| PlanFileError::Plan { index, source })?;
+            c.plan.validate().map_err(|source| PlanFileError::Plan { index, source })?;
         }
         Ok(file)
     }
@@ -460,6 +545,26 @@ pub struct Conversion {
     /// Its steps, at the plan's cost extent: what the engine runs
     /// ([`ConversionPlan::at_extent`] for frames of another size).
     pub plan: ConversionPlan,
+    /// For a [`ConversionKind::DeviceCopy`]: the participant whose GPU copies.
+    pub copier: Option<Copier>,
+}
+
+/// The participant whose GPU makes a device copy, and that GPU.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Copier {
+    pub participant: String,
+    /// [`Participant::device`], where it said.
+    pub device: Option<String>,
+}
+
+impl fmt::Display for Copier {
+    /// `igpu (AMD Radeon 780M (radv, Mesa 25.0.7))`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.device {
+            Some(d) => write!(f, "{} ({d})", self.participant),
+            None => f.write_str(&self.participant),
+        }
+    }
 }
 
 /// Groups and the conversions between them. Group 0 holds the producer (the first writer).
@@ -481,7 +586,7 @@ pub enum CopyPlanError {
     TooManyParticipants(usize),
     #[error("no participant writes the buffer, so there is nothing to copy from")]
     NoWriter,
-    #[error("no split into groups is joined by conversions dmabridge provides (detile, tile, tiled NV12/P010 -> RGB, RGB -> tiled NV12, linear copy)")]
+    #[error("no split into groups is joined by conversions dmabridge provides (detile, tile, tiled NV12/P010 -> RGB, RGB -> tiled NV12, linear copy) or a participant's GPU copies (between layouts it imports and exports)")]
     NoSplit,
 }
 
@@ -502,6 +607,7 @@ pub(crate) fn plan_copy(parts: &[&Participant]) -> Result<CopyPlan, CopyPlanErro
         .position(|p| !p.constraints.read_only)
         .ok_or(CopyPlanError::NoWriter)?;
     let (w, h) = cost_extent(parts);
+    let copiers: Vec<(usize, &DeviceCopy)> = parts.iter().enumerate().filter_map(|(i, p)| Some((i, p.copy.as_deref()?))).collect();
     let mut memo: HashMap<u32, Option<GroupInfo>> = HashMap::new();
     let mut edges_memo: EdgeMemo = HashMap::new();
     let mut best: Option<Candidate> = None;
@@ -525,7 +631,7 @@ pub(crate) fn plan_copy(parts: &[&Participant]) -> Result<CopyPlan, CopyPlanErro
                 .or_insert_with(|| group_info(parts, mask, w, h));
         }
         let source = assign[producer];
-        if let Some(c) = evaluate(&masks, source, &memo, (w, h), &mut edges_memo) {
+        if let Some(c) = evaluate(&masks, source, &memo, (w, h), &copiers, &mut edges_memo) {
             let better = best.as_ref().map_or(true, |b| {
                 (c.bytes, c.masks.len()) < (b.bytes, b.masks.len())
             });
@@ -584,15 +690,17 @@ fn group_info(parts: &[&Participant], mask: u32, w: u32, h: u32) -> Option<Group
         let Layout::Explicit(m) = f.layout else {
             continue;
         };
-        let Some(layout) = TileLayout::from_modifier(m) else {
-            continue;
-        };
         if !group.iter().all(|p| p.formats.accepts(f)) {
             continue;
         }
-        // The buffer's real size, tile padding included; layouts #5 does not define for
-        // this fourcc are not candidates.
-        let Ok(bytes) = tiled_size(layout, f.fourcc, w, h).map(|g| g.size) else {
+        // The buffer's real size, tile padding included, where dmabridge knows the layout
+        // (one it does not define for this fourcc is no candidate); a driver's layout, as
+        // its packed linear size (module docs).
+        let size = match TileLayout::from_modifier(m) {
+            Some(layout) => tiled_size(layout, f.fourcc, w, h),
+            None => tiled_size(TileLayout::Linear, f.fourcc, w, h),
+        };
+        let Ok(bytes) = size.map(|g| g.size) else {
             continue;
         };
         candidates.push((*f, bytes));
@@ -603,14 +711,37 @@ fn group_info(parts: &[&Participant], mask: u32, w: u32, h: u32) -> Option<Group
 struct Candidate {
     masks: Vec<u32>,
     formats: Vec<Format>,
-    /// (to_group, kind, bytes, steps), with group indices into `masks`.
-    edges: Vec<(usize, ConversionKind, u64, ConversionPlan)>,
+    /// (to_group, edge), with group indices into `masks`.
+    edges: Vec<(usize, Edge)>,
     source: usize,
     bytes: u64,
 }
 
-type Edge = (Format, ConversionKind, u64, ConversionPlan);
+/// One way to feed a group: the format it gets, the conversion, its bytes per frame, its
+/// steps, and the participant (an index into the plan's) whose GPU copies, for a device copy.
+#[derive(Clone)]
+struct Edge {
+    to: Format,
+    kind: ConversionKind,
+    bytes: u64,
+    plan: ConversionPlan,
+    copier: Option<usize>,
+}
+
 type EdgeMemo = HashMap<(Format, u32), Option<Edge>>;
+
+/// The conversion from `src` to `to`: the converter's, else the first copier's GPU copy.
+fn conversion(src: Format, to: Format, extent: (u32, u32), copiers: &[(usize, &DeviceCopy)]) -> Option<(ConversionKind, ConversionPlan, Option<usize>)> {
+    if let Some(kind) = ConversionKind::between(src, to) {
+        if let Ok(plan) = ConversionPlan::derive(src, to, extent) {
+            return Some((kind, plan, None));
+        }
+    }
+    let (who, _) = copiers.iter().find(|(_, c)| c.copies(src, to))?;
+    let plan = ConversionPlan::device_copy(src, to, extent).ok()?;
+    let kind = ConversionKind::DeviceCopy { fourcc: src.fourcc, from: plan.from.modifier, to: plan.to.modifier };
+    Some((kind, plan, Some(*who)))
+}
 
 /// The cheapest way to feed the group `mask` from `src` (first in its preference on ties).
 fn cheapest_edge(
@@ -619,23 +750,23 @@ fn cheapest_edge(
     mask: u32,
     info: &GroupInfo,
     extent: (u32, u32),
+    copiers: &[(usize, &DeviceCopy)],
     memo: &mut EdgeMemo,
 ) -> Option<Edge> {
     memo.entry((src, mask)).or_insert_with(|| {
-        // Every format the group can take that #5 reaches from `src`, in one step or a chain.
+        // Every format the group can take that #5 or a copier reaches from `src`.
         info.candidates
             .iter()
             .enumerate()
-            .filter_map(|(rank, &(t, bytes))| {
-                let kind = ConversionKind::between(src, t)?;
-                let plan = ConversionPlan::derive(src, t, extent).ok()?;
-                Some((t, kind, src_bytes.saturating_add(bytes), rank, plan))
+            .filter_map(|(rank, &(to, bytes))| {
+                let (kind, plan, copier) = conversion(src, to, extent, copiers)?;
+                Some((rank, Edge { to, kind, bytes: src_bytes.saturating_add(bytes), plan, copier }))
             })
             // A colour conversion changes the pixels (subsampling, rounding): it is taken
             // only where no conversion that keeps them can feed the group, however few bytes
-            // it would move.
-            .min_by_key(|(t, _, cost, rank, _)| (t.fourcc != src.fourcc, *cost, *rank))
-            .map(|(t, k, c, _, plan)| (t, k, c, plan))
+            // it would move. At one cost, the converter's step before a GPU's copy.
+            .min_by_key(|(rank, e)| (e.to.fourcc != src.fourcc, e.bytes, e.copier.is_some(), *rank))
+            .map(|(_, e)| e)
     })
     .clone()
 }
@@ -646,6 +777,7 @@ fn evaluate(
     source: usize,
     groups: &HashMap<u32, Option<GroupInfo>>,
     extent: (u32, u32),
+    copiers: &[(usize, &DeviceCopy)],
     edges_memo: &mut EdgeMemo,
 ) -> Option<Candidate> {
     let infos: Vec<&GroupInfo> = masks
@@ -659,15 +791,13 @@ fn evaluate(
         let mut total = 0u64;
         let mut feasible = true;
         for (g, info) in infos.iter().enumerate().filter(|(g, _)| *g != source) {
-            let Some((f, kind, cost, plan)) =
-                cheapest_edge(src_format, src_bytes, masks[g], info, extent, edges_memo)
-            else {
+            let Some(edge) = cheapest_edge(src_format, src_bytes, masks[g], info, extent, copiers, edges_memo) else {
                 feasible = false;
                 break;
             };
-            formats[g] = f;
-            edges.push((g, kind, cost, plan));
-            total = total.saturating_add(cost);
+            formats[g] = edge.to;
+            total = total.saturating_add(edge.bytes);
+            edges.push((g, edge));
         }
         if feasible && best.as_ref().map_or(true, |b| total < b.bytes) {
             best = Some(Candidate {
@@ -712,12 +842,13 @@ fn build(parts: &[&Participant], c: Candidate, cost_extent: (u32, u32)) -> CopyP
     let mut conversions: Vec<Conversion> = c
         .edges
         .iter()
-        .map(|(g, kind, bytes, plan)| Conversion {
+        .map(|(g, e)| Conversion {
             from_group: 0,
             to_group: new_index(*g),
-            kind: *kind,
-            bytes_per_frame: *bytes,
-            plan: plan.clone(),
+            kind: e.kind,
+            bytes_per_frame: e.bytes,
+            plan: e.plan.clone(),
+            copier: e.copier.map(|i| Copier { participant: parts[i].name.clone(), device: parts[i].device.clone() }),
         })
         .collect();
     conversions.sort_by_key(|cv| cv.to_group);

@@ -12,6 +12,12 @@
 //!   that can export LINEAR-tiled memory lists LINEAR and implicit. A consumer cannot state
 //!   a row pitch for an import, so it is implicit-only (seed 001: a party without modifier
 //!   support).
+//!
+//! A GPU can also copy between layouts it holds ([`DeviceCopy`]): `vkCmdCopyImage` from an
+//! image it imported for transfer reads into one it exports for transfer writes, with the
+//! driver addressing both tilings. That is how a copy plan joins layouts dmabridge's own
+//! converter does not know (an AMD or NVIDIA tiling), the way PRIME copies a discrete GPU's
+//! frame into the integrated GPU's scanout layout.
 
 use crate::{Format, FormatSet, Fourcc, Layout, Modifier};
 
@@ -64,6 +70,42 @@ pub fn device_formats(explicit_modifiers: bool, direction: Direction, answers: i
     formats
 }
 
+/// What a GPU participant can copy between, with `vkCmdCopyImage` (same fourcc; the driver
+/// reads one modifier's layout and writes the other's). Only explicit layouts: a copy must
+/// state the layout of the buffer it imports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceCopy {
+    /// The layouts it imports as a copy's source (its `transfer-src` use).
+    pub reads: FormatSet,
+    /// The layouts it exports as a copy's destination (its `transfer-dst` use).
+    pub writes: FormatSet,
+}
+
+impl DeviceCopy {
+    /// The copies a device with (`explicit_modifiers`) or without the modifier extension can
+    /// make, from its answers for the `transfer-src` and `transfer-dst` uses; `None` where it
+    /// can make none (no modifier extension, or nothing both ways).
+    pub fn of_answers(
+        explicit_modifiers: bool,
+        transfer_src: impl IntoIterator<Item = DeviceFormat>,
+        transfer_dst: impl IntoIterator<Item = DeviceFormat>,
+    ) -> Option<DeviceCopy> {
+        if !explicit_modifiers {
+            return None;
+        }
+        let reads = device_formats(true, Direction::Import, transfer_src);
+        let writes = device_formats(true, Direction::Export, transfer_dst);
+        let copies = DeviceCopy { reads, writes };
+        copies.reads.iter().any(|r| copies.writes.iter().any(|w| w.fourcc == r.fourcc)).then_some(copies)
+    }
+
+    /// Whether it copies `from` into `to`: the same fourcc, `from` among its reads and `to`
+    /// among its writes.
+    pub fn copies(&self, from: Format, to: Format) -> bool {
+        from.fourcc == to.fourcc && from.layout.modifier().is_some() && self.reads.contains(&from) && self.writes.contains(&to)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -80,6 +122,21 @@ mod tests {
         assert_eq!(only(Direction::Import), [m(0x0200000000001b04), m(0)]);
         assert_eq!(only(Direction::Export), [m(0x0200000000000a04), m(0)]);
         assert_eq!(only(Direction::Both), [m(0x0200000000001b04), m(0x0200000000000a04), m(0)]);
+    }
+
+    #[test]
+    fn a_device_copies_from_what_it_imports_into_what_it_exports() {
+        let src = [answer(0x0200000000001b04, true, false), answer(0, true, true)];
+        let dst = [answer(0x0200000000000a04, false, true), answer(0x0200000000001b04, true, false)];
+        let copy = DeviceCopy::of_answers(true, src, dst).unwrap();
+        let f = |raw| Format::explicit(Fourcc::XRGB8888, Modifier::from_raw(raw));
+        assert!(copy.copies(f(0), f(0x0200000000000a04)) && copy.copies(f(0x0200000000001b04), f(0x0200000000000a04)));
+        // Not into a layout it only imports, nor across fourccs.
+        assert!(!copy.copies(f(0), f(0x0200000000001b04)));
+        assert!(!copy.copies(f(0), Format::explicit(Fourcc::ARGB8888, Modifier::from_raw(0x0200000000000a04))));
+        // Without the extension there is no stated layout to copy from.
+        assert_eq!(DeviceCopy::of_answers(false, src, dst), None);
+        assert_eq!(DeviceCopy::of_answers(true, src, []), None);
     }
 
     #[test]

@@ -34,10 +34,10 @@ pub mod spec;
 pub use conflict::{Conflict, ConstraintKind, MAX_NAMES_SHOWN};
 pub use constraints::{BufferConstraints, Merged};
 pub use copy_plan::{
-    Conversion, ConversionKind, ConversionPlan, CopyGroup, CopyPlan, CopyPlanError, PlanError, PlanFile, PlanFileError, PlanFormat,
+    Conversion, ConversionKind, ConversionPlan, Copier, CopyGroup, CopyPlan, CopyPlanError, PlanError, PlanFile, PlanFileError, PlanFormat,
     PlanStep, PlannedConversion, StepOp, MAX_COPY_PARTICIPANTS, MAX_PLAN_STEPS, PLAN_FILE_VERSION,
 };
-pub use device::{device_formats, DeviceFormat, Direction};
+pub use device::{device_formats, DeviceCopy, DeviceFormat, Direction};
 pub use groups::{combinations, FallbackGroup, Member, MAX_COMBINATIONS};
 pub use implicit::{
     upgrade_or_validate, AllocatedAs, AllocationRequest, AllocationResult, ImplicitRuleError,

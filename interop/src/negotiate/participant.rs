@@ -4,6 +4,7 @@
 use std::fmt;
 use std::str::FromStr;
 
+use super::device::DeviceCopy;
 use crate::sync::SyncMethods;
 use crate::{Format, FormatSet};
 
@@ -356,6 +357,9 @@ pub struct Participant {
     /// The device its list describes, where it is one (a GPU, asked live or read from a
     /// saved probe): `"Null hardware (RADV NAVI21) (radv, Mesa 25.0.7)"`. Reports name it.
     pub device: Option<String>,
+    /// The copies its device makes between layouts, where it offers them to a copy plan
+    /// (a GPU: [`DeviceCopy`]; boxed, as few participants have one).
+    pub copy: Option<Box<DeviceCopy>>,
 }
 
 impl Participant {
@@ -368,6 +372,7 @@ impl Participant {
             constraints: Constraints::default(),
             sync: SyncMethods::CPU_WAIT,
             device: None,
+            copy: None,
         }
     }
 
@@ -380,12 +385,19 @@ impl Participant {
             constraints: Constraints::default(),
             sync: SyncMethods::CPU_WAIT,
             device: None,
+            copy: None,
         }
     }
 
     /// The device its list describes ([`Participant::device`]).
     pub fn with_device(mut self, device: impl Into<String>) -> Self {
         self.device = Some(device.into());
+        self
+    }
+
+    /// The copies its device makes ([`Participant::copy`]).
+    pub fn with_copy(mut self, copy: Option<DeviceCopy>) -> Self {
+        self.copy = copy.map(Box::new);
         self
     }
 

@@ -152,24 +152,30 @@ pub struct ReportConversion {
     /// Each step, in order (a fused step is one).
     pub steps: Vec<String>,
     /// The `dmabridge convert` arguments that run it on a frame (add `--width`, `--height`,
-    /// `--in`, `--out`).
-    pub convert: String,
-    /// Where it runs, as the engine's cost model says (`cpu`, `gpu`, `copy-commands`), when
-    /// the caller asked (`negotiate --paths`); absent otherwise.
+    /// `--in`, `--out`); absent for a device copy (the driver's, between dma-bufs).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub convert: Option<String>,
+    /// Where it runs: for a device copy, the participant whose GPU copies and that GPU
+    /// (always); otherwise as the engine's cost model says (`cpu`, `gpu`, `copy-commands`),
+    /// when the caller asked (`negotiate --paths`), and absent if not.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub runs_on: Option<String>,
 }
 
 impl ReportConversion {
     fn of(c: &super::copy_plan::Conversion, from: crate::Fourcc) -> Self {
-        let ((fl, f), (tl, t)) = c.kind.endpoints(from);
+        let convert = c.kind.endpoints(from).map(|((fl, f), (tl, t))| format!("--format {} --from {fl} --to {tl} --to-format {}", f.trimmed(), t.trimmed()));
+        let steps = match c.copier {
+            Some(_) => c.plan.steps.iter().map(|s| s.to_string()).collect(),
+            None => c.kind.steps(from).iter().map(|s| s.to_string()).collect(),
+        };
         ReportConversion {
             from_group: c.from_group,
             to_group: c.to_group,
             kind: c.kind.to_string(),
-            steps: c.kind.steps(from).iter().map(|s| s.to_string()).collect(),
-            convert: format!("--format {} --from {fl} --to {tl} --to-format {}", f.trimmed(), t.trimmed()),
-            runs_on: None,
+            steps,
+            convert,
+            runs_on: c.copier.as_ref().map(|c| format!("{c} with vkCmdCopyImage")),
         }
     }
 }
@@ -415,7 +421,12 @@ pub fn human(n: &Negotiation) -> String {
                 );
                 if let Some(g) = plan.groups.get(cv.from_group) {
                     let r = ReportConversion::of(cv, g.format.fourcc);
-                    let _ = writeln!(s, "    run it: dmabridge convert {} --width W --height H --in FRAME --out OUT", r.convert);
+                    if let Some(args) = &r.convert {
+                        let _ = writeln!(s, "    run it: dmabridge convert {args} --width W --height H --in FRAME --out OUT");
+                    }
+                    if let Some(copier) = &cv.copier {
+                        let _ = writeln!(s, "    copied by {copier}: vkCmdCopyImage from the buffer it imports into one it exports");
+                    }
                 }
             }
             conflicts(&mut s, "no single buffer, because:", c);

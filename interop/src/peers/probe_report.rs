@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::negotiate::{device_formats, DeviceFormat, Direction, Usage};
+use crate::negotiate::{device_formats, DeviceCopy, DeviceFormat, Direction, Usage};
 use crate::sync::{SyncMethod, SyncMethods};
 use crate::{FormatSet, Fourcc, Modifier};
 
@@ -89,6 +89,9 @@ pub struct ProbedDevice {
     pub usage: Usage,
     pub sync: SyncMethods,
     pub device: String,
+    /// The copies the device makes between layouts, from its `transfer-src` and
+    /// `transfer-dst` answers (where the report has them).
+    pub copy: Option<DeviceCopy>,
 }
 
 /// The device of the report `json` as a participant's list for the use `usage_key`, in
@@ -101,6 +104,26 @@ pub fn probed_device(json: &str, usage_key: &str, direction: Direction) -> Resul
     if !report.usage_keys.iter().any(|k| k == usage_key) {
         return Err(ProbeReportError::UnknownUse { asked: usage_key.to_owned(), answered: report.usage_keys });
     }
+    let answers = answers_for(&report, usage_key)?;
+    let copy = DeviceCopy::of_answers(report.modifier_extension, answers_for(&report, "transfer-src")?, answers_for(&report, "transfer-dst")?);
+    let d = &report.device;
+    let driver = [d.driver_name.as_str(), d.driver.as_str()].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join(", ");
+    let usage = usage_key.split('+').fold(Usage::NONE, |u, word| match word {
+        "sampled" | "input-attachment" => u.union(Usage::SAMPLE),
+        "color-attachment" | "storage" => u.union(Usage::RENDER),
+        _ => u,
+    });
+    Ok(ProbedDevice {
+        formats: device_formats(report.modifier_extension, direction, answers),
+        usage,
+        sync: SyncMethods::of(report.sync_methods),
+        device: if driver.is_empty() { d.name.clone() } else { format!("{} ({driver})", d.name) },
+        copy,
+    })
+}
+
+/// The report's answers for the use `usage_key` (none where it did not answer it).
+fn answers_for(report: &Report, usage_key: &str) -> Result<Vec<DeviceFormat>, ProbeReportError> {
     let mut answers = Vec::new();
     for f in &report.formats {
         if f.modifiers.len() > MAX_MODIFIERS {
@@ -115,19 +138,7 @@ pub fn probed_device(json: &str, usage_key: &str, direction: Direction) -> Resul
             answers.push(DeviceFormat { fourcc, modifier, import, export });
         }
     }
-    let d = &report.device;
-    let driver = [d.driver_name.as_str(), d.driver.as_str()].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join(", ");
-    let usage = usage_key.split('+').fold(Usage::NONE, |u, word| match word {
-        "sampled" | "input-attachment" => u.union(Usage::SAMPLE),
-        "color-attachment" | "storage" => u.union(Usage::RENDER),
-        _ => u,
-    });
-    Ok(ProbedDevice {
-        formats: device_formats(report.modifier_extension, direction, answers),
-        usage,
-        sync: SyncMethods::of(report.sync_methods),
-        device: if driver.is_empty() { d.name.clone() } else { format!("{} ({driver})", d.name) },
-    })
+    Ok(answers)
 }
 
 /// `"AR24"`, `"R8  "` (the report pads as the kernel does) -> the fourcc.

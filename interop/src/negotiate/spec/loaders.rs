@@ -45,7 +45,8 @@ pub(crate) fn load(spec: &ParticipantSpec) -> Result<Participant, SpecError> {
             let bytes = spec.read_path(path)?;
             let text = String::from_utf8(bytes).map_err(|_| spec.peer_error(format_args!("{} is not UTF-8 JSON", path)))?;
             let d = probe_report::probed_device(&text, usage, Direction::Both).map_err(|e| err(&e))?;
-            Ok(Participant::new(&spec.name, d.formats).with_usage(d.usage).with_sync(d.sync).with_device(format!("{}, saved probe {path}", d.device)))
+            let device = format!("{}, saved probe {path}", d.device);
+            Ok(Participant::new(&spec.name, d.formats).with_usage(d.usage).with_sync(d.sync).with_device(device).with_copy(d.copy))
         }
         // The live kinds need the engine: the caller answers them with its own loader
         // (`build_participants_with`).

@@ -66,7 +66,8 @@ pub enum ConversionKind {
     /// YUV -> RGB (one pass), RGB -> tiled YUV, tiled -> tiled through linear.
     Chain { from_layout: TileLayout, from: Fourcc, to_layout: TileLayout, to: Fourcc },
     /// A participant's GPU copies one layout of `fourcc` into another with `vkCmdCopyImage`
-    /// (its driver addresses both; the [`Conversion`] names the participant).
+    /// (its driver addresses both; the [`Conversion`] names the participant). The engine
+    /// runs it on that GPU: `dmabridge::ExportedImage::copy_from_and_release`.
     DeviceCopy { fourcc: Fourcc, from: Modifier, to: Modifier },
 }
 

@@ -258,30 +258,46 @@ impl Engine {
 
     fn allocate_imposed(&self, spec: &AllocationSpec, layout: Layout, planes: usize) -> Result<Allocated, AllocateError> {
         let (disjoint, disjoint_reason) = self.disjoint_for(spec, layout, planes)?;
-        let placement = place(&PlacementRequest {
-            fourcc: spec.fourcc,
-            layout,
-            width: spec.width,
-            height: spec.height,
-            stride_align: spec.constraints.stride_align,
-            offset_align: spec.constraints.offset_align,
-            min_size: spec.constraints.min_size,
-            disjoint,
-        })?;
         let (memory, memory_reason) = SystemMemory::detect().for_holders(spec.read_only_holders);
-        let mut buffers = Vec::with_capacity(spec.constraints.buffers as usize);
-        for i in 0..spec.constraints.buffers {
+        let mut min_size = spec.constraints.min_size;
+        let mut placed_again = false;
+        // One import proves the device takes this exact layout; the rest are identical. The
+        // driver sizes the image's memory by its own rules, which may ask for more than the
+        // placement's last row (lavapipe, at a pitch wider than its own): the collection is
+        // then placed once more with files of the size the driver named.
+        let (placement, first) = loop {
+            let placement = place(&PlacementRequest {
+                fourcc: spec.fourcc,
+                layout,
+                width: spec.width,
+                height: spec.height,
+                stride_align: spec.constraints.stride_align,
+                offset_align: spec.constraints.offset_align,
+                min_size,
+                disjoint,
+            })?;
             let dmabuf = placement.allocate(&memory, "dmabridge-collection", spec.fourcc, layout, spec.width, spec.height)?;
-            // One import proves the device takes this exact layout; the rest are identical.
-            if i == 0 {
-                match self.import_dmabuf(&dmabuf, spec.image_use) {
-                    Ok(image) => drop(image),
-                    // A tiled layout no driver samples is read through the detile
-                    // conversion, after the same layout checks: that is how the device takes it.
-                    Err(ImportError::NeedsConversion(_)) => {}
-                    Err(e) => return Err(e.into()),
+            match self.import_dmabuf(&dmabuf, spec.image_use) {
+                Ok(image) => drop(image),
+                // A tiled layout no driver samples is read through the detile
+                // conversion, after the same layout checks: that is how the device takes it.
+                Err(ImportError::NeedsConversion(_)) => {}
+                // Once: a driver asking for more again would be asking for a size of its own
+                // choosing, which no placement can follow.
+                Err(ImportError::ImageLargerThanFd { needed, .. }) if needed > min_size && !placed_again => {
+                    tracing::debug!(needed, placed = min_size, "the driver needs larger files than the placement: placing again");
+                    min_size = needed;
+                    placed_again = true;
+                    continue;
                 }
+                Err(e) => return Err(e.into()),
             }
+            break (placement, dmabuf);
+        };
+        let mut buffers = Vec::with_capacity(spec.constraints.buffers as usize);
+        buffers.push(AllocatedBuffer { dmabuf: first, exported: None });
+        for _ in 1..spec.constraints.buffers {
+            let dmabuf = placement.allocate(&memory, "dmabridge-collection", spec.fourcc, layout, spec.width, spec.height)?;
             buffers.push(AllocatedBuffer { dmabuf, exported: None });
         }
         tracing::debug!(fourcc = %spec.fourcc, %layout, count = spec.constraints.buffers, disjoint, "allocated with an imposed layout");

@@ -75,7 +75,7 @@ impl FromArgMatches for AllocateArgs {
 
 /// Loads a participant; `--vulkan` through the adapter the second argument gives for a
 /// `:device=` (none: the default device).
-type Loader<'a> = dyn Fn(&ParticipantSpec, &dyn Fn(Option<&str>) -> Result<dmabridge::Adapter, String>) -> Result<Participant, SpecError> + 'a;
+type Loader<'a> = dyn Fn(&ParticipantSpec, &dyn Fn(Option<&str>) -> Result<crate::LiveDevice, String>) -> Result<Participant, SpecError> + 'a;
 
 fn say(text: &str) {
     // A closed stdout (`| head`) must not panic, as println! would.
@@ -103,7 +103,7 @@ pub fn run(args: &AllocateArgs, load: &Loader<'_>) -> ExitCode {
     let engine = Engine::new(&EngineOptions::from_env()).map_err(|e| e.to_string());
     // The allocation is made on this engine: its `--vulkan` participants are its device.
     let this_device = |device: Option<&str>| match device {
-        None => engine.as_ref().map(|e| e.adapter().clone()).map_err(Clone::clone),
+        None => engine.as_ref().map(|e| crate::LiveDevice::Opened(e.clone())).map_err(Clone::clone),
         Some(_) => Err("allocate allocates on its own device (DMABRIDGE_DEVICE); :device= is for negotiate".to_owned()),
     };
     let negotiation = match negotiation_of(&args.negotiate, &|spec| load(spec, &this_device)) {

@@ -108,34 +108,63 @@ fn exit_status(adapter: &dmabridge::Adapter) -> ExitCode {
     ExitCode::from(3)
 }
 
+/// The live device a `--vulkan` participant names: opened where it can be (its participant
+/// then states the LINEAR pitch its driver takes, measured with images), or answering
+/// queries only (radv's null device), with the reason it was not opened.
+#[derive(Clone)]
+pub enum LiveDevice {
+    Opened(dmabridge::Engine),
+    QueriesOnly(dmabridge::Adapter, String),
+}
+
+impl LiveDevice {
+    /// The device's adapter, opened where it can be.
+    fn of(adapter: dmabridge::Adapter) -> Self {
+        match adapter.open(&dmabridge::EngineOptions::from_env()) {
+            Ok(engine) => LiveDevice::Opened(engine),
+            Err(e) => {
+                tracing::debug!(error = %e, "the device is not opened: its participants are from its queries alone");
+                LiveDevice::QueriesOnly(adapter, e.to_string())
+            }
+        }
+    }
+
+    fn participant(&self, req: &dmabridge::ParticipantRequest) -> Result<dmabridge_interop::negotiate::Participant, dmabridge::FormatSupportError> {
+        match self {
+            LiveDevice::Opened(engine) => engine.participant(req),
+            LiveDevice::QueriesOnly(adapter, _) => adapter.participant(req),
+        }
+    }
+}
+
 /// `negotiate`, with each `--vulkan NAME=USE[:device=D]` answered by the live device it
-/// names, for exactly that use. The devices are only queried ([`dmabridge::Adapter`]): a
-/// driver that answers queries and can do nothing more (radv's null device) takes part, and
-/// two drivers in one process (both ICDs in `VK_ICD_FILENAMES`) are two participants. An
-/// engine is opened only where `--paths` asks the cost model.
+/// names, for exactly that use. Each device is made once and opened where it can be; a
+/// driver that answers queries and can do nothing more (radv's null device) takes part by
+/// its queries, and two drivers in one process (both ICDs in `VK_ICD_FILENAMES`) are two
+/// participants. `--paths` asks the cost model of the default device's engine.
 fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
-    let adapters: std::cell::RefCell<std::collections::HashMap<Option<String>, Result<dmabridge::Adapter, String>>> = Default::default();
-    let adapter = |device: Option<&str>| -> Result<dmabridge::Adapter, String> {
-        adapters
+    let devices: std::cell::RefCell<std::collections::HashMap<Option<String>, Result<LiveDevice, String>>> = Default::default();
+    let device = |name: Option<&str>| -> Result<LiveDevice, String> {
+        devices
             .borrow_mut()
-            .entry(device.map(str::to_owned))
+            .entry(name.map(str::to_owned))
             .or_insert_with(|| {
                 let mut options = dmabridge::EngineOptions::from_env();
-                if let Some(d) = device {
+                if let Some(d) = name {
                     options.device = Some(dmabridge::DeviceSelector::parse(d));
                 }
-                dmabridge::Adapter::new(&options).map_err(|e| e.to_string())
+                dmabridge::Adapter::new(&options).map(LiveDevice::of).map_err(|e| e.to_string())
             })
             .clone()
     };
     let converter = std::cell::OnceCell::new();
     negotiate::run_with(
         args,
-        &|spec| load_participant(spec, &adapter),
+        &|spec| load_participant(spec, &device),
         &|c| {
-            let conv = converter.get_or_init(|| {
-                let engine = adapter(None).and_then(|a| a.open(&dmabridge::EngineOptions::from_env()).map_err(|e| e.to_string()))?;
-                dmabridge::Converter::new(&engine).map_err(|e| e.to_string())
+            let conv = converter.get_or_init(|| match device(None)? {
+                LiveDevice::Opened(engine) => dmabridge::Converter::new(&engine).map_err(|e| e.to_string()),
+                LiveDevice::QueriesOnly(_, why) => Err(why),
             });
             let choice = conv.as_ref().map_err(|e| format!("no Vulkan device: {e}"))?.choose(c, None).map_err(|e| e.to_string())?;
             Ok(choice.explain())
@@ -144,11 +173,11 @@ fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
 }
 
 /// Loads one participant: the two live kinds here (`--vulkan NAME=USE[:device=D]` is the
-/// device `adapter(D)` gives, for exactly that use; `--wayland NAME` asks the compositor
+/// device `device(D)` gives, for exactly that use; `--wayland NAME` asks the compositor
 /// `WAYLAND_DISPLAY` names), every other kind through the library's loader.
 fn load_participant(
     spec: &dmabridge_interop::negotiate::spec::ParticipantSpec,
-    adapter: &dyn Fn(Option<&str>) -> Result<dmabridge::Adapter, String>,
+    device: &dyn Fn(Option<&str>) -> Result<LiveDevice, String>,
 ) -> Result<dmabridge_interop::negotiate::Participant, dmabridge_interop::negotiate::spec::SpecError> {
     use dmabridge_interop::negotiate::spec::{PeerKind, SpecError};
     match spec.kind {
@@ -162,23 +191,14 @@ fn load_participant(
     }
     let peer = |reason: String| SpecError::Peer { participant: spec.name.clone(), kind: spec.kind, reason };
     // The device is the value's `device=` part; the rest is the use.
-    let (device, use_parts): (Vec<&str>, Vec<&str>) = spec.value.split(':').partition(|p| p.starts_with("device="));
-    let device = match device.as_slice() {
+    let (device_parts, use_parts): (Vec<&str>, Vec<&str>) = spec.value.split(':').partition(|p| p.starts_with("device="));
+    let named = match device_parts.as_slice() {
         [] => None,
         [d] => Some(d.trim_start_matches("device=")),
         _ => return Err(peer("device= is given more than once".into())),
     };
     let usage = dmabridge::ImageUse::parse(&use_parts.join(":")).map_err(|e| spec.peer_error(e))?;
     let request = dmabridge::ParticipantRequest::new(spec.name.as_str(), usage, dmabridge::Direction::Both);
-    let a = adapter(device).map_err(|e| peer(format!("no Vulkan device: {e}")))?;
-    // Opened, the device also states the LINEAR pitch its driver needs (measured with
-    // images); a device that answers queries only (radv's null device) lists without it.
-    match a.open(&dmabridge::EngineOptions::from_env()) {
-        Ok(engine) => engine.participant(&request),
-        Err(e) => {
-            tracing::debug!(error = %e, "the device is not opened: its participant is from its queries alone");
-            a.participant(&request)
-        }
-    }
-    .map_err(|e| peer(e.to_string()))
+    let live = device(named).map_err(|e| peer(format!("no Vulkan device: {e}")))?;
+    live.participant(&request).map_err(|e| peer(e.to_string()))
 }

@@ -28,7 +28,7 @@
 pub use dmabridge_interop::negotiate::Direction;
 use ash::vk;
 use dmabridge_interop::negotiate::{device_formats, DeviceCopy, DeviceFormat, Participant};
-use dmabridge_interop::dmabuf::PlaneLayout;
+use dmabridge_interop::dmabuf::{place, PlacementRequest};
 use dmabridge_interop::{Format, FormatSet, Fourcc, Layout, Modifier};
 
 const LINEAR: Layout = Layout::Explicit(Modifier::LINEAR);
@@ -107,15 +107,9 @@ impl Engine {
         let mut tried = Vec::new();
         for shift in 0..=MAX_MEASURED_PITCH_ALIGN.trailing_zeros() {
             let align = 1u64 << shift;
-            let mut offset = 0;
-            let planes: Vec<PlaneLayout> = (0..info.plane_count())
-                .map(|i| {
-                    let stride = info.min_stride(i, width).next_multiple_of(align);
-                    let plane = PlaneLayout { object: 0, offset, stride, size: 0 };
-                    offset = (offset + stride * u64::from(info.plane_height(i, height))).next_multiple_of(MAX_MEASURED_PITCH_ALIGN);
-                    plane
-                })
-                .collect();
+            // The LINEAR layout dmabridge would place for a peer asking this alignment.
+            let at = PlacementRequest { fourcc, layout: LINEAR, width, height, stride_align: align, offset_align: MAX_MEASURED_PITCH_ALIGN, min_size: 0, disjoint: false };
+            let planes = place(&at).ok()?.planes;
             if tried.last() == Some(&planes) {
                 continue;
             }

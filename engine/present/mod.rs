@@ -746,7 +746,6 @@ fn choose_present_mode(policy: PresentModePolicy, modes: &[vk::PresentModeKHR]) 
     }
 }
 
-
 /// The pipeline identity for a `fourcc` frame imported for `image_use`, in the explicit
 /// layout `explicit` (the import's explicit path) or else an image of the driver's own
 /// tiling: its format, YCbCr conversion and filter, from that tiling's format features.

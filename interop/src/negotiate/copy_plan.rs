@@ -629,7 +629,7 @@ pub(crate) fn plan_copy(parts: &[&Participant]) -> Result<CopyPlan, CopyPlanErro
             .collect();
         for &mask in &masks {
             memo.entry(mask)
-                .or_insert_with(|| group_info(parts, mask, w, h));
+                .or_insert_with(|| group_info(parts, mask, w, h, &copiers));
         }
         let source = assign[producer];
         if let Some(c) = evaluate(&masks, source, &memo, (w, h), &copiers, &mut edges_memo) {
@@ -677,7 +677,7 @@ fn members(parts: &[&Participant], mask: u32) -> Vec<usize> {
     (0..parts.len()).filter(|i| mask & (1 << i) != 0).collect()
 }
 
-fn group_info(parts: &[&Participant], mask: u32, w: u32, h: u32) -> Option<GroupInfo> {
+fn group_info(parts: &[&Participant], mask: u32, w: u32, h: u32, copiers: &[(usize, &DeviceCopy)]) -> Option<GroupInfo> {
     let idx = members(parts, mask);
     let group: Vec<&Participant> = idx.iter().map(|&i| parts[i]).collect();
     // A group fed by a conversion needs no writer; every other rule still holds.
@@ -695,13 +695,16 @@ fn group_info(parts: &[&Participant], mask: u32, w: u32, h: u32) -> Option<Group
             continue;
         }
         // The buffer's real size, tile padding included, where dmabridge knows the layout
-        // (one it does not define for this fourcc is no candidate); a driver's layout, as
-        // its packed linear size (module docs).
-        let size = match TileLayout::from_modifier(m) {
-            Some(layout) => tiled_size(layout, f.fourcc, w, h),
-            None => tiled_size(TileLayout::Linear, f.fourcc, w, h),
+        // (one it does not define for this fourcc is no candidate). A driver's layout only
+        // a copier's GPU can read or write, costed as its packed linear size (module docs);
+        // with no copier for it, it joins nothing, and is left out before the search
+        // compares every pair of candidates.
+        let costed = match TileLayout::from_modifier(m) {
+            Some(layout) => layout,
+            None if copiers.iter().any(|(_, c)| c.reads.contains(f) || c.writes.contains(f)) => TileLayout::Linear,
+            None => continue,
         };
-        let Ok(bytes) = size.map(|g| g.size) else {
+        let Ok(bytes) = tiled_size(costed, f.fourcc, w, h).map(|g| g.size) else {
             continue;
         };
         candidates.push((*f, bytes));

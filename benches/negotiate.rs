@@ -6,7 +6,7 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use dmabridge_interop::negotiate::{negotiate, reconcile, Member, Participant, Report};
+use dmabridge_interop::negotiate::{negotiate, reconcile, DeviceCopy, Member, Outcome, Participant, Report};
 use dmabridge_interop::{Format, FormatSet, Fourcc, Modifier};
 
 const PARTIES: usize = 8;
@@ -65,5 +65,35 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+/// The PRIME laptop with no shared layout (two GPUs, a display that scans out one tiling
+/// only the integrated GPU's copy writes), each GPU listing `layouts` AR24 tilings of its
+/// driver's: the copy planner's search grows with the lists' length, not its square.
+fn prime(layouts: u64) -> Vec<Member> {
+    let ar24 = |m| Format::explicit(Fourcc::ARGB8888, m);
+    let scanout = ar24(Modifier::from_raw(0x0200_0000_0000_1b04));
+    let all: FormatSet = std::iter::once(ar24(Modifier::LINEAR)).chain((1..=layouts).map(|m| ar24(Modifier::from_vendor(0x02, m << 20)))).collect();
+    let mut igpu = all.clone();
+    igpu.insert(scanout);
+    let copy = DeviceCopy { reads: igpu.clone(), writes: igpu.clone() };
+    let mut dgpu = Participant::new("dgpu", all);
+    dgpu.constraints.width = dmabridge_interop::negotiate::ExtentRange::exactly(1920);
+    dgpu.constraints.height = dmabridge_interop::negotiate::ExtentRange::exactly(1080);
+    let mut igpu = Participant::new("igpu", igpu).with_copy(Some(copy));
+    igpu.constraints.read_only = true;
+    let mut display = Participant::new("display", [scanout].into_iter().collect());
+    display.constraints.read_only = true;
+    [dgpu, igpu, display].into_iter().map(Member::from).collect()
+}
+
+fn copy_plan(c: &mut Criterion) {
+    let mut group = c.benchmark_group("copy plan");
+    for layouts in [256u64, 4096] {
+        let members = prime(layouts);
+        assert!(matches!(negotiate(&members).map(|n| n.outcome), Ok(Outcome::Copy { .. })));
+        group.bench_function(format!("PRIME, {layouts} layouts each GPU"), |b| b.iter(|| negotiate(black_box(&members))));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, copy_plan);
 criterion_main!(benches);

@@ -132,7 +132,13 @@ impl LiveDevice {
     fn participant(&self, req: &dmabridge::ParticipantRequest) -> Result<dmabridge_interop::negotiate::Participant, dmabridge::FormatSupportError> {
         match self {
             LiveDevice::Opened(engine) => engine.participant(req),
-            LiveDevice::QueriesOnly(adapter, _) => adapter.participant(req),
+            // The pitch a driver takes is measured with images, which this device cannot
+            // make: the report says so rather than let `stride alignment 1` stand as its rule.
+            LiveDevice::QueriesOnly(adapter, _) => adapter.participant(req).map(|mut p| {
+                let name = p.device.take().unwrap_or_else(|| adapter.info().name.clone());
+                p.device = Some(format!("{name}; queries only, so the LINEAR row pitch its driver needs is not measured"));
+                p
+            }),
         }
     }
 }

@@ -132,6 +132,10 @@ fn two_live_drivers_in_one_process_are_two_participants_named_by_their_devices()
     let devices: Vec<&str> = v["participants"].as_array().expect("participants").iter().filter_map(|p| p["device"].as_str()).collect();
     assert_eq!(devices.len(), 2, "{v:#}");
     assert!(devices[0].contains("NAVI31") && devices[1].contains("llvmpipe"), "{devices:?}");
+    // The null device cannot make the images its LINEAR pitch is measured with, and says so;
+    // lavapipe, opened, measured its own.
+    assert!(devices[0].contains("LINEAR row pitch its driver needs is not measured"), "{devices:?}");
+    assert!(!devices[1].contains("not measured"), "{devices:?}");
     // lavapipe lists modifiers only where it can export dma-bufs (the udmabuf emulation, the
     // kernel lab); without them it speaks implicit modifiers (DRM_FORMAT_MOD_INVALID), which
     // no explicit list meets.

@@ -591,10 +591,18 @@ pub enum CopyPlanError {
     NoSplit,
 }
 
-/// What a subset of participants can share, if anything.
+/// What a subset of participants can share, if anything, indexed so that feeding it from one
+/// format looks only at the candidates a conversion can reach (a driver lists hundreds of
+/// layouts; comparing every pair would make the search quadratic in them).
 struct GroupInfo {
     /// Convertible common formats in preference order, one per (fourcc, layout).
     candidates: Vec<(Format, u64)>,
+    /// The candidates in a layout the converter knows, by fourcc (indices, in preference
+    /// order): at most one per [`TileLayout`] for each fourcc.
+    known: HashMap<Fourcc, Vec<usize>>,
+    /// For each copier (an index into the planner's copiers) and fourcc, the candidate it
+    /// writes at the lowest cost (the first in preference at one cost).
+    copy_target: HashMap<(usize, Fourcc), usize>,
 }
 
 /// Plans copies for `parts`, which already failed to share one buffer.
@@ -709,7 +717,27 @@ fn group_info(parts: &[&Participant], mask: u32, w: u32, h: u32, copiers: &[(usi
         };
         candidates.push((*f, bytes));
     }
-    (!candidates.is_empty()).then_some(GroupInfo { candidates })
+    if candidates.is_empty() {
+        return None;
+    }
+    let mut known: HashMap<Fourcc, Vec<usize>> = HashMap::new();
+    let mut copy_target: HashMap<(usize, Fourcc), usize> = HashMap::new();
+    for (i, &(f, bytes)) in candidates.iter().enumerate() {
+        if tile_layout(f).is_some() {
+            known.entry(f.fourcc).or_default().push(i);
+        }
+        for (c, _) in copiers.iter().enumerate().filter(|(_, (_, copy))| copy.writes.contains(&f)) {
+            copy_target
+                .entry((c, f.fourcc))
+                .and_modify(|best| {
+                    if bytes < candidates[*best].1 {
+                        *best = i;
+                    }
+                })
+                .or_insert(i);
+        }
+    }
+    Some(GroupInfo { candidates, known, copy_target })
 }
 
 struct Candidate {
@@ -734,17 +762,12 @@ struct Edge {
 
 type EdgeMemo = HashMap<(Format, u32), Option<Edge>>;
 
-/// The conversion from `src` to `to`: the converter's, else the first copier's GPU copy.
-fn conversion(src: Format, to: Format, extent: (u32, u32), copiers: &[(usize, &DeviceCopy)]) -> Option<(ConversionKind, ConversionPlan, Option<usize>)> {
-    if let Some(kind) = ConversionKind::between(src, to) {
-        if let Ok(plan) = ConversionPlan::derive(src, to, extent) {
-            return Some((kind, plan, None));
-        }
-    }
-    let (who, _) = copiers.iter().find(|(_, c)| c.copies(src, to))?;
-    let plan = ConversionPlan::device_copy(src, to, extent).ok()?;
-    let kind = ConversionKind::DeviceCopy { fourcc: src.fourcc, from: plan.from.modifier, to: plan.to.modifier };
-    Some((kind, plan, Some(*who)))
+/// One way `src` reaches a candidate: the candidate's index and, for a GPU's copy, the
+/// copier's index (into the planner's copiers).
+#[derive(Clone, Copy)]
+struct Route {
+    to: usize,
+    copier: Option<usize>,
 }
 
 /// The cheapest way to feed the group `mask` from `src` (first in its preference on ties).
@@ -758,21 +781,41 @@ fn cheapest_edge(
     memo: &mut EdgeMemo,
 ) -> Option<Edge> {
     memo.entry((src, mask)).or_insert_with(|| {
-        // Every format the group can take that #5 or a copier reaches from `src`.
-        info.candidates
-            .iter()
-            .enumerate()
-            .filter_map(|(rank, &(to, bytes))| {
-                let (kind, plan, copier) = conversion(src, to, extent, copiers)?;
-                Some((rank, Edge { to, kind, bytes: src_bytes.saturating_add(bytes), plan, copier }))
-            })
-            // A colour conversion changes the pixels (subsampling, rounding): it is taken
-            // only where no conversion that keeps them can feed the group, however few bytes
-            // it would move. At one cost, the converter's step before a GPU's copy.
-            .min_by_key(|(rank, e)| (e.to.fourcc != src.fourcc, e.bytes, e.copier.is_some(), *rank))
-            .map(|(_, e)| e)
+        // The converter reaches only layouts it knows, in the fourccs its chain reaches; a
+        // copier only its own writes of src's fourcc, of which its cheapest is enough.
+        let converted = Step::targets(src.fourcc)
+            .into_iter()
+            .flat_map(|fourcc| info.known.get(&fourcc).into_iter().flatten())
+            .filter(|&&to| ConversionKind::between(src, info.candidates[to].0).is_some())
+            .map(|&to| Route { to, copier: None });
+        let copied = copiers.iter().enumerate().filter_map(|(c, (_, copy))| {
+            let to = *info.copy_target.get(&(c, src.fourcc))?;
+            copy.copies(src, info.candidates[to].0).then_some(Route { to, copier: Some(c) })
+        });
+        let mut routes: Vec<Route> = converted.chain(copied).collect();
+        // A colour conversion changes the pixels (subsampling, rounding): it is taken only
+        // where no conversion that keeps them can feed the group, however few bytes it would
+        // move. At one cost, the converter's step before a GPU's copy; then preference.
+        routes.sort_by_key(|r| {
+            let (to, bytes) = info.candidates[r.to];
+            (to.fourcc != src.fourcc, bytes, r.copier.is_some(), r.to)
+        });
+        routes.into_iter().find_map(|r| edge(src, src_bytes, info.candidates[r.to], r.copier.map(|c| copiers[c].0), extent))
     })
     .clone()
+}
+
+/// The edge from `src` to `to`, with its steps: the converter's chain, or the GPU copy of the
+/// participant `copier` (an index into the plan's participants).
+fn edge(src: Format, src_bytes: u64, (to, bytes): (Format, u64), copier: Option<usize>, extent: (u32, u32)) -> Option<Edge> {
+    let (kind, plan) = match copier {
+        None => (ConversionKind::between(src, to)?, ConversionPlan::derive(src, to, extent).ok()?),
+        Some(_) => {
+            let plan = ConversionPlan::device_copy(src, to, extent).ok()?;
+            (ConversionKind::DeviceCopy { fourcc: src.fourcc, from: plan.from.modifier, to: plan.to.modifier }, plan)
+        }
+    };
+    Some(Edge { to, kind, bytes: src_bytes.saturating_add(bytes), plan, copier })
 }
 
 /// The cheapest choice of formats for one partition, if every group can be fed.

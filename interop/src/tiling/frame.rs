@@ -8,7 +8,7 @@
 
 use std::fmt;
 
-use super::colour::{ColourError, ColourMatrix, ColourRange, RgbPacking};
+use super::colour::{ColourError, ColourMatrix, ColourRange, RgbPacking, RGB10_FORMATS, RGB8_FORMATS};
 use super::colour_fast::{rgb_to_nv12_fast, tiled_yuv_to_rgb_fast};
 use super::fast::{detile_fast, tile_fast};
 use super::geometry::{packed_planes, tiled_size};
@@ -82,6 +82,19 @@ impl Step {
             steps.push(Step::Tile(to_layout));
         }
         Ok(steps)
+    }
+
+    /// The fourccs [`Step::chain`] can reach from `from`, `from` first: itself, every RGB
+    /// format from NV12 or P010, NV12 from an 8-bit RGB format. A search over many formats
+    /// asks [`Step::chain`] only about these (the copy planner, with drivers' long lists).
+    pub fn targets(from: Fourcc) -> Vec<Fourcc> {
+        let mut out = vec![from];
+        if from == Fourcc::NV12 || from == Fourcc::P010 {
+            out.extend(RGB8_FORMATS.iter().chain(&RGB10_FORMATS).filter(|t| RgbPacking::of(**t).is_some()));
+        } else if RgbPacking::of(from).is_some_and(|p| p.bits() == 8) {
+            out.push(Fourcc::NV12);
+        }
+        out
     }
 
     /// What the step writes, given what it reads (layout, fourcc): a chain's middle frames
@@ -248,6 +261,16 @@ mod tests {
         assert!(matches!(c.steps(), Err(FrameConversionError::NoPath { .. })));
         let c = FrameConversion::new((TileLayout::Samsung64x32, Fourcc::P010), (TileLayout::Linear, Fourcc::XRGB8888), 64, 64);
         assert!(matches!(c.steps(), Err(FrameConversionError::Layout(_))));
+    }
+
+    #[test]
+    fn targets_are_every_fourcc_chain_reaches() {
+        for from in crate::format_info::FORMAT_INFO.iter().map(|i| i.fourcc) {
+            for to in crate::format_info::FORMAT_INFO.iter().map(|i| i.fourcc) {
+                let reached = TileLayout::ALL.iter().any(|&a| TileLayout::ALL.iter().any(|&b| Step::chain((a, from), (b, to)).is_ok()));
+                assert_eq!(reached, Step::targets(from).contains(&to), "{from} -> {to}");
+            }
+        }
     }
 
     #[test]

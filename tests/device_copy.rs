@@ -11,6 +11,7 @@ use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
 use dmabridge::interop::format_info::format_info;
 use dmabridge::interop::{Format, Fourcc, Layout, Modifier};
+use dmabridge::interop::negotiate::DeviceCopy;
 use dmabridge::{DeviceCopyError, Engine, ExportError, ExportRequest, ExportedImage, ImportedImage, ParticipantRequest, SupportQuery};
 
 const LINEAR: Layout = Layout::Explicit(Modifier::LINEAR);
@@ -137,8 +138,16 @@ fn the_device_offers_the_copies_its_driver_answers_for() {
     let req = ParticipantRequest::new("gpu", vk::ImageUsageFlags::SAMPLED, dmabridge::Direction::Import).with_fourccs(&fourccs);
     let p = engine.participant(&req).expect("participant");
     if !engine.adapter().has_modifiers() {
-        // No stated layout to copy from without the modifier extension.
-        assert_eq!(p.copy, None);
+        // No stated layout to copy between without the modifier extension: the copy its
+        // buffer-copy import makes, from LINEAR into an image of its own, for each format it
+        // takes that way (the LINEAR a consumer that accepts copying lists), and none as a
+        // producer.
+        let by_copy = engine.participant(&ParticipantRequest { copy_import: true, ..req.clone() }).expect("participant");
+        let linear: Vec<Fourcc> = by_copy.formats.as_set().expect("a list").iter().filter(|f| f.layout == Layout::Explicit(Modifier::LINEAR)).map(|f| f.fourcc).collect();
+        assert!(!linear.is_empty(), "{by_copy:?}");
+        assert_eq!(p.copy.as_deref(), DeviceCopy::into_own_images(linear).as_ref());
+        let producer = engine.participant(&ParticipantRequest::new("gpu", vk::ImageUsageFlags::COLOR_ATTACHMENT, dmabridge::Direction::Export).with_fourccs(&fourccs)).expect("participant");
+        assert_eq!(producer.copy, None);
         common::assert_clean(&engine);
         return;
     }

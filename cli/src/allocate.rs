@@ -18,9 +18,18 @@
 //! the device's exports), the merged `stride_align`, `offset_align`, `min_size`, `max_buffers`
 //! and `domain`, and `read_only` (per read-only participant, whether its fds refuse writes).
 //!
+//! A copy plan (no one collection every participant shares) allocates each of its groups
+//! the same way, but a group that is a copier's own image: a device without the modifier
+//! extension fed from a LINEAR buffer by its copy import (`vkCmdCopyBufferToImage`), whose
+//! driver makes that image when it imports. That copy is run: the check of the group it
+//! copies from is this device's import of each buffer, which must be by that copy (other
+//! conversions are not run here: `dmabridge convert --plan` runs the converter's). With
+//! `--json`, `allocated` then lists each group allocated (`group` and the fields above) and
+//! `own_image_copies` each copy into a copier's own image (`from_group`, `to_group`,
+//! `verified`, `detail`).
+//!
 //! Exit status: 0 allocated, 2 impossible (the conflicts, or the constraint the device
-//! cannot meet, are named), 1 bad input or a device failure. A copy outcome is 2: there is
-//! no one collection every participant shares, and `negotiate` shows the plan.
+//! cannot meet, are named), 1 bad input or a device failure.
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -28,10 +37,10 @@ use std::process::ExitCode;
 use clap::{Arg, ArgMatches, Args, Command, FromArgMatches};
 use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::{check_read_only, classify, file_size, write_all_at, write_planes, DmaBuf, FdTrust};
-use dmabridge::interop::negotiate::{Allocation, Outcome, Participant, Report};
+use dmabridge::interop::negotiate::{Allocation, Conversion, ConversionKind, CopyPlan, Outcome, Participant, Report};
 use dmabridge::interop::tiling::{test_pattern, tile_to_vec, tiled_size};
 use dmabridge::interop::{Layout, TileLayout};
-use dmabridge::{AllocateError, Allocated, AllocationSpec, Converter, Engine, EngineOptions, ImageUse, ImportOptions, LayoutSource};
+use dmabridge::{AllocateError, Allocated, AllocationSpec, Converter, Engine, EngineOptions, ImageUse, ImportOptions, ImportPath, LayoutSource};
 use dmabridge_interop::negotiate::spec::{ParticipantSpec, SpecError};
 
 use crate::negotiate::{negotiation_of, NegotiateArgs};
@@ -111,12 +120,11 @@ pub fn run(args: &AllocateArgs, load: &Loader<'_>) -> ExitCode {
         Err(e) => return fail(1, &e),
     };
     let report = Report::new(&negotiation);
-    let (allocation, read_only) = match &negotiation.outcome {
-        Outcome::Shared(a) => (a, read_only_names(&args.negotiate, &negotiation)),
-        Outcome::Copy { .. } => {
-            say(&if args.negotiate.json { report.to_json() + "\n" } else { dmabridge::interop::negotiate::human(&negotiation) });
-            return fail(2, "no one collection is shared by every participant (the outcome is a copy plan); run `dmabridge negotiate` for it");
-        }
+    // The collections to allocate: the shared one, or each group of a copy plan but a
+    // copier's own image (its driver allocates that when it imports by copy).
+    let groups: Vec<(usize, &Allocation)> = match &negotiation.outcome {
+        Outcome::Shared(a) => vec![(0, a)],
+        Outcome::Copy { plan, .. } => plan.groups.iter().enumerate().filter(|(g, _)| own_image_copy(plan, *g).is_none()).map(|(g, group)| (g, &group.allocation)).collect(),
         Outcome::Impossible(c) => {
             say(&if args.negotiate.json { report.to_json() + "\n" } else { dmabridge::interop::negotiate::human(&negotiation) });
             let kinds: Vec<&str> = c.iter().map(|c| c.constraint.name()).collect();
@@ -127,38 +135,102 @@ pub fn run(args: &AllocateArgs, load: &Loader<'_>) -> ExitCode {
         Ok(e) => e,
         Err(e) => return fail(1, &format!("no Vulkan device: {e}")),
     };
-    let image_use = ImageUse::new(vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC);
-    let allocated = match AllocationSpec::from_allocation(allocation, args.width, args.height, image_use).and_then(|s| engine.allocate(&s)) {
-        Ok(a) => a,
-        Err(e) => return fail(if impossible(&e) { 2 } else { 1 }, &e.to_string()),
+    let mut allocated = Vec::new();
+    for (group, allocation) in groups {
+        match allocate_group(&engine, allocation, (args.width, args.height)) {
+            Ok(a) => allocated.push((group, a)),
+            Err(e) => return fail(if impossible(&e) { 2 } else { 1 }, &e.to_string()),
+        }
+    }
+    let copies = match &negotiation.outcome {
+        Outcome::Copy { plan, .. } => own_image_copies(plan, &allocated),
+        _ => Vec::new(),
     };
-    let verified: Vec<Result<(), String>> = allocated.buffers.iter().enumerate().map(|(i, b)| verify(&engine, &b.dmabuf, i as u32)).collect();
-    let read_only: Vec<(String, Result<(), String>)> = read_only.into_iter().map(|n| {
-        let r = allocated.buffers.iter().try_for_each(|b| refuses_writes(&b.dmabuf));
-        (n, r)
-    }).collect();
-    let doc = document(&report, allocation, &allocated, &verified, &read_only);
+    let shared = matches!(negotiation.outcome, Outcome::Shared(_));
     if args.negotiate.json {
+        let doc = match allocated.as_slice() {
+            [(_, one)] if shared => buffers_document(serde_json::to_value(&report).unwrap_or_else(|_| serde_json::json!({})), one),
+            _ => copy_document(&report, &allocated, &copies),
+        };
         say(&(doc.to_string() + "\n"));
     } else {
         say(&dmabridge::interop::negotiate::human(&negotiation));
-        say(&summary(&allocated, &verified, &read_only));
+        for (g, a) in &allocated {
+            say(&if shared { summary(a) } else { format!("group {g}: {}", summary(a)) });
+        }
+        for c in &copies {
+            say(&format!("group {} -> group {}: {}\n", c.from_group, c.to_group, c.outcome.as_ref().map_or_else(|e| format!("NOT verified: {e}"), Clone::clone)));
+        }
     }
-    if let Some(e) = verified.iter().find_map(|v| v.as_ref().err()) {
-        return fail(1, &format!("a buffer did not read back through the device: {e}"));
+    for (g, a) in &allocated {
+        if let Some(e) = a.verified.iter().find_map(|v| v.as_ref().err()) {
+            return fail(1, &format!("a buffer of group {g} did not read back through the device: {e}"));
+        }
+        if let Some((n, Err(e))) = a.read_only.iter().find(|(_, r)| r.is_err()) {
+            return fail(1, &format!("read-only participant {n}: {e}"));
+        }
     }
-    if let Some((n, Err(e))) = read_only.iter().find(|(_, r)| r.is_err()) {
-        return fail(1, &format!("read-only participant {n}: {e}"));
+    if let Some(c) = copies.iter().find(|c| c.outcome.is_err()) {
+        return fail(1, &format!("the copy from group {} into group {}'s own image did not read back", c.from_group, c.to_group));
     }
     crate::exit_status(engine.adapter())
 }
 
-/// The participants that set `read-only=true`, in order.
-fn read_only_names(_args: &NegotiateArgs, n: &dmabridge::interop::negotiate::Negotiation) -> Vec<String> {
-    match &n.outcome {
-        Outcome::Shared(a) => a.participants.iter().filter(|p| !a.writers.contains(p)).cloned().collect(),
-        _ => vec![],
-    }
+/// One collection, allocated on the device and checked through it.
+struct GroupAllocation<'a> {
+    allocation: &'a Allocation,
+    allocated: Allocated,
+    /// Per buffer: the device read back what was written (and how it imported it), or why not.
+    verified: Vec<Result<Option<ImportPath>, String>>,
+    /// Per read-only participant: whether its fds refuse writes.
+    read_only: Vec<(String, Result<(), String>)>,
+}
+
+fn allocate_group<'a>(engine: &Engine, allocation: &'a Allocation, (width, height): (u32, u32)) -> Result<GroupAllocation<'a>, AllocateError> {
+    let image_use = ImageUse::new(vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC);
+    let allocated = engine.allocate(&AllocationSpec::from_allocation(allocation, width, height, image_use)?)?;
+    let verified = allocated.buffers.iter().enumerate().map(|(i, b)| verify(engine, &b.dmabuf, i as u32)).collect();
+    let read_only = allocation
+        .participants
+        .iter()
+        .filter(|p| !allocation.writers.contains(p))
+        .map(|n| (n.clone(), allocated.buffers.iter().try_for_each(|b| refuses_writes(&b.dmabuf))))
+        .collect();
+    Ok(GroupAllocation { allocation, allocated, verified, read_only })
+}
+
+/// The conversion into group `g`, where it is a copy into the copier's own image (a
+/// device that imports by copy, `vkCmdCopyBufferToImage`).
+fn own_image_copy(plan: &CopyPlan, g: usize) -> Option<&Conversion> {
+    plan.conversions.iter().find(|c| c.to_group == g && matches!(c.kind, ConversionKind::DeviceCopy { to, .. } if to.is_invalid()))
+}
+
+/// A copy into a copier's own image, run: this engine is the copier (`allocate`'s
+/// `--vulkan` participants are its device), and its import of each buffer of the group it
+/// copies from ([`verify`]) is that copy. What it read back, or why it is not known.
+struct OwnImageCopy {
+    from_group: usize,
+    to_group: usize,
+    outcome: Result<String, String>,
+}
+
+fn own_image_copies(plan: &CopyPlan, allocated: &[(usize, GroupAllocation<'_>)]) -> Vec<OwnImageCopy> {
+    (0..plan.groups.len())
+        .filter_map(|g| own_image_copy(plan, g))
+        .map(|c| {
+            let from = allocated.iter().find(|(g, _)| *g == c.from_group).map(|(_, a)| a);
+            let copier = c.copier.as_ref().map_or_else(|| "the device".to_owned(), ToString::to_string);
+            let outcome = match from {
+                None => Err(format!("group {} was not allocated", c.from_group)),
+                Some(a) => match a.verified.iter().find(|v| !matches!(v, Ok(Some(ImportPath::BufferCopy)))) {
+                    None => Ok(format!("{copier} copied each of group {}'s {} buffers into an image of its own (its copy import) and read the pattern back", c.from_group, a.verified.len())),
+                    Some(Ok(path)) => Err(format!("the device read group {}'s buffers by {}, not by its copy import", c.from_group, path.map_or("the converter's detile".to_owned(), |p| format!("{p:?}")))),
+                    Some(Err(e)) => Err(e.clone()),
+                },
+            };
+            OwnImageCopy { from_group: c.from_group, to_group: c.to_group, outcome }
+        })
+        .collect()
 }
 
 /// Re-opens the buffer read-only, as a read-only participant receives it, and checks that a
@@ -169,8 +241,9 @@ fn refuses_writes(buf: &DmaBuf) -> Result<(), String> {
 }
 
 /// Writes a pattern into the buffer's planes at their offsets and strides, and reads it
-/// back through the device.
-fn verify(engine: &Engine, buf: &DmaBuf, seed: u32) -> Result<(), String> {
+/// back through the device: how it imported the buffer, or `None` where the converter
+/// detiled it.
+fn verify(engine: &Engine, buf: &DmaBuf, seed: u32) -> Result<Option<ImportPath>, String> {
     let (f, w, h) = (buf.fourcc(), buf.width(), buf.height());
     let tile = match buf.layout() {
         Layout::Implicit => TileLayout::Linear,
@@ -193,23 +266,47 @@ fn verify(engine: &Engine, buf: &DmaBuf, seed: u32) -> Result<(), String> {
             }
         }
     }
-    let back = if tile == TileLayout::Linear {
+    let (back, path) = if tile == TileLayout::Linear {
         let image = engine.import_dmabuf(buf, ImageUse::new(vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC)).map_err(|e| e.to_string())?;
-        image.read_back().map_err(|e| e.to_string())?
+        (image.read_back().map_err(|e| e.to_string())?, Some(image.path()))
     } else {
         let conv = Converter::new(engine).map_err(|e| e.to_string())?;
         let detiled = conv.detile_dmabuf(buf, ImportOptions::default(), dmabridge::READBACK_TIMEOUT).map_err(|e| e.to_string())?;
-        detiled.buffer.bytes().map_err(|e| e.to_string())?.to_vec()
+        (detiled.buffer.bytes().map_err(|e| e.to_string())?.to_vec(), None)
     };
     if back != pattern {
         let at = back.iter().zip(&pattern).position(|(a, b)| a != b).unwrap_or(back.len().min(pattern.len()));
         return Err(format!("read back differs from what was written at byte {at} (of {})", pattern.len()));
     }
-    Ok(())
+    Ok(path)
 }
 
-fn document(report: &Report, a: &Allocation, allocated: &Allocated, verified: &[Result<(), String>], read_only: &[(String, Result<(), String>)]) -> serde_json::Value {
+/// A copy plan's document: the report, with `allocated` listing each group allocated
+/// (`group` and the fields [`buffers_document`] adds) and `own_image_copies` each copy into
+/// a copier's own image (`from_group`, `to_group`, `verified`, `detail`).
+fn copy_document(report: &Report, allocated: &[(usize, GroupAllocation<'_>)], copies: &[OwnImageCopy]) -> serde_json::Value {
     let mut doc = serde_json::to_value(report).unwrap_or_else(|_| serde_json::json!({}));
+    let groups: Vec<serde_json::Value> = allocated.iter().map(|(g, a)| buffers_document(serde_json::json!({ "group": g }), a)).collect();
+    let copies: Vec<serde_json::Value> = copies
+        .iter()
+        .map(|c| {
+            let (verified, detail) = match &c.outcome {
+                Ok(d) => (true, d),
+                Err(e) => (false, e),
+            };
+            serde_json::json!({ "from_group": c.from_group, "to_group": c.to_group, "verified": verified, "detail": detail })
+        })
+        .collect();
+    if let Some(obj) = doc.as_object_mut() {
+        obj.insert("allocated".into(), serde_json::Value::Array(groups));
+        obj.insert("own_image_copies".into(), serde_json::Value::Array(copies));
+    }
+    doc
+}
+
+/// `doc` with one collection's buffers and how they were made (the module docs).
+fn buffers_document(mut doc: serde_json::Value, group: &GroupAllocation<'_>) -> serde_json::Value {
+    let GroupAllocation { allocation: a, allocated, verified, read_only } = group;
     let buffers: Vec<serde_json::Value> = allocated
         .buffers
         .iter()
@@ -261,7 +358,8 @@ fn document(report: &Report, a: &Allocation, allocated: &Allocated, verified: &[
     doc
 }
 
-fn summary(allocated: &Allocated, verified: &[Result<(), String>], read_only: &[(String, Result<(), String>)]) -> String {
+fn summary(group: &GroupAllocation<'_>) -> String {
+    let GroupAllocation { allocated, verified, read_only, .. } = group;
     let mut s = format!(
         "allocated {} buffers in {} memory, layout {}, {}: {}\n",
         allocated.buffers.len(),
@@ -277,7 +375,7 @@ fn summary(allocated: &Allocated, verified: &[Result<(), String>], read_only: &[
             b.dmabuf.layout(),
             planes.join("; "),
             match v {
-                Ok(()) => "read back through the device".to_owned(),
+                Ok(_) => "read back through the device".to_owned(),
                 Err(e) => format!("NOT verified: {e}"),
             }
         );

@@ -87,19 +87,21 @@ fn system_memory_is_the_dma_heap_where_the_kernel_has_one_and_the_device_reads_i
         "--constraint", "dec:min-buffers=2",
     ]);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    if !common::expect_modifiers() {
-        // Without the modifier extension the device takes AR24 only implicitly, and the
-        // decoder's explicit LINEAR cannot share its chain.
-        assert_eq!(out.status.code(), Some(2), "{stderr}\n{v}");
-        assert!(stderr.contains("implicit"), "{stderr}");
-        return;
-    }
     assert_eq!(out.status.code(), Some(0), "{stderr}\n{v}");
     assert!(!stderr.contains("validation"), "{stderr}");
+    // Without the modifier extension the device takes AR24 only implicitly: the decoder's
+    // LINEAR buffers are its own group, which the device copies from (the last test).
+    let group = if common::expect_modifiers() {
+        assert_eq!(v["outcome"], "shared", "{v}");
+        &v
+    } else {
+        assert_eq!(v["outcome"], "copy", "{v}");
+        &v["allocated"][0]
+    };
     let heap = std::path::Path::new("/dev/dma_heap/system").exists();
     assert!(heap || !common::in_kernel_lab(), "the kernel lab has a system dma-heap");
-    assert_eq!(v["memory"], if heap { "dma-heap:system" } else { "memfd" }, "{v}");
-    let buffers = v["buffers"].as_array().expect("buffers");
+    assert_eq!(group["memory"], if heap { "dma-heap:system" } else { "memfd" }, "{v}");
+    let buffers = group["buffers"].as_array().expect("buffers");
     assert_eq!(buffers.len(), 2, "{v}");
     for b in buffers {
         assert_eq!(b["verified"], true, "written through the CPU, read back through the device: {b}");
@@ -216,8 +218,8 @@ fn bad_input_exits_1() {
 #[test]
 fn buffers_are_as_large_as_the_driver_asks() {
     if !common::expect_modifiers() {
-        // Without the modifier extension the device lists LINEAR only as an exporter, and
-        // this negotiation has no plan yet (issue #42's second allocation defect).
+        // Without the modifier extension the device takes AR24 from a LINEAR buffer only by
+        // copy, into an image of its own (the next test): no buffer is the driver's to size.
         return;
     }
     let (out, v) = allocate(&["--width", "100", "--height", "37", "--drm-formats", "a=AR24", "--vulkan", "dev=sampled", "--constraint", "a:stride-align=256"]);
@@ -230,4 +232,35 @@ fn buffers_are_as_large_as_the_driver_asks() {
             assert!(n(&p["size"]) >= n(&p["stride"]) * 37, "{p}");
         }
     }
+}
+
+/// A device without the modifier extension lists AR24 with implicit modifiers only, and a
+/// participant takes LINEAR only: no buffer is shared, and the copy that joins them is the
+/// device's own copy import (`vkCmdCopyBufferToImage` from the LINEAR buffer into an image
+/// of its own). `allocate` allocates the LINEAR group and runs that copy through the device
+/// (it was "impossible: no split into groups is joined by conversions").
+#[test]
+fn an_implicit_only_device_is_fed_from_a_linear_buffer_by_its_copy_import() {
+    let (out, v) = allocate(&["--width", "100", "--height", "37", "--drm-formats", "a=AR24", "--vulkan", "dev=sampled"]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}\n{v}");
+    // With the modifier extension the device imports LINEAR itself, and shares it.
+    if common::expect_modifiers() {
+        assert_eq!(v["outcome"], "shared", "{v}");
+        return;
+    }
+    assert_eq!(v["outcome"], "copy", "{v}");
+    assert_eq!(v["groups"][1]["participants"], serde_json::json!(["dev"]), "{v}");
+    assert_eq!(v["groups"][1]["modifiers"], serde_json::json!([]), "the device's own image is implicit: {v}");
+    let conversion = &v["conversions"][0];
+    assert_eq!(conversion["kind"], "device copy AR24 LINEAR -> its own image (implicit layout)", "{v}");
+    assert!(conversion["runs_on"].as_str().is_some_and(|r| r.starts_with("dev (") && r.ends_with("with vkCmdCopyBufferToImage")), "{conversion}");
+    let allocated = v["allocated"].as_array().expect("allocated");
+    assert_eq!(allocated.len(), 1, "only the LINEAR group is a collection: {v}");
+    assert_eq!(allocated[0]["group"], 0);
+    for b in allocated[0]["buffers"].as_array().expect("buffers") {
+        assert_eq!((b["modifier"].as_str(), &b["verified"]), (Some("0x0000000000000000"), &Value::Bool(true)), "{b}");
+    }
+    let copy = &v["own_image_copies"][0];
+    assert_eq!((&copy["from_group"], &copy["to_group"], &copy["verified"]), (&Value::from(0), &Value::from(1), &Value::Bool(true)), "{v}");
 }

@@ -12,7 +12,9 @@
 //! - With the modifier extension, the device offers a copy plan its copies
 //!   ([`DeviceCopy`]: what it imports for `TRANSFER_SRC` into what it exports for
 //!   `TRANSFER_DST`, asked of the driver for the same formats), so a plan can join layouts
-//!   only the driver addresses.
+//!   only the driver addresses. Without it, a consumer offers the copy its buffer-copy
+//!   import makes ([`DeviceCopy::into_own_images`]: LINEAR into an image of its own), so a
+//!   plan can feed its implicit-only list from a LINEAR buffer.
 //! - An opened device ([`Engine::participant`]) also states the row pitch alignment its
 //!   driver needs of a LINEAR layout it is given, as `stride_align`: measured, by asking the
 //!   driver for LINEAR images of each listed format at pitches aligned to 1, 2, 4, ... 4096
@@ -144,10 +146,15 @@ impl Adapter {
         };
         let mut formats = FormatSet::new();
         let (mut transfer_src, mut transfer_dst) = (Vec::new(), Vec::new());
+        let mut copied_in = Vec::new();
         for &fourcc in fourccs {
             formats.extend(device_formats(self.has_modifiers(), req.direction, self.answers(fourcc, req.image_use)?).iter().copied());
-            if req.copy_import && self.copy_import_possible(fourcc, &req.image_use) {
+            let copy_import = req.direction != Direction::Export && self.copy_import_possible(fourcc, &req.image_use);
+            if req.copy_import && copy_import {
                 formats.insert(Format::linear(fourcc));
+            }
+            if copy_import && !self.has_modifiers() {
+                copied_in.push(fourcc);
             }
             if self.has_modifiers() {
                 transfer_src.extend(self.answers(fourcc, vk::ImageUsageFlags::TRANSFER_SRC.into())?);
@@ -160,7 +167,10 @@ impl Adapter {
             .with_usage(negotiation_usage(req.image_use.usage))
             .with_sync(self.sync_methods())
             .with_device(format!("{} ({}, {})", info.name, info.driver_name, info.driver_info))
-            .with_copy(DeviceCopy::of_answers(self.has_modifiers(), transfer_src, transfer_dst)))
+            .with_copy(match self.has_modifiers() {
+                true => DeviceCopy::of_answers(true, transfer_src, transfer_dst),
+                false => DeviceCopy::into_own_images(copied_in),
+            }))
     }
 
     /// The driver's answers for `fourcc` and one use: each modifier, importable, exportable.

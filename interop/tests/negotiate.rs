@@ -868,6 +868,37 @@ fn a_copy_plan_over_the_longest_driver_lists_is_found_without_comparing_every_pa
 }
 
 #[test]
+fn an_implicit_only_device_is_fed_by_its_copy_import_into_its_own_image() {
+    // A GPU without the modifier extension samples AR24 (implicit only) and imports a LINEAR
+    // dma-buf by copy; a decoder writes LINEAR only.
+    let gpu = p("gpu", &[Format::implicit(Fourcc::ARGB8888)]).constrain(|c| c.read_only = true).with_copy(DeviceCopy::into_own_images([Fourcc::ARGB8888]));
+    let dec = at_1080p(p("dec", &[ar24(Modifier::LINEAR)]));
+    let n = negotiate(&members(vec![dec.clone(), gpu.clone()])).unwrap();
+    let Outcome::Copy { plan, .. } = &n.outcome else {
+        panic!("{:?}", n.outcome)
+    };
+    assert_eq!(plan.groups[1].format, Format::implicit(Fourcc::ARGB8888));
+    let c = &plan.conversions[0];
+    assert_eq!(c.kind, ConversionKind::DeviceCopy { fourcc: Fourcc::ARGB8888, from: Modifier::LINEAR, to: Modifier::INVALID });
+    assert_eq!(c.kind.device_command(), Some("vkCmdCopyBufferToImage"));
+    assert_eq!(c.copier.as_ref().map(|c| c.participant.as_str()), Some("gpu"));
+    let file = PlanFile::of(plan);
+    assert_eq!(PlanFile::parse(&file.to_json()).unwrap(), file, "a plan file carries the copy into the GPU's own image");
+    // Its own image is no one else's: a second implicit-only party with no copy of its own
+    // cannot join that group, and nothing else feeds it.
+    let compositor = p("compositor", &[Format::implicit(Fourcc::ARGB8888)]).constrain(|c| c.read_only = true);
+    let n = negotiate(&members(vec![dec.clone(), gpu, compositor])).unwrap();
+    assert!(matches!(n.outcome, Outcome::Impossible(_)), "{:?}", n.outcome);
+    // Without the copy import there is nothing to plan.
+    let bare = p("gpu", &[Format::implicit(Fourcc::ARGB8888)]).constrain(|c| c.read_only = true);
+    assert!(matches!(negotiate(&members(vec![dec, bare])).unwrap().outcome, Outcome::Impossible(_)));
+    // A copy reads an explicit layout: from an implicit one it is refused.
+    assert!(matches!(ConversionPlan::device_copy(Format::implicit(Fourcc::ARGB8888), ar24(Modifier::LINEAR), (64, 32)), Err(PlanError::NoLayout(_))));
+    let backwards = file.to_json().replace("\"0x0000000000000000\"", "\"0x00ffffffffffffff\"");
+    assert!(PlanFile::parse(&backwards).is_err(), "{backwards}");
+}
+
+#[test]
 fn a_converter_step_is_taken_before_a_gpu_copy_of_the_same_cost() {
     // The domain split of a_domain_split_is_a_linear_copy, with a GPU that could copy too.
     let copy = DeviceCopy { reads: set(&[nv12()]), writes: set(&[nv12()]) };

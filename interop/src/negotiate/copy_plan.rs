@@ -68,6 +68,11 @@ pub enum ConversionKind {
     /// A participant's GPU copies one layout of `fourcc` into another with `vkCmdCopyImage`
     /// (its driver addresses both; the [`Conversion`] names the participant). The engine
     /// runs it on that GPU: `dmabridge::ExportedImage::copy_from_and_release`.
+    ///
+    /// `to` is [`Modifier::INVALID`] where the copy is into the GPU's own image, in the
+    /// layout its driver chooses (a device without the modifier extension, reading a LINEAR
+    /// dma-buf through its buffer-copy import: `vkCmdCopyBufferToImage`; the engine runs it
+    /// as `dmabridge::Engine::import_dmabuf`, whose import is then a copy).
     DeviceCopy { fourcc: Fourcc, from: Modifier, to: Modifier },
 }
 
@@ -107,6 +112,16 @@ impl ConversionKind {
         })
     }
 
+    /// The Vulkan command a device copy is: `vkCmdCopyImage` between dma-bufs, or
+    /// `vkCmdCopyBufferToImage` into the GPU's own image; `None` for the converter's kinds.
+    pub fn device_command(&self) -> Option<&'static str> {
+        match *self {
+            ConversionKind::DeviceCopy { to, .. } if to.is_invalid() => Some("vkCmdCopyBufferToImage"),
+            ConversionKind::DeviceCopy { .. } => Some("vkCmdCopyImage"),
+            _ => None,
+        }
+    }
+
     /// The converter's steps, in order ([`Step::chain`] of the endpoints; what `dmabridge
     /// convert` runs); none for a device copy.
     pub fn steps(&self, from: Fourcc) -> Vec<Step> {
@@ -140,6 +155,7 @@ impl fmt::Display for ConversionKind {
                 let steps: Vec<String> = self.steps(*from).iter().map(|s| s.to_string()).collect();
                 f.write_str(&steps.join(", then "))
             }
+            ConversionKind::DeviceCopy { fourcc, from, to } if to.is_invalid() => write!(f, "device copy {} {from} -> its own image (implicit layout)", fourcc.trimmed()),
             ConversionKind::DeviceCopy { fourcc, from, to } => write!(f, "device copy {} {from} -> {to}", fourcc.trimmed()),
         }
     }
@@ -177,8 +193,10 @@ impl StepOp {
     }
 }
 
-/// A format a plan step reads or writes: always explicit (a step must know the layout it
-/// addresses). JSON: `{"fourcc": "NV12", "modifier": "0x0100000000000001"}`.
+/// A format a plan step reads or writes: explicit (a step must know the layout it
+/// addresses), but for a device copy's destination, which may be [`Modifier::INVALID`]: the
+/// copier's own image, laid out by its driver ([`ConversionKind::DeviceCopy`]). JSON:
+/// `{"fourcc": "NV12", "modifier": "0x0100000000000001"}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub struct PlanFormat {
     pub fourcc: Fourcc,
@@ -327,11 +345,12 @@ impl ConversionPlan {
         Ok(ConversionPlan { from: PlanFormat::of(fl, from.fourcc)?, to: PlanFormat::of(tl, to.fourcc)?, width, height, steps })
     }
 
-    /// The plan of a device copy from `from` to `to` (one fourcc, explicit layouts) at
-    /// `width` x `height`: one [`StepOp::DeviceCopy`] step.
+    /// The plan of a device copy from `from` (an explicit layout) to `to` (one of the same
+    /// fourcc, or implicit: the copier's own image) at `width` x `height`: one
+    /// [`StepOp::DeviceCopy`] step.
     pub fn device_copy(from: Format, to: Format, (width, height): (u32, u32)) -> Result<ConversionPlan, PlanError> {
-        let explicit = |f: Format| f.layout.modifier().map(|modifier| PlanFormat { fourcc: f.fourcc, modifier }).ok_or(PlanError::NoLayout(f));
-        let (f, t) = (explicit(from)?, explicit(to)?);
+        let f = from.layout.modifier().map(|modifier| PlanFormat { fourcc: from.fourcc, modifier }).ok_or(PlanError::NoLayout(from))?;
+        let t = PlanFormat { fourcc: to.fourcc, modifier: to.layout.to_wire() };
         let step = PlanStep { op: StepOp::DeviceCopy, from: f, to: t, width, height };
         let plan = ConversionPlan { from: f, to: t, width, height, steps: vec![step] };
         plan.check_device_copy()?;
@@ -364,6 +383,9 @@ impl ConversionPlan {
         }
         if self.from.fourcc != self.to.fourcc {
             return Err(refuse("the fourcc changes"));
+        }
+        if self.from.modifier.is_invalid() {
+            return Err(refuse("it reads an implicit layout, which no copy can address"));
         }
         if (s.width, s.height) != (self.width, self.height) {
             return Err(PlanError::Extent { index: 0, step: s.to_string(), width: self.width, height: self.height });
@@ -695,9 +717,16 @@ fn group_info(parts: &[&Participant], mask: u32, w: u32, h: u32, copiers: &[(usi
     }
     let leader = group.iter().find_map(|p| p.formats.as_set())?;
     let mut candidates: Vec<(Format, u64)> = Vec::new();
+    let copied = |f: &Format| copiers.iter().any(|(_, c)| c.reads.contains(f) || c.writes.contains(f));
+    // A copier's own image: the one participant of its group, whose copy writes it.
+    let own_image = |c: usize, f: &Format| idx == [c] && parts[c].copy.as_ref().is_some_and(|copy| copy.writes.contains(f));
     for f in leader.iter() {
-        let Layout::Explicit(m) = f.layout else {
-            continue;
+        // An implicit format is a candidate only as a copier's own image (its buffer-copy
+        // import writes it, and no one else can address it).
+        let m = match f.layout {
+            Layout::Explicit(m) => m,
+            Layout::Implicit if idx.len() == 1 && own_image(idx[0], f) => Modifier::INVALID,
+            Layout::Implicit => continue,
         };
         if !group.iter().all(|p| p.formats.accepts(f)) {
             continue;
@@ -709,7 +738,7 @@ fn group_info(parts: &[&Participant], mask: u32, w: u32, h: u32, copiers: &[(usi
         // compares every pair of candidates.
         let costed = match TileLayout::from_modifier(m) {
             Some(layout) => layout,
-            None if copiers.iter().any(|(_, c)| c.reads.contains(f) || c.writes.contains(f)) => TileLayout::Linear,
+            None if copied(f) => TileLayout::Linear,
             None => continue,
         };
         let Ok(bytes) = tiled_size(costed, f.fourcc, w, h).map(|g| g.size) else {
@@ -726,7 +755,11 @@ fn group_info(parts: &[&Participant], mask: u32, w: u32, h: u32, copiers: &[(usi
         if tile_layout(f).is_some() {
             known.entry(f.fourcc).or_default().push(i);
         }
-        for (c, _) in copiers.iter().enumerate().filter(|(_, (_, copy))| copy.writes.contains(&f)) {
+        let writes = |(who, copy): &(usize, &DeviceCopy)| match f.layout {
+            Layout::Implicit => own_image(*who, &f),
+            Layout::Explicit(_) => copy.writes.contains(&f),
+        };
+        for (c, _) in copiers.iter().enumerate().filter(|(_, w)| writes(w)) {
             copy_target
                 .entry((c, f.fourcc))
                 .and_modify(|best| {

@@ -99,6 +99,18 @@ impl DeviceCopy {
         copies.reads.iter().any(|r| copies.writes.iter().any(|w| w.fourcc == r.fourcc)).then_some(copies)
     }
 
+    /// The copies a device without the modifier extension makes when it imports by copy:
+    /// from a LINEAR dma-buf of each of `fourccs` (read as a buffer) into an image of its
+    /// own, in the layout its driver chooses (`writes` are implicit). `None` for no fourcc.
+    pub fn into_own_images(fourccs: impl IntoIterator<Item = Fourcc>) -> Option<DeviceCopy> {
+        let (mut reads, mut writes) = (FormatSet::new(), FormatSet::new());
+        for fourcc in fourccs {
+            reads.insert(Format::linear(fourcc));
+            writes.insert(Format::implicit(fourcc));
+        }
+        (!reads.is_empty()).then_some(DeviceCopy { reads, writes })
+    }
+
     /// Whether it copies `from` into `to`: the same fourcc, `from` among its reads and `to`
     /// among its writes.
     pub fn copies(&self, from: Format, to: Format) -> bool {

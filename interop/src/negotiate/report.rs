@@ -24,6 +24,7 @@ use std::fmt::Write as _;
 use super::conflict::Conflict;
 use super::outcome::{Negotiation, Outcome};
 use super::reconcile::Allocation;
+use super::copy_plan::ConversionKind;
 use crate::sync::SyncMethod;
 use crate::Modifier;
 
@@ -175,7 +176,7 @@ impl ReportConversion {
             kind: c.kind.to_string(),
             steps,
             convert,
-            runs_on: c.copier.as_ref().map(|c| format!("{c} with vkCmdCopyImage")),
+            runs_on: c.copier.as_ref().map(|who| format!("{who} with {}", c.kind.device_command().unwrap_or("its copy"))),
         }
     }
 }
@@ -425,7 +426,11 @@ pub fn human(n: &Negotiation) -> String {
                         let _ = writeln!(s, "    run it: dmabridge convert {args} --width W --height H --in FRAME --out OUT");
                     }
                     if let Some(copier) = &cv.copier {
-                        let _ = writeln!(s, "    copied by {copier}: vkCmdCopyImage from the buffer it imports into one it exports");
+                        let how = match cv.kind {
+                            ConversionKind::DeviceCopy { to, .. } if to.is_invalid() => "vkCmdCopyBufferToImage from the buffer it imports into an image of its own (its copy import)",
+                            _ => "vkCmdCopyImage from the buffer it imports into one it exports",
+                        };
+                        let _ = writeln!(s, "    copied by {copier}: {how}");
                     }
                 }
             }

@@ -6,7 +6,7 @@ use std::sync::{Mutex, PoisonError};
 use ash::vk;
 
 use crate::error::{VkError, VkResultExt};
-use crate::resources::submit::{Completion, Garbage, Uses};
+use crate::device::submit::{Completion, Garbage, Uses};
 use crate::Engine;
 
 /// Why a pipeline could not be made or used.

@@ -19,7 +19,7 @@ use dmabridge_interop::{Format, Fourcc, TileLayout};
 use crate::resources::buffer::{BufferLocation, GpuBuffer};
 use crate::convert::converter::{ConversionBuffer, ConvertError, Converter};
 use crate::resources::image::record_barrier;
-use crate::resources::submit::{Completion, SubmitOptions, Submission};
+use crate::device::submit::{Completion, SubmitOptions, Submission};
 use crate::resources::transfer::READBACK_TIMEOUT;
 
 /// A plan's colour steps: BT.709, limited range (what a video pipeline assumes when nothing

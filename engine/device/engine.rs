@@ -14,8 +14,8 @@ use crate::device::adapter::Adapter;
 use crate::device::requirements::{Capability, DeviceExtension, EnabledExtensions, EnabledFeatures, Missing, Requirements};
 use crate::device::validation::ValidationLog;
 use crate::error::VkError;
-use crate::resources::memory::{Memory, MemoryError};
-use crate::resources::submit::{Garbage, Submitter};
+use crate::device::memory::{Memory, MemoryError};
+use crate::device::submit::{Garbage, Submitter};
 
 /// How to pick a physical device when there are several.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -187,7 +187,7 @@ impl DeviceShared {
     }
 
     /// Destroys `garbage` once every point in `uses` is reached (now, if they are).
-    pub(crate) fn retire(&self, uses: Vec<crate::resources::submit::Completion>, garbage: Vec<Garbage>) {
+    pub(crate) fn retire(&self, uses: Vec<crate::device::submit::Completion>, garbage: Vec<Garbage>) {
         self.submitter.retire(&self.device, &self.memory, uses, garbage);
     }
 }

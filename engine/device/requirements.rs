@@ -152,7 +152,7 @@ pub enum Capability {
     /// Sampling multi-planar YCbCr images through a sampler conversion.
     YcbcrSampling,
     /// Exporting explicit fences as sync_files (`SYNC_FD` semaphores). Waiting for one needs
-    /// no capability: the engine polls it (`resources::fence_gate`).
+    /// no capability: the engine polls it (`device::fence_gate`).
     SyncFile,
     /// Presenting to a window (the `present` feature).
     Present,

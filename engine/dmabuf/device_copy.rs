@@ -25,7 +25,7 @@ use crate::device::vk_format;
 use crate::dmabuf::export::ExportedImage;
 use crate::dmabuf::import::{ImportError, ImportedImage};
 use crate::resources::image::{plane_aspect, ImageAccess};
-use crate::resources::submit::{SubmitError, SubmitOptions, Submission};
+use crate::device::submit::{SubmitError, SubmitOptions, Submission};
 
 /// Why a device copy could not run. Nothing is recorded when a check fails.
 #[derive(Debug, thiserror::Error)]

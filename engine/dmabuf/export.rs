@@ -20,7 +20,7 @@ use crate::device::format_support::{FormatSupportError, SupportQuery};
 use crate::error::{VkError, VkResultExt};
 use crate::resources::image::{barrier_aspect, chain_view_formats, image_2d, image_barrier, memory_plane_aspect, record_barrier, ImageAccess, ImageState, Tracked};
 use crate::device::requirements::Capability;
-use crate::resources::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
+use crate::device::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
 use crate::resources::transfer::{plane_regions, TransferError};
 use crate::device::usage::{ImageUse, WiderUse};
 use crate::device::vk_format;

@@ -50,7 +50,7 @@ use crate::resources::image::{
     ImageAccess, ImageError, ImageState, Tracked,
 };
 use crate::device::requirements::Capability;
-use crate::resources::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
+use crate::device::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
 use crate::resources::transfer::plane_copy;
 use crate::device::usage::{ImageUse, WiderUse};
 use crate::device::vk_format::{self, Mapping, VkFormatEntry};
@@ -680,7 +680,7 @@ impl Engine {
         let memory = match unsafe { device.allocate_memory(&alloc, None) }.vk("vkAllocateMemory") {
             Ok(m) => m,
             Err(e) => {
-                crate::resources::memory::close_after_failed_import(fd, before);
+                crate::device::memory::close_after_failed_import(fd, before);
                 return Err(e.into());
             }
         };

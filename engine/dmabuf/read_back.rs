@@ -7,7 +7,7 @@ use ash::vk;
 use crate::dmabuf::import::{ImportError, ImportedImage};
 use crate::resources::buffer::{BufferError, BufferLocation, GpuBuffer};
 use crate::resources::image::{buffer_barrier, record_barrier, ImageAccess};
-use crate::resources::submit::{SubmitError, SubmitOptions, Submission};
+use crate::device::submit::{SubmitError, SubmitOptions, Submission};
 use crate::resources::transfer::{packed, plane_regions, TransferError, READBACK_TIMEOUT};
 
 /// Why reading a frame back failed.

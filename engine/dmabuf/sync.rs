@@ -22,7 +22,7 @@ use dmabridge_interop::dmabuf::DmaBuf;
 use dmabridge_interop::sync::{export_sync_file, import_sync_file, SyncAccess, SyncError, SyncFile, SyncMethod, SyncMethods};
 
 use crate::device::requirements::Capability;
-use crate::resources::submit::Submission;
+use crate::device::submit::Submission;
 use crate::{Adapter, Engine};
 
 /// The first kernel with `DMA_BUF_IOCTL_EXPORT_SYNC_FILE` and `IMPORT_SYNC_FILE` (5.20, released as 6.0).

@@ -68,7 +68,7 @@ use crate::error::{VkError, VkResultExt};
 use crate::resources::image::ImageAccess;
 use crate::dmabuf::import::{ImportPath, ImportedImage};
 use crate::device::requirements::Capability;
-use crate::resources::submit::{BinarySemaphores, Completion, Garbage, SubmitError, SubmitOptions};
+use crate::device::submit::{BinarySemaphores, Completion, Garbage, SubmitError, SubmitOptions};
 use crate::device::vk_format::{self, Mapping};
 use crate::{Engine, ImageUse};
 

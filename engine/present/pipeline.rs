@@ -12,7 +12,7 @@ use ash::vk;
 
 use super::{shaders, PresentError, YcbcrMatrix, YcbcrRange};
 use crate::error::{VkError, VkResultExt};
-use crate::resources::submit::Completion;
+use crate::device::submit::Completion;
 use crate::Engine;
 
 /// Draws of one pipeline that may be in flight at once; a present finding every set busy

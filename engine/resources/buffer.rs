@@ -10,9 +10,9 @@ use gpu_allocator::MemoryLocation;
 use dmabridge_interop::dmabuf::{read_exact_at, DmaBuf, FileId, ReadError};
 
 use crate::error::{VkError, VkResultExt};
-use crate::resources::memory::MemoryError;
+use crate::device::memory::MemoryError;
 use crate::device::requirements::Capability;
-use crate::resources::submit::{Completion, Garbage, Uses};
+use crate::device::submit::{Completion, Garbage, Uses};
 use crate::Engine;
 
 /// Why a buffer could not be made or read.
@@ -95,7 +95,7 @@ pub(crate) enum PlaneReadError {
 ///
 /// `Send` and `Sync`: the mapping is only exposed through `&self`/`&mut self` borrows
 /// checked against pending GPU work, and the use list is behind a lock. Dropped while the
-/// GPU still uses it, its destruction waits for that work ([`crate::resources::submit`]).
+/// GPU still uses it, its destruction waits for that work ([`crate::device::submit`]).
 pub struct GpuBuffer {
     engine: Engine,
     buffer: vk::Buffer,
@@ -353,7 +353,7 @@ pub(crate) fn import_memory(
     let memory = match unsafe { engine.device().allocate_memory(&alloc, None) }.vk("vkAllocateMemory") {
         Ok(m) => m,
         Err(e) => {
-            crate::resources::memory::close_after_failed_import(fd, before);
+            crate::device::memory::close_after_failed_import(fd, before);
             return Err(e.into());
         }
     };

@@ -9,8 +9,8 @@ use gpu_allocator::vulkan::Allocation;
 use gpu_allocator::MemoryLocation;
 
 use crate::error::{VkError, VkResultExt};
-use crate::resources::memory::MemoryError;
-use crate::resources::submit::{Completion, Garbage, Uses};
+use crate::device::memory::MemoryError;
+use crate::device::submit::{Completion, Garbage, Uses};
 use crate::device::usage::ImageUse;
 use crate::Engine;
 

@@ -5,7 +5,7 @@ use ash::vk;
 
 use crate::error::{VkError, VkResultExt};
 use crate::device::requirements::Capability;
-use crate::resources::submit::{Completion, Garbage, Uses};
+use crate::device::submit::{Completion, Garbage, Uses};
 use crate::Engine;
 
 /// Why a sampler or a view could not be made.

@@ -11,7 +11,7 @@ use dmabridge_interop::{format_info, Fourcc, TileLayout};
 
 use crate::resources::buffer::{BufferError, GpuBuffer};
 use crate::resources::image::{plane_aspect, DeviceImage, ImageAccess};
-use crate::resources::submit::{Completion, SubmitError, SubmitOptions, Submission};
+use crate::device::submit::{Completion, SubmitError, SubmitOptions, Submission};
 use crate::device::vk_format::{self, VkFormatEntry};
 use crate::Engine;
 

@@ -121,7 +121,7 @@ pub enum SinkError {
     #[error("the producer's export is not a dma-buf")]
     NotADmaBuf,
     #[error("the frame's upload did not finish: {0}")]
-    Submit(#[from] crate::resources::submit::SubmitError),
+    Submit(#[from] crate::device::submit::SubmitError),
     #[error("the compositor failed every usable format; excluded: [{}]", .0.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(", "))]
     NoUsableFormat(Vec<Format>),
 }

@@ -6,7 +6,7 @@ use dmabridge_interop::{format_info, Fourcc};
 
 use crate::resources::buffer::{BufferLocation, GpuBuffer};
 use crate::dmabuf::export::{ExportError, ExportedImage};
-use crate::resources::submit::{SubmitOptions, Submission};
+use crate::device::submit::{SubmitOptions, Submission};
 use crate::Engine;
 
 /// Why a frame could not be written.

@@ -22,8 +22,10 @@ pub mod fourcc;
 pub mod modifier;
 pub mod negotiate;
 pub mod peers;
+pub mod plane_layout;
 pub mod sync;
 pub mod tile_layout;
+pub mod text;
 pub mod tiling;
 
 pub use format::{Format, FormatSet, Layout};

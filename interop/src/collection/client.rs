@@ -340,7 +340,7 @@ impl Token {
 
 fn check_name(name: &str) -> Result<(), CollectionError> {
     if name.is_empty() || name.len() > MAX_NAME_LEN || name.contains('\0') {
-        return Err(CollectionError::BadName(crate::peers::clip(name)));
+        return Err(CollectionError::BadName(crate::text::quoted(name)));
     }
     Ok(())
 }

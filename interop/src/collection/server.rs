@@ -32,7 +32,8 @@ use super::limits::{MAX_CONFLICTS, MAX_NAME_LEN, MAX_TEXT_LEN};
 use super::state::{Collection, Event, Failure, Progress, Rights, StateError, TokenId};
 use super::transport::{self, TransportError};
 use crate::framing::SocketError;
-use super::wire::{clip_text, conflict_text, Message, MAX_CONFLICT_NAMES};
+use super::wire::{conflict_text, Message, MAX_CONFLICT_NAMES};
+use crate::text::clipped;
 
 /// How long one poll waits before the loop looks at its stop flag again. Not a busy loop:
 /// messages wake it at once.
@@ -367,7 +368,7 @@ fn server_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
 }
 
 fn failed_msg(f: &Failure) -> Message {
-    Message::Failed(Failure { participant: clip_text(&f.participant, MAX_TEXT_LEN), reason: clip_text(&f.reason, MAX_TEXT_LEN) })
+    Message::Failed(Failure { participant: clipped(&f.participant, MAX_TEXT_LEN), reason: clipped(&f.reason, MAX_TEXT_LEN) })
 }
 
 /// Conflicts cut to what the wire carries.
@@ -375,8 +376,8 @@ fn wire_conflicts(c: &[Conflict]) -> Vec<Conflict> {
     c.iter()
         .take(MAX_CONFLICTS)
         .map(|c| {
-            let names = c.participants.iter().take(MAX_CONFLICT_NAMES).map(|n| clip_text(n, MAX_NAME_LEN));
-            Conflict::new(names, c.constraint, clip_text(&conflict_text(c), MAX_TEXT_LEN), "")
+            let names = c.participants.iter().take(MAX_CONFLICT_NAMES).map(|n| clipped(n, MAX_NAME_LEN));
+            Conflict::new(names, c.constraint, clipped(&conflict_text(c), MAX_TEXT_LEN), "")
         })
         .collect()
 }

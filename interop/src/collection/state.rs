@@ -202,7 +202,7 @@ impl fmt::Debug for Collection {
 
 fn check_name(name: &str) -> Result<(), StateError> {
     if name.is_empty() || name.len() > MAX_NAME_LEN || name.contains('\0') {
-        return Err(StateError::BadName(crate::peers::clip(name)));
+        return Err(StateError::BadName(crate::text::quoted(name)));
     }
     Ok(())
 }

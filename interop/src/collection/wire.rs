@@ -218,19 +218,6 @@ pub fn conflict_text(c: &Conflict) -> std::borrow::Cow<'_, str> {
     }
 }
 
-/// Clips `s` to at most `max` bytes at a character boundary: for texts made here (reasons,
-/// details) that must fit the wire.
-pub fn clip_text(s: &str, max: usize) -> String {
-    if s.len() <= max {
-        return s.to_owned();
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s[..end].to_owned()
-}
-
 /// Encodes `msg`; fails where a field is past its bound (a name, a list length), so that
 /// whatever encodes also decodes.
 pub fn encode(msg: &Message) -> Result<Vec<u8>, WireError> {

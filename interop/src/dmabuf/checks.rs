@@ -36,7 +36,7 @@ use std::io;
 use super::descriptor::{DmaBuf, FileId};
 use super::fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, NotFixedReason};
 use super::pread::{read_at, ReadError};
-use super::plane_layout::plane_rows;
+use crate::plane_layout::plane_rows;
 use crate::{format_info, Format, Fourcc, Layout, Modifier, Subsampling};
 
 /// What a device says about importing one format+layout for the usage at hand: from

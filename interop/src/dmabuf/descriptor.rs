@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use rustix::fs::{fcntl_getfl, fstat, Mode, OFlags};
 
 use crate::{Format, Fourcc, Layout};
-use super::plane_layout::{plane_rows, PlaneLayout};
+use crate::plane_layout::{plane_rows, PlaneLayout};
 
 /// The most memory planes a dma-buf has (the kernel's `DRM_FORMAT_MAX_PLANES`, and
 /// `VK_IMAGE_ASPECT_MEMORY_PLANE_3_BIT_EXT` is the last aspect Vulkan names).

@@ -24,7 +24,7 @@
 
 use crate::{format_info, Fourcc, Modifier};
 
-use super::plane_layout::PlaneLayout;
+use crate::plane_layout::PlaneLayout;
 
 /// Which rule an explicit layout breaks; each names the plane.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

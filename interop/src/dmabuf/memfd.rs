@@ -68,7 +68,7 @@ pub enum MemfdError {
 
 fn create(name: &str) -> Result<OwnedFd, MemfdError> {
     if name.len() > MAX_MEMFD_NAME || name.contains('\0') {
-        return Err(MemfdError::Name { name: crate::peers::clip(name) });
+        return Err(MemfdError::Name { name: crate::text::quoted(name) });
     }
     let fd = memfd_create(name, MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
         .map_err(|e| MemfdError::Create(e.into()))?;

@@ -39,7 +39,6 @@ pub mod heap;
 pub mod map;
 pub mod memfd;
 pub mod placement;
-mod plane_layout;
 pub mod pread;
 pub mod pwrite;
 pub mod wire;
@@ -54,7 +53,7 @@ pub use fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, FileKind,
 pub use heap::{DmaHeap, HeapError, SystemMemory, SYSTEM_HEAP};
 pub use map::{CachedView, MapCache, MapError, PlaneMap};
 pub use placement::{place, Placement, PlacementError, PlacementRequest, BASE_ALIGN};
-pub use plane_layout::{pack_planes, plane_rows, PlaneLayout};
+pub use crate::plane_layout::{pack_planes, plane_rows, PlaneLayout};
 pub use memfd::{sealed_memfd, sealed_memfd_of_size, MemfdError, MEMFD_SEALS};
 pub use pread::{read_at, read_exact_at, ReadError};
 pub use pwrite::{check_read_only, write_all_at, write_planes, NotReadOnly, WriteError};

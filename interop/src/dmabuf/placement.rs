@@ -20,7 +20,7 @@ use std::os::fd::OwnedFd;
 
 use super::descriptor::{DescriptorError, DmaBuf, MAX_PLANES};
 use super::heap::{HeapError, SystemMemory};
-use super::plane_layout::PlaneLayout;
+use crate::plane_layout::PlaneLayout;
 use crate::tiling::{tiled_size, TilingError};
 use crate::{Fourcc, Layout, TileLayout};
 

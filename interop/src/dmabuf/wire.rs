@@ -38,7 +38,7 @@ use crate::framing::{clean, Cursor, FrameError, Header, Protocol, Writer};
 use crate::{Fourcc, Layout, Modifier};
 
 use super::descriptor::MAX_PLANES;
-use super::plane_layout::{plane_rows, PlaneLayout};
+use crate::plane_layout::{plane_rows, PlaneLayout};
 
 pub use crate::framing::HEADER_LEN;
 pub const MAGIC: [u8; 4] = *b"DMBF";

@@ -62,19 +62,6 @@ pub static SYNC_DEFAULTS: &[(&str, crate::sync::SyncMethods)] = &[
     ("egl", egl::SYNC_METHODS),
 ];
 
-/// Cuts peer-supplied text down for an error message, so that a hostile megabyte of input
-/// does not become a megabyte of stderr.
-pub(crate) fn clip(s: &str) -> String {
-    const MAX: usize = 64;
-    if s.chars().count() <= MAX {
-        s.to_owned()
-    } else {
-        let mut t: String = s.chars().take(MAX).collect();
-        t.push('…');
-        t
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,7 +21,7 @@ use crate::sync::SyncMethods;
 use crate::tile_layout::{LayoutInfo, TILE_LAYOUTS};
 use crate::{format_info, Format, FormatSet, Fourcc, TileLayout};
 
-use super::clip;
+use crate::text::quoted;
 
 /// Most pixel formats one [`formats_of`] list may name; a device enumerates a few dozen.
 pub const MAX_V4L2_FORMATS: usize = 256;
@@ -234,7 +234,7 @@ pub fn formats_of<S: AsRef<str>>(pixfmts: &[S]) -> Result<V4l2Formats, V4l2Error
     let mut out = V4l2Formats::default();
     for p in pixfmts {
         let p = p.as_ref();
-        let entry = lookup(p).ok_or_else(|| V4l2Error::UnknownPixelFormat(clip(p)))?;
+        let entry = lookup(p).ok_or_else(|| V4l2Error::UnknownPixelFormat(quoted(p)))?;
         match entry.mapping {
             V4l2Mapping::Drm(f) => {
                 out.drm.insert(f);

@@ -90,7 +90,7 @@ impl FromStr for SyncMethod {
         SyncMethod::ALL
             .into_iter()
             .find(|m| m.name() == s)
-            .ok_or_else(|| SyncMethodParseError::Unknown(crate::peers::clip(s)))
+            .ok_or_else(|| SyncMethodParseError::Unknown(crate::text::quoted(s)))
     }
 }
 

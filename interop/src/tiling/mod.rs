@@ -50,7 +50,7 @@ pub use fast::{default_threads, detile_fast, detile_plane_fast, tile_fast};
 pub use frame::{FrameConversion, FrameConversionError, Step};
 pub use geometry::{packed_planes, tiled_size, PlaneGeometry, TiledGeometry};
 
-use crate::dmabuf::PlaneLayout;
+use crate::plane_layout::PlaneLayout;
 use crate::{Fourcc, TileLayout};
 
 /// The largest output a CPU conversion allocates: 1 GiB, a 16384 x 16384 RGBA8 frame (the

@@ -218,7 +218,7 @@ impl CapsStructure {
     pub fn new(name: String, features: Option<Vec<String>>, fields: Vec<Field>) -> Result<Self, GstError> {
         let mut seen = std::collections::HashSet::with_capacity(fields.len());
         if let Some(dup) = fields.iter().find(|f| !seen.insert(f.name.as_str())) {
-            return Err(GstError::DuplicateField { structure: super::clip(&name), name: super::clip(&dup.name) });
+            return Err(GstError::DuplicateField { structure: crate::text::quoted(&name), name: crate::text::quoted(&dup.name) });
         }
         let mut s = CapsStructure { name, features, fields, drm: None };
         s.drm = s.read_drm_formats()?;
@@ -266,19 +266,19 @@ impl CapsStructure {
     fn read_drm_formats(&self) -> Result<Option<FormatSet>, GstError> {
         let Some(value) = self.get(DRM_FORMAT) else { return Ok(None) };
         if !self.has_dmabuf() {
-            return Err(GstError::DrmFormatOutsideDmaBuf { structure: super::clip(&self.name) });
+            return Err(GstError::DrmFormatOutsideDmaBuf { structure: crate::text::quoted(&self.name) });
         }
-        let not_string = |found: String| GstError::DrmFormatNotString { structure: super::clip(&self.name), found };
+        let not_string = |found: String| GstError::DrmFormatNotString { structure: crate::text::quoted(&self.name), found };
         let elements = drm_elements(value).map_err(not_string)?;
         if elements.len() > MAX_DRM_FORMATS {
-            return Err(GstError::TooManyDrmFormats { structure: super::clip(&self.name), max: MAX_DRM_FORMATS });
+            return Err(GstError::TooManyDrmFormats { structure: crate::text::quoted(&self.name), max: MAX_DRM_FORMATS });
         }
         let mut set = FormatSet::new();
         for element in elements {
             set.insert(parse_drm_format(element)?);
         }
         if set.is_empty() {
-            return Err(GstError::EmptyDrmFormatList { structure: super::clip(&self.name) });
+            return Err(GstError::EmptyDrmFormatList { structure: crate::text::quoted(&self.name) });
         }
         Ok(Some(set))
     }

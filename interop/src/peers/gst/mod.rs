@@ -26,7 +26,7 @@ pub use caps::{Caps, CapsStructure, Field, IntRange, Value, ValueBody};
 use crate::sync::{SyncMethod, SyncMethods};
 use crate::{Format, FormatSet, Fourcc, FourccParseError, Layout, Modifier};
 
-use super::clip;
+use crate::text::quoted;
 
 /// Longest caps string [`Caps::parse`] (and drm-format list [`parse_drm_format_list`])
 /// reads. Real caps are a few KiB; the bound keeps the work on hostile input proportional
@@ -115,13 +115,13 @@ pub fn parse_drm_format(text: &str) -> Result<Format, GstError> {
         Some((f, m)) => (f, Some(m)),
         None => (text, None),
     };
-    let fourcc: Fourcc = fourcc_text.parse().map_err(|source| GstError::Fourcc { text: clip(text), source })?;
+    let fourcc: Fourcc = fourcc_text.parse().map_err(|source| GstError::Fourcc { text: quoted(text), source })?;
     let Some(modifier_text) = modifier_text else {
         return Ok(Format::linear(fourcc));
     };
-    let modifier = Modifier::parse_hex(modifier_text).map_err(|_| GstError::ModifierSyntax { text: clip(text) })?;
+    let modifier = Modifier::parse_hex(modifier_text).map_err(|_| GstError::ModifierSyntax { text: quoted(text) })?;
     if modifier.is_linear() {
-        return Err(GstError::ExplicitLinear { text: clip(text), fourcc: fourcc.padded() });
+        return Err(GstError::ExplicitLinear { text: quoted(text), fourcc: fourcc.padded() });
     }
     Ok(Format::new(fourcc, modifier))
 }
@@ -152,7 +152,7 @@ pub fn parse_drm_format_list(text: &str) -> Result<FormatSet, GstError> {
         }
         let element = element.trim();
         if element.is_empty() {
-            return Err(GstError::EmptyListElement { text: clip(text) });
+            return Err(GstError::EmptyListElement { text: quoted(text) });
         }
         set.insert(parse_drm_format(element)?);
     }

@@ -87,7 +87,7 @@ impl FromStr for Direction {
         match s {
             "capture" => Ok(Direction::Capture),
             "output" => Ok(Direction::Output),
-            _ => Err(V4l2DeviceError::UnknownDirection(super::clip(s))),
+            _ => Err(V4l2DeviceError::UnknownDirection(crate::text::quoted(s))),
         }
     }
 }

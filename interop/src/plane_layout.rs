@@ -1,8 +1,9 @@
-//! Where one plane of an image lies among its buffer's memory objects.
+//! Where one plane of an image lies among its buffer's memory objects: vocabulary shared by
+//! the dma-buf checks and placement (`dmabuf`), the converters (`tiling`) and the peers.
 
 /// One plane's place: which memory object (fd) of its buffer holds it, where in that
 /// object it starts, its row pitch, and the bytes it spans from its offset to the end of
-/// its last row (of tiles). Placement ([`super::place`]) computes these, and V4L2's
+/// its last row (of tiles). Placement ([`crate::dmabuf::place`]) computes these, and V4L2's
 /// `v4l2_format` maps to them ([`crate::peers::v4l2::plane_layouts`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PlaneLayout {
@@ -38,7 +39,7 @@ impl PlaneLayout {
 /// from its pitch (radv's DCC planes at 1920x1080 have a 2048-byte pitch and span 48 or 64
 /// KiB, not 2048 x 1080); `height` for a fourcc the table does not know. The import check
 /// sizes a plane as `stride x plane_rows`, and so does every [`PlaneLayout`] made from a
-/// descriptor ([`super::DmaBuf::plane_layouts`]) or a wire message: for a tiled layout that
+/// descriptor ([`crate::dmabuf::DmaBuf::plane_layouts`]) or a wire message: for a tiled layout that
 /// is a lower bound, its padding rows being the layout's business, and for a metadata plane
 /// it is 0, a size not known.
 pub fn plane_rows(fourcc: crate::Fourcc, plane: usize, height: u32) -> u32 {
@@ -50,7 +51,7 @@ pub fn plane_rows(fourcc: crate::Fourcc, plane: usize, height: u32) -> u32 {
 }
 
 /// A frame's visible bytes, each plane's rows tightly packed and the planes one after
-/// another (what [`super::write_planes`] takes and an engine's read-back returns), gathered
+/// another (what [`crate::dmabuf::write_planes`] takes and an engine's read-back returns), gathered
 /// from memory laid out as `layouts` say: `memory[l.object]` is the bytes of the file plane
 /// `l` lives in (a mapping of a V4L2 buffer, a file read whole). `None` for a fourcc without
 /// a plane table, a plane whose rows run past its memory, or sizes past `usize`.

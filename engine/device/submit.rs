@@ -224,7 +224,7 @@ impl Submitter {
     }
 
     /// Destroys what `uses` no longer needs now, or later once it is no longer in use.
-    pub(crate) fn retire(&self, device: &ash::Device, allocator: &crate::resources::memory::Memory, uses: Vec<Completion>, garbage: Vec<Garbage>) {
+    pub(crate) fn retire(&self, device: &ash::Device, allocator: &crate::device::memory::Memory, uses: Vec<Completion>, garbage: Vec<Garbage>) {
         if uses.iter().all(|c| self.is_reached(device, c)) {
             self.destroy(device, allocator, garbage);
         } else {
@@ -233,7 +233,7 @@ impl Submitter {
     }
 
     /// Destroys every retired object whose uses are complete. Never blocks on the GPU.
-    pub(crate) fn collect(&self, device: &ash::Device, allocator: &crate::resources::memory::Memory) {
+    pub(crate) fn collect(&self, device: &ash::Device, allocator: &crate::device::memory::Memory) {
         let ready: Vec<Vec<Garbage>> = {
             let mut yard = self.graveyard.lock().unwrap_or_else(PoisonError::into_inner);
             if yard.is_empty() {
@@ -262,7 +262,7 @@ impl Submitter {
     /// Teardown: waits (bounded) for every submission, then destroys what is left. Objects
     /// still used by a host timeline that was never signalled are leaked, with a warning,
     /// rather than freed early.
-    pub(crate) fn shutdown(&self, device: &ash::Device, allocator: &crate::resources::memory::Memory) {
+    pub(crate) fn shutdown(&self, device: &ash::Device, allocator: &crate::device::memory::Memory) {
         // Gates still closed would hold the last submissions back for their whole limit.
         self.gates.shutdown();
         let last = self.lock().last_value;
@@ -316,7 +316,7 @@ impl Submitter {
     }
 
     /// Destroys `garbage`, whose GPU work is complete (export semaphores go back to the pool).
-    fn destroy(&self, device: &ash::Device, allocator: &crate::resources::memory::Memory, garbage: Vec<Garbage>) {
+    fn destroy(&self, device: &ash::Device, allocator: &crate::device::memory::Memory, garbage: Vec<Garbage>) {
         let mut rest = Vec::with_capacity(garbage.len());
         for g in garbage {
             match g {
@@ -328,7 +328,7 @@ impl Submitter {
     }
 }
 
-fn destroy(device: &ash::Device, allocator: &crate::resources::memory::Memory, garbage: Vec<Garbage>) {
+fn destroy(device: &ash::Device, allocator: &crate::device::memory::Memory, garbage: Vec<Garbage>) {
     for g in garbage {
         // SAFETY: every object was created from this device, by dmabridge, and the GPU no
         // longer uses it: each of its uses' timeline points has been reached
@@ -407,7 +407,7 @@ pub struct SubmitOptions {
     /// sync_file fences (another process's or device's work) to wait for. Ownership passes
     /// to the engine. The queue never waits for them itself: a fence still pending at submit
     /// time holds the work back for at most [`SubmitOptions::fence_limit`] (the module
-    /// `resources::fence_gate` says how and why).
+    /// `device::fence_gate` says how and why).
     pub wait_sync_files: Vec<SyncFile>,
     /// How long a fence of `wait_sync_files` may hold this work back. Past it, the fence has
     /// *expired*: the work runs without it and [`Submission::wait`] reports

@@ -38,6 +38,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 pub mod convert;
+pub mod cost;
 pub mod device;
 pub mod dmabuf;
 pub mod error;
@@ -55,7 +56,7 @@ pub use resources::buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuff
 pub use device::format_support::{FormatSupportError, SupportQuery, SupportSource, FormatSupport, ListedModifier, ModifierSupport};
 pub use convert::compute::{Binding, ComputeError, ComputePipeline};
 pub use convert::converter::{ConversionBuffer, ConvertError, Converter, DetileRun, DetileSource, Detiled, TiledFrame};
-pub use convert::cost::{Choice, ChoiceReason, ConvertPath, CostCache, Measured, SizeClass};
+pub use cost::{Choice, ChoiceReason, ConvertPath, CostCache, Measured, SizeClass};
 pub use device::adapter::Adapter;
 pub use device::engine::{DeviceInfo, DeviceSelector, Engine, EngineError, EngineOptions, HostVulkan};
 pub use error::VkError;

@@ -1,5 +1,5 @@
 //! Whole-frame conversions, bytes in and bytes out, on the path the cost model
-//! ([`crate::convert::cost`]) picks: the CPU fast path, the GPU compute shaders (detile and colour
+//! ([`crate::cost`]) picks: the CPU fast path, the GPU compute shaders (detile and colour
 //! fused in one shader), or GPU copy commands for the layout steps with the colour shader
 //! as a second pass. Every path writes the same bytes; the tests force each and compare.
 //!
@@ -21,7 +21,7 @@ use dmabridge_interop::tiling::{default_threads, FrameConversion, Step};
 use dmabridge_interop::TileLayout;
 
 use crate::convert::converter::{ConvertError, Converter};
-use crate::convert::cost::{fastest, key, Choice, ChoiceReason, ConvertPath, Measured, SizeClass};
+use crate::cost::{fastest, key, Choice, ChoiceReason, ConvertPath, Measured, SizeClass};
 
 impl Converter {
     /// The paths that can run `c`: the CPU and the compute shaders always; copy commands
@@ -49,7 +49,7 @@ impl Converter {
     /// as measured (now, once per combination and size class, or earlier; see
     /// [`Converter::calibrate`] to measure ahead of time).
     pub fn choose(&self, c: &FrameConversion, path: Option<ConvertPath>) -> Result<Choice, ConvertError> {
-        let model = &self.engine().shared().cost;
+        let model = &self.engine().cost();
         if let Some(path) = path.or_else(|| model.forced()) {
             let class = SizeClass::of(c.width, c.height);
             return Ok(Choice { path, reason: ChoiceReason::Forced, size_class: class, candidates: model.get(&key(c, class)).unwrap_or_default() });
@@ -68,7 +68,7 @@ impl Converter {
     /// or the fastest as measured earlier; `None` when it would have to measure (a caller
     /// with a latency budget then calibrates elsewhere, on a worker).
     pub fn known(&self, c: &FrameConversion) -> Result<Option<Choice>, ConvertError> {
-        if self.engine().shared().cost.forced().is_some() {
+        if self.engine().cost().forced().is_some() {
             return self.choose(c, None).map(Some);
         }
         self.known_choice(c)
@@ -81,7 +81,7 @@ impl Converter {
     fn known_choice(&self, c: &FrameConversion) -> Result<Option<Choice>, ConvertError> {
         let class = SizeClass::of(c.width, c.height);
         let k = key(c, class);
-        let model = &self.engine().shared().cost;
+        let model = &self.engine().cost();
         let Some(known) = model.get(&k) else { return Ok(None) };
         let runnable = self.paths(c)?;
         let usable: Vec<Measured> = known.into_iter().filter(|m| runnable.contains(&m.path) && !model.has_failed(&k, m.path)).collect();
@@ -100,7 +100,7 @@ impl Converter {
             return Ok(choice);
         }
         let class = SizeClass::of(c.width, c.height);
-        let model = &self.engine().shared().cost;
+        let model = &self.engine().cost();
         let k = key(c, class);
         let runnable = self.paths(c)?;
         let (w, h) = class.representative();
@@ -196,7 +196,7 @@ impl Converter {
             %error,
             "cost model: the path it chose failed at run time; dropped for this combination, and the CPU converted the frame"
         );
-        let candidates = self.engine().shared().cost.drop_failed(&key(c, class), choice.path, cpu);
+        let candidates = self.engine().cost().drop_failed(&key(c, class), choice.path, cpu);
         Ok((ran, Choice { path: ConvertPath::Cpu, reason: ChoiceReason::FellBack { failed: choice.path }, size_class: class, candidates }))
     }
 

@@ -3,7 +3,6 @@
 
 pub mod compute;
 pub mod converter;
-pub mod cost;
 pub(crate) mod frame;
 mod plan_runner;
 pub mod shaders;

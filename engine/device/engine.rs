@@ -50,7 +50,7 @@ pub struct EngineOptions {
     /// Device extensions the caller needs besides dmabridge's own. A device that lacks one
     /// is not chosen.
     pub device_extensions: Vec<CString>,
-    /// The path every conversion takes (`None`: the cost model's choice, see [`crate::convert::cost`]).
+    /// The path every conversion takes (`None`: the cost model's choice, see [`crate::cost`]).
     pub convert_path: Option<crate::ConvertPath>,
     /// Where the cost model's measurements are kept between processes: the default file,
     /// another file, or none ([`crate::CostCache::Off`]: nothing is read or written).
@@ -163,12 +163,11 @@ enum Ownership {
     Host { on_drop: Option<Box<dyn FnOnce() + Send + Sync>> },
 }
 
-/// What every clone of an [`Engine`] shares.
+/// The device every clone of an [`Engine`] shares: its handles, memory and submissions.
 pub(crate) struct DeviceShared {
     /// The physical device and instance, which outlive the device: dropped after it.
     adapter: Adapter,
     device: ash::Device,
-    pub(crate) cost: crate::convert::cost::CostModel,
     external_memory_fd: Option<ash::khr::external_memory_fd::Device>,
     drm_format_modifier: Option<ash::ext::image_drm_format_modifier::Device>,
     external_semaphore_fd: Option<ash::khr::external_semaphore_fd::Device>,
@@ -221,8 +220,14 @@ impl Drop for DeviceShared {
 /// instance are thread-safe in Vulkan's sense except where external synchronisation is
 /// required (the queue and command pool, behind [`Engine::lock_queue`]'s lock; the
 /// allocator, behind its own).
+///
+/// Its clones share the device and the conversion cost model measured on it: the device
+/// knows nothing of conversions ([`crate::cost`] is the policy, kept beside it).
 #[derive(Clone)]
-pub struct Engine(Arc<DeviceShared>);
+pub struct Engine {
+    shared: Arc<DeviceShared>,
+    cost: Arc<crate::cost::CostModel>,
+}
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -306,7 +311,7 @@ impl Engine {
         let queue = unsafe { device.get_device_queue(adapter.queue_family(), queue_index) };
         let instance = adapter.instance();
         let physical = adapter.physical_device();
-        let cost = crate::convert::cost::CostModel::new(cost_key(adapter.info()), cost_cache, None);
+        let cost = crate::cost::CostModel::new(cost_key(adapter.info()), cost_cache, None);
         let memory = match Memory::new(instance, &device, physical) {
             Ok(m) => m,
             Err(e) => return Err(destroy_own(e.into(), &ownership)),
@@ -333,95 +338,102 @@ impl Engine {
             embedded = matches!(ownership, Ownership::Host { .. }),
             "dmabridge engine ready"
         );
-        Ok(Engine(Arc::new(DeviceShared {
-            adapter,
-            device,
-            cost,
-            external_memory_fd,
-            drm_format_modifier,
-            external_semaphore_fd,
-            memory,
-            submitter,
-            ownership,
-        })))
+        Ok(Engine {
+            cost: Arc::new(cost),
+            shared: Arc::new(DeviceShared {
+                adapter,
+                device,
+                external_memory_fd,
+                drm_format_modifier,
+                external_semaphore_fd,
+                memory,
+                submitter,
+                ownership,
+            }),
+        })
     }
 
     pub(crate) fn shared(&self) -> &DeviceShared {
-        &self.0
+        &self.shared
+    }
+
+    /// The conversion cost model measured on this device ([`crate::cost`]).
+    pub(crate) fn cost(&self) -> &crate::cost::CostModel {
+        &self.cost
     }
 
     /// The physical device and instance this engine stands on: everything a query needs.
     pub fn adapter(&self) -> &Adapter {
-        &self.0.adapter
+        &self.shared.adapter
     }
 
     pub fn entry(&self) -> &ash::Entry {
-        self.0.adapter.entry()
+        self.shared.adapter.entry()
     }
 
     pub fn instance(&self) -> &ash::Instance {
-        self.0.adapter.instance()
+        self.shared.adapter.instance()
     }
 
     pub fn physical_device(&self) -> vk::PhysicalDevice {
-        self.0.adapter.physical_device()
+        self.shared.adapter.physical_device()
     }
 
     pub fn device(&self) -> &ash::Device {
-        &self.0.device
+        &self.shared.device
     }
 
     pub fn queue_family(&self) -> u32 {
-        self.0.adapter.queue_family()
+        self.shared.adapter.queue_family()
     }
 
     pub fn extensions(&self) -> &EnabledExtensions {
-        self.0.adapter.extensions()
+        self.shared.adapter.extensions()
     }
 
     pub fn features(&self) -> EnabledFeatures {
-        self.0.adapter.features()
+        self.shared.adapter.features()
     }
 
     /// Each capability, with what it needs and what of that this engine lacks.
     pub fn requirements(&self) -> &Requirements {
-        self.0.adapter.requirements()
+        self.shared.adapter.requirements()
     }
 
     /// The capabilities this engine has.
     pub fn capabilities(&self) -> Vec<Capability> {
-        self.0.adapter.capabilities()
+        self.shared.adapter.capabilities()
     }
 
     pub fn has_capability(&self, c: Capability) -> bool {
-        self.0.adapter.has_capability(c)
+        self.shared.adapter.has_capability(c)
     }
 
     pub fn info(&self) -> &DeviceInfo {
-        self.0.adapter.info()
+        self.shared.adapter.info()
     }
 
     /// Whether the engine wraps a host's device (and will not destroy it).
     pub fn is_embedded(&self) -> bool {
-        matches!(self.0.ownership, Ownership::Host { .. })
+        matches!(self.shared.ownership, Ownership::Host { .. })
     }
 
     /// The validation layer's messages, when this engine turned validation on.
     pub fn validation(&self) -> Option<&ValidationLog> {
-        self.0.adapter.validation()
+        self.shared.adapter.validation()
     }
 
     pub(crate) fn external_memory_fd(&self) -> Option<&ash::khr::external_memory_fd::Device> {
-        self.0.external_memory_fd.as_ref()
+        self.shared.external_memory_fd.as_ref()
     }
 
     pub(crate) fn drm_format_modifier(&self) -> Option<&ash::ext::image_drm_format_modifier::Device> {
-        self.0.drm_format_modifier.as_ref()
+        self.shared.drm_format_modifier.as_ref()
     }
 
     /// [`Adapter::is_known_false_positive`].
     pub fn is_known_false_positive(&self, message: &str) -> bool {
-        self.0.adapter.is_known_false_positive(message)
+        self.shared.adapter.is_known_false_positive(message)
     }
 
     /// Measures the cost model's candidates for each of `conversions` (at its size class's
@@ -436,12 +448,12 @@ impl Engine {
 
     /// Forces every conversion onto `path` (`None`: the cost model decides again).
     pub fn set_convert_path(&self, path: Option<crate::ConvertPath>) {
-        self.0.cost.set_forced(path);
+        self.cost.set_forced(path);
     }
 
     /// True when `VK_EXT_image_drm_format_modifier` is enabled: explicit modifiers exist.
     pub fn has_modifiers(&self) -> bool {
-        self.0.adapter.has_modifiers()
+        self.shared.adapter.has_modifiers()
     }
 
     /// The queue family that other devices and APIs hand memory over from.
@@ -455,12 +467,12 @@ impl Engine {
 
     /// The first memory type allowed by `type_bits` that has all of `required`.
     pub(crate) fn memory_type(&self, type_bits: u32, required: vk::MemoryPropertyFlags) -> Option<u32> {
-        self.0.memory.memory_type(type_bits, required)
+        self.shared.memory.memory_type(type_bits, required)
     }
 
     /// [`Adapter::drm_modifier_list2_is_empty`].
     pub fn drm_modifier_list2_is_empty(&self) -> bool {
-        self.0.adapter.drm_modifier_list2_is_empty()
+        self.shared.adapter.drm_modifier_list2_is_empty()
     }
 }
 

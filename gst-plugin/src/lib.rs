@@ -27,20 +27,22 @@
 //! the element reads and writes, and is on with a 1.24 runtime (or `DMABRIDGE_GST_DMA_DRM=1`).
 
 use gst::glib;
-use gst::prelude::*;
 
 mod convert;
-pub mod dma_drm;
-mod planes;
 
-glib::wrapper! {
-    /// The `dmabridgeconvert` element.
-    pub struct DmabridgeConvert(ObjectSubclass<convert::imp::DmabridgeConvert>) @extends gst_base::BaseTransform, gst::Element, gst::Object;
-}
+pub use convert::{dma_drm, DmabridgeConvert};
 
 fn plugin_init(plugin: &gst::Plugin) -> Result<(), glib::BoolError> {
-    gst::Element::register(Some(plugin), "dmabridgeconvert", gst::Rank::NONE, DmabridgeConvert::static_type())
+    convert::register(plugin)
 }
+
+// GStreamer compares a plugin's license verbatim with a fixed list (gst_plugin_check_license;
+// GstPluginDesc's docs: "LGPL, GPL, QPL, GPL/QPL, MPL, BSD, MIT/X11, Proprietary, unknown"):
+// no SPDX expression, no "MIT OR Apache-2.0". A license outside the list is refused by older
+// runtimes and warned about by newer ones, and "unknown" would say nothing. So the plugin is
+// MIT alone, which the MIT OR Apache-2.0 crates it links allow, and "MIT/X11" is GStreamer's
+// name for it. The assertion keeps Cargo.toml's license and this one from drifting apart.
+const _: () = assert!(matches!(env!("CARGO_PKG_LICENSE").as_bytes(), b"MIT"), "plugin_define! says MIT/X11: the crate's license must be MIT");
 
 gst::plugin_define!(
     dmabridge,

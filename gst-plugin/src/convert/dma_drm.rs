@@ -20,7 +20,7 @@ use dmabridge::interop::tiling::tiled_size;
 use dmabridge::interop::{Fourcc, Format, Layout, Modifier, TileLayout};
 use gst_video::VideoFormat;
 
-use crate::convert::imp::{layout_of, SINK_FORMATS, SRC_FORMATS};
+use super::formats::{layout_of, SINK_FORMATS, SRC_FORMATS};
 
 /// The `format` value of DMA_DRM caps.
 pub const DMA_DRM: &str = "DMA_DRM";

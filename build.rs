@@ -1,8 +1,8 @@
 //! Compiles every shader in `shaders/` (GLSL 450: `.comp`, `.vert`, `.frag`) to SPIR-V with
 //! Debian's `glslc` and validates the result with `spirv-val`, both installed by
 //! `scripts/setup.sh`. The SPIR-V lands in `OUT_DIR`, where `engine/convert/shaders.rs` and
-//! `engine/present/shaders.rs` embed it. Nothing is downloaded at build time. The CLI's build
-//! script includes this file to compile the demo's shaders (`cli/shaders/`) the same way.
+//! `engine/present/shaders.rs` embed it. Nothing is downloaded at build time. The lab's build
+//! script includes this file to compile the demo's shaders (`lab/shaders/`) the same way.
 //!
 //! glslc rather than naga: it is the reference GLSL front end (shaderc/glslang), so the
 //! integer semantics the shaders rely on (arithmetic `>>` on `int`, `uint` wrap-around) are

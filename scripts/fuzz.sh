@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Fuzzes every target of dmabridge's fuzz crates (interop/fuzz: the parsers, the import
 # checks, the tiling geometry, the handoff wire, the CPU fast paths against the scalar
-# references on buffers between guard pages (cpu_differential); cli/fuzz: the demo's control
+# references on buffers between guard pages (cpu_differential); lab/fuzz: the demo's control
 # messages), one at a time, for FUZZ_SECONDS each (default 600), under AddressSanitizer
 # (cargo fuzz's default), and keeps what the fuzzer learns:
 #   - inputs that reach new code are merged (libFuzzer -merge=1, so only those that add
@@ -22,7 +22,7 @@ FUZZ_SECONDS=${FUZZ_SECONDS:-600}
 RSS_LIMIT_MB=${FUZZ_RSS_LIMIT_MB:-2048}
 TIMEOUT=${FUZZ_TIMEOUT:-10}
 TOOLCHAIN=${FUZZ_TOOLCHAIN:-nightly}
-FUZZ_DIRS=(interop/fuzz cli/fuzz)
+FUZZ_DIRS=(interop/fuzz lab/fuzz)
 
 if ! cargo "+$TOOLCHAIN" fuzz --version >/dev/null 2>&1; then
     cargo "+$TOOLCHAIN" install cargo-fuzz --locked

@@ -29,7 +29,7 @@ pkg_ok() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok i
 PKGS=(libvulkan1 vulkan-validationlayers strace gcc libc6-dev libegl1 libgles2 glslc spirv-tools gstreamer1.0-tools gstreamer1.0-plugins-base pkgconf)
 # The bench report's text (DejaVu, for the PNGs) and its check (headless Chromium renders
 # the page in the tests); the CPU libraries `bench` measures dmabridge's conversions beside
-# (libyuv, FFmpeg's swscale: loaded at run time, see cli/src/demo/cpu_peers.rs); all without
+# (libyuv, FFmpeg's swscale: loaded at run time, see lab/src/bench/cpu_peers.rs); all without
 # their recommends, which are a desktop's worth.
 LEAN=(fonts-dejavu-core chromium libyuv-dev libswscale-dev)
 missing=()

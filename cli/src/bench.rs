@@ -1,8 +1,8 @@
 //! `dmabridge bench [--json] [--quick] [--report DIR] [--compare OLD.json [NEW.json]]`: see
-//! `dmabridge_cli::demo::bench` for what each path's time covers. `--json` prints the
+//! `dmabridge_lab::bench` for what each path's time covers. `--json` prints the
 //! contract JSON on stdout; otherwise a table, the ratios and a PNG plot (`--plot`, default
 //! bench-out/bench.png). `--report DIR` writes `DIR/index.html` (the page of
-//! `dmabridge_cli::demo::html_report`), `DIR/bench.json` and `DIR/bench.png`. `--compare`
+//! `dmabridge_lab::bench::html`), `DIR/bench.json` and `DIR/bench.png`. `--compare`
 //! prints the change of every figure since OLD on stdout (on stderr with `--json`, whose
 //! stdout is the JSON) and puts it in the report; with NEW as well, nothing is measured: the
 //! two files are compared. A progress bar runs on stderr.
@@ -10,9 +10,13 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use dmabridge_cli::demo::bench::{self, BenchOptions, BenchReport};
-use dmabridge_cli::demo::report::{font, write_plot};
 use dmabridge::{Engine, EngineOptions};
+use dmabridge_lab::bench::figures::{changes_text, compare, read_report, Figures};
+use dmabridge_lab::bench::html::render;
+use dmabridge_lab::bench::options::BenchOptions;
+use dmabridge_lab::bench::plot::write_plot;
+use dmabridge_lab::bench::results::{BenchReport, BesideLinear, ConvertResult};
+use dmabridge_lab::picture::font;
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
@@ -36,7 +40,6 @@ pub struct BenchArgs {
 
 /// The comparison (when asked) and the report (when asked) of the run `new`.
 fn finish(args: &BenchArgs, new: &BenchReport) -> Result<(), String> {
-    use dmabridge_cli::demo::html_report::{changes_text, compare, read_report, render, Figures};
     let figures = Figures::from_report(new).map_err(|e| e.to_string())?;
     let changes = match args.compare.first() {
         Some(old) => {
@@ -69,7 +72,7 @@ fn finish(args: &BenchArgs, new: &BenchReport) -> Result<(), String> {
 pub fn run(args: &BenchArgs) -> ExitCode {
     if let [_, new] = args.compare.as_slice() {
         // Two files: compare (and report) without measuring.
-        let read = dmabridge_cli::demo::html_report::read_report(new).map_err(|e| e.to_string());
+        let read = read_report(new).map_err(|e| e.to_string());
         return match read.and_then(|r| finish(args, &r)) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
@@ -80,7 +83,6 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     }
     if let Some(old) = args.compare.first() {
         // Refuse a bad OLD before spending minutes measuring.
-        use dmabridge_cli::demo::html_report::{read_report, Figures};
         if let Err(e) = read_report(old).and_then(|r| Figures::from_report(&r).map(|_| ())) {
             eprintln!("dmabridge bench: {e}");
             return ExitCode::from(1);
@@ -107,7 +109,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
         first = false;
         bar.set_message(label.to_owned());
     };
-    let report = match bench::run(&engine, &opts, &mut progress) {
+    let report = match dmabridge_lab::bench::run(&engine, &opts, &mut progress) {
         Ok(r) => r,
         Err(e) => {
             bar.abandon();
@@ -159,7 +161,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
             );
         }
     }
-    let peered: Vec<&bench::ConvertResult> = report.convert.iter().filter(|c| !c.peers.is_empty()).collect();
+    let peered: Vec<&ConvertResult> = report.convert.iter().filter(|c| !c.peers.is_empty()).collect();
     if !peered.is_empty() {
         println!();
         println!("CPU libraries on the same frames (GB/s of output; dmabridge / peer in total, and per thread: dmabridge on one thread / the peer on one):");
@@ -179,7 +181,7 @@ pub fn run(args: &BenchArgs) -> ExitCode {
             }
         }
     }
-    let fused: Vec<(&bench::ConvertResult, bench::BesideLinear)> = report.convert.iter().filter_map(|c| c.beside_linear.map(|b| (c, b))).collect();
+    let fused: Vec<(&ConvertResult, BesideLinear)> = report.convert.iter().filter_map(|c| c.beside_linear.map(|b| (c, b))).collect();
     if !fused.is_empty() {
         println!();
         println!("fused tiled -> RGB beside dmabridge's linear conversion of the same formats, taking turns (GB/s of output):");
@@ -193,8 +195,8 @@ pub fn run(args: &BenchArgs) -> ExitCode {
     println!();
     println!("negotiation: {:.1} µs; descriptor handoff: {:.1} µs", report.negotiate_us, report.handoff_us);
     println!();
-    // The goals as the report states them (one list, html_report::Figures::goals).
-    let figures = dmabridge_cli::demo::html_report::Figures::from_report(&report);
+    // The goals as the report states them (one list, Figures::goals).
+    let figures = Figures::from_report(&report);
     if let Ok(f) = &figures {
         println!("goals (measured, goal, met):");
         for (name, value, goal, met) in f.goals() {

@@ -3,11 +3,11 @@
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use dmabridge_cli::demo;
 
 mod allocate;
 mod bench;
 mod convert;
+mod demo;
 mod frame;
 mod import;
 mod negotiate;
@@ -49,13 +49,13 @@ enum Command {
     /// Negotiate like `negotiate`, then allocate the collection on the live device, honouring every constraint.
     Allocate(allocate::AllocateArgs),
     /// Two processes, a producer and a consumer, pass animated frames zero-copy and by GPU copy; summary, table and contact sheet.
-    Demo(demo::command::DemoArgs),
+    Demo(demo::DemoArgs),
     /// The demo's consumer process (started by `demo` with inherited sockets).
     #[command(hide = true)]
-    DemoConsumer(demo::command::ConsumerArgs),
+    DemoConsumer(demo::ConsumerArgs),
     /// The decoder demo's consumer and recorder processes (started by `demo --producer decoder`).
     #[command(hide = true)]
-    DemoDecoderPeer(demo::command::DecoderPeerArgs),
+    DemoDecoderPeer(demo::DecoderPeerArgs),
     /// Per-frame cost of the zero-copy, GPU-copy and CPU-copy paths per size, against memcpy.
     Bench(bench::BenchArgs),
     /// Show a raw frame (tightly packed planes) in a window, imported as a dma-buf.
@@ -85,9 +85,9 @@ fn main() -> ExitCode {
         Command::Probe(args) => probe::run(&args),
         Command::Import(args) => import::run(&args),
         Command::Convert(args) => convert::run(&args),
-        Command::Demo(args) => demo::command::run(&args),
-        Command::DemoConsumer(args) => demo::command::run_consumer(&args),
-        Command::DemoDecoderPeer(args) => demo::command::run_decoder_peer(&args),
+        Command::Demo(args) => demo::run(&args),
+        Command::DemoConsumer(args) => demo::run_consumer(&args),
+        Command::DemoDecoderPeer(args) => demo::run_decoder_peer(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Negotiate(args) => negotiate_with_device(&args),
         Command::Allocate(args) => allocate::run(&args, &load_participant),

@@ -147,7 +147,7 @@ fn bench_compare_refuses_a_fifo_or_an_over_long_result() {
     // Two files: compared without measuring; one: checked before measuring.
     refused(&["bench", "--compare", &old, &new], &[NOT_REGULAR]);
     refused(&["bench", "--compare", &old], &[&old, NOT_REGULAR]);
-    let limit = dmabridge_cli::demo::html_report::MAX_REPORT_BYTES;
+    let limit = dmabridge_lab::bench::figures::MAX_REPORT_BYTES;
     let long = s(&long_file(dir.path(), "long.json", limit + 1));
     refused(&["bench", "--compare", &long], &[&long, &format!("the {limit}-byte limit")]);
 }

@@ -6,7 +6,8 @@
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use dmabridge_interop::negotiate::{negotiate, reconcile, DeviceCopy, Member, Outcome, Participant, Report};
+use dmabridge_interop::negotiate::{negotiate, reconcile, DeviceCopy, Member, Outcome, Participant};
+use dmabridge_interop::report::Report;
 use dmabridge_interop::{Format, FormatSet, Fourcc, Modifier};
 
 const PARTIES: usize = 8;

@@ -1,12 +1,13 @@
 //! Negotiation from C: `dmabridge negotiate`'s arguments (`dmb_negotiate_json`), or the
 //! same participants and constraints one call at a time (`dmb_participants_*`). Both read
-//! the grammar of `dmabridge_interop::negotiate::spec`; the live Vulkan device is the
+//! the grammar of `dmabridge_interop::spec`; the live Vulkan device is the
 //! engine's, where the caller gives one.
 
 use std::ffi::{c_char, CStr, CString};
 
-use dmabridge::interop::negotiate::spec::{build_participants_with, ConstraintKey, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
-use dmabridge::interop::negotiate::{negotiate, Constraints, Member, Participant, Report, MAX_PARTICIPANTS};
+use dmabridge::interop::spec::{build_participants_with, ConstraintKey, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
+use dmabridge::interop::negotiate::{negotiate, Constraints, Member, Participant, MAX_PARTICIPANTS};
+use dmabridge::interop::report::Report;
 use dmabridge::{Direction, Engine, ImageUse, ParticipantRequest};
 
 use crate::dmb_status::{self, *};

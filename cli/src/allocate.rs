@@ -9,7 +9,7 @@
 //! re-opened `O_RDONLY`, and a write through one must fail.
 //!
 //! Output: the negotiation's summary, or with `--json` its document (see
-//! [`dmabridge_interop::negotiate::Report`]) where `buffers` becomes the list of buffers
+//! [`dmabridge_interop::report::Report`]) where `buffers` becomes the list of buffers
 //! (`{"modifier", "fds", "planes": [{"fd_index", "offset", "stride", "size", "file"}],
 //! "verified"}`, `file` being `dma-buf` or `sealed memfd`) and the count moves to
 //! `buffer_count`, plus `layout_source`, `disjoint`, `disjoint_reason`, `memory` (where
@@ -37,11 +37,12 @@ use std::process::ExitCode;
 use clap::{Arg, ArgMatches, Args, Command, FromArgMatches};
 use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::{check_read_only, classify, file_size, write_all_at, write_planes, DmaBuf, FdTrust};
-use dmabridge::interop::negotiate::{Allocation, Conversion, ConversionKind, CopyPlan, Outcome, Participant, Report};
+use dmabridge::interop::negotiate::{Allocation, Conversion, ConversionKind, CopyPlan, Outcome, Participant};
+use dmabridge::interop::report::Report;
 use dmabridge::interop::tiling::{test_pattern, tile_to_vec, tiled_size};
 use dmabridge::interop::{Layout, TileLayout};
 use dmabridge::{AllocateError, Allocated, AllocationSpec, Converter, Engine, EngineOptions, ImageUse, ImportOptions, ImportPath, LayoutSource};
-use dmabridge_interop::negotiate::spec::{ParticipantSpec, SpecError};
+use dmabridge_interop::spec::{ParticipantSpec, SpecError};
 
 use crate::negotiate::{negotiation_of, NegotiateArgs};
 
@@ -126,7 +127,7 @@ pub fn run(args: &AllocateArgs, load: &Loader<'_>) -> ExitCode {
         Outcome::Shared(a) => vec![(0, a)],
         Outcome::Copy { plan, .. } => plan.groups.iter().enumerate().filter(|(g, _)| own_image_copy(plan, *g).is_none()).map(|(g, group)| (g, &group.allocation)).collect(),
         Outcome::Impossible(c) => {
-            say(&if args.negotiate.json { report.to_json() + "\n" } else { dmabridge::interop::negotiate::human(&negotiation) });
+            say(&if args.negotiate.json { report.to_json() + "\n" } else { dmabridge::interop::report::human(&negotiation) });
             let kinds: Vec<&str> = c.iter().map(|c| c.constraint.name()).collect();
             return fail(2, &format!("impossible: {}", kinds.join(", ")));
         }
@@ -154,7 +155,7 @@ pub fn run(args: &AllocateArgs, load: &Loader<'_>) -> ExitCode {
         };
         say(&(doc.to_string() + "\n"));
     } else {
-        say(&dmabridge::interop::negotiate::human(&negotiation));
+        say(&dmabridge::interop::report::human(&negotiation));
         for (g, a) in &allocated {
             say(&if shared { summary(a) } else { format!("group {g}: {}", summary(a)) });
         }

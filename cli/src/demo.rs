@@ -175,7 +175,7 @@ fn run_live(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
         return ExitCode::from(1);
     };
     let display = match args.kms_device.as_deref().map(|v| {
-        use dmabridge::interop::negotiate::spec::{ParticipantSpec, PeerKind};
+        use dmabridge::interop::spec::{ParticipantSpec, PeerKind};
         let spec = ParticipantSpec { kind: PeerKind::KmsDevice, name: "display".into(), value: v.to_owned() };
         spec.kms_device_target().map(|(path, plane)| (PathBuf::from(path), plane))
     }) {

@@ -182,10 +182,10 @@ fn negotiate_with_device(args: &negotiate::NegotiateArgs) -> ExitCode {
 /// device `device(D)` gives, for exactly that use; `--wayland NAME` asks the compositor
 /// `WAYLAND_DISPLAY` names), every other kind through the library's loader.
 fn load_participant(
-    spec: &dmabridge_interop::negotiate::spec::ParticipantSpec,
+    spec: &dmabridge_interop::spec::ParticipantSpec,
     device: &dyn Fn(Option<&str>) -> Result<LiveDevice, String>,
-) -> Result<dmabridge_interop::negotiate::Participant, dmabridge_interop::negotiate::spec::SpecError> {
-    use dmabridge_interop::negotiate::spec::{PeerKind, SpecError};
+) -> Result<dmabridge_interop::negotiate::Participant, dmabridge_interop::spec::SpecError> {
+    use dmabridge_interop::spec::{PeerKind, SpecError};
     match spec.kind {
         PeerKind::Vulkan => {}
         PeerKind::Wayland => {

@@ -14,14 +14,15 @@
 //!
 //! Exit status: 0 shared or copy, 2 impossible or conflicting constraints, 1 bad input
 //! (one line on stderr naming the participant). The JSON document is
-//! [`dmabridge_interop::negotiate::Report`].
+//! [`dmabridge_interop::report::Report`].
 
 use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Arg, ArgAction, ArgMatches, Args, Command, FromArgMatches};
-use dmabridge_interop::negotiate::spec::{build_participants_with, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
-use dmabridge_interop::negotiate::{human, negotiate, Member, Negotiation, Outcome, Participant, PlanFile, Report, ReportParticipant};
+use dmabridge_interop::spec::{build_participants_with, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
+use dmabridge_interop::negotiate::{negotiate, Member, Negotiation, Outcome, Participant, PlanFile};
+use dmabridge_interop::report::{human, Report, ReportParticipant};
 use dmabridge_interop::tiling::FrameConversion;
 use dmabridge_interop::Fourcc;
 

@@ -41,7 +41,7 @@ pub struct ProbeArgs {
 
 /// `--v4l2-device` and `--kms-device`: the devices as their drivers list them.
 fn probe_peers(args: &ProbeArgs) -> Result<String, String> {
-    use dmabridge::interop::negotiate::spec::{ParticipantSpec, PeerKind};
+    use dmabridge::interop::spec::{ParticipantSpec, PeerKind};
     use dmabridge::interop::peers::kms_device::KmsDevice;
     use dmabridge::interop::peers::v4l2_device::V4l2Device;
     let spec = |kind, value: &str| ParticipantSpec { kind, name: "probe".into(), value: value.to_owned() };
@@ -54,7 +54,7 @@ fn probe_peers(args: &ProbeArgs) -> Result<String, String> {
         let formats = device.enum_formats().map_err(|e| e.to_string())?;
         let summary = device.summary(&formats);
         let participant = device.participant_of("v4l2", &formats).map_err(|e| e.to_string())?;
-        let read = dmabridge::interop::negotiate::ReportParticipant::of(&participant, Some(format!("--v4l2-device {v}")));
+        let read = dmabridge::interop::report::ReportParticipant::of(&participant, Some(format!("--v4l2-device {v}")));
         table += &format!(
             "V4L2 {} ({}, {}, {}{})\n",
             summary.path,

@@ -93,7 +93,7 @@ fn negotiate_refuses_a_fifo_as_any_peer_file() {
 #[test]
 fn negotiate_refuses_a_peer_file_over_the_limit_naming_it() {
     let dir = own_dir();
-    let limit = dmabridge_interop::negotiate::spec::MAX_PEER_FILE;
+    let limit = dmabridge_interop::spec::MAX_PEER_FILE;
     let path = s(&long_file(dir.path(), "in_formats", limit + 1));
     refused(&["negotiate", "--kms-in-formats", &format!("peer={path}"), "--drm-formats", "display=XR24"], &["\"peer\"", &path, &format!("the {limit}-byte limit")]);
 }

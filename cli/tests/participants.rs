@@ -1,9 +1,10 @@
-//! The command line's participant grammar (`dmabridge_interop::negotiate::spec`): participants from
+//! The command line's participant grammar (`dmabridge_interop::spec`): participants from
 //! command-line text through the peer parsers, constraints, and what the negotiation makes
 //! of them.
 
-use dmabridge_interop::negotiate::spec::{build_participants, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
+use dmabridge_interop::spec::{build_participants, ConstraintSpec, ParticipantSpec, PeerKind, SpecError};
 use dmabridge_interop::negotiate::*;
+use dmabridge_interop::report::{OutcomeName, Report};
 use dmabridge_interop::{Format, FormatSet, Fourcc, Modifier};
 
 const X_TILED: Modifier = Modifier::from_raw(0x0100_0000_0000_0001);

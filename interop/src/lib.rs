@@ -23,6 +23,8 @@ pub mod modifier;
 pub mod negotiate;
 pub mod peers;
 pub mod plane_layout;
+pub mod report;
+pub mod spec;
 pub mod sync;
 pub mod tile_layout;
 pub mod text;

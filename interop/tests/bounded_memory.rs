@@ -14,9 +14,8 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dmabridge_interop::dmabuf::{check_import, sealed_memfd_of_size, DmaBuf, ImportCheckError, ImportLimits, PlaneDesc};
-use dmabridge_interop::negotiate::{
-    human, negotiate, Member, NegotiateError, Outcome, Participant, Report, MAX_PARTICIPANTS,
-};
+use dmabridge_interop::negotiate::{negotiate, Member, NegotiateError, Outcome, Participant, MAX_PARTICIPANTS};
+use dmabridge_interop::report::{human, Report};
 use dmabridge_interop::peers::{gst, kms, wayland};
 use dmabridge_interop::tiling::{
     detile_to_vec, tile_to_vec, tiled_size, yuv_to_rgb_vec, ColourError, ColourMatrix, ColourRange, TilingError,

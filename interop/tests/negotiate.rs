@@ -2,6 +2,7 @@
 //! fallback groups, copy plans, conflict explanations and the JSON contract.
 
 use dmabridge_interop::negotiate::*;
+use dmabridge_interop::report::{human, Report};
 use dmabridge_interop::{Format, FormatSet, Fourcc, Layout, Modifier, TileLayout};
 
 const X_TILED: Modifier = Modifier::from_raw(0x0100_0000_0000_0001);

@@ -7,8 +7,12 @@
 //! - [`reconcile()`]: one shared allocation, or [`Conflicts`].
 //! - [`groups`]: fallback groups of ordered alternatives, capped at [`MAX_COMBINATIONS`].
 //! - [`copy_plan`]: groups joined by the conversions #5 provides.
-//! - [`negotiate()`]: all of the above, giving an [`Outcome`]; [`Report`] is its JSON.
+//! - [`negotiate()`]: all of the above, giving an [`Outcome`].
 //! - [`limits`]: how many participants and how deep a nesting of groups it takes on.
+//!
+//! The algorithm only: what a command line names as participants is [`crate::spec`], the
+//! JSON and words an outcome is told in are [`crate::report`] (both above the peers, whose
+//! lists and live devices become participants here).
 //!
 //! Every allocation also names how its participants synchronise ([`crate::sync`]): the best
 //! method all of them support, sync-file > implicit-bridge > cpu-wait.
@@ -28,8 +32,6 @@ pub mod limits;
 pub mod outcome;
 pub mod participant;
 pub mod reconcile;
-pub mod report;
-pub mod spec;
 
 pub use conflict::{Conflict, ConstraintKind, MAX_NAMES_SHOWN};
 pub use constraints::{BufferConstraints, Merged};
@@ -50,4 +52,3 @@ pub use participant::{
     Usage,
 };
 pub use reconcile::{reconcile, Allocation, ChainLayout, Conflicts, ReconcileError};
-pub use report::{human, OutcomeName, Report, ReportConversion, ReportGroup, ReportParticipant};

@@ -3,7 +3,8 @@
 
 use dmabridge::ash::vk;
 use dmabridge::{Direction, Engine, ParticipantRequest};
-use dmabridge_interop::negotiate::{negotiate_with, ConversionKind, ConversionPlan, Domain, Member, NegotiateOptions, Outcome, Participant, Report, Usage};
+use dmabridge_interop::negotiate::{negotiate_with, ConversionKind, ConversionPlan, Domain, Member, NegotiateOptions, Outcome, Participant, Usage};
+use dmabridge_interop::report::Report;
 use dmabridge_interop::sync::{SyncMethod, SyncMethods};
 use dmabridge_interop::{Format, FormatSet, Fourcc, Layout, Modifier, TileLayout};
 use serde_json::Value;

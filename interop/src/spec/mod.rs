@@ -15,7 +15,7 @@ use std::fmt;
 
 mod loaders;
 
-use super::{ConstraintParseError, Constraints, CpuAccess, Domain, ExtentRange, Participant};
+use crate::negotiate::{ConstraintParseError, Constraints, CpuAccess, Domain, ExtentRange, Participant};
 
 /// Largest peer file read (`--kms-in-formats`, `--wayland-table`, `--drm-info`): real ones
 /// are kilobytes.

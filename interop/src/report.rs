@@ -17,14 +17,14 @@
 //!
 //! The document grows linearly with the number of participants: each is named in its own
 //! group or conflict, and a conflict names at most
-//! [`MAX_NAMES_SHOWN`](super::MAX_NAMES_SHOWN) of the others.
+//! [`MAX_NAMES_SHOWN`](crate::negotiate::MAX_NAMES_SHOWN) of the others.
 
 use std::fmt::Write as _;
 
-use super::conflict::Conflict;
-use super::outcome::{Negotiation, Outcome};
-use super::reconcile::Allocation;
-use super::copy_plan::ConversionKind;
+use crate::negotiate::conflict::Conflict;
+use crate::negotiate::outcome::{Negotiation, Outcome};
+use crate::negotiate::reconcile::Allocation;
+use crate::negotiate::copy_plan::ConversionKind;
 use crate::sync::SyncMethod;
 use crate::Modifier;
 
@@ -112,10 +112,10 @@ pub struct ReportParticipant {
 
 impl ReportParticipant {
     /// `p` as read; `from` says where its list came from.
-    pub fn of(p: &super::Participant, from: Option<String>) -> Self {
+    pub fn of(p: &crate::negotiate::Participant, from: Option<String>) -> Self {
         let formats = match &p.formats {
-            super::Candidates::Any => None,
-            super::Candidates::Only(set) => Some(set.iter().map(|f| crate::peers::gst::print_drm_format(*f).trim_end().to_owned()).collect()),
+            crate::negotiate::Candidates::Any => None,
+            crate::negotiate::Candidates::Only(set) => Some(set.iter().map(|f| crate::peers::gst::print_drm_format(*f).trim_end().to_owned()).collect()),
         };
         let c = &p.constraints;
         ReportParticipant {
@@ -123,8 +123,8 @@ impl ReportParticipant {
             from,
             device: p.device.clone(),
             list: match &p.formats {
-                super::Candidates::Any => None,
-                super::Candidates::Only(set) => Some(set.iter().copied().collect()),
+                crate::negotiate::Candidates::Any => None,
+                crate::negotiate::Candidates::Only(set) => Some(set.iter().copied().collect()),
             },
             formats,
             width: [c.width.min, c.width.max],
@@ -164,7 +164,7 @@ pub struct ReportConversion {
 }
 
 impl ReportConversion {
-    fn of(c: &super::copy_plan::Conversion, from: crate::Fourcc) -> Self {
+    fn of(c: &crate::negotiate::copy_plan::Conversion, from: crate::Fourcc) -> Self {
         let convert = c.kind.endpoints(from).map(|((fl, f), (tl, t))| format!("--format {} --from {fl} --to {tl} --to-format {}", f.trimmed(), t.trimmed()));
         let steps = match c.copier {
             Some(_) => c.plan.steps.iter().map(|s| s.to_string()).collect(),

@@ -28,7 +28,7 @@ use std::sync::Arc;
 
 use ash::vk;
 
-use crate::device::engine::{DeviceInfo, DeviceSelector, EngineError, EngineOptions};
+use crate::device::options::{DeviceInfo, DeviceSelector, EngineError, EngineOptions};
 use crate::device::format_support::SupportCache;
 use crate::device::requirements::{evaluate, Capability, DeviceExtension, EnabledExtensions, EnabledFeatures, Offered, Requirements, MIN_API_VERSION};
 use crate::device::validation::{Messenger, ValidationLog, LAYER_NAME};
@@ -292,11 +292,10 @@ impl Adapter {
         v1.drm_format_modifier_count > 0 && v2.drm_format_modifier_count == 0
     }
 
-    /// Creates the device on this adapter, with the extensions and features it lists, and
-    /// the engine on it. `options.convert_path` and `options.cost_cache` apply to the engine;
-    /// the instance's options were this adapter's. A device that answers queries only is
+    /// Creates the device on this adapter, with the extensions and features it lists
+    /// ([`Adapter::open`] makes the engine on it). A device that answers queries only is
     /// refused ([`EngineError::QueriesOnly`]) before anything is created on it.
-    pub fn open(&self, options: &EngineOptions) -> Result<crate::Engine, EngineError> {
+    pub(crate) fn create_device(&self) -> Result<ash::Device, EngineError> {
         if let Some(reason) = self.0.queries_only {
             return Err(EngineError::QueriesOnly { device: self.0.info.name.clone(), reason });
         }
@@ -313,9 +312,7 @@ impl Adapter {
         // enabled too (VUID-vkCreateDevice-ppEnabledExtensionNames-01387); only supported
         // features are enabled; the queue family exists (VUID-VkDeviceQueueCreateInfo-queueFamilyIndex-00381).
         let device = unsafe { self.instance().create_device(self.0.physical, &info, None) }.vk("vkCreateDevice")?;
-        let engine = crate::device::engine::Engine::on_device(self.clone(), device, 0, &options.cost_cache, None)?;
-        engine.set_convert_path(options.convert_path);
-        Ok(engine)
+        Ok(device)
     }
 }
 

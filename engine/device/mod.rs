@@ -6,6 +6,7 @@ pub mod adapter;
 pub mod engine;
 mod fence_gate;
 pub mod format_support;
+pub mod options;
 pub(crate) mod memory;
 pub mod probe;
 pub mod requirements;

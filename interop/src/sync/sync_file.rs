@@ -104,6 +104,17 @@ pub(crate) fn check(fd: BorrowedFd<'_>) -> Result<(), SyncFileError> {
     }
 }
 
+/// Waits up to `timeout` for the sync_file `fence` (borrowed) to signal. An fd that is not a
+/// sync_file is refused before any wait ([`WaitError::NotASyncFile`]): a regular file, say,
+/// polls readable at once and would pass for a signalled fence.
+pub fn wait_sync_file(fence: BorrowedFd<'_>, timeout: Duration) -> Result<(), WaitError> {
+    match check(fence) {
+        Ok(()) => poll_readable(fence, timeout),
+        Err(SyncFileError::NotASyncFile) => Err(WaitError::NotASyncFile),
+        Err(SyncFileError::Query(source)) => Err(WaitError::Io { op: "SYNC_IOC_FILE_INFO", source }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

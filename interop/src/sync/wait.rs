@@ -8,8 +8,6 @@ use std::time::{Duration, Instant};
 use rustix::event::{poll, PollFd, PollFlags, Timespec};
 use rustix::io::Errno;
 
-use super::sync_file::{check, SyncFileError};
-
 /// Why a wait ended without the fence signalling.
 #[derive(Debug, thiserror::Error)]
 pub enum WaitError {
@@ -33,19 +31,8 @@ pub enum WaitError {
     Io { op: &'static str, source: io::Error },
 }
 
-/// Waits up to `timeout` for the sync_file `fence` (borrowed) to signal. An fd that is not a
-/// sync_file is refused before any wait ([`WaitError::NotASyncFile`]): a regular file, say,
-/// polls readable at once and would pass for a signalled fence.
-pub fn wait_sync_file(fence: BorrowedFd<'_>, timeout: Duration) -> Result<(), WaitError> {
-    match check(fence) {
-        Ok(()) => poll_readable(fence, timeout),
-        Err(SyncFileError::NotASyncFile) => Err(WaitError::NotASyncFile),
-        Err(SyncFileError::Query(source)) => Err(WaitError::Io { op: "SYNC_IOC_FILE_INFO", source }),
-    }
-}
-
 /// Waits up to `timeout` for `fd` (borrowed) to poll readable: the wait of
-/// [`wait_sync_file`] without its check that the fd is a fence.
+/// [`wait_sync_file`](super::wait_sync_file) without its check that the fd is a fence.
 pub fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> Result<(), WaitError> {
     poll_for(fd, PollFlags::IN, timeout)
 }

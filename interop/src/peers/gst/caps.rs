@@ -7,7 +7,6 @@
 
 use std::fmt;
 
-use super::syntax::Parser;
 use super::{parse_drm_format, GstError, MAX_DRM_FORMATS, MAX_INTERSECT_STEPS};
 use crate::{Format, FormatSet};
 
@@ -64,16 +63,6 @@ pub struct IntRange {
 }
 
 impl Caps {
-    /// Parses a caps string in either of GStreamer's two spellings: the serialized form
-    /// (`video/x-raw(memory:DMABuf), drm-format=(string){ ... }, width=(int)[ 1, 10 ]`,
-    /// structures separated by `;`) or the `gst-inspect-1.0` form the seed's templates use
-    /// (`video/x-raw(memory:DMABuf) width: [ 16, 16384 ] drm-format: { (string)NV12, ... }`).
-    /// A backslash followed by a blank is a line continuation and counts as a blank, because
-    /// that is how the seed (and shell-quoted pipelines) write long caps.
-    pub fn parse(text: &str) -> Result<Caps, GstError> {
-        Parser::new(text)?.caps()
-    }
-
     pub(super) fn from_parts(any: bool, structures: Vec<CapsStructure>) -> Caps {
         Caps { any, structures }
     }

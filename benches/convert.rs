@@ -36,7 +36,7 @@ fn bench(c: &mut Criterion) {
             let Ok(g) = tiled_size(layout, Fourcc::NV12, W, H) else { continue };
             let tiled = vec![9u8; g.size as usize];
             group.bench_function(BenchmarkId::new("cpu", layout.name()), |b| {
-                b.iter(|| detile_fast(layout, Fourcc::NV12, W, H, &tiled, &mut dst, &planes, default_threads()))
+                b.iter(|| detile_fast(TiledFrame { layout, fourcc: Fourcc::NV12, extent: (W, H) }, &tiled, (&mut dst, &planes), default_threads()))
             });
         }
     }

@@ -55,7 +55,9 @@ pub use dmabuf::allocate::{AllocateError, Allocated, AllocatedBuffer, Allocation
 pub use resources::buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer};
 pub use device::format_support::{FormatSupportError, SupportQuery, SupportSource, FormatSupport, ListedModifier, ModifierSupport};
 pub use convert::compute::{Binding, ComputeError, ComputePipeline};
-pub use convert::converter::{ConversionBuffer, ConvertError, Converter, DetileRun, DetileSource, Detiled, TiledFrame};
+pub use convert::converter::{ConversionBuffer, ConvertError, Converter, DetileRun, DetileSource, Detiled};
+// The converter's frames are the CPU path's: one description of a frame for both.
+pub use dmabridge_interop::tiling::TiledFrame;
 pub use cost::{Choice, ChoiceReason, ConvertPath, CostCache, Measured, SizeClass};
 pub use device::adapter::Adapter;
 pub use device::engine::{Engine, HostVulkan};

@@ -124,7 +124,7 @@ fn produce(to_converter: SyncSender<Decoded>, released: Receiver<Release>) -> Re
             back(released.recv_timeout(TIMEOUT)?, &mut held, &mut free)?;
         }
         let slot = free.pop().ok_or("no free buffer")?;
-        tiling::tile(LAYOUT, Fourcc::NV12, WIDTH, HEIGHT, &reference(f), &packed, &mut tiled)?;
+        tiling::tile(tiling::TiledFrame { layout: LAYOUT, fourcc: Fourcc::NV12, extent: (WIDTH, HEIGHT) }, (&reference(f), &packed), &mut tiled)?;
         // Written before the descriptor leaves (through the dma-buf's CPU-access bracket
         // where it is one): the decoder's frame is complete when it is handed on.
         write_all_at(pool[slot].as_fd(), 0, &tiled)?;

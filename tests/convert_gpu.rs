@@ -4,7 +4,7 @@
 
 mod common;
 
-use dmabridge::interop::tiling::{self, packed_planes, tiled_size, ColourMatrix, ColourRange, FrameConversion, TilingError};
+use dmabridge::interop::tiling::{self, packed_planes, tiled_size, ColourMatrix, ColourRange, FrameConversion, TiledFrame, TilingError};
 use dmabridge::interop::dmabuf::PlaneLayout;
 use dmabridge::interop::{Fourcc, TileLayout};
 use dmabridge::{ChoiceReason, ConvertError, ConvertPath, Converter};
@@ -31,18 +31,19 @@ fn every_layout_matches_the_cpu_reference_both_ways() {
                     Err(e) => panic!("{layout} {fourcc} {w}x{h}: {e}"),
                 };
                 let planes = packed_planes(fourcc, w, h).expect("planes");
+                let frame = TiledFrame { layout, fourcc, extent: (w, h) };
                 let linear_len = tiled_size(TileLayout::Linear, fourcc, w, h).expect("linear").size as usize;
                 let linear = common::pattern(linear_len, checked);
 
                 let mut cpu_tiled = vec![0u8; g.size as usize];
-                tiling::tile(layout, fourcc, w, h, &linear, &planes, &mut cpu_tiled).expect("cpu tile");
+                tiling::tile(frame, (&linear, &planes), &mut cpu_tiled).expect("cpu tile");
                 let gpu_tiled = conv.convert_layout(TileLayout::Linear, layout, fourcc, (w, h), &linear).expect("gpu tile");
                 assert!(gpu_tiled == cpu_tiled, "{layout} {fourcc} {w}x{h}: GPU tile differs from the CPU reference");
 
                 // Detile random tiled data (padding included): only visible bytes matter.
                 let tiled = common::pattern(g.size as usize, checked + 1000);
                 let mut cpu_linear = vec![0u8; linear_len];
-                tiling::detile(layout, fourcc, w, h, &tiled, &mut cpu_linear, &planes).expect("cpu detile");
+                tiling::detile(frame, &tiled, (&mut cpu_linear, &planes)).expect("cpu detile");
                 let gpu_linear = conv.convert_layout(layout, TileLayout::Linear, fourcc, (w, h), &tiled).expect("gpu detile");
                 assert!(gpu_linear == cpu_linear, "{layout} {fourcc} {w}x{h}: GPU detile differs from the CPU reference");
 
@@ -88,8 +89,8 @@ fn colour_matches_the_cpu_reference_exactly() {
                     let rgba_plane = PlaneLayout::linear(0, w as u64 * 4, h);
                     for to in [Fourcc::ABGR8888, Fourcc::XRGB2101010] {
                         let mut cpu = vec![0u8; (w * h * 4) as usize];
-                        tiling::yuv_to_rgb(fourcc, to, matrix, range, w, h, &yuv, &planes, &mut cpu, rgba_plane).expect("cpu");
-                        let gpu = conv.yuv_to_rgb(TileLayout::Linear, fourcc, to, matrix, range, (w, h), &yuv).expect("gpu");
+                        tiling::yuv_to_rgb((fourcc, to), (matrix, range), (w, h), (&yuv, &planes), (&mut cpu, rgba_plane)).expect("cpu");
+                        let gpu = conv.yuv_to_rgb(TiledFrame { layout: TileLayout::Linear, fourcc, extent: (w, h) }, to, (matrix, range), &yuv).expect("gpu");
                         assert!(gpu == cpu, "{fourcc} -> {to} {matrix:?} {range:?} {w}x{h}");
                     }
                 }
@@ -99,8 +100,8 @@ fn colour_matches_the_cpu_reference_exactly() {
                 let rgba_plane = PlaneLayout::linear(0, w as u64 * 4, h);
                 for from in tiling::RGB8_FORMATS {
                     let mut cpu = vec![0u8; len];
-                    tiling::rgb_to_nv12(from, matrix, range, w, h, &rgba, rgba_plane, &mut cpu, &planes).expect("cpu");
-                    let gpu = conv.rgb_to_nv12(from, matrix, range, (w, h), &rgba).expect("gpu");
+                    tiling::rgb_to_nv12(from, (matrix, range), (w, h), (&rgba, rgba_plane), (&mut cpu, &planes)).expect("cpu");
+                    let gpu = conv.rgb_to_nv12(from, (matrix, range), (w, h), &rgba).expect("gpu");
                     assert!(gpu == cpu, "{from} -> NV12 {matrix:?} {range:?} {w}x{h}");
                 }
             }
@@ -163,7 +164,8 @@ fn the_fused_conversion_records_into_the_callers_command_buffer() {
     let conv = Converter::new(&engine).expect("pipelines");
     let (w, h) = (200u32, 90u32);
     let layout = TileLayout::Samsung64x32;
-    let g = tiled_size(layout, Fourcc::NV12, w, h).expect("g");
+    let frame = TiledFrame { layout, fourcc: Fourcc::NV12, extent: (w, h) };
+    let g = frame.geometry().expect("g");
     let tiled = common::pattern(g.size as usize, 61);
     let linear = tiling::detile_to_vec(layout, Fourcc::NV12, w, h, &tiled).expect("detile");
     let want = tiling::yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XBGR8888, ColourMatrix::Bt709, ColourRange::Limited, w, h, &linear).expect("reference");
@@ -178,7 +180,7 @@ fn the_fused_conversion_records_into_the_callers_command_buffer() {
             // SAFETY: the engine's own command buffer, recording, submitted with `until`;
             // both buffers are tracked below and outlive the wait.
             let r = unsafe {
-                conv.record_yuv_to_rgb(cmd, (layout, Fourcc::NV12, Fourcc::XBGR8888), (ColourMatrix::Bt709, ColourRange::Limited), (w, h), (&src, 256), (&dst, rgb), until)
+                conv.record_yuv_to_rgb(cmd, (frame, Fourcc::XBGR8888), (ColourMatrix::Bt709, ColourRange::Limited), (&src, 256), (&dst, rgb), until)
             };
             src.track(until);
             dst.track(until);
@@ -194,7 +196,7 @@ fn the_fused_conversion_records_into_the_callers_command_buffer() {
     let small = GpuBuffer::new(&engine, 1024, BufferLocation::Readback).expect("small");
     let (refused, nothing) = engine.submit(SubmitOptions::default(), |cmd, until| {
         // SAFETY: as above.
-        let r = unsafe { conv.record_yuv_to_rgb(cmd, (layout, Fourcc::NV12, Fourcc::XBGR8888), (ColourMatrix::Bt709, ColourRange::Limited), (w, h), (&src, 256), (&small, rgb), until) };
+        let r = unsafe { conv.record_yuv_to_rgb(cmd, (frame, Fourcc::XBGR8888), (ColourMatrix::Bt709, ColourRange::Limited), (&src, 256), (&small, rgb), until) };
         Ok::<_, ConvertError>(r)
     }).expect("submit");
     assert!(matches!(refused, Err(ConvertError::InputSize { .. })), "{refused:?}");

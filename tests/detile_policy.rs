@@ -41,7 +41,7 @@ fn tiled_file(layout: TileLayout, fourcc: Fourcc, (w, h): (u32, u32), seed: u32)
     let linear = common::pattern(len, seed);
     let g = tiled_size(layout, fourcc, w, h).expect("geometry");
     let mut tiled = vec![0u8; g.size as usize];
-    tiling::tile(layout, fourcc, w, h, &linear, &packed_planes(fourcc, w, h).expect("planes"), &mut tiled).expect("tile");
+    tiling::tile(tiling::TiledFrame { layout, fourcc, extent: (w, h) }, (&linear, &packed_planes(fourcc, w, h).expect("planes")), &mut tiled).expect("tile");
     // The reference is the CPU's own detile of these bytes, which must give the frame back.
     assert_eq!(tiling::detile_to_vec(layout, fourcc, w, h, &tiled).expect("cpu detile"), linear);
     let mut file = Vec::new();

@@ -22,7 +22,7 @@ fn tiled_dmabuf(layout: TileLayout, fourcc: Fourcc, extent: (u32, u32), linear: 
 fn tiled_dmabuf_in(layout: TileLayout, fourcc: Fourcc, (w, h): (u32, u32), linear: &[u8], gap: u64, sealed: bool) -> DmaBuf {
     let g = tiled_size(layout, fourcc, w, h).expect("geometry");
     let mut tiled = vec![0u8; g.size as usize];
-    tiling::tile(layout, fourcc, w, h, linear, &packed_planes(fourcc, w, h).expect("planes"), &mut tiled).expect("tile");
+    tiling::tile(tiling::TiledFrame { layout, fourcc, extent: (w, h) }, (linear, &packed_planes(fourcc, w, h).expect("planes")), &mut tiled).expect("tile");
     let mut file = Vec::new();
     let mut planes = Vec::new();
     for p in &g.planes {

@@ -160,7 +160,7 @@ fn samsung_nv12(seed: u32) -> (Vec<u8>, Vec<u8>, [(u64, u64); 2]) {
     let linear = common::pattern(len, seed);
     let g = tiled_size(TileLayout::Samsung64x32, Fourcc::NV12, w, h).expect("g");
     let mut tiled = vec![0u8; g.size as usize];
-    tiling::tile(TileLayout::Samsung64x32, Fourcc::NV12, w, h, &linear, &packed_planes(Fourcc::NV12, w, h).expect("p"), &mut tiled)
+    tiling::tile(tiling::TiledFrame { layout: TileLayout::Samsung64x32, fourcc: Fourcc::NV12, extent: (w, h) }, (&linear, &packed_planes(Fourcc::NV12, w, h).expect("p")), &mut tiled)
         .expect("tile");
     let planes = [0, 1].map(|i| (g.planes[i].offset, u64::from(g.planes[i].padded_width_bytes)));
     (linear, tiled, planes)

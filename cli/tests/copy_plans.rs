@@ -107,7 +107,7 @@ fn convert_plan_of_two_steps_equals_the_two_conversions_by_hand() {
         let via_plan = conv.convert_plan(&plan, &tiled).expect("run the plan");
         let detiled = conv.convert_layout(TileLayout::I915X, TileLayout::Linear, Fourcc::ARGB8888, (w, h), &tiled).expect("detile");
         assert_eq!(detiled, linear);
-        let by_hand = conv.rgb_to_nv12(Fourcc::ARGB8888, ColourMatrix::Bt709, ColourRange::Limited, (w, h), &detiled).expect("colour");
+        let by_hand = conv.rgb_to_nv12(Fourcc::ARGB8888, (ColourMatrix::Bt709, ColourRange::Limited), (w, h), &detiled).expect("colour");
         assert!(via_plan == by_hand, "{w}x{h}: the plan's two steps equal the two conversions by hand");
     }
     // Tiled -> tiled through linear, and the fused one-step plan, as well.

@@ -21,7 +21,7 @@ use dmabridge_interop::tiling::gpu::{
     plane_dispatches, rgb_to_nv12_dispatch, tiled_yuv_to_rgb_dispatch, ColourPushConstants, Dispatch, GpuParamError,
     TilePushConstants,
 };
-use dmabridge_interop::tiling::{packed_planes, tiled_size, ColourMatrix, ColourRange, FrameConversion, FrameConversionError, PlaneGeometry, TilingError};
+use dmabridge_interop::tiling::{packed_planes, tiled_size, ColourMatrix, ColourRange, FrameConversion, FrameConversionError, PlaneGeometry, TiledFrame, TilingError};
 use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{format_info, Format, Fourcc, Layout, TileLayout};
 use gpu_allocator::vulkan::Allocation;
@@ -227,12 +227,13 @@ impl ConversionBuffer for ImportedBuffer {
     }
 }
 
-/// What a tiled frame is: its layout, format and extent.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TiledFrame {
-    pub layout: TileLayout,
-    pub fourcc: Fourcc,
-    pub extent: (u32, u32),
+/// Which way [`Converter::record_planes_with`] moves a frame's planes (linear -> tiled
+/// where `to_tiled`), and whether copy commands may carry the planes whose tiles they can
+/// (else the compute shader carries every plane: the cost model's "gpu" path).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PlaneRoute {
+    pub to_tiled: bool,
+    pub allow_copy: bool,
 }
 
 /// An intermediate R8 image of the copy-command path.
@@ -482,34 +483,33 @@ impl Converter {
         result
     }
 
-    /// Records NV12/P010 in `layout` (`src` holds the tiled buffer from `tiled_base`, planes
-    /// as the tiled-buffer conventions place them; linear: packed planes) -> RGB format `to`
-    /// into `dst` at `rgb` (offset and stride multiples of 4): detile and colour conversion in
-    /// one dispatch, in a command buffer the host owns and submits. The buffers' own uses are
-    /// the caller's to track.
+    /// Records NV12/P010 `frame` (`src` holds its tiled buffer from `tiled_base`, planes as
+    /// the tiled-buffer conventions place them; linear: packed planes) -> RGB format `to`,
+    /// in `matrix` and `range`, into `dst` at `rgb` (offset and stride multiples of 4):
+    /// detile and colour conversion in one dispatch, in a command buffer the host owns and
+    /// submits. The buffers' own uses are the caller's to track.
     ///
     /// # Safety
     /// - `cmd` is a command buffer of this converter's engine's device, recording, to be
     ///   submitted on the engine's queue family with a submission that signals `until`;
     /// - both buffers have STORAGE_BUFFER usage and outlive that submission (their sizes are
     ///   checked here).
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn record_yuv_to_rgb(
         &self,
         cmd: vk::CommandBuffer,
-        (layout, from, to): (TileLayout, Fourcc, Fourcc),
+        (frame, to): (TiledFrame, Fourcc),
         (matrix, range): (ColourMatrix, ColourRange),
-        (width, height): (u32, u32),
         (src, tiled_base): (&dyn ConversionBuffer, u64),
         (dst, rgb): (&dyn ConversionBuffer, PlaneLayout),
         until: Completion,
     ) -> Result<(), ConvertError> {
-        let g = tiled_size(layout, from, width, height)?;
+        let TiledFrame { layout, fourcc: from, extent: (width, height) } = frame;
+        let g = frame.geometry()?;
         need(&format!("{layout} {from} {width}x{height} source"), tiled_base.saturating_add(g.size), src.byte_len())?;
         let row = u64::from(width) * 4;
         let end = rgb.stride.saturating_mul(u64::from(height).saturating_sub(1)).saturating_add(rgb.offset).saturating_add(row);
         need(&format!("{to} {width}x{height} destination"), end, dst.byte_len())?;
-        let d = tiled_yuv_to_rgb_dispatch(layout, from, to, matrix, range, width, height, tiled_base, rgb)?;
+        let d = tiled_yuv_to_rgb_dispatch(frame, to, (matrix, range), tiled_base, rgb)?;
         let src_span = tiled_base.saturating_add(g.size);
         // SAFETY: the caller's contract; the buffers hold the frame (checked above).
         unsafe { self.record_colour(cmd, [(src.vk_buffer(), src_span), (src.vk_buffer(), src_span), (dst.vk_buffer(), end)], d, until) }
@@ -525,42 +525,36 @@ impl Converter {
     ///   submitted on the engine's queue family with a submission that signals `until`;
     /// - both buffers have STORAGE_BUFFER and TRANSFER usage, hold the geometry's tiled size
     ///   from `tiled_base` and the planes' extent, and outlive that submission.
-    #[allow(clippy::too_many_arguments)]
     pub unsafe fn record_planes(
         &self,
         cmd: vk::CommandBuffer,
-        layout: TileLayout,
-        fourcc: Fourcc,
-        extent: (u32, u32),
-        tiled: vk::Buffer,
-        tiled_base: u64,
-        linear: vk::Buffer,
-        planes: &[PlaneLayout],
-        to_tiled: bool,
-        until: Completion,
-    ) -> Result<(), ConvertError> {
-        // SAFETY: the caller's contract.
-        unsafe { self.record_planes_with(cmd, (layout, fourcc, extent), (tiled, tiled_base), (linear, planes), to_tiled, true, until) }
-    }
-
-    /// [`Converter::record_planes`], with copy commands only where `allow_copy` (else every
-    /// plane through the compute shader: the cost model's "gpu" path).
-    ///
-    /// # Safety
-    /// As [`Converter::record_planes`].
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn record_planes_with(
-        &self,
-        cmd: vk::CommandBuffer,
-        (layout, fourcc, (width, height)): (TileLayout, Fourcc, (u32, u32)),
+        frame: TiledFrame,
         (tiled, tiled_base): (vk::Buffer, u64),
         (linear, planes): (vk::Buffer, &[PlaneLayout]),
         to_tiled: bool,
-        allow_copy: bool,
         until: Completion,
     ) -> Result<(), ConvertError> {
-        let dispatches = plane_dispatches(layout, fourcc, width, height, tiled_base, planes, to_tiled)?;
-        let geometry = tiled_size(layout, fourcc, width, height)?;
+        let route = PlaneRoute { to_tiled, allow_copy: true };
+        // SAFETY: the caller's contract.
+        unsafe { self.record_planes_with(cmd, frame, (tiled, tiled_base), (linear, planes), route, until) }
+    }
+
+    /// [`Converter::record_planes`], by `route`.
+    ///
+    /// # Safety
+    /// As [`Converter::record_planes`].
+    pub(crate) unsafe fn record_planes_with(
+        &self,
+        cmd: vk::CommandBuffer,
+        frame: TiledFrame,
+        (tiled, tiled_base): (vk::Buffer, u64),
+        (linear, planes): (vk::Buffer, &[PlaneLayout]),
+        PlaneRoute { to_tiled, allow_copy }: PlaneRoute,
+        until: Completion,
+    ) -> Result<(), ConvertError> {
+        let TiledFrame { layout, fourcc, .. } = frame;
+        let dispatches = plane_dispatches(frame, tiled_base, planes, to_tiled)?;
+        let geometry = frame.geometry()?;
         let max_dim = self.engine.info().max_image_dimension_2d;
         let mut ctx = self.take_context()?;
         let result = (|| {
@@ -568,9 +562,7 @@ impl Converter {
             for ((d, p), linear_plane) in dispatches.into_iter().zip(&geometry.planes).zip(planes) {
                 match copy_blocks(p, max_dim).filter(|_| allow_copy) {
                     // SAFETY: the caller's contract.
-                    Some(blocks) => unsafe {
-                        self.record_copy_plane(cmd, &mut ctx, p, &blocks, tiled, tiled_base + p.offset, linear, *linear_plane, to_tiled)?
-                    },
+                    Some(blocks) => unsafe { self.record_copy_plane(cmd, &mut ctx, (p, &blocks), (tiled, tiled_base + p.offset), (linear, *linear_plane), to_tiled)? },
                     None => compute.push(d),
                 }
             }
@@ -588,20 +580,17 @@ impl Converter {
         result
     }
 
-    /// One plane through copy commands: the tiled bytes go into an R8 image tile by tile
-    /// (one region per tile), and the image to the linear rows in one region; or the reverse,
-    /// with the image cleared first so that tile padding comes out zero.
-    #[allow(clippy::too_many_arguments)]
+    /// One plane `p` through copy commands, its tiles in `blocks`: the tiled bytes (in
+    /// `tiled` from `tiled_at`) go into an R8 image tile by tile (one region per tile), and
+    /// the image to the linear rows (in `linear` at `l`) in one region; or the reverse, with
+    /// the image cleared first so that tile padding comes out zero.
     unsafe fn record_copy_plane(
         &self,
         cmd: vk::CommandBuffer,
         ctx: &mut Context,
-        p: &PlaneGeometry,
-        blocks: &[Block],
-        tiled: vk::Buffer,
-        tiled_at: u64,
-        linear: vk::Buffer,
-        l: PlaneLayout,
+        (p, blocks): (&PlaneGeometry, &[Block]),
+        (tiled, tiled_at): (vk::Buffer, u64),
+        (linear, l): (vk::Buffer, PlaneLayout),
         to_tiled: bool,
     ) -> Result<(), ConvertError> {
         let device = self.engine.device();
@@ -740,9 +729,8 @@ impl Converter {
         planes: &[PlaneLayout],
         options: SubmitOptions,
     ) -> Result<Submission, ConvertError> {
-        let g = tiled_size(frame.layout, frame.fourcc, frame.extent.0, frame.extent.1)?;
-        need("tiled source", g.size, src.byte_len())?;
-        self.submit_planes(options, frame, src, dst, planes, false, true)
+        need("tiled source", frame.geometry()?.size, src.byte_len())?;
+        self.submit_planes(options, frame, src, (dst, planes), PlaneRoute { to_tiled: false, allow_copy: true })
     }
 
     /// Linear `src` at `planes` -> tiled `dst` (from byte 0, padding zeroed), submitted after
@@ -755,28 +743,22 @@ impl Converter {
         dst: &dyn ConversionBuffer,
         options: SubmitOptions,
     ) -> Result<Submission, ConvertError> {
-        let g = tiled_size(frame.layout, frame.fourcc, frame.extent.0, frame.extent.1)?;
-        need("tiled destination", g.size, dst.byte_len())?;
-        self.submit_planes(options, frame, dst, src, planes, true, true)
+        need("tiled destination", frame.geometry()?.size, dst.byte_len())?;
+        self.submit_planes(options, frame, dst, (src, planes), PlaneRoute { to_tiled: true, allow_copy: true })
     }
 
-    #[allow(clippy::too_many_arguments)]
     fn submit_planes(
         &self,
         options: SubmitOptions,
-        TiledFrame { layout, fourcc, extent }: TiledFrame,
+        frame: TiledFrame,
         tiled: &dyn ConversionBuffer,
-        linear: &dyn ConversionBuffer,
-        planes: &[PlaneLayout],
-        to_tiled: bool,
-        allow_copy: bool,
+        (linear, planes): (&dyn ConversionBuffer, &[PlaneLayout]),
+        route: PlaneRoute,
     ) -> Result<Submission, ConvertError> {
         let (_, s) = self.engine.submit(options, |cmd, until| {
             // SAFETY: the engine's own command buffer, recording, submitted with `until`; the
             // buffers are tracked until then.
-            unsafe {
-                self.record_planes_with(cmd, (layout, fourcc, extent), (tiled.vk_buffer(), 0), (linear.vk_buffer(), planes), to_tiled, allow_copy, until)?
-            };
+            unsafe { self.record_planes_with(cmd, frame, (tiled.vk_buffer(), 0), (linear.vk_buffer(), planes), route, until)? };
             tiled.track_use(until);
             linear.track_use(until);
             Ok::<(), ConvertError>(())
@@ -836,18 +818,19 @@ impl Converter {
         let linear_len = tiled_size(TileLayout::Linear, fourcc, width, height)?.size;
         let src = GpuBuffer::from_bytes(&self.engine, input)?;
         let dst = GpuBuffer::new(&self.engine, dst_g.size, BufferLocation::Readback)?;
-        let extent = (width, height);
+        let frame = |layout| TiledFrame { layout, fourcc, extent: (width, height) };
+        let (detiling, tiling) = (PlaneRoute { to_tiled: false, allow_copy }, PlaneRoute { to_tiled: true, allow_copy });
         let s = if to == TileLayout::Linear {
-            self.submit_planes(SubmitOptions::default(), TiledFrame { layout: from, fourcc, extent }, &src, &dst, &packed, false, allow_copy)?
+            self.submit_planes(SubmitOptions::default(), frame(from), &src, (&dst, &packed), detiling)?
         } else if from == TileLayout::Linear {
-            self.submit_planes(SubmitOptions::default(), TiledFrame { layout: to, fourcc, extent }, &dst, &src, &packed, true, allow_copy)?
+            self.submit_planes(SubmitOptions::default(), frame(to), &dst, (&src, &packed), tiling)?
         } else {
             let mid = GpuBuffer::new(&self.engine, linear_len, BufferLocation::DeviceLocal)?;
             let (_, s) = self.engine.submit(SubmitOptions::default(), |cmd, until| {
                 // SAFETY: the engine's own command buffer; the three buffers are tracked below.
                 unsafe {
-                    self.record_planes_with(cmd, (from, fourcc, extent), (src.buffer(), 0), (mid.buffer(), &packed), false, allow_copy, until)?;
-                    self.record_planes_with(cmd, (to, fourcc, extent), (dst.buffer(), 0), (mid.buffer(), &packed), true, allow_copy, until)?;
+                    self.record_planes_with(cmd, frame(from), (src.buffer(), 0), (mid.buffer(), &packed), detiling, until)?;
+                    self.record_planes_with(cmd, frame(to), (dst.buffer(), 0), (mid.buffer(), &packed), tiling, until)?;
                 }
                 for b in [&src, &mid, &dst] {
                     b.track(until);
@@ -860,34 +843,25 @@ impl Converter {
         Ok(dst.bytes()?.to_vec())
     }
 
-    /// NV12/P010 in `layout` (tightly packed planes for linear, else the tiled-buffer
-    /// conventions) -> RGB format `to` (tightly packed), detile and colour fused in one
-    /// shader. Blocks until the GPU is done.
-    #[allow(clippy::too_many_arguments)]
-    pub fn yuv_to_rgb(
-        &self,
-        layout: TileLayout,
-        from: Fourcc,
-        to: Fourcc,
-        matrix: ColourMatrix,
-        range: ColourRange,
-        (width, height): (u32, u32),
-        input: &[u8],
-    ) -> Result<Vec<u8>, ConvertError> {
-        let g = tiled_size(layout, from, width, height)?;
+    /// NV12/P010 `frame` (tightly packed planes for linear, else the tiled-buffer
+    /// conventions) -> RGB format `to` (tightly packed), in `matrix` and `range`, detile and
+    /// colour fused in one shader. Blocks until the GPU is done.
+    pub fn yuv_to_rgb(&self, frame: TiledFrame, to: Fourcc, (matrix, range): (ColourMatrix, ColourRange), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
+        let TiledFrame { layout, fourcc: from, extent: (width, height) } = frame;
+        let g = frame.geometry()?;
         need(&format!("{layout} {from} {width}x{height} image"), g.size, input.len() as u64)?;
         let rgb_len = tiled_size(TileLayout::Linear, to, width, height)?.size;
         let rgb = PlaneLayout::linear(0, width as u64 * 4, height);
-        let d = tiled_yuv_to_rgb_dispatch(layout, from, to, matrix, range, width, height, 0, rgb)?;
+        let d = tiled_yuv_to_rgb_dispatch(frame, to, (matrix, range), 0, rgb)?;
         let src = GpuBuffer::from_bytes(&self.engine, &input[..g.size as usize])?;
         let dst = GpuBuffer::new(&self.engine, rgb_len, BufferLocation::Readback)?;
         self.colour_and_wait([&src, &src, &dst], d)?;
         Ok(dst.bytes()?.to_vec())
     }
 
-    /// 8-bit RGB format `from` (tightly packed) -> NV12 (tightly packed). Blocks until the
-    /// GPU is done.
-    pub fn rgb_to_nv12(&self, from: Fourcc, matrix: ColourMatrix, range: ColourRange, (width, height): (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
+    /// 8-bit RGB format `from` (tightly packed) -> NV12 (tightly packed), in `matrix` and
+    /// `range`. Blocks until the GPU is done.
+    pub fn rgb_to_nv12(&self, from: Fourcc, (matrix, range): (ColourMatrix, ColourRange), (width, height): (u32, u32), input: &[u8]) -> Result<Vec<u8>, ConvertError> {
         let rgba_len = width as u64 * height as u64 * 4;
         need(&format!("{from} {width}x{height} image"), rgba_len, input.len() as u64)?;
         let packed = packed_planes(Fourcc::NV12, width, height)?;
@@ -899,7 +873,7 @@ impl Converter {
         let aligned = [PlaneLayout::linear(0, stride, height), PlaneLayout::linear(stride * rows, stride, height.div_ceil(2))];
         let aligned_len = stride * rows + stride * rows.div_ceil(2);
         let rgba = PlaneLayout::linear(0, width as u64 * 4, height);
-        let d = rgb_to_nv12_dispatch(from, matrix, range, width, height, rgba, &aligned)?;
+        let d = rgb_to_nv12_dispatch(from, (matrix, range), (width, height), rgba, &aligned)?;
         let src = GpuBuffer::from_bytes(&self.engine, &input[..rgba_len as usize])?;
         let dst = GpuBuffer::new(&self.engine, aligned_len, BufferLocation::Readback)?;
         self.colour_and_wait([&dst, &dst, &src], d)?;
@@ -985,7 +959,7 @@ impl Converter {
             }
         }
         // Planes must fit where the caller wants them.
-        dmabridge_interop::tiling::gpu::plane_dispatches(TileLayout::Linear, fourcc, w, h, 0, planes, false)?;
+        dmabridge_interop::tiling::gpu::plane_dispatches(TiledFrame { layout: TileLayout::Linear, fourcc, extent: (w, h) }, 0, planes, false)?;
         Ok(CheckedTiled { tile, geometry: g, checked })
     }
 

@@ -17,7 +17,7 @@
 
 use std::time::Instant;
 
-use dmabridge_interop::tiling::{default_threads, FrameConversion, Step};
+use dmabridge_interop::tiling::{default_threads, FrameConversion, Step, TiledFrame};
 use dmabridge_interop::TileLayout;
 
 use crate::convert::converter::{ConvertError, Converter};
@@ -231,10 +231,10 @@ impl Converter {
                 // two-pass alternative to the fused shader.
                 Step::YuvToRgb { layout, from, to } if copy && layout != TileLayout::Linear => {
                     let linear = self.layout_bytes(layout, TileLayout::Linear, from, extent, src, true)?;
-                    self.yuv_to_rgb(TileLayout::Linear, from, to, c.matrix, c.range, extent, &linear)?
+                    self.yuv_to_rgb(TiledFrame { layout: TileLayout::Linear, fourcc: from, extent }, to, (c.matrix, c.range), &linear)?
                 }
-                Step::YuvToRgb { layout, from, to } => self.yuv_to_rgb(layout, from, to, c.matrix, c.range, extent, src)?,
-                Step::RgbToNv12 { from } => self.rgb_to_nv12(from, c.matrix, c.range, extent, src)?,
+                Step::YuvToRgb { layout, from, to } => self.yuv_to_rgb(TiledFrame { layout, fourcc: from, extent }, to, (c.matrix, c.range), src)?,
+                Step::RgbToNv12 { from } => self.rgb_to_nv12(from, (c.matrix, c.range), extent, src)?,
             };
         }
         out[..out_size as usize].copy_from_slice(&data[..out_size as usize]);

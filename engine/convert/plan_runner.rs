@@ -12,12 +12,12 @@
 use ash::vk;
 use dmabridge_interop::negotiate::{ConversionPlan, PlanError, PlanStep};
 use dmabridge_interop::tiling::gpu::{rgb_to_nv12_dispatch, tiled_yuv_to_rgb_dispatch};
-use dmabridge_interop::tiling::{packed_planes, tiled_size, ColourMatrix, ColourRange, FrameConversion, Step};
+use dmabridge_interop::tiling::{packed_planes, tiled_size, ColourMatrix, ColourRange, FrameConversion, Step, TiledFrame};
 use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{Format, Fourcc, TileLayout};
 
 use crate::resources::buffer::{BufferLocation, GpuBuffer};
-use crate::convert::converter::{ConversionBuffer, ConvertError, Converter};
+use crate::convert::converter::{ConversionBuffer, ConvertError, Converter, PlaneRoute};
 use crate::resources::image::record_barrier;
 use crate::device::submit::{Completion, SubmitOptions, Submission};
 use crate::resources::transfer::READBACK_TIMEOUT;
@@ -99,90 +99,94 @@ impl Converter {
             };
             // SAFETY: the caller's contract for `cmd`, `src` and `dst`; intermediate frames
             // are this engine's buffers with every usage, tracked until `until`.
-            unsafe { self.record_step(cmd, *step, spec, colour, input, output, &mut intermediates, until) }.map_err(named)?;
+            let scratch = unsafe { self.record_step(cmd, *step, spec, colour, (input, output), until) }.map_err(named)?;
+            intermediates.extend(scratch);
             input = output;
         }
         Ok(())
     }
 
-    /// Records one step from `src` into `dst`; a step that needs scratch space pushes its
-    /// buffers onto `scratch` (tracked until `until`).
+    /// Records one step from `src` into `dst`. Returns the scratch buffer the step records
+    /// into, if it needs one (tracked until `until`): the caller keeps it until the recording
+    /// is done, and its Drop then hands it to the engine.
     ///
     /// # Safety
     /// As [`Converter::record_plan`], for `src` and `dst`.
-    #[allow(clippy::too_many_arguments)]
     unsafe fn record_step(
         &self,
         cmd: vk::CommandBuffer,
         step: Step,
         spec: &PlanStep,
         (matrix, range): (ColourMatrix, ColourRange),
-        src: vk::Buffer,
-        dst: vk::Buffer,
-        scratch: &mut Vec<GpuBuffer>,
+        (src, dst): (vk::Buffer, vk::Buffer),
         until: Completion,
-    ) -> Result<(), ConvertError> {
+    ) -> Result<Option<GpuBuffer>, ConvertError> {
         let (w, h) = (spec.width, spec.height);
         match step {
             Step::Detile(layout) => {
                 let planes = packed_planes(spec.from.fourcc, w, h)?;
+                let frame = TiledFrame { layout, fourcc: spec.from.fourcc, extent: (w, h) };
                 // SAFETY: the caller's contract; record_planes_with checks the sizes against
                 // the geometry the buffers were sized from.
-                unsafe { self.record_planes_with(cmd, (layout, spec.from.fourcc, (w, h)), (src, 0), (dst, &planes), false, true, until) }
+                unsafe { self.record_planes_with(cmd, frame, (src, 0), (dst, &planes), PlaneRoute { to_tiled: false, allow_copy: true }, until)? };
+                Ok(None)
             }
             Step::Tile(layout) => {
                 let planes = packed_planes(spec.to.fourcc, w, h)?;
+                let frame = TiledFrame { layout, fourcc: spec.to.fourcc, extent: (w, h) };
                 // SAFETY: as for the detile.
-                unsafe { self.record_planes_with(cmd, (layout, spec.to.fourcc, (w, h)), (dst, 0), (src, &planes), true, true, until) }
+                unsafe { self.record_planes_with(cmd, frame, (dst, 0), (src, &planes), PlaneRoute { to_tiled: true, allow_copy: true }, until)? };
+                Ok(None)
             }
             Step::YuvToRgb { layout, from, to } => {
+                let frame = TiledFrame { layout, fourcc: from, extent: (w, h) };
                 let rgb = PlaneLayout::linear(0, u64::from(w) * 4, h);
-                let d = tiled_yuv_to_rgb_dispatch(layout, from, to, matrix, range, w, h, 0, rgb)?;
-                let (src_span, dst_span) = (tiled_size(layout, from, w, h)?.size, rgb.size);
+                let d = tiled_yuv_to_rgb_dispatch(frame, to, (matrix, range), 0, rgb)?;
+                let (src_span, dst_span) = (frame.geometry()?.size, rgb.size);
                 // SAFETY: the caller's contract; `src` holds the frame the dispatch reads and
                 // `dst` the packed RGB frame it writes (the plan's sizes, checked).
-                unsafe { self.record_colour(cmd, [(src, src_span), (src, src_span), (dst, dst_span)], d, until) }
+                unsafe { self.record_colour(cmd, [(src, src_span), (src, src_span), (dst, dst_span)], d, until)? };
+                Ok(None)
             }
             // SAFETY: the caller's contract.
-            Step::RgbToNv12 { from } => unsafe { self.record_rgb_to_nv12(cmd, from, (matrix, range), (w, h), src, dst, scratch, until) },
+            Step::RgbToNv12 { from } => unsafe { self.record_rgb_to_nv12(cmd, from, (matrix, range), (w, h), (src, dst), until) },
             Step::Copy => {
                 let size = tiled_size(TileLayout::Linear, spec.from.fourcc, w, h)?.size;
                 // SAFETY: as above; both buffers hold `size` bytes (checked by the plan's sizes).
                 unsafe { self.record_copy(cmd, src, dst, &[vk::BufferCopy { src_offset: 0, dst_offset: 0, size }]) };
-                Ok(())
+                Ok(None)
             }
         }
     }
 
     /// RGB -> NV12 into packed planes. The shader writes whole 32-bit words of each row, so
-    /// a width that is not a multiple of 4 goes through an aligned frame and row copies.
+    /// a width that is not a multiple of 4 goes through an aligned frame and row copies;
+    /// returns that frame's buffer, as [`Converter::record_step`] does.
     ///
     /// # Safety
     /// As [`Converter::record_plan`], for `src` and `dst`.
-    #[allow(clippy::too_many_arguments)]
     unsafe fn record_rgb_to_nv12(
         &self,
         cmd: vk::CommandBuffer,
         from: Fourcc,
         (matrix, range): (ColourMatrix, ColourRange),
         (w, h): (u32, u32),
-        src: vk::Buffer,
-        dst: vk::Buffer,
-        scratch: &mut Vec<GpuBuffer>,
+        (src, dst): (vk::Buffer, vk::Buffer),
         until: Completion,
-    ) -> Result<(), ConvertError> {
+    ) -> Result<Option<GpuBuffer>, ConvertError> {
         let packed = packed_planes(Fourcc::NV12, w, h)?;
         let rgba = PlaneLayout::linear(0, u64::from(w) * 4, h);
         let rows = [u64::from(h), u64::from(h).div_ceil(2)];
         if w % 4 == 0 {
-            let d = rgb_to_nv12_dispatch(from, matrix, range, w, h, rgba, &packed)?;
+            let d = rgb_to_nv12_dispatch(from, (matrix, range), (w, h), rgba, &packed)?;
             let nv12 = tiled_size(TileLayout::Linear, Fourcc::NV12, w, h)?.size;
             // SAFETY: the caller's contract.
-            return unsafe { self.record_colour(cmd, [(dst, nv12), (dst, nv12), (src, rgba.size)], d, until) };
+            unsafe { self.record_colour(cmd, [(dst, nv12), (dst, nv12), (src, rgba.size)], d, until)? };
+            return Ok(None);
         }
         let stride = u64::from(w).div_ceil(4) * 4;
         let aligned = [PlaneLayout::linear(0, stride, h), PlaneLayout::linear(stride * rows[0], stride, h.div_ceil(2))];
-        let d = rgb_to_nv12_dispatch(from, matrix, range, w, h, rgba, &aligned)?;
+        let d = rgb_to_nv12_dispatch(from, (matrix, range), (w, h), rgba, &aligned)?;
         let mid_len = stride * (rows[0] + rows[1]);
         let mid = GpuBuffer::new(self.engine(), mid_len, BufferLocation::DeviceLocal)?;
         mid.track(until);
@@ -200,8 +204,7 @@ impl Converter {
             self.record_colour(cmd, [(mid.buffer(), mid_len), (mid.buffer(), mid_len), (src, rgba.size)], d, until)?;
             self.record_copy(cmd, mid.buffer(), dst, &regions);
         }
-        scratch.push(mid);
-        Ok(())
+        Ok(Some(mid))
     }
 
     /// Records buffer copies between barriers: earlier shader or transfer writes are visible

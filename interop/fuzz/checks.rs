@@ -320,7 +320,7 @@ pub fn import_checks(data: &[u8]) -> bool {
 pub fn tiling_geometry(data: &[u8]) -> bool {
     use dmabridge_interop::tiling::{
         detile, detile_fast, detile_to_vec, gpu, packed_planes, rgb_to_nv12_vec, tile, tile_fast, tile_to_vec, tiled_size,
-        tiled_yuv_to_rgb_fast, yuv_to_rgb_vec, AddressKind, ColourMatrix, ColourRange, PlaneAddress, RGB8_FORMATS,
+        tiled_yuv_to_rgb_fast, yuv_to_rgb_vec, AddressKind, ColourMatrix, ColourRange, PlaneAddress, TiledFrame, RGB8_FORMATS,
     };
     use dmabridge_interop::dmabuf::{plane_rows, PlaneLayout};
     use dmabridge_interop::{format_info, Fourcc, TileLayout};
@@ -365,8 +365,9 @@ pub fn tiling_geometry(data: &[u8]) -> bool {
     }
     assert_eq!(g.size, offset);
     let packed = packed_planes(fourcc, width, height).expect("the linear geometry exists when a tiled one does");
+    let frame = TiledFrame { layout, fourcc, extent: (width, height) };
     for to_tiled in [false, true] {
-        let _ = gpu::plane_dispatches(layout, fourcc, width, height, u64::from(r.u16()), &packed, to_tiled);
+        let _ = gpu::plane_dispatches(frame, u64::from(r.u16()), &packed, to_tiled);
     }
     let linear_size = tiled_size(TileLayout::Linear, fourcc, width, height).map(|l| l.size).unwrap_or(u64::MAX);
     if g.size <= 1 << 16 && linear_size <= 1 << 16 {
@@ -379,10 +380,10 @@ pub fn tiling_geometry(data: &[u8]) -> bool {
             // The fast paths write exactly what the reference writes.
             let threads = usize::from(r.u8() % 4);
             let mut fast = vec![0u8; linear.len()];
-            detile_fast(layout, fourcc, width, height, &tiled, &mut fast, &packed, threads).expect("fast detile");
+            detile_fast(frame, &tiled, (&mut fast, &packed), threads).expect("fast detile");
             assert_eq!(fast, linear, "fast detile of {layout} {fourcc} {width}x{height}");
             let mut fast_tiled = vec![0xffu8; tiled.len()];
-            tile_fast(layout, fourcc, width, height, &linear, &packed, &mut fast_tiled, threads).expect("fast tile");
+            tile_fast(frame, (&linear, &packed), &mut fast_tiled, threads).expect("fast tile");
             assert_eq!(fast_tiled, tiled, "fast tile of {layout} {fourcc} {width}x{height}");
             let (m, rg) = (ColourMatrix::ALL[usize::from(r.u8()) % 3], ColourRange::Limited);
             let to = RGB8_FORMATS[usize::from(r.u8()) % RGB8_FORMATS.len()];
@@ -390,7 +391,7 @@ pub fn tiling_geometry(data: &[u8]) -> bool {
                 let want = yuv_to_rgb_vec(fourcc, to, m, rg, width, height, &linear).expect("whole NV12/P010 frames convert");
                 let mut got = vec![0u8; want.len()];
                 let plane = PlaneLayout::linear(0, u64::from(width) * 4, height);
-                tiled_yuv_to_rgb_fast(layout, fourcc, to, m, rg, width, height, &tiled, &mut got, plane, threads).expect("fused");
+                tiled_yuv_to_rgb_fast(frame, to, (m, rg), &tiled, (&mut got, plane), threads).expect("fused");
                 assert_eq!(got, want, "fused {layout} {fourcc} -> {to} {width}x{height}");
             }
             if RGB8_FORMATS.contains(&fourcc) {
@@ -404,10 +405,10 @@ pub fn tiling_geometry(data: &[u8]) -> bool {
             .collect();
         let (a, b) = (usize::from(r.u16()), usize::from(r.u16()));
         let mut dst = vec![0u8; b];
-        let _ = tile(layout, fourcc, width, height, &vec![0u8; a], &planes, &mut dst);
-        let _ = detile(layout, fourcc, width, height, &vec![0u8; a], &mut dst, &planes);
-        let _ = tile_fast(layout, fourcc, width, height, &vec![0u8; a], &planes, &mut dst, 2);
-        let _ = detile_fast(layout, fourcc, width, height, &vec![0u8; a], &mut dst, &planes, 2);
+        let _ = tile(frame, (&vec![0u8; a], &planes), &mut dst);
+        let _ = detile(frame, &vec![0u8; a], (&mut dst, &planes));
+        let _ = tile_fast(frame, (&vec![0u8; a], &planes), &mut dst, 2);
+        let _ = detile_fast(frame, &vec![0u8; a], (&mut dst, &planes), 2);
     }
     true
 }
@@ -643,7 +644,7 @@ pub fn cpu_differential(data: &[u8]) -> bool {
     use dmabridge_interop::tiling::{
         detile, detile_fast, detile_to_vec, packed_planes, rgb_to_nv12, rgb_to_nv12_fast, rgb_to_nv12_vec, test_pattern, tile,
         tile_fast, tile_to_vec, tiled_size, tiled_yuv_to_rgb_fast, yuv_to_rgb, yuv_to_rgb_vec, ColourMatrix, ColourRange,
-        FrameConversion, Step, RGB10_FORMATS, RGB8_FORMATS,
+        FrameConversion, Step, TiledFrame, RGB10_FORMATS, RGB8_FORMATS,
     };
     use dmabridge_interop::Fourcc;
 
@@ -709,17 +710,18 @@ pub fn cpu_differential(data: &[u8]) -> bool {
             let short = if r.u8() % 8 == 0 { u64::from(r.u8() % 8) + 1 } else { 0 };
             let tiled_len = g.size.saturating_sub(short);
             let what = format!("{} {layout} {fourcc} {width}x{height} on {threads} threads, planes {planes:?}", if kind == 0 { "detile" } else { "tile" });
+            let frame = TiledFrame { layout, fourcc, extent: (width, height) };
             if kind == 0 {
                 let Some(src) = source(tiled_len, r.rest()) else { return false };
                 let Some((mut got, mut want)) = dest(linear_len) else { return false };
-                let fast = detile_fast(layout, fourcc, width, height, src.bytes(), got.bytes_mut(), &planes, threads).map(drop);
-                let reference = detile(layout, fourcc, width, height, src.bytes(), want.bytes_mut(), &planes).map(drop);
+                let fast = detile_fast(frame, src.bytes(), (got.bytes_mut(), &planes), threads).map(drop);
+                let reference = detile(frame, src.bytes(), (want.bytes_mut(), &planes)).map(drop);
                 agree(&what, fast, reference, &got, &want)
             } else {
                 let Some(src) = source(linear_len, r.rest()) else { return false };
                 let Some((mut got, mut want)) = dest(tiled_len) else { return false };
-                let fast = tile_fast(layout, fourcc, width, height, src.bytes(), &planes, got.bytes_mut(), threads).map(drop);
-                let reference = tile(layout, fourcc, width, height, src.bytes(), &planes, want.bytes_mut()).map(drop);
+                let fast = tile_fast(frame, (src.bytes(), &planes), got.bytes_mut(), threads).map(drop);
+                let reference = tile(frame, (src.bytes(), &planes), want.bytes_mut()).map(drop);
                 agree(&what, fast, reference, &got, &want)
             }
         }
@@ -741,10 +743,10 @@ pub fn cpu_differential(data: &[u8]) -> bool {
             let Some(src) = source(g.size.saturating_sub(short), r.rest()) else { return false };
             let Some((mut got, mut want)) = dest(dst_len) else { return false };
             let what = format!("fused {layout} {from} -> {to} {width}x{height} {matrix:?} {range:?} on {threads} threads, {plane:?}");
-            let fast = tiled_yuv_to_rgb_fast(layout, from, to, matrix, range, width, height, src.bytes(), got.bytes_mut(), plane, threads);
+            let fast = tiled_yuv_to_rgb_fast(TiledFrame { layout, fourcc: from, extent: (width, height) }, to, (matrix, range), src.bytes(), (got.bytes_mut(), plane), threads);
             let reference = detile_to_vec(layout, from, width, height, src.bytes()).map_err(|e| e.to_string()).and_then(|linear| {
                 let packed = packed_planes(from, width, height).map_err(|e| e.to_string())?;
-                yuv_to_rgb(from, to, matrix, range, width, height, &linear, &packed, want.bytes_mut(), plane).map_err(|e| e.to_string())
+                yuv_to_rgb((from, to), (matrix, range), (width, height), (&linear, &packed), (want.bytes_mut(), plane)).map_err(|e| e.to_string())
             });
             agree(&what, fast, reference, &got, &want)
         }
@@ -761,7 +763,7 @@ pub fn cpu_differential(data: &[u8]) -> bool {
             let Some((mut got, mut want)) = dest(dst_len) else { return false };
             let what = format!("rgb->nv12 {from} {width}x{height} {matrix:?} {range:?} on {threads} threads, {src_planes:?} -> {dst_planes:?}");
             let fast = rgb_to_nv12_fast(from, (matrix, range), (width, height), (src.bytes(), src_planes[0]), (got.bytes_mut(), &dst_planes), threads);
-            let reference = rgb_to_nv12(from, matrix, range, width, height, src.bytes(), src_planes[0], want.bytes_mut(), &dst_planes);
+            let reference = rgb_to_nv12(from, (matrix, range), (width, height), (src.bytes(), src_planes[0]), (want.bytes_mut(), &dst_planes));
             agree(&what, fast, reference, &got, &want)
         }
         // A whole frame, against the references step by step.

@@ -5,7 +5,7 @@
 //! meanwhile.
 
 use dmabridge_interop::dmabuf::PlaneLayout;
-use dmabridge_interop::tiling::{tiled_size, tiled_yuv_to_rgb_fast, ColourMatrix, ColourRange};
+use dmabridge_interop::tiling::{tiled_size, tiled_yuv_to_rgb_fast, ColourMatrix, ColourRange, TiledFrame};
 use dmabridge_interop::{Fourcc, TileLayout};
 
 /// This thread's minor page faults so far (`minflt`, field 10 of `/proc/thread-self/stat`).
@@ -26,7 +26,7 @@ fn fused_frames_after_the_first_fault_in_no_memory() {
     let mut out = vec![1u8; (w * h * 4) as usize];
     let convert = |out: &mut [u8]| {
         // One thread: the conversion runs on this one, whose faults the test counts.
-        tiled_yuv_to_rgb_fast(layout, Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt709, ColourRange::Limited, w, h, &src, out, plane, 1)
+        tiled_yuv_to_rgb_fast(TiledFrame { layout, fourcc: Fourcc::NV12, extent: (w, h) }, Fourcc::XRGB8888, (ColourMatrix::Bt709, ColourRange::Limited), &src, (out, plane), 1)
             .expect("convert")
     };
     convert(&mut out);

@@ -8,7 +8,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use dmabridge_interop::tiling::{packed_planes, tile, tiled_size};
+use dmabridge_interop::tiling::{packed_planes, tile, tiled_size, TiledFrame};
 use dmabridge_interop::{Fourcc, TileLayout};
 
 const GST: &str = "gst-launch-1.0";
@@ -80,7 +80,7 @@ fn gstreamer_detiles_our_tiled_nv12_to_the_original() {
             let g = tiled_size(layout, Fourcc::NV12, w, h).unwrap();
             let linear = random((w * h) as usize + (w.div_ceil(2) * 2 * h.div_ceil(2)) as usize);
             let mut tiled = vec![0u8; g.size as usize];
-            tile(layout, Fourcc::NV12, w, h, &linear, &planes, &mut tiled).unwrap();
+            tile(TiledFrame { layout, fourcc: Fourcc::NV12, extent: (w, h) }, (&linear, &planes), &mut tiled).unwrap();
 
             let input = scratch(&format!("{nick}-{w}x{h}.in"));
             let output = scratch(&format!("{nick}-{w}x{h}.out"));

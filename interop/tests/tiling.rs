@@ -8,7 +8,7 @@ use dmabridge_interop::tiling::colour::{
 };
 use dmabridge_interop::tiling::gpu::{plane_dispatches, TilePushConstants};
 use dmabridge_interop::tiling::{
-    detile, packed_planes, tile, tiled_size, ColourMatrix, ColourRange, PlaneAddress, TilingError,
+    detile, packed_planes, tile, tiled_size, ColourMatrix, ColourRange, PlaneAddress, TiledFrame, TilingError,
 };
 use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{Fourcc, TileLayout};
@@ -117,7 +117,8 @@ fn tile_then_detile_gives_back_the_input_with_zero_padding() {
             let g = tiled_size(layout, f, w, h).unwrap();
             let src = rng.bytes(g.planes.iter().map(|p| p.width_bytes as usize * p.rows as usize).sum());
             let mut tiled = vec![0xaa; g.size as usize + 7];
-            tile(layout, f, w, h, &src, &packed, &mut tiled).unwrap();
+            let frame = TiledFrame { layout, fourcc: f, extent: (w, h) };
+            tile(frame, (&src, &packed), &mut tiled).unwrap();
             assert!(tiled[g.size as usize..].iter().all(|&b| b == 0xaa), "{layout} {f} {w}x{h}: wrote past the end");
 
             // Padding: every byte that no visible (x, y) maps to is zero, and each visible
@@ -140,7 +141,7 @@ fn tile_then_detile_gives_back_the_input_with_zero_padding() {
             }
 
             let mut back = vec![0u8; src.len()];
-            detile(layout, f, w, h, &tiled, &mut back, &packed).unwrap();
+            detile(frame, &tiled, (&mut back, &packed)).unwrap();
             assert_eq!(back, src, "{layout} {f} {w}x{h}: round trip");
             checked += 1;
         }
@@ -158,12 +159,13 @@ fn detile_to_an_offset_and_stride_writes_only_visible_bytes() {
             let g = tiled_size(layout, f, w, h).unwrap();
             let src = rng.bytes(g.planes.iter().map(|p| p.width_bytes as usize * p.rows as usize).sum());
             let mut tiled = vec![0; g.size as usize];
-            tile(layout, f, w, h, &src, &packed, &mut tiled).unwrap();
+            let frame = TiledFrame { layout, fourcc: f, extent: (w, h) };
+            tile(frame, (&src, &packed), &mut tiled).unwrap();
 
             // Unaligned offset and stride on purpose: the GPU path must handle them too.
             let (planes, len) = padded_planes(f, w, h, 13, 7);
             let mut out = vec![0x5a; len];
-            detile(layout, f, w, h, &tiled, &mut out, &planes).unwrap();
+            detile(frame, &tiled, (&mut out, &planes)).unwrap();
             let mask = visible(f, w, h, &planes, len);
             let mut expect = vec![0x5a; len];
             let mut i = 0;
@@ -177,7 +179,7 @@ fn detile_to_an_offset_and_stride_writes_only_visible_bytes() {
 
             // And tiling from that strided copy gives the same tiled buffer.
             let mut again = vec![0xee; g.size as usize];
-            tile(layout, f, w, h, &out, &planes, &mut again).unwrap();
+            tile(frame, (&out, &planes), &mut again).unwrap();
             assert_eq!(again, tiled, "{layout} {f} {w}x{h}: tile from strided source");
         }
     }
@@ -423,13 +425,14 @@ fn shader_model_matches_the_cpu_reference() {
                 let linear = rng.bytes(len);
                 let g = tiled_size(layout, f, w, h).unwrap();
                 let tiled_base = 8u64;
+                let frame = TiledFrame { layout, fourcc: f, extent: (w, h) };
 
                 // Tile: CPU reference vs model.
                 let mut cpu_tiled = vec![0u8; g.size as usize];
-                tile(layout, f, w, h, &linear, &planes, &mut cpu_tiled).unwrap();
+                tile(frame, (&linear, &planes), &mut cpu_tiled).unwrap();
                 let mut gpu_tiled = vec![0xabcd_ef01u32; (tiled_base as usize + g.size as usize).div_ceil(4)];
                 let src = words(&linear);
-                for d in plane_dispatches(layout, f, w, h, tiled_base, &planes, true).unwrap() {
+                for d in plane_dispatches(frame, tiled_base, &planes, true).unwrap() {
                     model_dispatch(&d.push, d.group_counts, &src, &mut gpu_tiled);
                 }
                 let bytes = unwords(&gpu_tiled, tiled_base as usize + g.size as usize);
@@ -442,10 +445,10 @@ fn shader_model_matches_the_cpu_reference() {
                 // Detile into a buffer full of other data: only visible bytes change.
                 let fill = rng.bytes(len);
                 let mut cpu_lin = fill.clone();
-                detile(layout, f, w, h, &cpu_tiled, &mut cpu_lin, &planes).unwrap();
+                detile(frame, &cpu_tiled, (&mut cpu_lin, &planes)).unwrap();
                 let mut gpu_lin = words(&fill);
                 let src = words(&bytes);
-                for d in plane_dispatches(layout, f, w, h, tiled_base, &planes, false).unwrap() {
+                for d in plane_dispatches(frame, tiled_base, &planes, false).unwrap() {
                     model_dispatch(&d.push, d.group_counts, &src, &mut gpu_lin);
                 }
                 assert_eq!(unwords(&gpu_lin, len), cpu_lin, "{layout} {f} {w}x{h} +{offset}/{extra}: detile");
@@ -526,7 +529,7 @@ fn whole_image_colour_conversions() {
         let yuv = rng.bytes(len);
         let rgba_plane = PlaneLayout::linear(16, w as u64 * 4 + 8, h);
         let mut rgba = vec![0u8; 16 + (rgba_plane.stride * h as u64) as usize];
-        yuv_to_rgb(Fourcc::NV12, Fourcc::ABGR8888, m, r, w, h, &yuv, &planes, &mut rgba, rgba_plane).unwrap();
+        yuv_to_rgb((Fourcc::NV12, Fourcc::ABGR8888), (m, r), (w, h), (&yuv, &planes), (&mut rgba, rgba_plane)).unwrap();
         for y in 0..h as u64 {
             for x in 0..w as u64 {
                 let l = yuv[(planes[0].offset + y * planes[0].stride + x) as usize] as i32;
@@ -542,7 +545,7 @@ fn whole_image_colour_conversions() {
         let src = rgba.clone();
         let nv = packed_planes(Fourcc::NV12, w, h).unwrap();
         let mut out = vec![0u8; (w * h + 18 * 5) as usize];
-        rgb_to_nv12(Fourcc::ABGR8888, m, r, w, h, &src, rgba_plane, &mut out, &nv).unwrap();
+        rgb_to_nv12(Fourcc::ABGR8888, (m, r), (w, h), (&src, rgba_plane), (&mut out, &nv)).unwrap();
         let px = |x: u64, y: u64| {
             let o = (rgba_plane.offset + y.min(h as u64 - 1) * rgba_plane.stride + x.min(w as u64 - 1) * 4) as usize;
             [src[o], src[o + 1], src[o + 2]]
@@ -569,7 +572,7 @@ fn whole_image_colour_conversions() {
     }
     let mut rgba = vec![0u8; 16];
     let plane = PlaneLayout::linear(0, 8, 2);
-    yuv_to_rgb(Fourcc::P010, Fourcc::ABGR8888, ColourMatrix::Bt709, ColourRange::Limited, 2, 2, &buf, &p010, &mut rgba, plane).unwrap();
+    yuv_to_rgb((Fourcc::P010, Fourcc::ABGR8888), (ColourMatrix::Bt709, ColourRange::Limited), (2, 2), (&buf, &p010), (&mut rgba, plane)).unwrap();
     assert_eq!(rgba, [255u8; 16]);
 }
 
@@ -586,11 +589,12 @@ fn a_plane_smaller_than_its_rows_is_refused() {
     // The luma rows span 63 x 64 + 64 bytes.
     let needed = 64 * 32;
     planes[0].size = needed - 1;
-    let r = detile(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, &tiled, &mut dst, &planes);
+    let frame = TiledFrame { layout: TileLayout::Nv12_4L4, fourcc: Fourcc::NV12, extent: (w, h) };
+    let r = detile(frame, &tiled, (&mut dst, &planes));
     assert!(matches!(r, Err(TilingError::PlaneSize { offset: 0, stride: 64, size, needed: n }) if size == needed - 1 && n == needed), "{r:?}");
-    let r = plane_dispatches(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, 0, &planes, false);
+    let r = plane_dispatches(frame, 0, &planes, false);
     assert!(matches!(r, Err(dmabridge_interop::tiling::gpu::GpuParamError::Layout(TilingError::PlaneSize { .. }))), "{r:?}");
     planes[0].size = needed;
-    detile(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, &tiled, &mut dst, &planes).expect("a plane exactly its rows");
-    plane_dispatches(TileLayout::Nv12_4L4, Fourcc::NV12, w, h, 0, &planes, false).expect("a plane exactly its rows");
+    detile(frame, &tiled, (&mut dst, &planes)).expect("a plane exactly its rows");
+    plane_dispatches(frame, 0, &planes, false).expect("a plane exactly its rows");
 }

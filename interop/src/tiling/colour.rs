@@ -456,20 +456,14 @@ pub(super) fn packing(fourcc: Fourcc, other: Fourcc, eight_bit_only: bool, from_
     }
 }
 
-/// NV12 or P010 (planes at `src_planes`) -> RGB format `to` (at `dst_plane`); see the
-/// module docs.
-#[allow(clippy::too_many_arguments)]
+/// NV12 or P010 `from` (planes at `src_planes`) -> RGB format `to` (at `dst_plane`), in
+/// `matrix` and `range`; see the module docs.
 pub fn yuv_to_rgb(
-    from: Fourcc,
-    to: Fourcc,
-    matrix: ColourMatrix,
-    range: ColourRange,
-    width: u32,
-    height: u32,
-    src: &[u8],
-    src_planes: &[PlaneLayout],
-    dst: &mut [u8],
-    dst_plane: PlaneLayout,
+    (from, to): (Fourcc, Fourcc),
+    (matrix, range): (ColourMatrix, ColourRange),
+    (width, height): (u32, u32),
+    (src, src_planes): (&[u8], &[PlaneLayout]),
+    (dst, dst_plane): (&mut [u8], PlaneLayout),
 ) -> Result<(), ColourError> {
     let bits = yuv_bits(from, to)?;
     let pack = packing(to, from, false, false)?;
@@ -496,19 +490,14 @@ pub fn yuv_to_rgb(
     Ok(())
 }
 
-/// 8-bit RGB format `from` (at `src_plane`) -> NV12 (planes at `dst_planes`); see the
-/// module docs.
-#[allow(clippy::too_many_arguments)]
+/// 8-bit RGB format `from` (at `src_plane`) -> NV12 (planes at `dst_planes`), in `matrix`
+/// and `range`; see the module docs.
 pub fn rgb_to_nv12(
     from: Fourcc,
-    matrix: ColourMatrix,
-    range: ColourRange,
-    width: u32,
-    height: u32,
-    src: &[u8],
-    src_plane: PlaneLayout,
-    dst: &mut [u8],
-    dst_planes: &[PlaneLayout],
+    (matrix, range): (ColourMatrix, ColourRange),
+    (width, height): (u32, u32),
+    (src, src_plane): (&[u8], PlaneLayout),
+    (dst, dst_planes): (&mut [u8], &[PlaneLayout]),
 ) -> Result<(), ColourError> {
     let pack = check_rgb_to_nv12(from, (width, height), (src.len(), src_plane), (dst.len(), dst_planes))?;
     let k = RgbToYuv::new(matrix, range);
@@ -573,7 +562,7 @@ pub fn yuv_to_rgb_vec(
     let dst_plane = packed_planes(to, width, height)?[0];
     let dg = tiled_size(TileLayout::Linear, to, width, height)?;
     let mut out = alloc_output("RGB image", dg.size)?;
-    yuv_to_rgb(from, to, matrix, range, width, height, src, &src_planes, &mut out, dst_plane)?;
+    yuv_to_rgb((from, to), (matrix, range), (width, height), (src, &src_planes), (&mut out, dst_plane))?;
     Ok(out)
 }
 
@@ -594,7 +583,7 @@ pub fn rgb_to_nv12_vec(
     let dg = tiled_size(TileLayout::Linear, Fourcc::NV12, width, height)?;
     let dst_planes = packed_planes(Fourcc::NV12, width, height)?;
     let mut out = alloc_output("NV12 image", dg.size)?;
-    rgb_to_nv12(from, matrix, range, width, height, src, src_plane, &mut out, &dst_planes)?;
+    rgb_to_nv12(from, (matrix, range), (width, height), (src, src_plane), (&mut out, &dst_planes))?;
     Ok(out)
 }
 

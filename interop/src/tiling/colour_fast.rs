@@ -33,7 +33,7 @@
 use super::colour_simd::{Ahead, Kernel, Narrow, RgbKernel, Steps};
 use super::colour::{check_rgb_to_nv12, packing, yuv_bits, ColourError, ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};
 use super::fast::{band_quantum, band_tile_offsets, default_threads, detile_rows, detile_strip, partial_bands, strip_pieces, rows_in_tiles, run_shares, tile_by_tile, tiled_rows_region, STREAM_BYTES};
-use super::geometry::{check_linear, tiled_size, PlaneGeometry};
+use super::geometry::{check_linear, tiled_size, PlaneGeometry, TiledFrame};
 use super::{PlaneLayout, TilingError};
 use crate::tiling::AddressKind;
 use crate::{Fourcc, TileLayout};
@@ -150,24 +150,18 @@ fn sample_bytes(bits: u32) -> usize {
     }
 }
 
-/// NV12/P010 in `layout` (the tiled buffer at the start of `src`, as [`tiled_size`] lays it
-/// out; linear is the packed image) -> RGB format `to` at `dst_plane`, on `threads` threads
-/// (0: [`default_threads`]).
-#[allow(clippy::too_many_arguments)]
+/// NV12/P010 `frame` (the tiled buffer at the start of `src`, as [`tiled_size`] lays it
+/// out; linear is the packed image) -> RGB format `to` at `dst_plane`, in `matrix` and
+/// `range`, on `threads` threads (0: [`default_threads`]).
 pub fn tiled_yuv_to_rgb_fast(
-    layout: TileLayout,
-    from: Fourcc,
+    frame: TiledFrame,
     to: Fourcc,
-    matrix: ColourMatrix,
-    range: ColourRange,
-    width: u32,
-    height: u32,
+    (matrix, range): (ColourMatrix, ColourRange),
     src: &[u8],
-    dst: &mut [u8],
-    dst_plane: PlaneLayout,
+    (dst, dst_plane): (&mut [u8], PlaneLayout),
     threads: usize,
 ) -> Result<(), ColourError> {
-    fused(layout, (from, to), (matrix, range), (width, height), src, (dst, dst_plane), threads, Route::Fastest)
+    fused(frame, to, (matrix, range), src, (dst, dst_plane), threads, Route::Fastest)
 }
 
 /// Which way [`fused`] reads the tiles.
@@ -182,20 +176,19 @@ enum Route {
 }
 
 /// [`tiled_yuv_to_rgb_fast`], by `route`.
-#[allow(clippy::too_many_arguments)]
 fn fused(
-    layout: TileLayout,
-    (from, to): (Fourcc, Fourcc),
+    frame: TiledFrame,
+    to: Fourcc,
     (matrix, range): (ColourMatrix, ColourRange),
-    (width, height): (u32, u32),
     src: &[u8],
     (dst, dst_plane): (&mut [u8], PlaneLayout),
     threads: usize,
     route: Route,
 ) -> Result<(), ColourError> {
+    let TiledFrame { fourcc: from, extent: (width, height), .. } = frame;
     let bits = yuv_bits(from, to)?;
     let pack = packing(to, from, false, false)?;
-    let g = tiled_size(layout, from, width, height)?;
+    let g = frame.geometry()?;
     if (src.len() as u64) < g.size {
         return Err(TilingError::BufferTooSmall { what: "tiled source", plane: 1, needed: g.size, got: src.len() as u64 }.into());
     }
@@ -252,7 +245,7 @@ pub fn rgb_to_nv12_fast(
     let (y_end, c_end) = (yp.offset as usize + (h - 1) * yp.stride as usize + w, cp.offset as usize + (h.div_ceil(2) - 1) * cp.stride as usize + w.div_ceil(2) * 2);
     if y_end > cp.offset as usize && c_end > yp.offset as usize {
         // Planes that interleave cannot be split between threads: the reference does it.
-        return super::rgb_to_nv12(from, matrix, range, width, height, src, src_plane, dst, dst_planes);
+        return super::rgb_to_nv12(from, (matrix, range), (width, height), (src, src_plane), (dst, dst_planes));
     }
     let (luma, chroma) = if yp.offset < cp.offset {
         let (a, b) = dst.split_at_mut(cp.offset as usize);
@@ -459,22 +452,22 @@ impl Job<'_> {
             band_tile_offsets(py, band, &mut ybases);
             // The band's chroma rows, in one chroma band (`reading`).
             band_tile_offsets(pc, top / 2 / pc.tile_height, &mut cbases);
-            let bases = (&ybases[..], &cbases[..]);
+            let band = Band { index: band, ybases: &ybases, cbases: &cbases };
             let (end, px) = match self.across {
-                Some(how) => self.band_across(k, how, band, (top, bottom), rows.start, bases, &mut blocks, out),
+                Some(how) => self.band_across(k, how, band, (top, bottom), &mut blocks, (&mut *out, rows.start)),
                 None => (top, 0),
             };
             // What the groups leave: the pixels past their blocks, and the rows below them.
-            self.band_by_tile(k, band, (top, end), rows.start, px / tile_px, bases, out);
-            self.band_by_tile(k, band, (end, bottom), rows.start, 0, bases, out);
+            self.band_by_tile(k, band, (top, end), px / tile_px, (&mut *out, rows.start));
+            self.band_by_tile(k, band, (end, bottom), 0, (&mut *out, rows.start));
         }
         k.fence();
     }
 
-    /// Rows `top..bottom` of band `band` (tiles at `bases`), from tile `tx` on, tile by
-    /// tile ([`Job::run_tiles`]), into `out` (from row `first`).
-    #[allow(clippy::too_many_arguments)]
-    fn band_by_tile(&self, k: &Kernel, band: u32, (top, bottom): (u32, u32), first: u32, mut tx: usize, (ybases, cbases): (&[usize], &[usize]), out: &mut [u8]) {
+    /// Rows `top..bottom` of `band`, from tile `tx` on, tile by tile ([`Job::run_tiles`]),
+    /// into `out` (whose rows start at the frame's row `first`).
+    fn band_by_tile(&self, k: &Kernel, band: Band, (top, bottom): (u32, u32), mut tx: usize, (out, first): (&mut [u8], u32)) {
+        let Band { index: band, ybases, cbases } = band;
         let ((py, pc), (luma, chroma)) = ((&self.py, &self.pc), self.planes());
         let (th, tw) = (py.tile_height, py.tile_width as usize);
         let tile_px = tw / sample_bytes(self.bits);
@@ -498,7 +491,7 @@ impl Job<'_> {
                 let c = &chroma[ct..ct + (run - 1) * ctile + n / 2 * tw];
                 let piece = &mut out[o..o + (n - 1) * self.stride + 64 * run];
                 let steps = Steps { luma_row: tw, chroma_row: tw, out_row: self.stride, luma_block: ytile, chroma_block: ctile };
-                if k.tile(y, c, piece, steps, 16 * run, n / 2, &Ahead::NONE) == 16 * run {
+                if k.tile(y, c, piece, steps, (16 * run, n / 2), &Ahead::NONE) == 16 * run {
                     tx += run;
                     continue;
                 }
@@ -511,13 +504,13 @@ impl Job<'_> {
         }
     }
 
-    /// Rows `top..bottom` of band `band` (tiles at `bases`) eight at a time ([`Kernel::groups`]),
-    /// across the band or in strips as `how` says, fetching lines ahead as it says
-    /// (`blocks`: buffers for the blocks' offsets and their lines), into `out` (from row
+    /// Rows `top..bottom` of `band` eight at a time ([`Kernel::groups`]), across the band or
+    /// in strips as `how` says, fetching lines ahead as it says (`blocks`: buffers for the
+    /// blocks' offsets and their lines), into `out` (whose rows start at the frame's row
     /// `first`): returns the row it stopped at and how many pixels of each row before it it
     /// wrote, the rest being [`Job::band_by_tile`]'s.
-    #[allow(clippy::too_many_arguments)]
-    fn band_across(&self, k: &Kernel, how: Across, band: u32, (top, bottom): (u32, u32), first: u32, (ybases, cbases): (&[usize], &[usize]), blocks: &mut (Vec<[usize; 2]>, Vec<[usize; 2]>), out: &mut [u8]) -> (u32, usize) {
+    fn band_across(&self, k: &Kernel, how: Across, band: Band, (top, bottom): (u32, u32), blocks: &mut (Vec<[usize; 2]>, Vec<[usize; 2]>), (out, first): (&mut [u8], u32)) -> (u32, usize) {
+        let Band { index: band, ybases, cbases } = band;
         let ((py, pc), (luma, chroma)) = ((&self.py, &self.pc), self.planes());
         let (th, tw) = (py.tile_height, py.tile_width as usize);
         let per_tile = tw / 16;
@@ -546,7 +539,7 @@ impl Job<'_> {
                 let (skip, into) = ((y0 - band * th) as usize * tw, (y0 / 2 % pc.tile_height) as usize * tw);
                 let o = (y0 - first) as usize * self.stride + 64 * b0;
                 let (y, c) = (&luma[skip.min(luma.len())..], &chroma[into.min(chroma.len())..]);
-                if out.get_mut(o..).map_or(0, |rows| k.groups(y, c, rows, self.stride, tw, &offsets[b0..b1], ahead)) == 0 {
+                if out.get_mut(o..).map_or(0, |rows| k.groups(y, c, rows, (self.stride, tw), &offsets[b0..b1], ahead)) == 0 {
                     break;
                 }
                 y0 += 8;
@@ -676,7 +669,7 @@ impl Job<'_> {
         let n = (piece.len() - 4 * w) / stride + 1;
         let tw = y.len() / n;
         let pairs = n / 2;
-        let done = if pairs > 0 { k.tile(y, c, piece, Steps::rows(self.bits == 10, (tw, tw, stride)), w, pairs, ahead) } else { 0 };
+        let done = if pairs > 0 { k.tile(y, c, piece, Steps::rows(self.bits == 10, (tw, tw, stride)), (w, pairs), ahead) } else { 0 };
         if done == w && n % 2 == 0 {
             return;
         }
@@ -768,6 +761,15 @@ struct Window<'a> {
     buf: Vec<u8>,
     /// The first row of the window in `buf`.
     first: Option<u32>,
+}
+
+/// One band of tiles that [`Job::run_tiles`] reads in place: its index, and where each of
+/// its tiles starts in the luma plane and in the chroma band that holds its chroma rows.
+#[derive(Clone, Copy)]
+struct Band<'a> {
+    index: u32,
+    ybases: &'a [usize],
+    cbases: &'a [usize],
 }
 
 /// One strip of [`Job::run_strips`].
@@ -1010,10 +1012,10 @@ mod tests {
                         let plane = PlaneLayout::linear(8, w as u64 * 4 + 12, h);
                         let len = 8 + plane.stride as usize * h as usize;
                         let mut want = vec![0x5au8; len];
-                        yuv_to_rgb(Fourcc::NV12, to, m, r, w, h, &linear, &planes, &mut want, plane).expect("reference");
+                        yuv_to_rgb((Fourcc::NV12, to), (m, r), (w, h), (&linear, &planes), (&mut want, plane)).expect("reference");
                         for (threads, route) in [(1, Route::Fastest), (3, Route::Fastest), (1, Route::Windows), (3, Route::Windows)] {
                             let mut got = vec![0x5au8; len];
-                            fused(layout, (Fourcc::NV12, to), (m, r), (w, h), &tiled, (&mut got, plane), threads, route).expect("fast");
+                            fused(TiledFrame { layout, fourcc: Fourcc::NV12, extent: (w, h) }, to, (m, r), &tiled, (&mut got, plane), threads, route).expect("fast");
                             assert!(got == want, "{layout} -> {to} {w}x{h} {m:?} {r:?} on {threads} threads, windows {}", route == Route::Windows);
                         }
                     }
@@ -1037,7 +1039,7 @@ mod tests {
             let linear = detile_to_vec(layout, Fourcc::NV12, w, h, &tiled).expect("detile");
             let len = w as usize * 4 * h as usize;
             let mut want = vec![0u8; len];
-            yuv_to_rgb(Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt709, ColourRange::Limited, w, h, &linear, &planes, &mut want, PlaneLayout::linear(0, w as u64 * 4, h)).expect("reference");
+            yuv_to_rgb((Fourcc::NV12, Fourcc::XRGB8888), (ColourMatrix::Bt709, ColourRange::Limited), (w, h), (&linear, &planes), (&mut want, PlaneLayout::linear(0, w as u64 * 4, h))).expect("reference");
             let mut buf = vec![0u8; len + 128];
             let line = buf.as_ptr().align_offset(64);
             for into_line in [0usize, 32, 16] {
@@ -1046,7 +1048,7 @@ mod tests {
                     buf.fill(0);
                     let plane = PlaneLayout::linear(0, w as u64 * 4, h);
                     let colour = (ColourMatrix::Bt709, ColourRange::Limited);
-                    fused(layout, (Fourcc::NV12, Fourcc::XRGB8888), colour, (w, h), &tiled, (&mut buf[at..at + len], plane), threads, route).expect("fast");
+                    fused(TiledFrame { layout, fourcc: Fourcc::NV12, extent: (w, h) }, Fourcc::XRGB8888, colour, &tiled, (&mut buf[at..at + len], plane), threads, route).expect("fast");
                     assert!(buf[at..at + len] == want[..], "{layout}, rows {into_line} bytes into a line, on {threads} threads, windows {}", route == Route::Windows);
                 }
             }
@@ -1143,9 +1145,9 @@ mod tests {
             for to in [Fourcc::XRGB2101010, Fourcc::ABGR8888] {
                 let plane = PlaneLayout::linear(0, w as u64 * 4, h);
                 let mut want = vec![0u8; (w * h * 4) as usize];
-                yuv_to_rgb(Fourcc::P010, to, ColourMatrix::Bt2020, ColourRange::Limited, w, h, &linear, &planes, &mut want, plane).expect("reference");
+                yuv_to_rgb((Fourcc::P010, to), (ColourMatrix::Bt2020, ColourRange::Limited), (w, h), (&linear, &planes), (&mut want, plane)).expect("reference");
                 let mut got = vec![0u8; want.len()];
-                tiled_yuv_to_rgb_fast(layout, Fourcc::P010, to, ColourMatrix::Bt2020, ColourRange::Limited, w, h, &tiled, &mut got, plane, 2).expect("fast");
+                tiled_yuv_to_rgb_fast(TiledFrame { layout, fourcc: Fourcc::P010, extent: (w, h) }, to, (ColourMatrix::Bt2020, ColourRange::Limited), &tiled, (&mut got, plane), 2).expect("fast");
                 assert!(got == want, "{layout} P010 -> {to}");
             }
         }
@@ -1170,7 +1172,7 @@ mod tests {
                     for m in ColourMatrix::ALL {
                         for r in [ColourRange::Limited, ColourRange::Full] {
                             let mut want = vec![0x5au8; len];
-                            crate::tiling::rgb_to_nv12(from, m, r, w, h, &src, src_plane, &mut want, &planes).expect("reference");
+                            crate::tiling::rgb_to_nv12(from, (m, r), (w, h), (&src, src_plane), (&mut want, &planes)).expect("reference");
                             for threads in [1, 3] {
                                 let mut got = vec![0x5au8; len];
                                 rgb_to_nv12_fast(from, (m, r), (w, h), (&src, src_plane), (&mut got, &planes), threads).expect("fast");
@@ -1187,7 +1189,8 @@ mod tests {
     fn short_buffers_are_refused() {
         let plane = PlaneLayout::linear(0, 64, 16);
         let mut out = vec![0u8; 64 * 16];
-        assert!(tiled_yuv_to_rgb_fast(TileLayout::Nv12_4L4, Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt709, ColourRange::Limited, 16, 16, &[0; 10], &mut out, plane, 2).is_err());
-        assert!(tiled_yuv_to_rgb_fast(TileLayout::Linear, Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt709, ColourRange::Limited, 16, 16, &[0; 384], &mut out[..100], plane, 2).is_err());
+        let (colour, frame) = ((ColourMatrix::Bt709, ColourRange::Limited), |layout| TiledFrame { layout, fourcc: Fourcc::NV12, extent: (16, 16) });
+        assert!(tiled_yuv_to_rgb_fast(frame(TileLayout::Nv12_4L4), Fourcc::XRGB8888, colour, &[0; 10], (&mut out, plane), 2).is_err());
+        assert!(tiled_yuv_to_rgb_fast(frame(TileLayout::Linear), Fourcc::XRGB8888, colour, &[0; 384], (&mut out[..100], plane), 2).is_err());
     }
 }

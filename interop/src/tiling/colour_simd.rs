@@ -13,8 +13,35 @@
 //!
 //! Used through [`Kernel::detect`] and [`RgbKernel::detect`]: `None` where the CPU has no
 //! AVX2 (or is not x86_64), and the caller's scalar loop does the row.
+//!
+//! The bounds are this file's alone: each safe entry point ([`Kernel::rows`],
+//! [`Kernel::tile`], [`Kernel::narrow`], [`Kernel::groups`], [`RgbKernel::rows`]) checks
+//! that every byte its loop touches lies in its slices, with [`reach`], right before its
+//! `unsafe` block, and does less (returning how much) where they do not; each loop (an
+//! `unsafe fn`, for AVX2) is given the bytes after each pointer and debug-asserts the same
+//! reach at its top. A caller passes slices and nothing else; it need establish nothing.
 
 use super::colour::{RgbPacking, RgbToYuv, YuvToRgb};
+
+/// Bytes from a pointer: where they start, and how many may be read from there. What the
+/// vector loops take rather than slices where two of their rows lie in one slice (two
+/// `&mut` to the same output would alias), so that each loop can check its reach itself.
+type Bytes = (*const u8, usize);
+/// As [`Bytes`], to write.
+type BytesMut = (*mut u8, usize);
+
+/// Where the bytes of the last of `rows` rows, `stride` apart, end, each row read as
+/// `blocks` blocks of `len` bytes, `block` apart, from its start: the end of every other
+/// block of every row is at or before it. `None` for no rows or no blocks, or past `usize`.
+fn reach(rows: usize, stride: usize, (blocks, block): (usize, usize), len: usize) -> Option<usize> {
+    let last = rows.checked_sub(1)?.checked_mul(stride)?;
+    last.checked_add(blocks.checked_sub(1)?.checked_mul(block)?)?.checked_add(len)
+}
+
+/// Whether `need` bytes (a [`reach`], perhaps from an offset) fit in `have`.
+fn fits(have: usize, need: Option<usize>) -> bool {
+    need.is_some_and(|n| n <= have)
+}
 
 /// What one conversion's rows share: the coefficients, the packing and the sample depth.
 /// Made only by [`Kernel::detect`], which checked for AVX2.
@@ -468,13 +495,15 @@ impl Kernel {
         if blocks == 0 {
             return 0;
         }
+        let lens = [out0.len(), second];
         let (one, o0) = (out1.is_none(), out0.as_mut_ptr());
         let o1 = out1.map_or(o0, |o| o.as_mut_ptr());
+        let (ys, outs) = ([(y[0].as_ptr(), y[0].len()), (y1.as_ptr(), y1.len())], [(o0, lens[0]), (o1, lens[1])]);
         // SAFETY: the blocks read `16 * bytes * blocks` bytes of each luma row and of `c`
         // and write `64 * blocks` of each output row, all inside the slices by the minimum
         // above (with one row, the loop reads and writes only the first); one pair, so the
         // steps are never taken.
-        unsafe { self.dispatch(([y[0].as_ptr(), y1.as_ptr()], c.as_ptr(), [o0, o1]), (blocks, [16 * bytes; 2]), (1, [0; 3]), one, &Ahead::NONE) }
+        unsafe { self.dispatch((ys, (c.as_ptr(), c.len()), outs), (blocks, [16 * bytes; 2]), (1, [0; 3]), one, &Ahead::NONE) }
     }
 
     /// Converts the leading pixels of `pairs` row pairs of a rectangle, sixteen at a time:
@@ -487,23 +516,18 @@ impl Kernel {
     /// Returns how many pixels of each row it wrote (a multiple of 16, at most `width`;
     /// 0 where a slice is too short for all the rows or the blocks would overlap), the rest
     /// being the caller's.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn tile(&self, y: &[u8], c: &[u8], out: &mut [u8], steps: Steps, width: usize, pairs: usize, ahead: &Ahead) -> usize {
+    pub(super) fn tile(&self, y: &[u8], c: &[u8], out: &mut [u8], steps: Steps, (width, pairs): (usize, usize), ahead: &Ahead) -> usize {
         let bytes = if self.ten_bit { 2 } else { 1 };
         let blocks = width / 16;
         let Steps { luma_row: ys, chroma_row: cs, out_row: os, luma_block, chroma_block } = steps;
-        // The last pair's last block ends where these say; every other block ends earlier
-        // (blocks do not overlap, so each is at least its bytes on from the last).
-        let reach = |rows: usize, stride: usize, block: usize, len: usize| {
-            let last = rows.checked_sub(1)?.checked_mul(stride)?;
-            last.checked_add((blocks - 1).checked_mul(block)?)?.checked_add(len)
-        };
-        let fits = |have: usize, need: Option<usize>| need.is_some_and(|n| n <= have);
         let sample = 16 * bytes;
         if blocks == 0 || luma_block < sample || chroma_block < sample {
             return 0;
         }
-        if !fits(y.len(), reach(2 * pairs, ys, luma_block, sample)) || !fits(c.len(), reach(pairs, cs, chroma_block, sample)) || !fits(out.len(), reach(2 * pairs, os, 64, 64)) {
+        if !fits(y.len(), reach(2 * pairs, ys, (blocks, luma_block), sample))
+            || !fits(c.len(), reach(pairs, cs, (blocks, chroma_block), sample))
+            || !fits(out.len(), reach(2 * pairs, os, (blocks, 64), 64))
+        {
             return 0;
         }
         let (y0, o0) = (y.as_ptr(), out.as_mut_ptr());
@@ -511,8 +535,13 @@ impl Kernel {
         // `(2p + 1) * ys + i * luma_block` of `y` and at `p * cs + i * chroma_block` of `c`,
         // and writes 64 bytes at `2p * os + 64i` and `(2p + 1) * os + 64i` of `out`: the
         // last pair's last block's end inside each slice by the checks above, so the second
-        // rows' starts (`ys`, `os` on) are inside too.
-        unsafe { self.dispatch(([y0, y0.add(ys)], c.as_ptr(), [o0, o0.add(os)]), (blocks, [luma_block, chroma_block]), (pairs, [2 * ys, cs, 2 * os]), false, ahead) }
+        // rows' starts (`ys`, `os` on) are inside too, with `ys` and `os` fewer bytes after
+        // them.
+        unsafe {
+            let lumas = [(y0, y.len()), (y0.add(ys), y.len() - ys)];
+            let outs = [(o0, out.len()), (o0.add(os), out.len() - os)];
+            self.dispatch((lumas, (c.as_ptr(), c.len()), outs), (blocks, [luma_block, chroma_block]), (pairs, [2 * ys, cs, 2 * os]), false, ahead)
+        }
     }
 
     /// Converts the leading pixels of a group of eight rows of tiles four or eight pixels
@@ -524,17 +553,13 @@ impl Kernel {
     pub(super) fn narrow(&self, y: &[u8], c: &[u8], out: &mut [u8], stride: usize, width: usize, at: Narrow) -> usize {
         let blocks = width / 16;
         let (second, block) = at.steps();
-        // The last block ends where these say; every other one earlier.
-        let reach = |second: usize, piece: usize| blocks.checked_sub(1)?.checked_mul(block)?.checked_add(second)?.checked_add(piece);
-        let rows = stride.checked_mul(7).and_then(|r| r.checked_add(64 * blocks));
-        let fits = |have: usize, need: Option<usize>| need.is_some_and(|n| n <= have);
         // Blocks no bytes apart would all be the first (and leave the fetches no step).
-        if self.ten_bit || blocks == 0 || block == 0 || !fits(y.len(), reach(second[0], 64)) || !fits(c.len(), reach(second[1], 32)) || !fits(out.len(), rows) {
+        if self.ten_bit || block == 0 || !Kernel::narrow_fits((y.len(), c.len(), out.len()), stride, blocks, (second, block)) {
             return 0;
         }
         #[cfg(target_arch = "x86_64")]
         {
-            let (ys, cs, rows) = ((y.as_ptr(), y.len()), (c.as_ptr(), c.len()), out.as_mut_ptr());
+            let (ys, cs, rows) = ((y.as_ptr(), y.len()), (c.as_ptr(), c.len()), (out.as_mut_ptr(), out.len()));
             // SAFETY: a `Kernel` exists only where `detect` found AVX2; block i reads 64
             // bytes at `i * block` and at `second[0]` on from there of `y`, 32 at `i * block`
             // and `second[1]` on of `c`, and writes bytes `64i..64i + 64` of rows 0-7 of
@@ -555,6 +580,14 @@ impl Kernel {
         }
     }
 
+    /// Whether `blocks` blocks of a group of eight rows ([`Kernel::narrow`]), `block` bytes
+    /// apart and each of two pieces `second` apart (64 bytes of luma, 32 of chroma), lie in
+    /// `y` and `c` bytes, and their 64 bytes of each of eight rows `stride` apart in `out`
+    /// (lengths `(y, c, out)`).
+    fn narrow_fits((y, c, out): (usize, usize, usize), stride: usize, blocks: usize, (second, block): ([usize; 2], usize)) -> bool {
+        fits(y, reach(2, second[0], (blocks, block), 64)) && fits(c, reach(2, second[1], (blocks, block), 32)) && fits(out, reach(8, stride, (blocks, 64), 64))
+    }
+
     /// The loop of [`Kernel::narrow`] for the byte order `ORDER`, nv12-8l128 where `TALL`,
     /// else nv12-4l4. Loads and unpacks (and, for nv12-8l128, a `vpermq`) put two rows of a
     /// block in each register, in the order that [`Kernel::blocks_avx2`]'s byte shuffles
@@ -571,18 +604,21 @@ impl Kernel {
     ///   blocks, measured 0.60-0.72.
     ///
     /// # Safety
-    /// The CPU has AVX2; `ys` and `cs` are readable slices (start, length) holding every
-    /// block's bytes ([`Kernel::narrow`]), and rows 0-7 of `out` (`stride` apart) hold
-    /// `64 * blocks` writable bytes; `ORDER` is `self.order`, and the samples are 8-bit.
+    /// The CPU has AVX2; `ys`, `cs` and `out` are readable (`out` writable) for their
+    /// lengths, which hold every block's bytes and rows 0-7 of `out` (`stride` apart) its
+    /// `64 * blocks` as [`Kernel::narrow_fits`] says; `block` is not 0; `ORDER` is
+    /// `self.order`, and the samples are 8-bit.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn narrow_avx2<const ORDER: u32, const TALL: bool>(&self, ys: (*const u8, usize), cs: (*const u8, usize), out: *mut u8, stride: usize, blocks: usize, (second, block): ([usize; 2], usize)) {
+    unsafe fn narrow_avx2<const ORDER: u32, const TALL: bool>(&self, ys: Bytes, cs: Bytes, out: BytesMut, stride: usize, blocks: usize, (second, block): ([usize; 2], usize)) {
         use std::arch::x86_64::*;
+        debug_assert!(!self.ten_bit && block != 0 && Kernel::narrow_fits((ys.1, cs.1, out.1), stride, blocks, (second, block)), "narrow blocks past their bytes");
+        let out = out.0;
         // SAFETY: the caller guarantees AVX2 (every intrinsic's requirement) and the bounds
-        // of every load and store; loadu takes any alignment, and the non-temporal stores
-        // are used only where every row starts 32-byte aligned. A prefetch only hints: it
-        // never faults, reads nothing the program sees, and is given addresses inside the
-        // slices.
+        // of every load and store (debug-asserted above); loadu takes any alignment, and the
+        // non-temporal stores are used only where every row starts 32-byte aligned. A
+        // prefetch only hints: it never faults, reads nothing the program sees, and is given
+        // addresses inside the slices.
         unsafe {
             let a = Arith::new(&self.k);
             let load = |m: &[u8; 32]| _mm256_loadu_si256(m.as_ptr().cast());
@@ -642,18 +678,15 @@ impl Kernel {
     /// the slices.
     /// Returns how many pixels of each row it wrote: `16 * blocks.len()`, or 0 for 10-bit
     /// samples or where a block does not lie inside its slices.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn groups(&self, y: &[u8], c: &[u8], out: &mut [u8], stride: usize, row: usize, blocks: &[[usize; 2]], ahead: &[[usize; 2]]) -> usize {
-        let inside = |at: usize, rows: usize, bytes: usize, len: usize| row.checked_mul(rows).and_then(|r| r.checked_add(at)).and_then(|e| e.checked_add(bytes)).is_some_and(|e| e <= len);
-        let rows = stride.checked_mul(7).and_then(|r| r.checked_add(64 * blocks.len()));
-        if self.ten_bit || blocks.is_empty() || !rows.is_some_and(|r| r <= out.len()) || !blocks.iter().all(|&[yo, co]| inside(yo, 7, 16, y.len()) && inside(co, 3, 16, c.len())) {
+    pub(super) fn groups(&self, y: &[u8], c: &[u8], out: &mut [u8], (stride, row): (usize, usize), blocks: &[[usize; 2]], ahead: &[[usize; 2]]) -> usize {
+        if self.ten_bit || !Kernel::groups_fit((y.len(), c.len(), out.len()), (stride, row), blocks) {
             return 0;
         }
         // A fetch outside the slices is left out, with those after it.
-        let fetches = ahead.iter().take_while(|&&[fy, fc]| inside(fy, 0, 128, y.len()) && inside(fc, 0, 64, c.len())).count();
+        let fetches = ahead.iter().take_while(|&&at| Kernel::fetch_fits((y.len(), c.len()), at)).count();
         #[cfg(target_arch = "x86_64")]
         {
-            let (ys, cs, rows, ahead) = (y.as_ptr(), c.as_ptr(), out.as_mut_ptr(), &ahead[..fetches]);
+            let (ys, cs, rows, ahead) = ((y.as_ptr(), y.len()), (c.as_ptr(), c.len()), (out.as_mut_ptr(), out.len()), &ahead[..fetches]);
             // SAFETY: a `Kernel` exists only where `detect` found AVX2; block i reads 16 bytes
             // at each of `blocks[i][0] + r * row` (r < 8) of `y` and `blocks[i][1] + r * row`
             // (r < 4) of `c`, inside the slices by the checks above, and writes bytes
@@ -670,21 +703,41 @@ impl Kernel {
         }
     }
 
+    /// Whether every block of [`Kernel::groups`] (eight luma rows and four chroma rows of 16
+    /// bytes, `row` bytes apart, from its offsets) lies in `y` and `c` bytes, and their 64
+    /// bytes of each of eight rows `stride` apart in `out` (lengths `(y, c, out)`); not for
+    /// no blocks.
+    fn groups_fit((y, c, out): (usize, usize, usize), (stride, row): (usize, usize), blocks: &[[usize; 2]]) -> bool {
+        let from = |at: usize, rows: usize| reach(rows, row, (1, 0), 16).and_then(|e| e.checked_add(at));
+        fits(out, reach(8, stride, (blocks.len(), 64), 64)) && blocks.iter().all(|&[yo, co]| fits(y, from(yo, 8)) && fits(c, from(co, 4)))
+    }
+
+    /// Whether a fetch of [`Kernel::groups`] (two lines from luma offset `fy`, one from
+    /// chroma offset `fc`) lies in `y` and `c` bytes.
+    fn fetch_fits((y, c): (usize, usize), [fy, fc]: [usize; 2]) -> bool {
+        fits(y, fy.checked_add(128)) && fits(c, fc.checked_add(64))
+    }
+
     /// The loop of [`Kernel::groups`] for the byte order `ORDER`: each block's rows as the
     /// linear loop reads them, a row of a tile being sixteen pixels back to back.
     ///
     /// # Safety
-    /// The CPU has AVX2; every block's rows are readable and its 64 bytes of rows 0-7 of
-    /// `out` (`stride` apart) writable, and every fetched line lies inside `y` or `c`
-    /// ([`Kernel::groups`]); `ORDER` is `self.order`, and the samples are 8-bit.
+    /// The CPU has AVX2; `y`, `c` and `out` are readable (`out` writable) for their lengths,
+    /// which hold every block's rows and its 64 bytes of rows 0-7 of `out` (`stride` apart)
+    /// as [`Kernel::groups_fit`] says, and every fetched line as [`Kernel::fetch_fits`]
+    /// says; `ORDER` is `self.order`, and the samples are 8-bit.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn groups_avx2<const ORDER: u32>(&self, y: *const u8, c: *const u8, out: *mut u8, (stride, row): (usize, usize), blocks: &[[usize; 2]], ahead: &[[usize; 2]]) {
+    unsafe fn groups_avx2<const ORDER: u32>(&self, y: Bytes, c: Bytes, out: BytesMut, (stride, row): (usize, usize), blocks: &[[usize; 2]], ahead: &[[usize; 2]]) {
         use std::arch::x86_64::*;
+        debug_assert!(!self.ten_bit && Kernel::groups_fit((y.1, c.1, out.1), (stride, row), blocks), "eight-row blocks past their bytes");
+        debug_assert!(ahead.iter().all(|&at| Kernel::fetch_fits((y.1, c.1), at)), "a fetch past the planes");
+        let (y, c, out) = (y.0, c.0, out.0);
         // SAFETY: the caller guarantees AVX2 (every intrinsic's requirement) and the bounds
-        // of every load, store and fetch; the broadcast loads take any alignment, and the
-        // non-temporal stores are used only where every row starts 32-byte aligned. A
-        // prefetch only hints: it never faults, and reads nothing the program sees.
+        // of every load, store and fetch (debug-asserted above); the broadcast loads take any
+        // alignment, and the non-temporal stores are used only where every row starts
+        // 32-byte aligned. A prefetch only hints: it never faults, and reads nothing the
+        // program sees.
         unsafe {
             let a = Arith::new(&self.k);
             let load = |m: &[u8; 32]| _mm256_loadu_si256(m.as_ptr().cast());
@@ -714,8 +767,7 @@ impl Kernel {
     /// # Safety
     /// As [`Kernel::blocks_avx2`]'s bounds, for pairs `0..pairs` at `steps` apart and
     /// blocks `block` apart.
-    #[allow(clippy::type_complexity)]
-    unsafe fn dispatch(&self, (y, c, out): ([*const u8; 2], *const u8, [*mut u8; 2]), (blocks, block): (usize, [usize; 2]), (pairs, steps): (usize, [usize; 3]), one: bool, ahead: &Ahead) -> usize {
+    unsafe fn dispatch(&self, (y, c, out): ([Bytes; 2], Bytes, [BytesMut; 2]), (blocks, block): (usize, [usize; 2]), (pairs, steps): (usize, [usize; 3]), one: bool, ahead: &Ahead) -> usize {
         #[cfg(target_arch = "x86_64")]
         {
             // SAFETY: a `Kernel` exists only where `detect` found AVX2; the caller
@@ -726,12 +778,12 @@ impl Kernel {
                 // in every loop slowed the linear conversion by 7%.
                 let fetch = !ahead.is_empty();
                 by_order!(self.order, O => match (self.ten_bit, one, fetch) {
-                    (false, false, false) => self.blocks_avx2::<false, O, 2, false>(y, c, out, (blocks, block), pairs, steps, ahead),
-                    (true, false, false) => self.blocks_avx2::<true, O, 2, false>(y, c, out, (blocks, block), pairs, steps, ahead),
-                    (false, false, true) => self.blocks_avx2::<false, O, 2, true>(y, c, out, (blocks, block), pairs, steps, ahead),
-                    (true, false, true) => self.blocks_avx2::<true, O, 2, true>(y, c, out, (blocks, block), pairs, steps, ahead),
-                    (false, true, _) => self.blocks_avx2::<false, O, 1, false>(y, c, out, (blocks, block), pairs, steps, ahead),
-                    (true, true, _) => self.blocks_avx2::<true, O, 1, false>(y, c, out, (blocks, block), pairs, steps, ahead),
+                    (false, false, false) => self.blocks_avx2::<false, O, 2, false>(y, c, out, (blocks, block), (pairs, steps), ahead),
+                    (true, false, false) => self.blocks_avx2::<true, O, 2, false>(y, c, out, (blocks, block), (pairs, steps), ahead),
+                    (false, false, true) => self.blocks_avx2::<false, O, 2, true>(y, c, out, (blocks, block), (pairs, steps), ahead),
+                    (true, false, true) => self.blocks_avx2::<true, O, 2, true>(y, c, out, (blocks, block), (pairs, steps), ahead),
+                    (false, true, _) => self.blocks_avx2::<false, O, 1, false>(y, c, out, (blocks, block), (pairs, steps), ahead),
+                    (true, true, _) => self.blocks_avx2::<true, O, 1, false>(y, c, out, (blocks, block), (pairs, steps), ahead),
                 }, else return 0)
             };
             16 * blocks
@@ -753,20 +805,28 @@ impl Kernel {
     /// luma rows, `i * block[1]` in its chroma row and `64 * i` in its output rows.
     ///
     /// # Safety
-    /// The CPU has AVX2; for every block of every pair, its bytes of both `y` and of `c`
-    /// are readable (16 for 8-bit samples, 32 for 10-bit) and its 64 bytes of both `out`
-    /// writable; `TEN` is `self.ten_bit` and `ORDER` is `self.order`. `ROWS` (1
-    /// or 2) is how many of the rows the loop converts. With `FETCH`, each pair first fetches
-    /// its share of `ahead`'s lines (without, `ahead` is not looked at).
+    /// The CPU has AVX2; `y`, `c` and `out` are readable (`out` writable) for their lengths,
+    /// which hold, for every block of every pair, its bytes of the first `ROWS` of `y` and
+    /// of `c` (16 for 8-bit samples, 32 for 10-bit) and its 64 bytes of the first `ROWS` of
+    /// `out`: the last pair's last block's, by [`reach`]; `TEN` is `self.ten_bit` and
+    /// `ORDER` is `self.order`. `ROWS` (1 or 2) is how many of the rows the loop converts.
+    /// With `FETCH`, each pair first fetches its share of `ahead`'s lines (without, `ahead`
+    /// is not looked at).
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn blocks_avx2<const TEN: bool, const ORDER: u32, const ROWS: usize, const FETCH: bool>(&self, y: [*const u8; 2], c: *const u8, out: [*mut u8; 2], (blocks, [yb, cb]): (usize, [usize; 2]), pairs: usize, steps: [usize; 3], ahead: &Ahead) {
+    unsafe fn blocks_avx2<const TEN: bool, const ORDER: u32, const ROWS: usize, const FETCH: bool>(&self, y: [Bytes; 2], c: Bytes, out: [BytesMut; 2], (blocks, [yb, cb]): (usize, [usize; 2]), (pairs, steps): (usize, [usize; 3]), ahead: &Ahead) {
         use std::arch::x86_64::*;
         debug_assert_eq!(self.k.shift, if ORDER != u32::MAX { 6 } else { 4 });
+        let sample = if TEN { 32 } else { 16 };
+        debug_assert!(
+            fits(c.1, reach(pairs, steps[1], (blocks, cb), sample))
+                && (0..ROWS).all(|r| fits(y[r].1, reach(pairs, steps[0], (blocks, yb), sample)) && fits(out[r].1, reach(pairs, steps[2], (blocks, 64), 64))),
+            "row pairs' blocks past their bytes"
+        );
+        let (y, c, out) = (y.map(|(p, _)| p), c.0, out.map(|(p, _)| p));
         // SAFETY: the caller guarantees AVX2 (every intrinsic's requirement), that the
         // bytes each block of each pair reads are readable and that its 64 output bytes are
-        // writable;
+        // writable (debug-asserted above);
         // loadu/storeu and the broadcast loads take any alignment, and the non-temporal
         // stores are used only where they land aligned: `out` aligned to 32 bytes, or to 16
         // with the 32-byte stores shifted by 16 (each block is 64 bytes on from the last;
@@ -887,7 +947,7 @@ impl RgbKernel {
             // SAFETY: a kernel exists only where `detect` found AVX2; each block reads 64
             // bytes of each RGB row and writes 16 bytes of each luma row and of `uv`, all
             // inside the slices by the minimum above.
-            unsafe { self.blocks_avx2([r0.as_ptr(), r1.as_ptr()], [y0.as_mut_ptr(), y1.as_mut_ptr()], uv.as_mut_ptr(), blocks) };
+            unsafe { self.blocks_avx2([r0, r1], [y0, y1], uv, blocks) };
             16 * blocks
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -913,15 +973,17 @@ impl RgbKernel {
     }
 
     /// # Safety
-    /// The CPU has AVX2; `r` are readable for `64 * blocks` bytes, `y` and `uv` writable
-    /// for `16 * blocks`.
+    /// The CPU has AVX2; `r` hold at least `64 * blocks` bytes, `y` and `uv` at least
+    /// `16 * blocks`.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn blocks_avx2(&self, r: [*const u8; 2], y: [*mut u8; 2], uv: *mut u8, blocks: usize) {
+    unsafe fn blocks_avx2(&self, r: [&[u8]; 2], y: [&mut [u8]; 2], uv: &mut [u8], blocks: usize) {
         use std::arch::x86_64::*;
+        debug_assert!(r.iter().all(|r| r.len() / 64 >= blocks) && y.iter().all(|y| y.len() / 16 >= blocks) && uv.len() / 16 >= blocks, "RGB blocks past their rows");
+        let (r, y, uv) = (r.map(<[u8]>::as_ptr), y.map(<[u8]>::as_mut_ptr), uv.as_mut_ptr());
         let k = &self.k;
-        // SAFETY: the caller guarantees AVX2 and the bounds of every load and store below;
-        // loadu/storeu take any alignment.
+        // SAFETY: the caller guarantees AVX2 and the bounds of every load and store below
+        // (debug-asserted above); loadu/storeu take any alignment.
         unsafe {
             // Each pixel's four bytes widen to four words; `pmaddwd` with the coefficients
             // by byte gives two partial sums a pixel, and `phaddd` the pixel's sum.
@@ -1053,7 +1115,7 @@ mod tests {
             let other = pattern(4096, 1);
             let mut ahead = Ahead::NONE;
             ahead.add(&other, 8, (1000, 1024, 4));
-            assert_eq!(kernel.tile(&y, &c, &mut got, steps, w, pairs, &ahead), 48);
+            assert_eq!(kernel.tile(&y, &c, &mut got, steps, (w, pairs), &ahead), 48);
             let mut want = vec![0x5au8; len];
             for p in 0..pairs {
                 let (a, rest) = want[2 * p * os..].split_at_mut(os);
@@ -1062,10 +1124,10 @@ mod tests {
             }
             assert!(got == want, "ten_bit {ten_bit}");
             assert!(got[48 * 4..4 * w].iter().all(|&b| b == 0x5a), "pixels 48.. are the caller's");
-            assert_eq!(kernel.tile(&y[..(2 * pairs - 1) * ys + 48 * bytes - 1], &c, &mut got, steps, w, pairs, &Ahead::NONE), 0);
-            assert_eq!(kernel.tile(&y, &c[..(pairs - 1) * cs + 48 * bytes - 1], &mut got, steps, w, pairs, &Ahead::NONE), 0);
-            assert_eq!(kernel.tile(&y, &c, &mut got[..len - 4 * w + 191], steps, w, pairs, &Ahead::NONE), 0);
-            assert_eq!(kernel.tile(&y, &c, &mut got, steps, 15, pairs, &Ahead::NONE), 0);
+            assert_eq!(kernel.tile(&y[..(2 * pairs - 1) * ys + 48 * bytes - 1], &c, &mut got, steps, (w, pairs), &Ahead::NONE), 0);
+            assert_eq!(kernel.tile(&y, &c[..(pairs - 1) * cs + 48 * bytes - 1], &mut got, steps, (w, pairs), &Ahead::NONE), 0);
+            assert_eq!(kernel.tile(&y, &c, &mut got[..len - 4 * w + 191], steps, (w, pairs), &Ahead::NONE), 0);
+            assert_eq!(kernel.tile(&y, &c, &mut got, steps, (15, pairs), &Ahead::NONE), 0);
         }
     }
 
@@ -1081,7 +1143,7 @@ mod tests {
         let len = (2 * pairs - 1) * os + 64 * blocks;
         let mut got = vec![0u8; len];
         let steps = Steps { luma_row: ys, chroma_row: cs, out_row: os, luma_block: yb, chroma_block: cb };
-        assert_eq!(kernel.tile(&y, &c, &mut got, steps, 16 * blocks, pairs, &Ahead::NONE), 16 * blocks);
+        assert_eq!(kernel.tile(&y, &c, &mut got, steps, (16 * blocks, pairs), &Ahead::NONE), 16 * blocks);
         let gather = |s: &[u8], at: usize, step: usize| (0..blocks).flat_map(|i| s[at + i * step..at + i * step + 16].to_vec()).collect::<Vec<u8>>();
         for p in 0..pairs {
             let rows = [gather(&y, 2 * p * ys, yb), gather(&y, (2 * p + 1) * ys, yb)];
@@ -1093,7 +1155,7 @@ mod tests {
             }
         }
         // Blocks closer than their own bytes would overlap: refused.
-        assert_eq!(kernel.tile(&y, &c, &mut got, Steps { luma_block: 15, ..steps }, 16 * blocks, pairs, &Ahead::NONE), 0);
+        assert_eq!(kernel.tile(&y, &c, &mut got, Steps { luma_block: 15, ..steps }, (16 * blocks, pairs), &Ahead::NONE), 0);
     }
 
     /// Calls `f` with the 8-bit kernel of `colour` for every RGB byte order, ordinary and
@@ -1173,7 +1235,7 @@ mod tests {
         each_kernel((ColourMatrix::Bt2020, ColourRange::Full), |to, kernel, stream| {
             let mut buf = vec![0x5au8; len + 32];
             let start = buf.as_ptr().align_offset(32);
-            assert_eq!(kernel.groups(&y, &c, &mut buf[start..start + len], stride, row, &blocks, &ahead), 16 * n);
+            assert_eq!(kernel.groups(&y, &c, &mut buf[start..start + len], (stride, row), &blocks, &ahead), 16 * n);
             kernel.fence();
             let mut want = vec![0x5au8; len];
             for p in 0..4 {
@@ -1182,14 +1244,14 @@ mod tests {
             }
             assert!(buf[start..start + len] == want[..], "{to} stream {stream}");
             let out = &mut buf[start..start + len];
-            assert_eq!(kernel.groups(&y[..y.len() - 1], &c, out, stride, row, &blocks, &[]), 0);
-            assert_eq!(kernel.groups(&y, &c[..c.len() - 1], out, stride, row, &blocks, &[]), 0);
-            assert_eq!(kernel.groups(&y, &c, &mut out[..len - 1], stride, row, &blocks, &[]), 0);
-            assert_eq!(kernel.groups(&y, &c, out, stride, row, &[], &[]), 0);
+            assert_eq!(kernel.groups(&y[..y.len() - 1], &c, out, (stride, row), &blocks, &[]), 0);
+            assert_eq!(kernel.groups(&y, &c[..c.len() - 1], out, (stride, row), &blocks, &[]), 0);
+            assert_eq!(kernel.groups(&y, &c, &mut out[..len - 1], (stride, row), &blocks, &[]), 0);
+            assert_eq!(kernel.groups(&y, &c, out, (stride, row), &[], &[]), 0);
         });
         let ten = Kernel::detect(YuvToRgb::new(ColourMatrix::Bt709, ColourRange::Limited, 10, 10), RgbPacking::of(crate::Fourcc::XRGB2101010).expect("XR30"), true);
         if let Some(ten) = ten {
-            assert_eq!(ten.groups(&y, &c, &mut vec![0u8; len], stride, row, &blocks, &[]), 0);
+            assert_eq!(ten.groups(&y, &c, &mut vec![0u8; len], (stride, row), &blocks, &[]), 0);
         }
     }
 

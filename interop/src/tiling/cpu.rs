@@ -5,7 +5,7 @@
 //! address arithmetic lives in one place ([`super::address`]).
 
 use super::address::PlaneAddress;
-use super::geometry::{check_linear, packed_planes, tiled_size, TiledGeometry};
+use super::geometry::{check_linear, packed_planes, tiled_size, TiledFrame, TiledGeometry};
 use super::{alloc_output, PlaneLayout, TilingError};
 use crate::{Fourcc, TileLayout};
 
@@ -36,16 +36,16 @@ fn for_each_run(geometry: &TiledGeometry, linear: &[PlaneLayout], mut f: impl Fn
     }
 }
 
-/// Validates both sides of a conversion of `(layout, fourcc, width, height)` before
-/// anything is written (the fast path runs the same checks).
+/// Validates both sides of a conversion of `frame` before anything is written (the fast
+/// path runs the same checks).
 pub(super) fn checked_geometry(
     direction: Direction,
-    (layout, fourcc, width, height): (TileLayout, Fourcc, u32, u32),
+    frame: TiledFrame,
     linear: &[PlaneLayout],
     linear_len: usize,
     tiled_len: usize,
 ) -> Result<TiledGeometry, TilingError> {
-    let geometry = tiled_size(layout, fourcc, width, height)?;
+    let geometry = frame.geometry()?;
     let (linear_what, tiled_what) = match direction {
         Direction::LinearToTiled => ("linear source", "tiled destination"),
         Direction::TiledToLinear => ("linear destination", "tiled source"),
@@ -55,20 +55,12 @@ pub(super) fn checked_geometry(
     Ok(geometry)
 }
 
-/// Linear -> tiled. Reads `fourcc`'s planes from `src` at `src_planes` (offset and stride
+/// Linear -> tiled. Reads the frame's planes from `src` at `src_planes` (offset and stride
 /// per plane) and writes the whole tiled buffer (all planes, padding zeroed) to the start
-/// of `dst`, which must hold at least [`tiled_size`]`(..).size` bytes; bytes after that are
-/// left alone. Returns the geometry written.
-pub fn tile(
-    layout: TileLayout,
-    fourcc: Fourcc,
-    width: u32,
-    height: u32,
-    src: &[u8],
-    src_planes: &[PlaneLayout],
-    dst: &mut [u8],
-) -> Result<TiledGeometry, TilingError> {
-    let g = checked_geometry(Direction::LinearToTiled, (layout, fourcc, width, height), src_planes, src.len(), dst.len())?;
+/// of `dst`, which must hold at least [`TiledFrame::geometry`]`.size` bytes; bytes after
+/// that are left alone. Returns the geometry written.
+pub fn tile(frame: TiledFrame, (src, src_planes): (&[u8], &[PlaneLayout]), dst: &mut [u8]) -> Result<TiledGeometry, TilingError> {
+    let g = checked_geometry(Direction::LinearToTiled, frame, src_planes, src.len(), dst.len())?;
     dst[..g.size as usize].fill(0);
     for_each_run(&g, src_planes, |l, t, n| dst[t..t + n].copy_from_slice(&src[l..l + n]));
     Ok(g)
@@ -77,16 +69,8 @@ pub fn tile(
 /// Tiled -> linear. Reads the tiled buffer from the start of `src` and writes the visible
 /// bytes of every plane to `dst` at `dst_planes`; bytes of `dst` outside the visible rows
 /// (row padding up to the stride, gaps between planes) are left alone.
-pub fn detile(
-    layout: TileLayout,
-    fourcc: Fourcc,
-    width: u32,
-    height: u32,
-    src: &[u8],
-    dst: &mut [u8],
-    dst_planes: &[PlaneLayout],
-) -> Result<TiledGeometry, TilingError> {
-    let g = checked_geometry(Direction::TiledToLinear, (layout, fourcc, width, height), dst_planes, dst.len(), src.len())?;
+pub fn detile(frame: TiledFrame, src: &[u8], (dst, dst_planes): (&mut [u8], &[PlaneLayout])) -> Result<TiledGeometry, TilingError> {
+    let g = checked_geometry(Direction::TiledToLinear, frame, dst_planes, dst.len(), src.len())?;
     for_each_run(&g, dst_planes, |l, t, n| dst[l..l + n].copy_from_slice(&src[t..t + n]));
     Ok(g)
 }
@@ -100,7 +84,7 @@ pub fn detile_to_vec(layout: TileLayout, fourcc: Fourcc, width: u32, height: u32
     let packed = packed_planes(fourcc, width, height)?;
     let linear = tiled_size(TileLayout::Linear, fourcc, width, height)?;
     let mut out = alloc_output("linear image", linear.size)?;
-    detile(layout, fourcc, width, height, src, &mut out, &packed)?;
+    detile(TiledFrame { layout, fourcc, extent: (width, height) }, src, (&mut out, &packed))?;
     Ok(out)
 }
 
@@ -113,7 +97,7 @@ pub fn tile_to_vec(layout: TileLayout, fourcc: Fourcc, width: u32, height: u32, 
     let packed = packed_planes(fourcc, width, height)?;
     check_linear(&g, &packed, src.len(), "linear source")?;
     let mut out = alloc_output("tiled image", g.size)?;
-    tile(layout, fourcc, width, height, src, &packed, &mut out)?;
+    tile(TiledFrame { layout, fourcc, extent: (width, height) }, (src, &packed), &mut out)?;
     Ok(out)
 }
 
@@ -139,7 +123,7 @@ mod tests {
         let src: Vec<u8> = (0..w * h).map(|i| (i % 251) as u8).collect();
         let planes = packed_planes(Fourcc::R8, w, h).unwrap();
         let mut dst = vec![0xaa; 8192];
-        tile(TileLayout::I915X, Fourcc::R8, w, h, &src, &planes, &mut dst).unwrap();
+        tile(TiledFrame { layout: TileLayout::I915X, fourcc: Fourcc::R8, extent: (w, h) }, (&src, &planes), &mut dst).unwrap();
         // Byte (600, 3) is in tile 1, row 3, column 88.
         assert_eq!(dst[4096 + 3 * 512 + 88], src[3 * 1024 + 600]);
     }
@@ -149,24 +133,25 @@ mod tests {
         let planes = packed_planes(Fourcc::NV12, 16, 16).unwrap();
         let src = vec![0u8; 16 * 16 + 16 * 8 - 1];
         let mut dst = vec![0u8; 1 << 16];
+        let frame = TiledFrame { layout: TileLayout::Nv12_4L4, fourcc: Fourcc::NV12, extent: (16, 16) };
         assert!(matches!(
-            tile(TileLayout::Nv12_4L4, Fourcc::NV12, 16, 16, &src, &planes, &mut dst),
+            tile(frame, (&src, &planes), &mut dst),
             Err(TilingError::BufferTooSmall { plane: 1, .. })
         ));
         let src = vec![0u8; 16 * 16 + 16 * 8];
         let mut small = vec![0u8; 100];
         assert!(matches!(
-            tile(TileLayout::Nv12_4L4, Fourcc::NV12, 16, 16, &src, &planes, &mut small),
+            tile(frame, (&src, &planes), &mut small),
             Err(TilingError::BufferTooSmall { .. })
         ));
         let bad = [PlaneLayout::linear(0, 15, 16), planes[1]];
         assert!(matches!(
-            tile(TileLayout::Nv12_4L4, Fourcc::NV12, 16, 16, &src, &bad, &mut dst),
+            tile(frame, (&src, &bad), &mut dst),
             Err(TilingError::StrideTooSmall { plane: 0, .. })
         ));
         let huge = [PlaneLayout::linear(u64::MAX - 2, 16, 16), planes[1]];
         assert!(matches!(
-            tile(TileLayout::Nv12_4L4, Fourcc::NV12, 16, 16, &src, &huge, &mut dst),
+            tile(frame, (&src, &huge), &mut dst),
             Err(TilingError::BufferTooSmall { .. })
         ));
     }

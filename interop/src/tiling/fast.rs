@@ -16,9 +16,8 @@
 
 use super::address::{AddressKind, PlaneAddress};
 use super::cpu::{checked_geometry, Direction};
-use super::geometry::{PlaneGeometry, TiledGeometry};
+use super::geometry::{PlaneGeometry, TiledFrame, TiledGeometry};
 use super::{PlaneLayout, TilingError};
-use crate::{Fourcc, TileLayout};
 
 /// Threads the fast path uses by default: the machine's parallelism, at most 8 (more
 /// threads than memory channels only contend).
@@ -45,18 +44,8 @@ pub(super) fn run_shares<T: Send>(shares: Vec<T>, work: impl Fn(T) + Sync) {
 
 /// Tiled -> linear, as [`super::detile`], on `threads` threads (0 means
 /// [`default_threads`]).
-#[allow(clippy::too_many_arguments)]
-pub fn detile_fast(
-    layout: TileLayout,
-    fourcc: Fourcc,
-    width: u32,
-    height: u32,
-    src: &[u8],
-    dst: &mut [u8],
-    dst_planes: &[PlaneLayout],
-    threads: usize,
-) -> Result<TiledGeometry, TilingError> {
-    let g = checked_geometry(Direction::TiledToLinear, (layout, fourcc, width, height), dst_planes, dst.len(), src.len())?;
+pub fn detile_fast(frame: TiledFrame, src: &[u8], (dst, dst_planes): (&mut [u8], &[PlaneLayout]), threads: usize) -> Result<TiledGeometry, TilingError> {
+    let g = checked_geometry(Direction::TiledToLinear, frame, dst_planes, dst.len(), src.len())?;
     for (p, l) in g.planes.iter().zip(dst_planes) {
         plane_detile(p, &src[p.offset as usize..(p.offset + p.size) as usize], dst, *l, threads);
     }
@@ -65,18 +54,8 @@ pub fn detile_fast(
 
 /// Linear -> tiled, as [`super::tile`] (padding zeroed), on `threads` threads (0 means
 /// [`default_threads`]).
-#[allow(clippy::too_many_arguments)]
-pub fn tile_fast(
-    layout: TileLayout,
-    fourcc: Fourcc,
-    width: u32,
-    height: u32,
-    src: &[u8],
-    src_planes: &[PlaneLayout],
-    dst: &mut [u8],
-    threads: usize,
-) -> Result<TiledGeometry, TilingError> {
-    let g = checked_geometry(Direction::LinearToTiled, (layout, fourcc, width, height), src_planes, src.len(), dst.len())?;
+pub fn tile_fast(frame: TiledFrame, (src, src_planes): (&[u8], &[PlaneLayout]), dst: &mut [u8], threads: usize) -> Result<TiledGeometry, TilingError> {
+    let g = checked_geometry(Direction::LinearToTiled, frame, src_planes, src.len(), dst.len())?;
     for (p, l) in g.planes.iter().zip(src_planes) {
         plane_tile(p, src, *l, &mut dst[p.offset as usize..(p.offset + p.size) as usize], threads);
     }
@@ -310,11 +289,12 @@ impl Mover for Gather<'_> {
             let lin = &mut self.linear[l0..l0 + (rows - 1) * stride + count * 8];
             let stream = self.stream && (lin.as_ptr() as usize) % 32 == 0 && stride % 32 == 0;
             // SAFETY: AVX2 was detected; group g of rows iy..iy + 4 reads bytes `(4g + k) *
-            // tile + iy * 8 .. + 32` of `src` (k < 4, 4g + 3 < count, iy + 4 <= rows: inside,
-            // as `src` is `(count - 1) * tile + rows * 8` long) and writes `(iy + r) * stride
-            // + 32g .. + 32` of `lin` (inside: `(rows - 1) * stride + count * 8` long); with
-            // `stream`, every store is 32-byte aligned (the row starts and the stride are).
-            unsafe { narrow_band(src.as_ptr(), tile, lin.as_mut_ptr(), stride, rows, groups, stream) };
+            // tile + iy * 8 .. + 32` of `src` (k < 4, 4g + 3 < count, iy + 4 <= rows, and a
+            // tile holds its rows: inside, as `src` is `(count - 1) * tile + rows * 8` long)
+            // and writes `(iy + r) * stride + 32g .. + 32` of `lin` (inside: `(rows - 1) *
+            // stride + count * 8` long); with `stream`, every store is 32-byte aligned (the
+            // row starts and the stride are).
+            unsafe { narrow_band((src, tile), (lin, stride), rows, groups, stream) };
             for tx in groups * 4..count {
                 for iy in 0..rows {
                     lin[iy * stride + tx * 8..iy * stride + tx * 8 + 8].copy_from_slice(&src[tx * tile + iy * 8..tx * tile + iy * 8 + 8]);
@@ -365,16 +345,29 @@ impl Mover for Gather<'_> {
 /// conversion.
 ///
 /// # Safety
-/// The CPU has AVX2; `src` is readable for `(4 * groups - 1) * tile + rows * 8` bytes,
-/// `dst` writable for `(rows - 1) * stride + 32 * groups`; `rows` is a multiple of 4; with
-/// `stream`, `dst` and `stride` are multiples of 32.
+/// The CPU has AVX2; `rows` is a multiple of 4, each tile holds its `rows * 8` bytes
+/// (`tile >= rows * 8`), `src` is at least `(4 * groups - 1) * tile + rows * 8` bytes long
+/// and `dst` at least `(rows - 1) * stride + 32 * groups`; with `stream`, `dst`'s start
+/// and `stride` are multiples of 32.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-unsafe fn narrow_band(src: *const u8, tile: usize, dst: *mut u8, stride: usize, rows: usize, groups: usize, stream: bool) {
+unsafe fn narrow_band((src, tile): (&[u8], usize), (dst, stride): (&mut [u8], usize), rows: usize, groups: usize, stream: bool) {
     use std::arch::x86_64::*;
-    // SAFETY: the caller guarantees AVX2 and the bounds: group g of rows iy.. reads 32 bytes
-    // at `(4g + k) * tile + iy * 8` and writes 32 at `(iy + r) * stride + 32g`; loadu/storeu
-    // take any alignment, and the streamed stores are 32-byte aligned where `stream`.
+    let reach = |rows: usize, stride: usize, last: usize| rows.checked_sub(1).and_then(|r| r.checked_mul(stride)).and_then(|v| v.checked_add(last));
+    debug_assert!(
+        groups > 0
+            && rows % 4 == 0
+            && tile >= rows * 8
+            && reach(4 * groups, tile, rows * 8).is_some_and(|end| end <= src.len())
+            && reach(rows, stride, 32 * groups).is_some_and(|end| end <= dst.len())
+            && (!stream || (dst.as_ptr() as usize % 32 == 0 && stride % 32 == 0)),
+        "a narrow band past its bytes"
+    );
+    let (src, dst) = (src.as_ptr(), dst.as_mut_ptr());
+    // SAFETY: the caller guarantees AVX2 and the bounds (debug-asserted above): group g of
+    // rows iy.. reads 32 bytes at `(4g + k) * tile + iy * 8` and writes 32 at `(iy + r) *
+    // stride + 32g`; loadu/storeu take any alignment, and the streamed stores are 32-byte
+    // aligned where `stream`.
     unsafe {
         for iy in (0..rows).step_by(4) {
             for g in 0..groups {
@@ -802,6 +795,7 @@ fn plane_tile(p: &PlaneGeometry, src: &[u8], l: PlaneLayout, tiled: &mut [u8], t
 mod tests {
     use super::*;
     use crate::tiling::{detile, packed_planes, tile, tiled_size};
+    use crate::{Fourcc, TileLayout};
 
     use crate::tiling::test_pattern as pattern;
 
@@ -882,6 +876,7 @@ mod tests {
             for fourcc in [Fourcc::NV12, Fourcc::ARGB8888, Fourcc::P010, Fourcc::R8] {
                 for (w, h) in [(1u32, 1u32), (70, 38), (130, 66), (257, 129), (640, 200)] {
                     let Ok(g) = tiled_size(layout, fourcc, w, h) else { continue };
+                    let frame = TiledFrame { layout, fourcc, extent: (w, h) };
                     let packed = packed_planes(fourcc, w, h).expect("packed");
                     // Padded strides and a gap, so row ends and plane offsets are exercised.
                     let planes: Vec<PlaneLayout> = packed
@@ -894,17 +889,17 @@ mod tests {
                     let tiled = pattern(g.size as usize, w ^ h);
                     let mut want = pattern(len, 7);
                     let mut got = want.clone();
-                    detile(layout, fourcc, w, h, &tiled, &mut want, &planes).expect("reference");
+                    detile(frame, &tiled, (&mut want, &planes)).expect("reference");
                     for threads in [1, 2, 3] {
-                        detile_fast(layout, fourcc, w, h, &tiled, &mut got, &planes, threads).expect("fast");
+                        detile_fast(frame, &tiled, (&mut got, &planes), threads).expect("fast");
                         assert!(got == want, "detile {layout} {fourcc} {w}x{h} on {threads} threads");
                     }
                     let linear = pattern(len, w + h);
                     let mut want_t = pattern(g.size as usize + 16, 3);
                     let mut got_t = pattern(g.size as usize + 16, 4);
-                    tile(layout, fourcc, w, h, &linear, &planes, &mut want_t).expect("reference");
+                    tile(frame, (&linear, &planes), &mut want_t).expect("reference");
                     for threads in [1, 2, 3] {
-                        tile_fast(layout, fourcc, w, h, &linear, &planes, &mut got_t, threads).expect("fast");
+                        tile_fast(frame, (&linear, &planes), &mut got_t, threads).expect("fast");
                         assert!(got_t[..g.size as usize] == want_t[..g.size as usize], "tile {layout} {fourcc} {w}x{h} on {threads} threads");
                     }
                 }
@@ -921,6 +916,7 @@ mod tests {
         for layout in TileLayout::ALL {
             let Ok(g) = tiled_size(layout, Fourcc::NV12, w, h) else { continue };
             let tiled = pattern(g.size as usize, 9);
+            let frame = TiledFrame { layout, fourcc: Fourcc::NV12, extent: (w, h) };
             // Packed planes from a 16-byte aligned start, and from 8 bytes on.
             for shift in [0u64, 8] {
                 let planes: Vec<PlaneLayout> = packed_planes(Fourcc::NV12, w, h).expect("packed").iter().map(|p| PlaneLayout { offset: p.offset + shift, ..*p }).collect();
@@ -928,11 +924,11 @@ mod tests {
                 let mut buf = vec![0u8; len + 16];
                 let start = buf.as_ptr().align_offset(16);
                 let mut want = vec![0u8; len];
-                detile(layout, Fourcc::NV12, w, h, &tiled, &mut want, &planes).expect("reference");
+                detile(frame, &tiled, (&mut want, &planes)).expect("reference");
                 for threads in [1, 2] {
                     let got = &mut buf[start..start + len];
                     got.fill(0);
-                    detile_fast(layout, Fourcc::NV12, w, h, &tiled, got, &planes, threads).expect("fast");
+                    detile_fast(frame, &tiled, (got, &planes), threads).expect("fast");
                     assert!(*got == want[..], "detile {layout} from {shift} bytes on {threads} threads");
                 }
             }
@@ -944,11 +940,11 @@ mod tests {
         let planes = packed_planes(Fourcc::NV12, 64, 64).expect("packed");
         let mut small = vec![0u8; 10];
         assert!(matches!(
-            detile_fast(TileLayout::Nv12_4L4, Fourcc::NV12, 64, 64, &[0u8; 100], &mut small, &planes, 2),
+            detile_fast(TiledFrame { layout: TileLayout::Nv12_4L4, fourcc: Fourcc::NV12, extent: (64, 64) }, &[0u8; 100], (&mut small, &planes), 2),
             Err(TilingError::BufferTooSmall { .. })
         ));
         assert!(matches!(
-            tile_fast(TileLayout::Samsung64x32, Fourcc::P010, 64, 64, &[], &planes, &mut small, 2),
+            tile_fast(TiledFrame { layout: TileLayout::Samsung64x32, fourcc: Fourcc::P010, extent: (64, 64) }, (&[], &planes), &mut small, 2),
             Err(TilingError::UnsupportedFormat { .. })
         ));
     }

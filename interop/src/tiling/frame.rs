@@ -11,7 +11,7 @@ use std::fmt;
 use super::colour::{ColourError, ColourMatrix, ColourRange, RgbPacking, RGB10_FORMATS, RGB8_FORMATS};
 use super::colour_fast::{rgb_to_nv12_fast, tiled_yuv_to_rgb_fast};
 use super::fast::{detile_fast, tile_fast};
-use super::geometry::{packed_planes, tiled_size};
+use super::geometry::{packed_planes, tiled_size, TiledFrame};
 use super::{alloc_output, TilingError};
 use crate::{Fourcc, TileLayout};
 
@@ -215,14 +215,14 @@ impl FrameConversion {
             match step {
                 Step::Copy => dst.copy_from_slice(&src[..size as usize]),
                 Step::Detile(l) => {
-                    detile_fast(l, fourcc, w, h, src, dst, &packed_planes(fourcc, w, h)?, threads)?;
+                    detile_fast(TiledFrame { layout: l, fourcc, extent: (w, h) }, src, (dst, &packed_planes(fourcc, w, h)?), threads)?;
                 }
                 Step::Tile(l) => {
-                    tile_fast(l, fourcc, w, h, src, &packed_planes(fourcc, w, h)?, dst, threads)?;
+                    tile_fast(TiledFrame { layout: l, fourcc, extent: (w, h) }, (src, &packed_planes(fourcc, w, h)?), dst, threads)?;
                 }
                 Step::YuvToRgb { layout, from, to } => {
                     let plane = packed_planes(to, w, h)?[0];
-                    tiled_yuv_to_rgb_fast(layout, from, to, self.matrix, self.range, w, h, src, dst, plane, threads)?;
+                    tiled_yuv_to_rgb_fast(TiledFrame { layout, fourcc: from, extent: (w, h) }, to, (self.matrix, self.range), src, (dst, plane), threads)?;
                 }
                 Step::RgbToNv12 { from } => {
                     let planes = packed_planes(Fourcc::NV12, w, h)?;

@@ -31,6 +31,24 @@ pub struct PlaneGeometry {
     pub size: u64,
 }
 
+/// What a frame is, before any bytes: its layout, format and extent. What the conversions
+/// take where they would otherwise take those four loose; [`TiledFrame::geometry`] places
+/// its planes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TiledFrame {
+    pub layout: TileLayout,
+    pub fourcc: Fourcc,
+    /// Width and height in pixels.
+    pub extent: (u32, u32),
+}
+
+impl TiledFrame {
+    /// The frame's planes in a buffer laid out by the module conventions ([`tiled_size`]).
+    pub fn geometry(&self) -> Result<TiledGeometry, TilingError> {
+        tiled_size(self.layout, self.fourcc, self.extent.0, self.extent.1)
+    }
+}
+
 /// The whole tiled buffer: its planes, concatenated, and its size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TiledGeometry {

@@ -32,7 +32,7 @@
 //!   detile and colour conversion are one pass.
 
 use super::colour::{ColourError, ColourMatrix, ColourRange, RgbPacking, RgbToYuv, YuvToRgb};
-use super::geometry::{tiled_size, PlaneGeometry};
+use super::geometry::{tiled_size, PlaneGeometry, TiledFrame};
 use super::geometry::rows_end;
 use super::{AddressKind, PlaneLayout, TilingError};
 use crate::{Fourcc, TileLayout};
@@ -261,18 +261,10 @@ pub fn tile_plane(
 }
 
 /// One dispatch per plane for a whole image: tiled <-> linear, in the direction given.
-pub fn plane_dispatches(
-    layout: TileLayout,
-    fourcc: Fourcc,
-    width: u32,
-    height: u32,
-    tiled_base: u64,
-    linear: &[PlaneLayout],
-    to_tiled: bool,
-) -> Result<Vec<Dispatch<TilePushConstants>>, GpuParamError> {
-    let g = tiled_size(layout, fourcc, width, height)?;
+pub fn plane_dispatches(frame: TiledFrame, tiled_base: u64, linear: &[PlaneLayout], to_tiled: bool) -> Result<Vec<Dispatch<TilePushConstants>>, GpuParamError> {
+    let g = frame.geometry()?;
     if linear.len() != g.planes.len() {
-        return Err(TilingError::PlaneCount { fourcc, expected: g.planes.len(), got: linear.len() }.into());
+        return Err(TilingError::PlaneCount { fourcc: frame.fourcc, expected: g.planes.len(), got: linear.len() }.into());
     }
     g.planes
         .iter()
@@ -330,17 +322,13 @@ fn yuv_to_rgb_kind(from: Fourcc, to: Fourcc) -> Result<(u32, u32, RgbPacking), G
     Ok((mode, bits, packing))
 }
 
-/// `colour.comp` parameters for linear NV12/P010 (`yuv` = Y and UV planes, any alignment)
-/// -> RGB format `to` (`rgb`, offset and stride multiples of 4). One invocation per 2x2
-/// pixels.
-#[allow(clippy::too_many_arguments)]
+/// `colour.comp` parameters for linear NV12/P010 `from` (`yuv` = Y and UV planes, any
+/// alignment) -> RGB format `to` (`rgb`, offset and stride multiples of 4), in `matrix` and
+/// `range`. One invocation per 2x2 pixels.
 pub fn yuv_to_rgb_dispatch(
-    from: Fourcc,
-    to: Fourcc,
-    matrix: ColourMatrix,
-    range: ColourRange,
-    width: u32,
-    height: u32,
+    (from, to): (Fourcc, Fourcc),
+    (matrix, range): (ColourMatrix, ColourRange),
+    (width, height): (u32, u32),
     yuv: &[PlaneLayout],
     rgb: PlaneLayout,
 ) -> Result<Dispatch<ColourPushConstants>, GpuParamError> {
@@ -352,29 +340,26 @@ pub fn yuv_to_rgb_dispatch(
     Ok(Dispatch { push, group_counts: group_counts(push.invocations) })
 }
 
-/// `colour.comp` parameters for NV12 in `layout` (the tiled buffer at `tiled_base` in the
-/// YUV bindings, planes as [`tiled_size`] places them) -> RGB format `to`: detile and
-/// colour conversion in one pass. `layout` linear is the packed linear image.
-#[allow(clippy::too_many_arguments)]
+/// `colour.comp` parameters for NV12/P010 `frame` (the tiled buffer at `tiled_base` in the
+/// YUV bindings, planes as [`tiled_size`] places them) -> RGB format `to`, in `matrix` and
+/// `range`: detile and colour conversion in one pass. A linear frame is the packed linear
+/// image.
 pub fn tiled_yuv_to_rgb_dispatch(
-    layout: TileLayout,
-    from: Fourcc,
+    frame: TiledFrame,
     to: Fourcc,
-    matrix: ColourMatrix,
-    range: ColourRange,
-    width: u32,
-    height: u32,
+    (matrix, range): (ColourMatrix, ColourRange),
     tiled_base: u64,
     rgb: PlaneLayout,
 ) -> Result<Dispatch<ColourPushConstants>, GpuParamError> {
-    let g = tiled_size(layout, from, width, height)?;
+    let TiledFrame { fourcc: from, extent, .. } = frame;
+    let g = frame.geometry()?;
     if g.planes.len() != 2 {
         return Err(TilingError::PlaneCount { fourcc: from, expected: 2, got: g.planes.len() }.into());
     }
     // As linear planes at their padded pitch; the tiled fields below override the addressing.
     let planes: Vec<PlaneLayout> =
         g.planes.iter().map(|p| PlaneLayout::linear(tiled_base + p.offset, p.padded_width_bytes as u64, p.padded_rows)).collect();
-    let mut d = yuv_to_rgb_dispatch(from, to, matrix, range, width, height, &planes, rgb)?;
+    let mut d = yuv_to_rgb_dispatch((from, to), (matrix, range), extent, &planes, rgb)?;
     fits("tiled buffer", tiled_base.checked_add(g.size))?;
     let kind = g.planes[0].kind;
     if kind != AddressKind::Linear {
@@ -387,14 +372,12 @@ pub fn tiled_yuv_to_rgb_dispatch(
     Ok(d)
 }
 
-/// `colour.comp` parameters for 8-bit RGB format `from` -> NV12. All offsets and strides
-/// must be multiples of 4. One invocation per 4x2 pixels.
+/// `colour.comp` parameters for 8-bit RGB format `from` -> NV12, in `matrix` and `range`.
+/// All offsets and strides must be multiples of 4. One invocation per 4x2 pixels.
 pub fn rgb_to_nv12_dispatch(
     from: Fourcc,
-    matrix: ColourMatrix,
-    range: ColourRange,
-    width: u32,
-    height: u32,
+    (matrix, range): (ColourMatrix, ColourRange),
+    (width, height): (u32, u32),
     rgb: PlaneLayout,
     nv12: &[PlaneLayout],
 ) -> Result<Dispatch<ColourPushConstants>, GpuParamError> {

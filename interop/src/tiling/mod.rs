@@ -48,7 +48,7 @@ pub use cpu::{detile, detile_to_vec, tile, tile_to_vec};
 pub use colour_fast::{rgb_to_nv12_fast, tiled_yuv_to_rgb_fast};
 pub use fast::{default_threads, detile_fast, detile_plane_fast, tile_fast};
 pub use frame::{FrameConversion, FrameConversionError, Step};
-pub use geometry::{packed_planes, tiled_size, PlaneGeometry, TiledGeometry};
+pub use geometry::{packed_planes, tiled_size, PlaneGeometry, TiledFrame, TiledGeometry};
 
 use crate::plane_layout::PlaneLayout;
 use crate::{Fourcc, TileLayout};

@@ -108,7 +108,7 @@ impl<'a> CopyPath<'a> {
         // pattern visible to both.
         unsafe {
             device.cmd_pipeline_barrier(cmd, compute, compute | transfer, vk::DependencyFlags::empty(), &[], &[rendered], &[]);
-            self.tools.converter.record_planes(cmd, RENDER_LAYOUT, Fourcc::ARGB8888, (w, h), self.tiled.buffer(), 0, self.linear.buffer(), &planes, true, until)?;
+            self.tools.converter.record_planes(cmd, dmabridge::TiledFrame { layout: RENDER_LAYOUT, fourcc: Fourcc::ARGB8888, extent: (w, h) }, (self.tiled.buffer(), 0), (self.linear.buffer(), &planes), true, until)?;
             self.tools.converter.record_plan(cmd, &self.steps, &self.tiled, frame, until)?;
         }
         if let Some(readback) = &self.readback {

@@ -15,7 +15,6 @@
 //! each row of tiles (two, for Z-flip-Z) fills a contiguous band, and a row's bytes are
 //! contiguous in runs of [`PlaneAddress::run_bytes`].
 
-use super::geometry::PlaneGeometry;
 
 /// Layout families that share an address function. The discriminant is the shader's id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -85,18 +84,6 @@ pub const fn zflipz_tile_index(tx: u32, ty: u32, tiles_x: u32, tiles_y: u32) -> 
 }
 
 impl PlaneAddress {
-    /// The address function of `plane`.
-    pub fn of(plane: &PlaneGeometry) -> Self {
-        PlaneAddress {
-            kind: plane.kind,
-            tile_width: plane.tile_width,
-            tile_height: plane.tile_height,
-            tiles_x: plane.tiles_x,
-            tiles_y: plane.tiles_y,
-            pitch: plane.padded_width_bytes as u64,
-        }
-    }
-
     /// Byte offset of `(x, y)` from the start of the plane. `x` and `y` must lie inside the
     /// padded plane; then the result is below the plane size, which the geometry checked.
     /// Outside it the result means nothing, but the arithmetic wraps rather than panics (and

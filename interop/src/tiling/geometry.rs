@@ -1,6 +1,6 @@
 //! Tile sizes per layout and plane, and the padded size of every plane of a tiled buffer.
 
-use super::address::AddressKind;
+use super::address::{AddressKind, PlaneAddress};
 use super::{PlaneLayout, TilingError};
 use crate::{format_info, FormatInfo, Fourcc, TileLayout};
 
@@ -174,6 +174,22 @@ pub(crate) fn rows_end(p: &PlaneGeometry, l: &PlaneLayout) -> Result<Option<u64>
         return Err(TilingError::PlaneSize { offset: l.offset, stride: l.stride, size: l.size, needed });
     }
     Ok(span.and_then(|v| v.checked_add(l.offset)))
+}
+
+/// A plane's address function, from its geometry (here, so that the address functions need
+/// not know how a plane is laid out).
+impl PlaneAddress {
+    /// The address function of `plane`.
+    pub fn of(plane: &PlaneGeometry) -> Self {
+        PlaneAddress {
+            kind: plane.kind,
+            tile_width: plane.tile_width,
+            tile_height: plane.tile_height,
+            tiles_x: plane.tiles_x,
+            tiles_y: plane.tiles_y,
+            pitch: plane.padded_width_bytes as u64,
+        }
+    }
 }
 
 #[cfg(test)]

@@ -393,20 +393,21 @@ pub fn run(args: &DemoArgs) -> ExitCode {
     println!("dmabridge demo on {} ({} frames per mode)", outcome.device, args.frames);
     println!();
     println!(
-        "{:<10} {:<6} {:>10} {:>7} {:>14} {:>12} {:>9} {:<24} verified",
-        "mode", "format", "size", "frames", "µs/frame med", "µs/frame p99", "GB/s", "import"
+        "{:<10} {:<6} {:>10} {:>7} {:>14} {:>12} {:>13} {:>9} {:<24} verified",
+        "mode", "format", "size", "frames", "µs/frame med", "µs/frame p99", "transfer µs", "GB/s", "import"
     );
     for r in &outcome.results {
         let j = &r.json;
         let verified = j["verified_frames"].as_u64().unwrap_or(0);
         println!(
-            "{:<10} {:<6} {:>10} {:>7} {:>14.0} {:>12.0} {:>9.2} {:<24} {}/{}",
+            "{:<10} {:<6} {:>10} {:>7} {:>14.0} {:>12.0} {:>13.1} {:>9.2} {:<24} {}/{}",
             r.mode.name(),
             j["format"].as_str().unwrap_or("?"),
             format!("{}x{}", args.width, args.height),
             args.frames,
             r.frame.median,
             r.frame.p99,
+            r.transfer.total.median,
             r.gbps,
             j["import_path"].as_str().unwrap_or("?"),
             verified,
@@ -419,6 +420,7 @@ pub fn run(args: &DemoArgs) -> ExitCode {
     println!();
     println!("µs/frame: producer (render, conversion, send) + consumer (receive, cached import, composite, verify, release);");
     println!("GB/s: frame bytes over that time, rendering included (`dmabridge bench` times the paths alone).");
+    print_transfer(&outcome.results);
     println!("leaked fds (both processes): {}", outcome.leaked_fds);
     println!("summary: {}", summary_path.display());
     if let Some(sheet) = outcome.summary["contact_sheet"].as_str() {
@@ -445,6 +447,36 @@ pub fn run(args: &DemoArgs) -> ExitCode {
         return ExitCode::from(5);
     }
     ExitCode::SUCCESS
+}
+
+/// Each mode's transfer cost apart from the rendering and the verification that dominate
+/// the end-to-end time, and what zero-copy saves of it.
+fn print_transfer(results: &[dmabridge_lab::demo::producer::ModeResult]) {
+    if results.is_empty() {
+        return;
+    }
+    println!();
+    println!("transfer: handoff (descriptor send + receive) + import (cached import + acquire, CPU and GPU) + copy (copy mode:");
+    println!("the plan's steps on the producer's GPU), without rendering or verification; each part timed where it runs (CPU");
+    println!("time of the thread doing it, GPU time by timestamps); µs per frame:");
+    for r in results {
+        let t = &r.transfer;
+        println!(
+            "  {:<10} {:>9.1} (p99 {:>9.1}): handoff {:>7.1}, import {:>8.1}, copy {:>9.1}{}",
+            r.mode.name(),
+            t.total.median,
+            t.total.p99,
+            t.handoff.median,
+            t.import.median,
+            t.copy.median,
+            if t.gpu_timed { "" } else { "  (GPU parts not timed: the queue writes no timestamps)" }
+        );
+    }
+    let of = |mode: Mode| results.iter().find(|r| r.mode == mode).map(|r| r.transfer.total.median);
+    if let (Some(zero), Some(copy)) = (of(Mode::ZeroCopy), of(Mode::Copy)) {
+        let times = if zero > 0.0 { format!(", {:.0}x less", copy / zero) } else { String::new() };
+        println!("  zero-copy saves {:.1} µs of transfer per frame against copy{times}", copy - zero);
+    }
 }
 
 /// Takes ownership of an fd number the parent passed on the command line, after checking

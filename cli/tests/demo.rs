@@ -157,6 +157,19 @@ fn a_short_run_writes_the_summary_and_the_contact_sheet_without_leaking_fds() {
         assert_eq!(m["import_cache"]["hits"].as_u64(), Some(8 - pool.min(8)), "{mode}: {m:#}");
         assert!(m["frame_us"]["median"].as_f64().is_some_and(|v| v > 0.0));
         assert!(m["frame_us"]["p99"].as_f64() >= m["frame_us"]["median"].as_f64());
+        // The transfer alone (handoff, import, copy), measured apart from the rendering and
+        // the verification: each part is there, and only copy mode copies.
+        let t = &m["transfer_us"];
+        for part in ["total", "handoff", "import"] {
+            assert!(t[part]["median"].as_f64().is_some_and(|v| v > 0.0), "{mode} {part}: {m:#}");
+        }
+        assert!(t["total"]["median"].as_f64() <= m["frame_us"]["median"].as_f64(), "{mode}: the transfer is part of the frame: {m:#}");
+        let copy = t["copy"]["median"].as_f64().expect("copy");
+        if mode == "copy" {
+            assert!(copy > 0.0 || t["gpu_timed"] == false, "{mode}: {m:#}");
+        } else {
+            assert_eq!(copy, 0.0, "{mode}: {m:#}");
+        }
         // How the frames were synchronised is what the device and the kernel offer.
         let fences = &m["fences"];
         if common::in_kernel_lab() || expected_sync == "sync-file" {
@@ -191,6 +204,7 @@ fn a_short_run_writes_the_summary_and_the_contact_sheet_without_leaking_fds() {
     assert_eq!(s["copy"]["plan"]["steps"], serde_json::json!(["detile AR24 i915-x -> AR24 linear 320x180"]), "{s:#}");
     assert_eq!(s["copy"]["plan"]["frames_verified"], 8, "{s:#}");
     assert!(stdout.contains("copy "), "the table names the copy mode:\n{stdout}");
+    assert!(stdout.contains("transfer µs") && stdout.contains(": handoff "), "the table gives the transfer per mode:\n{stdout}");
     // The contact sheet decodes as a PNG with one row per mode that ran.
     let sheet = out.join("contact_sheet.png");
     assert_eq!(s["contact_sheet"].as_str().map(PathBuf::from), Some(sheet.clone()));

@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::PathBuf;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use dmabridge::ash::vk;
 use dmabridge::resources::image::buffer_barrier;
@@ -22,8 +22,10 @@ use crate::stats::Percentiles;
 use super::config::{Mode, DEMO_FORMATS, FRAME_TIMEOUT};
 use super::contact_sheet::{write_contact_sheet, SheetRow, Thumb};
 use super::control::{recv_msg, send_msg, ConsumerReport, Mismatch, Peer, ToConsumer, ToProducer, WireParticipant, MAX_TEXT};
+use super::gpu_timer::GpuTimer;
 use super::negotiation::{consumer_formats, wire_formats, CONSUMER_MIN_BUFFERS};
 use super::shaders::{dispatch, read_u32, COMPOSITE_SPV};
+use super::transfer::{CpuSpan, FrameTransfer, TransferTiming};
 
 const THUMBS_PER_MODE: usize = 6;
 
@@ -80,6 +82,7 @@ fn composite_modes(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation:
     let mut thumbs: Vec<SheetRow> = Vec::new();
     let out_dir = {
         let sum = GpuBuffer::new(&engine, 8, BufferLocation::Readback)?;
+        let timer = GpuTimer::new(&engine)?;
         loop {
             match recv_msg::<ToConsumer>(control, peer)? {
                 ToConsumer::Start { mode, fourcc, width, height, frames, pool, sample_every, sync } => {
@@ -101,14 +104,24 @@ fn composite_modes(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation:
                         28,
                         64,
                     )?;
-                    let ctx = ModeCtx { engine: &engine, sampler: &sampler, composite: &composite, buffers, control, peer, yuv: nv12, sync };
-                    let (report, mode_thumbs) = ctx.run(&sum, mode, (width, height), frames, pool, sample_every)?;
+                    let ctx = ModeCtx { engine: &engine, sampler: &sampler, composite: &composite, timer: timer.as_ref(), buffers, control, peer, yuv: nv12, sync };
+                    let (report, transfer, mode_thumbs) = ctx.run(&sum, mode, (width, height), frames, pool, sample_every)?;
                     drop(composite);
                     drop(sampler);
                     let timing = Percentiles::of(&report.frame_us);
-                    let label = format!("{} {} {width}x{height}: consumer {:.0} µs/frame median, {}/{frames} frames verified", mode.name(), fourcc.trimmed(), timing.median, report.verified);
+                    let label = format!(
+                        "{} {} {width}x{height}: transfer {:.0} µs/frame (handoff {:.0}, import {:.0}, copy {:.0}), consumer {:.0} µs/frame, {}/{frames} verified",
+                        mode.name(),
+                        fourcc.trimmed(),
+                        transfer.total.median,
+                        transfer.handoff.median,
+                        transfer.import.median,
+                        transfer.copy.median,
+                        timing.median,
+                        report.verified
+                    );
                     thumbs.push(SheetRow { mode, label, thumbs: mode_thumbs });
-                    send_msg(control, peer, &ToProducer::ModeDone { report, timing })?;
+                    send_msg(control, peer, &ToProducer::ModeDone { report, timing, transfer })?;
                 }
                 ToConsumer::Bye { out_dir } => break out_dir,
                 other => return Err(DemoError::Protocol(format!("unexpected {other:?}"))),
@@ -151,6 +164,8 @@ struct ModeCtx<'a> {
     engine: &'a Engine,
     sampler: &'a Sampler,
     composite: &'a ComputePipeline,
+    /// Times the acquire on the GPU, the import's share of the composite's submission.
+    timer: Option<&'a GpuTimer>,
     buffers: BorrowedFd<'a>,
     control: BorrowedFd<'a>,
     peer: &'a Peer,
@@ -167,7 +182,7 @@ impl ModeCtx<'_> {
         frames: u32,
         pool: u32,
         sample_every: u32,
-    ) -> Result<(ConsumerReport, Vec<Thumb>), DemoError> {
+    ) -> Result<(ConsumerReport, TransferTiming, Vec<Thumb>), DemoError> {
         let engine = self.engine;
         let out = GpuBuffer::new(engine, w as u64 * h as u64 * 4, BufferLocation::Readback)?;
         // Sized to the producer's pool, so a recycled buffer is always a hit.
@@ -175,9 +190,18 @@ impl ModeCtx<'_> {
         let mut views: HashMap<vk::Image, (SampledView, vk::DescriptorSet)> = HashMap::new();
         let mut report = ConsumerReport::default();
         let mut thumbs = Vec::new();
+        let mut transfers = Vec::with_capacity(frames as usize);
+        // The GPU's parts of the transfer: the acquire here, and copy mode's copy there.
+        let mut gpu_timed = self.timer.is_some();
         let result = (|| -> Result<(), DemoError> {
             for expected_index in 0..frames {
-                let (id, buf, acquire) = match recv_fenced(self.buffers).map_err(|e| self.peer.handoff_error(e))? {
+                // Waiting for the producer to render is not the handoff: only the receive of
+                // a descriptor that has arrived is.
+                self.peer.wait_readable(self.buffers)?;
+                let receiving = CpuSpan::start();
+                let received = recv_fenced(self.buffers).map_err(|e| self.peer.handoff_error(e))?;
+                let receive = receiving.elapsed();
+                let (id, buf, acquire) = match received {
                     FencedReceived::Buffer { id, buf, acquire_fence } if id < u64::from(pool) => (id, buf, acquire_fence),
                     FencedReceived::Buffer { id, .. } => {
                         return Err(DemoError::Protocol(format!("buffer {id} is not in the producer's pool of {pool}")))
@@ -188,15 +212,17 @@ impl ModeCtx<'_> {
                     return Err(DemoError::Protocol(format!("buffer {id} came with a fence, but the mode synchronises by {}", self.sync)));
                 }
                 let t0 = Instant::now();
-                let (index, checksum) = match recv_msg::<ToConsumer>(self.control, self.peer)? {
-                    ToConsumer::Frame { index, id: fid, checksum } if fid == id => (index, checksum),
+                let (index, checksum, producer_share) = match recv_msg::<ToConsumer>(self.control, self.peer)? {
+                    ToConsumer::Frame { index, id: fid, checksum, transfer } if fid == id => (index, checksum, transfer),
                     other => return Err(DemoError::Protocol(format!("expected frame info for buffer {id}, got {other:?}"))),
                 };
                 if index != expected_index {
                     return Err(DemoError::Protocol(format!("frame {index} arrived where {expected_index} was due")));
                 }
                 report.max_held = report.max_held.max(1);
+                let importing = CpuSpan::start();
                 let image = cache.import(buf, vk::ImageUsageFlags::SAMPLED)?;
+                let import = importing.elapsed();
                 let set = match views.get(&image.image()) {
                     Some((_, set)) => *set,
                     None => {
@@ -220,7 +246,7 @@ impl ModeCtx<'_> {
                 let sample = index % sample_every == 0 && thumbs.len() < THUMBS_PER_MODE;
                 let view = views.get(&image.image()).map(|(v, _)| v);
                 let frame = Frame { image: &image, view, set, index, write_output: sample, acquire };
-                let mut submitted = self.composite_frame(frame, (sum, &out), (w, h))?;
+                let (acquire_cpu, mut submitted) = self.composite_frame(frame, (sum, &out), (w, h))?;
                 if self.sync == SyncMethod::SyncFile {
                     // The buffer goes back at once: the producer's GPU waits for the release
                     // fence (none when the composite was already done) before writing it again.
@@ -233,6 +259,10 @@ impl ModeCtx<'_> {
                     submitted.wait(FRAME_TIMEOUT)?;
                     send_release_with_fence(self.buffers, id, None).map_err(|e| self.peer.handoff_error(e))?;
                 }
+                // The composite is complete: the acquire's timestamps are there.
+                let acquire_gpu = self.timer.map(GpuTimer::elapsed).transpose()?.unwrap_or_default();
+                gpu_timed &= mode == Mode::ZeroCopy || producer_share.copy_ns.is_some();
+                transfers.push(FrameTransfer::new(producer_share, receive, import + acquire_cpu + acquire_gpu));
                 let got = read_u32(sum, 0)?;
                 if got == checksum {
                     report.verified += 1;
@@ -262,13 +292,15 @@ impl ModeCtx<'_> {
         drop(cache);
         drop(out);
         result?;
-        Ok((report, thumbs))
+        Ok((report, TransferTiming::of(&transfers, gpu_timed), thumbs))
     }
 
     /// Submits the composite of `frame` and the checksum's sum into `sum`, its picture into
     /// `out` where it is sampled for the contact sheet, after its acquire fence (sync-file).
-    /// Under sync-file the submission also exports the release fence.
-    fn composite_frame(&self, frame: Frame<'_>, (sum, out): (&GpuBuffer, &GpuBuffer), (w, h): (u32, u32)) -> Result<Submission, DemoError> {
+    /// Under sync-file the submission also exports the release fence. Returns the acquire's
+    /// recording time on the CPU (the buffer-copy import reads its files there) and the
+    /// submission.
+    fn composite_frame(&self, frame: Frame<'_>, (sum, out): (&GpuBuffer, &GpuBuffer), (w, h): (u32, u32)) -> Result<(Duration, Submission), DemoError> {
         let Frame { image, view, set, index, write_output, acquire } = frame;
         let engine = self.engine;
         let device = engine.device();
@@ -288,11 +320,22 @@ impl ModeCtx<'_> {
             export_sync_file: self.sync == SyncMethod::SyncFile,
             ..SubmitOptions::default()
         };
-        let (_, submitted) = engine.submit(options, |cmd, until| {
+        let (acquire_cpu, submitted) = engine.submit(options, |cmd, until| {
+            let acquiring = CpuSpan::start();
+            if let Some(t) = self.timer {
+                // SAFETY: the engine's command buffer, recording, signalling `until`; the
+                // last composite that used the timer is complete (each is waited for).
+                unsafe { t.record_start(cmd, until) };
+            }
             // SAFETY: the engine's command buffer, recording, signalling `until`; the frame is
             // written when the submission starts: it waits for the acquire fence (sync-file),
             // or the producer waited for its frame before sending it (cpu-wait).
             unsafe { image.record_acquire(cmd, ImageAccess::SAMPLED_COMPUTE, until) }?;
+            if let Some(t) = self.timer {
+                // SAFETY: as for its start, after it in the same command buffer.
+                unsafe { t.record_stop(cmd) };
+            }
+            let acquire_cpu = acquiring.elapsed();
             // SAFETY: recording state; the sum buffer has TRANSFER_DST usage.
             unsafe {
                 device.cmd_fill_buffer(cmd, sum.buffer(), 0, 8, 0);
@@ -319,8 +362,8 @@ impl ModeCtx<'_> {
             if let Some(v) = view {
                 v.track(until);
             }
-            Ok::<(), DemoError>(())
+            Ok::<Duration, DemoError>(acquire_cpu)
         })?;
-        Ok(submitted)
+        Ok((acquire_cpu, submitted))
     }
 }

@@ -23,6 +23,7 @@ use crate::error::{who, DemoError, Ending};
 use crate::stats::Percentiles;
 
 use super::config::Mode;
+use super::transfer::{ProducerShare, TransferTiming};
 
 /// The largest control message (a mode report with 10 000 frame times fits).
 pub const MAX_CONTROL_LEN: usize = 200 * 1024;
@@ -100,6 +101,23 @@ impl Peer {
             set_socket_timeout(socket.as_fd(), which, Some(self.timeout)).map_err(|e| DemoError::Io(e.into()))?;
         }
         Ok(())
+    }
+
+    /// Waits until `socket` has something to read (or is hung up), at most this peer's
+    /// timeout, so that what follows times the receive alone.
+    pub fn wait_readable(&self, socket: impl AsFd) -> Result<(), DemoError> {
+        use rustix::event::{poll, PollFd, PollFlags};
+        let timeout = rustix::time::Timespec::try_from(self.timeout).map_err(|_| DemoError::Protocol("a peer timeout out of range".into()))?;
+        loop {
+            let mut fds = [PollFd::new(&socket, PollFlags::IN)];
+            match poll(&mut fds, Some(&timeout)) {
+                Ok(0) => return Err(DemoError::PeerStalled { peer: self.name, after: self.timeout }),
+                // Data, a hang-up or an error: the receive says which.
+                Ok(_) => return Ok(()),
+                Err(Errno::INTR) => continue,
+                Err(e) => return Err(DemoError::Io(e.into())),
+            }
+        }
     }
 
     /// What a failed receive or send from this peer means: a timeout or a hang-up names the
@@ -205,7 +223,15 @@ pub enum ToConsumer {
         #[serde(default = "cpu_wait")]
         sync: SyncMethod,
     },
-    Frame { index: u32, id: u64, checksum: u32 },
+    /// The frame in buffer `id`: its index, the checksum the consumer must find, and the
+    /// producer's share of its transfer cost (absent: none measured).
+    Frame {
+        index: u32,
+        id: u64,
+        checksum: u32,
+        #[serde(default)]
+        transfer: ProducerShare,
+    },
     End,
     Bye { out_dir: String },
 }
@@ -236,7 +262,13 @@ pub struct Mismatch {
 #[serde(tag = "type", rename_all = "kebab-case")]
 pub enum ToProducer {
     Caps { participant: WireParticipant },
-    ModeDone { report: ConsumerReport, timing: Percentiles },
+    /// A mode's report, its frame times, and its transfer cost (absent: none measured).
+    ModeDone {
+        report: ConsumerReport,
+        timing: Percentiles,
+        #[serde(default)]
+        transfer: TransferTiming,
+    },
     Final { leaked_fds: i64, fds_before: usize, fds_after: usize, contact_sheet: Option<String> },
     Failed { error: String },
 }
@@ -260,7 +292,8 @@ impl ControlMessage for ToConsumer {
                 }
                 Ok(())
             }
-            ToConsumer::Frame { .. } | ToConsumer::End => Ok(()),
+            ToConsumer::Frame { transfer, .. } => transfer.check(),
+            ToConsumer::End => Ok(()),
             ToConsumer::Bye { out_dir } => text("the output directory", out_dir),
         }
     }
@@ -287,7 +320,8 @@ impl ControlMessage for ToProducer {
                 }
                 Ok(())
             }
-            ToProducer::ModeDone { report, timing } => {
+            ToProducer::ModeDone { report, timing, transfer } => {
+                transfer.check()?;
                 if report.frame_us.len() > MAX_FRAMES as usize || report.mismatches.len() > MAX_FRAMES as usize {
                     return Err(format!("a report of {} frames and {} mismatches", report.frame_us.len(), report.mismatches.len()));
                 }
@@ -383,5 +417,23 @@ mod tests {
         assert!(matches!(decode::<ToProducer>(&vec![b' '; MAX_CONTROL_LEN + 1]), Err(DemoError::Protocol(_))));
         let nan = br#"{"type":"mode-done","report":{"verified":1,"mismatches":[],"frame_us":[1.0],"import_path":"x","cache_hits":0,"cache_misses":0,"cache_evictions":0,"max_held":1},"timing":{"median":-1.0,"p99":1.0}}"#;
         assert!(matches!(decode::<ToProducer>(nan), Err(DemoError::Protocol(_))));
+    }
+
+    /// The transfer figures are optional (a message without them decodes, as before them),
+    /// and checked when present.
+    #[test]
+    fn transfer_figures_are_optional_and_checked() {
+        let old = decode::<ToConsumer>(br#"{"type":"frame","index":1,"id":0,"checksum":7}"#).unwrap();
+        assert!(matches!(old, ToConsumer::Frame { transfer, .. } if transfer == ProducerShare::default()));
+        let share = |ns: u64| format!(r#"{{"type":"frame","index":1,"id":0,"checksum":7,"transfer":{{"send_ns":{ns},"copy_ns":null}}}}"#);
+        assert!(decode::<ToConsumer>(share(12_000).as_bytes()).is_ok());
+        assert!(matches!(decode::<ToConsumer>(share(u64::MAX).as_bytes()), Err(DemoError::Protocol(_))));
+        let done = |median: f64| {
+            let p = Percentiles { median, p99: 1.0 };
+            let transfer = TransferTiming { total: p, handoff: p, ..TransferTiming::default() };
+            serde_json::to_vec(&ToProducer::ModeDone { report: ConsumerReport::default(), timing: Percentiles::default(), transfer }).unwrap()
+        };
+        assert!(decode::<ToProducer>(&done(3.5)).is_ok());
+        assert!(matches!(decode::<ToProducer>(&done(-1.0)), Err(DemoError::Protocol(_))));
     }
 }

@@ -1,6 +1,8 @@
 //! Copy mode's render path: the producer renders into its own device-local target in the
 //! layout its GPU renders, and the negotiated copy plan's steps write the shared frame.
 
+use std::time::Duration;
+
 use dmabridge::ash::vk;
 use dmabridge::resources::image::buffer_barrier;
 use dmabridge::{BufferLocation, Completion, ComputePipeline, Engine, GpuBuffer, ImportedBuffer};
@@ -11,6 +13,7 @@ use dmabridge_interop::{Fourcc, TileLayout};
 
 use crate::error::DemoError;
 
+use super::gpu_timer::GpuTimer;
 use super::negotiation::RENDER_LAYOUT;
 use super::shaders::{dispatch, pattern_push};
 
@@ -53,6 +56,8 @@ pub struct CopyPath<'a> {
     steps: ConversionPlan,
     /// A colour plan's output as the CPU reads it back (its checksum is the consumer's).
     readback: Option<GpuBuffer>,
+    /// Times the plan's steps alone: the copy, without the rendering before it.
+    timer: Option<GpuTimer>,
     w: u32,
     h: u32,
 }
@@ -72,12 +77,19 @@ impl<'a> CopyPath<'a> {
             tools.pipeline.write_buffer(set, 0, linear.buffer());
             tools.pipeline.write_buffer(set, 1, sum.buffer());
         }
-        Ok(CopyPath { tools, set, linear, tiled, steps, readback, w, h })
+        let timer = GpuTimer::new(engine)?;
+        Ok(CopyPath { tools, set, linear, tiled, steps, readback, timer, w, h })
     }
 
     /// A colour plan's output as the CPU reads it back, once the frame's submission is done.
     pub fn readback(&self) -> Option<&GpuBuffer> {
         self.readback.as_ref()
+    }
+
+    /// The last frame's copy (the plan's steps) on the GPU, once its submission is done;
+    /// `None` where the GPU writes no timestamps.
+    pub fn copy_time(&self) -> Result<Option<Duration>, DemoError> {
+        self.timer.as_ref().map(GpuTimer::elapsed).transpose()
     }
 
     pub fn track(&self, until: Completion) {
@@ -105,11 +117,18 @@ impl<'a> CopyPath<'a> {
         let planes = packed_planes(Fourcc::ARGB8888, w, h).map_err(dmabridge::ConvertError::from)?;
         // SAFETY: the caller's contract; the engine's buffers have every usage the tile and
         // the plan need, and hold the geometry's sizes (made from it); the barrier makes the
-        // pattern visible to both.
+        // pattern visible to both. The timer's queries are free: the producer reads the last
+        // frame's copy time after its submission completed, before it records the next.
         unsafe {
             device.cmd_pipeline_barrier(cmd, compute, compute | transfer, vk::DependencyFlags::empty(), &[], &[rendered], &[]);
             self.tools.converter.record_planes(cmd, dmabridge::TiledFrame { layout: RENDER_LAYOUT, fourcc: Fourcc::ARGB8888, extent: (w, h) }, (self.tiled.buffer(), 0), (self.linear.buffer(), &planes), true, until)?;
+            if let Some(t) = &self.timer {
+                t.record_start(cmd, until);
+            }
             self.tools.converter.record_plan(cmd, &self.steps, &self.tiled, frame, until)?;
+            if let Some(t) = &self.timer {
+                t.record_stop(cmd);
+            }
         }
         if let Some(readback) = &self.readback {
             let size = readback.len().min(frame.len());

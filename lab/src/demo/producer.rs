@@ -22,13 +22,19 @@ use super::copy_path::{nv12_checksum, CopyPath, CopyTools};
 use super::negotiation::{participant_from_wire, plan_mode, producer_participant, Plan};
 use super::pool::{Pool, Slot};
 use super::shaders::{dispatch, pattern_push, read_u32, PATTERN_NV12_SPV, PATTERN_SPV};
+use super::transfer::{CpuSpan, ProducerShare, TransferTiming};
 
 /// The result of one mode, for summary.json and the table.
 #[derive(Debug, Clone)]
 pub struct ModeResult {
     pub mode: Mode,
     pub json: Value,
+    /// End to end: the producer's frame (render, conversion, send) and the consumer's
+    /// (receive, import, composite, verify, release), µs.
     pub frame: Percentiles,
+    /// The transfer alone: handoff, import and copy, without the rendering and the
+    /// verification ([`super::transfer`]).
+    pub transfer: TransferTiming,
     pub gbps: f64,
     pub mismatches: usize,
 }
@@ -281,11 +287,14 @@ impl Session<'_> {
                     }
                     Ok::<(), DemoError>(())
                 })?;
+                let send;
                 if sync_file {
                     // The descriptor leaves at once with its acquire fence (none when the work
                     // was already done at export: vkGetSemaphoreFdKHR's -1).
                     let acquire = submitted.take_sync_file();
+                    let sending = CpuSpan::start();
                     send_buffer_with_fence(buffers, slot_index as u64, &slot.dmabuf, acquire.as_ref()).map_err(|e| peer.handoff_error(e))?;
+                    send = sending.elapsed();
                     acquire_fences += u64::from(acquire.is_some());
                     // Only the checksum that the consumer verifies needs the CPU to wait; the
                     // release fence may hold the frame back for up to the peer timeout.
@@ -293,7 +302,9 @@ impl Session<'_> {
                 } else {
                     // cpu-wait: the frame is written before its descriptor leaves.
                     submitted.wait(FRAME_TIMEOUT)?;
+                    let sending = CpuSpan::start();
                     send_buffer_with_fence(buffers, slot_index as u64, &slot.dmabuf, None).map_err(|e| peer.handoff_error(e))?;
+                    send = sending.elapsed();
                 }
                 slot.used = true;
                 let checksum = match render.as_ref().and_then(|r| r.readback()) {
@@ -302,7 +313,10 @@ impl Session<'_> {
                 };
                 pool.held.insert(slot_index);
                 pool.max_held = pool.max_held.max(pool.held.len());
-                send_msg(control, peer, &ToConsumer::Frame { index, id: slot_index as u64, checksum })?;
+                // The frame's submission is complete: its copy's timestamps are there.
+                let copy = render.as_ref().map(CopyPath::copy_time).transpose()?.flatten();
+                let transfer = ProducerShare::new(send, copy);
+                send_msg(control, peer, &ToConsumer::Frame { index, id: slot_index as u64, checksum, transfer })?;
                 producer_us.push(t0.elapsed().as_secs_f64() * 1e6);
             }
             // Every buffer comes back before the pool goes.
@@ -323,8 +337,8 @@ impl Session<'_> {
         drop(render);
         result?;
         send_msg(control, peer, &ToConsumer::End)?;
-        let (report, consumer_timing): (ConsumerReport, Percentiles) = match recv_msg::<ToProducer>(control, peer)? {
-            ToProducer::ModeDone { report, timing } => (report, timing),
+        let (report, consumer_timing, transfer): (ConsumerReport, Percentiles, TransferTiming) = match recv_msg::<ToProducer>(control, peer)? {
+            ToProducer::ModeDone { report, timing, transfer } => (report, timing, transfer),
             ToProducer::Failed { error } => return Err(DemoError::PeerFailed { peer: peer.name, pid: peer.pid, error }),
             other => return Err(DemoError::Protocol(format!("expected a mode report, got {other:?}"))),
         };
@@ -350,6 +364,7 @@ impl Session<'_> {
             "frame_us": frame,
             "producer_us": Percentiles::of(&producer_us),
             "consumer_us": consumer_timing,
+            "transfer_us": transfer,
             "gbps": gbps,
             "bytes_per_frame": frame_bytes,
             "verified_frames": report.verified,
@@ -364,7 +379,7 @@ impl Session<'_> {
                 Mode::ZeroCopy => "device".to_owned(),
             },
         });
-        Ok(ModeResult { mode: plan.mode, json, frame, gbps, mismatches: report.mismatches.len() })
+        Ok(ModeResult { mode: plan.mode, json, frame, transfer, gbps, mismatches: report.mismatches.len() })
     }
 }
 

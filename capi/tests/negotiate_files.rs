@@ -31,7 +31,7 @@ fn library_path() -> PathBuf {
         .and_then(|m| m.modified())
         .unwrap_or_else(|e| panic!("{}: {e} (cargo build -p dmabridge-capi)", lib.display()));
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    for dir in ["capi/src", "interop/src/negotiate/spec"] {
+    for dir in ["capi/src", "interop/src/spec"] {
         let sources = std::fs::read_dir(root.join(dir)).expect("the sources").map(|e| e.expect("an entry").path());
         for source in sources.chain([root.join("interop/src/user_file.rs")]) {
             let changed = std::fs::metadata(&source).and_then(|m| m.modified()).expect("the source's time");

@@ -149,7 +149,9 @@ impl Adapter {
         let mut copied_in = Vec::new();
         for &fourcc in fourccs {
             formats.extend(device_formats(self.has_modifiers(), req.direction, self.answers(fourcc, req.image_use)?).iter().copied());
-            let copy_import = req.direction != Direction::Export && self.copy_import_possible(fourcc, &req.image_use);
+            // Asked only where its answer is used: a LINEAR entry asked for, or the copy a
+            // device without modifiers offers.
+            let copy_import = (req.copy_import || !self.has_modifiers()) && req.direction != Direction::Export && self.copy_import_possible(fourcc, &req.image_use);
             if req.copy_import && copy_import {
                 formats.insert(Format::linear(fourcc));
             }

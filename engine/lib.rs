@@ -42,6 +42,7 @@ pub mod cost;
 pub mod device;
 pub mod dmabuf;
 pub mod error;
+pub mod import;
 #[cfg(feature = "present")]
 pub mod present;
 pub mod resources;
@@ -52,7 +53,7 @@ pub use ash;
 pub use dmabridge_interop as interop;
 
 pub use dmabuf::allocate::{AllocateError, Allocated, AllocatedBuffer, AllocationSpec, DeviceAllocator, LayoutSource};
-pub use resources::buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer};
+pub use resources::buffer::{BufferError, BufferLocation, GpuBuffer};
 pub use device::format_support::{FormatSupportError, SupportQuery, SupportSource, FormatSupport, ListedModifier, ModifierSupport};
 pub use convert::compute::{Binding, ComputeError, ComputePipeline};
 pub use convert::converter::{ConversionBuffer, ConvertError, Converter, DetileRun, DetileSource, Detiled};
@@ -66,8 +67,7 @@ pub use error::VkError;
 pub use dmabuf::device_copy::DeviceCopyError;
 pub use dmabuf::export::{ExportError, ExportRequest, ExportableImage, ExportedImage, OpaqueFd, Shared};
 pub use resources::image::{DeviceImage, ImageAccess, ImageError};
-pub use dmabuf::import::{ImportError, ImportOptions, ImportPath, ImportedImage};
-pub use dmabuf::import_cache::{BufferImportCache, CacheStats, ImportCache};
+pub use import::{BufferImportCache, CacheStats, ImportCache, ImportError, ImportOptions, ImportPath, ImportedBuffer, ImportedImage};
 pub use dmabuf::read_back::ReadBackError;
 pub use device::memory::MemoryError;
 pub use dmabuf::participant::{Direction, ParticipantRequest};

@@ -7,7 +7,8 @@ mod common;
 use std::sync::Arc;
 
 use dmabridge::ash::vk;
-use dmabridge::{BufferError, BufferImportCache, Capability};
+use dmabridge::interop::dmabuf::ImportCheckError;
+use dmabridge::{BufferImportCache, Capability, ImportError};
 
 const STORAGE: vk::BufferUsageFlags = vk::BufferUsageFlags::STORAGE_BUFFER;
 
@@ -25,7 +26,7 @@ fn a_recycled_buffer_is_imported_once_and_rechecked() {
     assert_eq!((cache.stats().hits, cache.stats().misses), (1, 1));
     // Longer than the file: refused on a miss, as the import checks it.
     let r = cache.import(std::os::fd::AsFd::as_fd(&a), 1 << 20, STORAGE);
-    assert!(matches!(r, Err(BufferError::FdTooSmall { .. })), "{r:?}");
+    assert!(matches!(r, Err(ImportError::Check(ImportCheckError::PastEndOfFd { .. }))), "{r:?}");
     // Room for two: a third file evicts the least recently used (b, after a's hit).
     cache.import(std::os::fd::AsFd::as_fd(&b), 4096, STORAGE).expect("import b");
     cache.import(std::os::fd::AsFd::as_fd(&a), 8192, STORAGE).expect("a hit");
@@ -47,7 +48,7 @@ fn a_file_that_can_shrink_is_refused() {
     let fd = rustix::fs::memfd_create("dmabridge-test-unsealed", rustix::fs::MemfdFlags::CLOEXEC).expect("memfd");
     rustix::fs::ftruncate(&fd, 4096).expect("size");
     let r = cache.import(std::os::fd::AsFd::as_fd(&fd), 4096, STORAGE);
-    assert!(matches!(r, Err(BufferError::NotMappable(_))), "{r:?}");
+    assert!(matches!(r, Err(ImportError::Check(ImportCheckError::NotFixedSize { .. }))), "{r:?}");
     assert!(cache.is_empty());
     common::assert_clean(&engine);
 }

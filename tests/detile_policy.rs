@@ -146,7 +146,7 @@ fn trust_decides_whether_an_unsealed_file_is_imported_or_read() {
                 Err(ConvertError::Check(e @ ImportCheckError::NotFixedSize { .. })) => assert!(e.to_string().contains("F_SEAL_SHRINK"), "{e}"),
                 other => panic!("zero-copy of an unsealed file on {path}: {other:?}"),
             }
-            let run = detile_on(&engine, &conv, &frame, &buf, path, ImportOptions { trust: FdTrust::TrustRegularFiles, require_zero_copy: true, ..ImportOptions::default() })
+            let run = detile_on(&engine, &conv, &frame, &buf, path, ImportOptions { trust: FdTrust::TrustRegularFiles, require_zero_copy: true })
                 .expect("trusted, zero-copy");
             assert_eq!(run.source, DetileSource::InPlace, "{run}");
         }

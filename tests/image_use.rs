@@ -14,7 +14,7 @@ use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc, PlaneLayout};
 use dmabridge::interop::negotiate::reconcile;
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{
-    SupportQuery, Direction, Engine, ExportError, ExportRequest, ImageUse, ImportError, ImportPath, ParticipantRequest,
+    SupportQuery, Direction, Engine, ExportError, ExportRequest, ImageUse, ImportPath, ParticipantRequest,
 };
 
 const LINEAR: Layout = Layout::Explicit(Modifier::LINEAR);
@@ -145,17 +145,18 @@ fn a_use_wider_than_the_negotiated_one_is_a_typed_error() {
 
     // A compositor negotiated for sampling cannot import it for storage, or as mutable.
     let storage = vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::STORAGE;
-    match engine.import_dmabuf_with(&buf, storage, compositor.import_options()) {
-        Err(ImportError::WiderThanNegotiated(e)) => {
+    match compositor.import_use(storage) {
+        Err(e) => {
             assert_eq!(e.negotiated, ImageUse::new(vk::ImageUsageFlags::SAMPLED));
             assert_eq!(e.extra, "storage");
         }
-        other => panic!("expected WiderThanNegotiated, got {other:?}"),
+        other => panic!("expected WiderUse, got {other:?}"),
     }
     let mutable = ImageUse::new(vk::ImageUsageFlags::SAMPLED).with_srgb_view();
-    assert!(matches!(engine.import_dmabuf_with(&buf, mutable, compositor.import_options()), Err(ImportError::WiderThanNegotiated(_))));
+    assert!(compositor.import_use(mutable).is_err());
     // The use it negotiated for (or a narrower one) is fine.
-    let image = engine.import_dmabuf_with(&buf, vk::ImageUsageFlags::SAMPLED, compositor.import_options()).expect("the negotiated use");
+    let sampled = compositor.import_use(vk::ImageUsageFlags::SAMPLED).expect("the negotiated use");
+    let image = engine.import_dmabuf(&buf, sampled).expect("the negotiated use");
     assert_eq!(image.usage(), vk::ImageUsageFlags::SAMPLED | if image.path() == ImportPath::Explicit { vk::ImageUsageFlags::empty() } else { vk::ImageUsageFlags::TRANSFER_DST });
     drop(image);
     common::assert_clean(&engine);

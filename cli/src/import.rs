@@ -105,7 +105,6 @@ pub fn run(args: &ImportArgs) -> ExitCode {
     let options = ImportOptions {
         trust: if args.trust_files { FdTrust::TrustRegularFiles } else { FdTrust::Untrusted },
         require_zero_copy: args.require_zero_copy,
-        negotiated: None,
     };
     let bytes = match engine.import_dmabuf_with(&buf, image_use, options) {
         Ok(image) => {

@@ -15,7 +15,7 @@ use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use ash::vk;
-use dmabridge_interop::dmabuf::{check_import_with, CheckedImport, DmaBuf, FileId, ImportCheckError, ImportFacts, ReadError};
+use dmabridge_interop::dmabuf::{check_import_with, CheckedImport, DmaBuf, ImportCheckError, ImportFacts, ImportOptions, ReadError};
 use dmabridge_interop::negotiate::ConversionKind;
 use dmabridge_interop::tiling::gpu::{
     plane_dispatches, rgb_to_nv12_dispatch, tiled_yuv_to_rgb_dispatch, ColourPushConstants, Dispatch, GpuParamError,
@@ -27,7 +27,7 @@ use dmabridge_interop::{format_info, Format, Fourcc, Layout, TileLayout};
 use gpu_allocator::vulkan::Allocation;
 use gpu_allocator::MemoryLocation;
 
-use crate::resources::buffer::{BufferError, BufferLocation, GpuBuffer, ImportedBuffer, PlaneRead, PlaneReadError};
+use crate::resources::buffer::{BufferError, BufferLocation, GpuBuffer};
 use crate::convert::compute::{Binding, ComputeError, ComputePipeline};
 use crate::error::{VkError, VkResultExt};
 use crate::resources::image::{image_2d, image_barrier, record_barrier};
@@ -36,7 +36,8 @@ use crate::device::memory::MemoryError;
 use crate::convert::shaders::{COLOUR_SPV, TILE_SPV};
 use crate::device::submit::{Completion, Garbage, SubmitError, SubmitOptions, Submission};
 use crate::resources::transfer::READBACK_TIMEOUT;
-use crate::dmabuf::import::{not_mappable, ImportOptions};
+use crate::import::source::{PlaneSource, SourceRequest};
+use crate::import::{ImportError, ImportedBuffer};
 use crate::{ConvertPath, Engine};
 
 /// Why a GPU conversion failed.
@@ -105,14 +106,29 @@ pub enum ConvertError {
     /// writable).
     #[error("zero-copy detile is not possible: {0}")]
     NotZeroCopy(String),
-    /// A plane's file could not be imported for the GPU to read it in place.
-    #[error("plane {plane}: cannot import its file: {source}")]
-    Import { plane: usize, source: BufferError },
+    /// The dma-buf's files could not be imported for the GPU to read them in place, or read
+    /// into dmabridge's memory (the import room's error).
+    #[error(transparent)]
+    Import(ImportError),
     /// A storage buffer the shaders would address past the device's
     /// `maxStorageBufferRange` (a frame too large for the compute path on this device; the
     /// CPU path has no such limit).
     #[error("the {what} spans {bytes} bytes, more than the {max} bytes a storage buffer binding may span on this device (maxStorageBufferRange)")]
     BindingTooLarge { what: String, bytes: u64, max: u64 },
+}
+
+impl From<ImportError> for ConvertError {
+    /// The import room's errors, in the converter's words where it has them.
+    fn from(e: ImportError) -> Self {
+        match e {
+            ImportError::TooLarge { what, bytes, max } => ConvertError::BindingTooLarge { what, bytes, max },
+            ImportError::NotZeroCopy(why) => ConvertError::NotZeroCopy(why),
+            ImportError::Read { plane, source } => ConvertError::Read { plane, source },
+            ImportError::Check(e) => ConvertError::Check(e),
+            ImportError::Buffer(e) => ConvertError::Buffer(e),
+            other => ConvertError::Import(other),
+        }
+    }
 }
 
 impl ConvertError {
@@ -910,13 +926,13 @@ impl Converter {
     /// the caller's to read once the submission is done.
     ///
     /// The buffer is reached as [`Engine::import_dmabuf_with`] would reach it, under the
-    /// same `import` options and the same rule: files that cannot shrink (a dma-buf, a
-    /// sealed memfd, a regular file `import.trust` vouches for) are imported in place, unless
-    /// their fds are read-only and the driver imports by mapping (a read-only share); the
-    /// rest are read into dmabridge's memory first, or refused with
-    /// [`ConvertError::NotZeroCopy`] (or the check's `NotFixedSize`) when
-    /// `import.require_zero_copy`. `import.negotiated` is an image use, and the detile makes
-    /// no image: it is not consulted. The returned [`DetileRun`] says which way it went.
+    /// same `import` options, through the import room's one source
+    /// (`import::source`): files that cannot shrink (a dma-buf, a sealed memfd, a
+    /// regular file `import.trust` vouches for) are imported in place, unless their fds are
+    /// read-only and the driver imports by mapping (a read-only share); the rest are read
+    /// into dmabridge's memory first, or refused with [`ConvertError::NotZeroCopy`] (or the
+    /// check's `NotFixedSize`) when `import.require_zero_copy`. The returned [`DetileRun`]
+    /// says which way it went.
     ///
     /// The descriptor's fds are borrowed (dups go to Vulkan). Nothing reaches the driver
     /// before the layout checks, plus two that tiling adds: each stride must be the plane's
@@ -943,19 +959,18 @@ impl Converter {
         let g = tiled_size(tile, fourcc, w, h)?;
         let plane_count = format_info(fourcc).map_or(0, |i| i.plane_count());
         let max = self.engine.info().max_image_dimension_2d;
-        let checks = dmabridge_interop::dmabuf::ImportOptions { trust: import.trust, require_fixed_size: import.require_zero_copy };
         let checked = check_import_with(
             buf,
             &|f: Format| (f == buf.format()).then_some(ImportFacts { memory_plane_count: plane_count, max_width: max, max_height: max, disjoint: true }),
-            checks,
+            import,
         )?;
         for (i, (c, p)) in checked.planes().iter().zip(&g.planes).enumerate() {
             if c.stride != p.padded_width_bytes as u64 {
                 return Err(ConvertError::TiledStride { plane: i, layout: tile, stride: c.stride, expected: p.padded_width_bytes as u64 });
             }
             let end = c.offset.saturating_add(p.size);
-            if end > c.file_size {
-                return Err(ConvertError::TilesPastEndOfFd { plane: i, end, fd_size: c.file_size });
+            if end > c.file.size {
+                return Err(ConvertError::TilesPastEndOfFd { plane: i, end, fd_size: c.file.size });
             }
         }
         // Planes must fit where the caller wants them.
@@ -963,8 +978,8 @@ impl Converter {
         Ok(CheckedTiled { tile, geometry: g, checked })
     }
 
-    /// The GPU detile of a checked buffer: imported in place, or read first, as
-    /// [`not_mappable`] (the import path's rule) decides.
+    /// The GPU detile of a checked buffer: its files imported in place, or read first, as
+    /// the import room's [`PlaneSource`] decides.
     fn detile_checked_on_gpu(
         &self,
         t: &CheckedTiled<'_>,
@@ -974,63 +989,25 @@ impl Converter {
         submit: SubmitOptions,
     ) -> Result<(DetileRun, Submission), ConvertError> {
         let CheckedTiled { tile, geometry: g, checked } = t;
-        let buf = checked.dmabuf();
-        let layout = buf.layout();
-        let (fourcc, w, h) = (buf.fourcc(), buf.width(), buf.height());
-        let run = |source| DetileRun { layout: *tile, path: ConvertPath::Gpu, source };
-        if let Some(why) = not_mappable(&self.engine, checked) {
-            if import.require_zero_copy {
-                return Err(ConvertError::NotZeroCopy(why));
-            }
-            tracing::debug!(layout = %tile, %fourcc, %why, "detile: the planes are read into dmabridge's memory, not given to the driver");
-            let reads: Vec<PlaneRead> = checked
-                .planes()
-                .iter()
-                .zip(&g.planes)
-                .enumerate()
-                .map(|(i, (c, p))| PlaneRead { plane: i, file_offset: c.offset, at: p.offset, len: p.size })
-                .collect();
-            // The staging buffer is bound as a whole: refuse one the device cannot bind
-            // before reading anything into it.
-            self.check_binding(&format!("{tile} {fourcc} tiled buffer"), g.size)?;
-            let staged = GpuBuffer::read_planes(&self.engine, buf, g.size, &reads).map_err(|e| match e {
-                PlaneReadError::Buffer(e) => ConvertError::Buffer(e),
-                PlaneReadError::NoPlane(_) => ConvertError::NotTiled(layout),
-                PlaneReadError::Read { plane, source } => ConvertError::Read { plane, source },
-            })?;
-            let frame = TiledFrame { layout: *tile, fourcc, extent: (w, h) };
-            let s = self.detile(frame, &staged, dst, planes, submit)?;
-            return Ok((run(DetileSource::Read), s));
-        }
+        let fourcc = checked.dmabuf().fourcc();
         let linear_end = g.planes.iter().zip(planes).map(|(p, l)| linear_span(p, l)).max().unwrap_or(0);
         self.check_binding(&format!("{fourcc} linear buffer"), linear_end)?;
-        // One storage buffer per distinct file, covering every plane in it.
-        let mut files: Vec<(FileId, ImportedBuffer)> = Vec::new();
-        let mut plane_file = Vec::with_capacity(checked.planes().len());
-        for (i, c) in checked.planes().iter().enumerate() {
-            let index = match files.iter().position(|(f, _)| *f == c.file) {
-                Some(index) => index,
-                None => {
-                    let size = checked.planes().iter().zip(&g.planes).filter(|(o, _)| o.file == c.file).map(|(o, q)| o.offset + q.size).max().unwrap_or(0);
-                    self.check_binding(&format!("file of plane {i}"), size)?;
-                    let fd = buf.plane(i).map(|p| p.fd).ok_or(ConvertError::NotTiled(layout))?;
-                    let imported = ImportedBuffer::import_trusting(&self.engine, fd, size, vk::BufferUsageFlags::STORAGE_BUFFER, import.trust)
-                        .map_err(|source| ConvertError::Import { plane: i, source })?;
-                    files.push((c.file, imported));
-                    files.len() - 1
-                }
-            };
-            plane_file.push(index);
-        }
+        // The padded tiles, which run past the visible rows the checks measured.
+        let spans: Vec<u64> = g.planes.iter().map(|p| p.size).collect();
+        let max_len = self.max_storage_range.saturating_sub(BINDING_SLACK);
+        let request = SourceRequest { spans: &spans, usage: vk::BufferUsageFlags::STORAGE_BUFFER, options: import, max_len };
+        let source = PlaneSource::new(&self.engine, checked, request).map_err(ConvertError::from)?;
+        let fetched = source.fetch(&self.engine).map_err(ConvertError::from)?;
+        let from = if source.is_mapped() { DetileSource::InPlace } else { DetileSource::Read };
         let (_, s) = self.engine.submit(submit, |cmd, until| {
             let ctx = self.take_context()?;
             let result = (|| {
-                for (i, (c, p)) in checked.planes().iter().zip(&g.planes).enumerate() {
-                    // The plane's tiles start at the descriptor's offset, wherever the
+                for (i, p) in g.planes.iter().enumerate() {
+                    // The plane's tiles start where the source puts them, wherever the
                     // concatenated convention would have put them.
                     let at_zero = PlaneGeometry { offset: 0, ..*p };
-                    let d = dmabridge_interop::tiling::gpu::detile_plane(&at_zero, c.offset, planes[i])?;
-                    let set = self.set(&ctx, &self.tile, &[files[plane_file[i]].1.buffer(), dst.buffer()])?;
+                    let d = dmabridge_interop::tiling::gpu::detile_plane(&at_zero, source.offset(i), planes[i])?;
+                    let set = self.set(&ctx, &self.tile, &[fetched.buffer_of(i), dst.buffer()])?;
                     // SAFETY: the engine's own command buffer; the buffers are tracked below.
                     unsafe { self.record(cmd, &self.tile, set, &[d], until)? };
                 }
@@ -1040,14 +1017,12 @@ impl Converter {
             // Nothing is submitted when recording failed: the buffers have no use to wait for
             // (and `dst` stays the caller's to write, for the CPU to detile into instead).
             if result.is_ok() {
-                for (_, f) in &files {
-                    f.track(until);
-                }
                 dst.track(until);
+                fetched.track(until);
             }
             result
         })?;
-        Ok((run(DetileSource::InPlace), s))
+        Ok((DetileRun { layout: *tile, path: ConvertPath::Gpu, source: from }, s))
     }
 
     /// The CPU detile of a checked buffer into `dst` (planes at `linear`): files that cannot
@@ -1058,7 +1033,7 @@ impl Converter {
         let mut source = DetileSource::InPlace;
         for (i, ((c, p), l)) in checked.planes().iter().zip(&g.planes).zip(linear).enumerate() {
             let at_zero = PlaneGeometry { offset: 0, ..*p };
-            if c.class.is_fixed_size() {
+            if c.file.class.is_fixed_size() {
                 let map = checked.map_plane(i, p.size).map_err(|e| ConvertError::Map { plane: i, source: e })?;
                 dmabridge_interop::tiling::detile_plane_fast(&at_zero, map.bytes(), dst, *l, 0)?;
             } else {

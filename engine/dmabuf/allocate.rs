@@ -31,7 +31,7 @@ use ash::vk;
 
 use crate::device::format_support::{FormatSupportError, SupportQuery};
 use crate::dmabuf::export::{ExportError, ExportRequest, ExportedImage};
-use crate::dmabuf::import::ImportError;
+use crate::import::ImportError;
 use crate::device::usage::ImageUse;
 use crate::Engine;
 

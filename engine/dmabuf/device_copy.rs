@@ -23,7 +23,7 @@ use dmabridge_interop::Fourcc;
 
 use crate::device::vk_format;
 use crate::dmabuf::export::ExportedImage;
-use crate::dmabuf::import::{ImportError, ImportedImage};
+use crate::import::{ImportError, ImportedImage};
 use crate::resources::image::{plane_aspect, ImageAccess};
 use crate::device::submit::{SubmitError, SubmitOptions, Submission};
 

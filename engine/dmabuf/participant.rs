@@ -24,7 +24,7 @@
 //!
 //! The use is exact ([`ImageUse`]: usage, create flags, view formats), and the layouts it
 //! yields hold for that use only. [`ParticipantRequest::export_request`] and
-//! [`ParticipantRequest::import_options`] carry it on, so the image made from the
+//! [`ParticipantRequest::import_use`] carry it on, so the image made from the
 //! negotiated layout is refused, typed, if it asks for more.
 
 pub use dmabridge_interop::negotiate::Direction;
@@ -37,8 +37,7 @@ const LINEAR: Layout = Layout::Explicit(Modifier::LINEAR);
 
 use crate::device::format_support::{FormatSupportError, SupportQuery};
 use crate::dmabuf::export::{ExportError, ExportRequest};
-use crate::dmabuf::import::ImportOptions;
-use crate::device::usage::{negotiation_usage, ImageUse};
+use crate::device::usage::{negotiation_usage, ImageUse, WiderUse};
 use crate::device::vk_format::{Mapping, VK_FORMAT_TABLE};
 use crate::{Adapter, Engine};
 
@@ -76,9 +75,14 @@ impl ParticipantRequest {
         ExportRequest { negotiated: Some(self.image_use), ..ExportRequest::new(fourcc, width, height, self.image_use).with_acceptable(acceptable) }
     }
 
-    /// Import options bound to this participant's use ([`ImportOptions::negotiated`]).
-    pub fn import_options(&self) -> ImportOptions {
-        ImportOptions { negotiated: Some(self.image_use), ..ImportOptions::default() }
+    /// `requested`, the use to import a negotiated buffer for, where it is within the use its
+    /// layout was negotiated for (this participant's): an import for anything wider is
+    /// refused with [`WiderUse`] before the driver sees it, since the driver never agreed to
+    /// the layout for that use.
+    pub fn import_use(&self, requested: impl Into<ImageUse>) -> Result<ImageUse, WiderUse> {
+        let requested = requested.into();
+        self.image_use.check_within(&requested)?;
+        Ok(requested)
     }
 }
 

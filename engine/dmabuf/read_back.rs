@@ -4,7 +4,7 @@
 
 use ash::vk;
 
-use crate::dmabuf::import::{ImportError, ImportedImage};
+use crate::import::{ImportError, ImportedImage};
 use crate::resources::buffer::{BufferError, BufferLocation, GpuBuffer};
 use crate::resources::image::{buffer_barrier, record_barrier, ImageAccess};
 use crate::device::submit::{SubmitError, SubmitOptions, Submission};

@@ -66,7 +66,7 @@ use raw_window_handle::{RawDisplayHandle, RawWindowHandle};
 use crate::device::format_support::{widen, SupportQuery};
 use crate::error::{VkError, VkResultExt};
 use crate::resources::image::ImageAccess;
-use crate::dmabuf::import::{ImportPath, ImportedImage};
+use crate::import::{ImportPath, ImportedImage};
 use crate::device::requirements::Capability;
 use crate::device::submit::{BinarySemaphores, Completion, Garbage, SubmitError, SubmitOptions};
 use crate::device::vk_format::{self, Mapping};
@@ -229,7 +229,7 @@ pub enum PresentError {
     #[error(transparent)]
     Submit(#[from] SubmitError),
     #[error("acquiring the frame failed: {0}")]
-    Import(#[from] crate::dmabuf::import::ImportError),
+    Import(#[from] crate::import::ImportError),
     #[error("internal error: {0}")]
     Internal(&'static str),
 }

@@ -276,7 +276,7 @@ pub fn import_checks(data: &[u8]) -> bool {
     let flags = r.u8();
     let options = ImportOptions {
         trust: if flags & 1 != 0 { FdTrust::TrustRegularFiles } else { FdTrust::Untrusted },
-        require_fixed_size: flags & 2 != 0,
+        require_zero_copy: flags & 2 != 0,
     };
     let Ok(buf) = DmaBuf::new(fourcc, layout, width, height, descs) else { return false };
     let device = |_: Format| allowed.then_some(facts);
@@ -293,8 +293,8 @@ pub fn import_checks(data: &[u8]) -> bool {
     assert_eq!(checked.planes().len(), facts.memory_plane_count);
     for (i, p) in checked.planes().iter().enumerate() {
         let (sort, size) = files[plane_files[i]];
-        assert!(p.offset <= p.end && p.end <= p.file_size, "plane {i}: {p:?}");
-        assert_eq!(p.file_size, size, "plane {i}");
+        assert!(p.offset <= p.end && p.end <= p.file.size, "plane {i}: {p:?}");
+        assert_eq!(p.file.size, size, "plane {i}");
         assert_eq!(Some(p.end), p.stride.checked_mul(u64::from(p.rows)).and_then(|b| b.checked_add(p.offset)));
         let class = match (sort, options.trust) {
             (FileSort::SealedMemfd, _) => FdClass::SealedMemfd,
@@ -302,13 +302,13 @@ pub fn import_checks(data: &[u8]) -> bool {
             (FileSort::Memfd, FdTrust::Untrusted) => FdClass::Shrinkable(NotFixedReason::MissingSealShrink),
             _ => panic!("plane {i}: a special file passed the checks"),
         };
-        assert_eq!(p.class, class, "plane {i}");
+        assert_eq!(p.file.class, class, "plane {i}");
         if p.size() <= 1 << 16 {
             let bytes = checked.read_plane(i, 1 << 16).expect("plane exists").expect("a plane inside its file reads");
             assert_eq!(bytes.len() as u64, p.size());
         }
     }
-    assert!(!options.require_fixed_size || checked.zero_copy_safe());
+    assert!(!options.require_zero_copy || checked.zero_copy_safe());
     assert!(checked.read_plane(planes, u64::MAX).is_none());
     true
 }

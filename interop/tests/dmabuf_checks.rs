@@ -67,7 +67,7 @@ fn ar24_with_padded_stride_and_offset_passes_and_fits_exactly() {
     let checked = check_import(&buf, &device()).unwrap();
     let p = checked.planes()[0];
     assert_eq!(
-        (p.offset, p.stride, p.rows, p.end, p.file_size),
+        (p.offset, p.stride, p.rows, p.end, p.file.size),
         (4096, 320, 32, size, size)
     );
     assert_eq!(p.size(), 320 * 32);

@@ -61,14 +61,14 @@ fn device() -> ImportLimits {
     ImportLimits::linear_cpu(4096)
 }
 
-const REQUIRE: ImportOptions = ImportOptions { trust: FdTrust::Untrusted, require_fixed_size: true };
-const TRUST: ImportOptions = ImportOptions { trust: FdTrust::TrustRegularFiles, require_fixed_size: true };
+const REQUIRE: ImportOptions = ImportOptions { trust: FdTrust::Untrusted, require_zero_copy: true };
+const TRUST: ImportOptions = ImportOptions { trust: FdTrust::TrustRegularFiles, require_zero_copy: true };
 
 #[test]
 fn a_sealed_memfd_is_fixed_size() {
     let buf = ar24(sealed_memfd_of_size("sealed", SIZE).unwrap());
     let checked = check_import_with(&buf, &device(), REQUIRE).unwrap();
-    assert_eq!(checked.planes()[0].class, FdClass::SealedMemfd);
+    assert_eq!(checked.planes()[0].file.class, FdClass::SealedMemfd);
     assert!(checked.zero_copy_safe());
 }
 
@@ -77,7 +77,7 @@ fn an_unsealed_memfd_is_shrinkable_and_the_error_names_the_missing_seal() {
     let buf = ar24(unsealed_memfd(SIZE));
     // Allowed by default (to be copied), and marked.
     let checked = check_import(&buf, &device()).unwrap();
-    assert_eq!(checked.planes()[0].class, FdClass::Shrinkable(NotFixedReason::MissingSealShrink));
+    assert_eq!(checked.planes()[0].file.class, FdClass::Shrinkable(NotFixedReason::MissingSealShrink));
     assert!(!checked.zero_copy_safe());
     // Refused when the caller needs to map it.
     let e = check_import_with(&buf, &device(), REQUIRE).unwrap_err();
@@ -103,14 +103,14 @@ fn a_regular_file_is_fixed_size_only_when_trusted() {
     for (dir, reason) in dirs {
         let (fd, _unlink) = regular_file(&dir, SIZE);
         let buf = ar24(fd);
-        let class = check_import(&buf, &device()).unwrap().planes()[0].class;
+        let class = check_import(&buf, &device()).unwrap().planes()[0].file.class;
         let FdClass::Shrinkable(why) = class else { panic!("{}: {class:?}", dir.display()) };
         if let Some(r) = reason {
             assert_eq!(why, r, "{}", dir.display());
         }
         assert!(matches!(check_import_with(&buf, &device(), REQUIRE), Err(ImportCheckError::NotFixedSize { .. })));
         let trusted = check_import_with(&buf, &device(), TRUST).unwrap();
-        assert_eq!(trusted.planes()[0].class, FdClass::TrustedFile);
+        assert_eq!(trusted.planes()[0].file.class, FdClass::TrustedFile);
         assert!(trusted.zero_copy_safe());
     }
     // The disk file's reason is that it cannot be sealed at all.
@@ -137,7 +137,7 @@ fn fds_that_are_no_buffer_are_refused_up_front() {
         let buf = ar24(fd);
         // Even trusting regular files, and even with a layout the size check would pass on
         // a directory (lseek says 2^63 - 1).
-        let e = check_import_with(&buf, &device(), ImportOptions { trust: FdTrust::TrustRegularFiles, require_fixed_size: false })
+        let e = check_import_with(&buf, &device(), ImportOptions { trust: FdTrust::TrustRegularFiles, require_zero_copy: false })
             .unwrap_err();
         assert!(
             matches!(&e, ImportCheckError::FdKind { plane: 0, source: FdClassError::NotAFile { kind: k } } if *k == kind),

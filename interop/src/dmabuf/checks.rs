@@ -21,7 +21,7 @@
 //! 5. the plane count equals the device's memory-plane count for it;
 //! 6. each format plane's stride is at least its row of samples (`min_stride`);
 //! 7. each plane's fd is a dma-buf or a regular file ([`classify`]); then, if
-//!    [`ImportOptions::require_fixed_size`], each one's size is fixed ([`FdClass`]);
+//!    [`ImportOptions::require_zero_copy`], each one's size is fixed ([`FdClass`]);
 //! 8. each plane's `offset + stride x rows` is computed without overflow and is at most the
 //!    size of its fd (`fstat`, or `lseek(SEEK_END)` for a dma-buf); a metadata plane (a
 //!    memory plane past the format's, whose rows are not known) starts inside its fd;
@@ -32,6 +32,7 @@
 
 use std::collections::HashMap;
 use std::io;
+use std::os::fd::BorrowedFd;
 
 use super::descriptor::{DmaBuf, FileId};
 use super::fd_kind::{classify, file_size, FdClass, FdClassError, FdTrust, NotFixedReason};
@@ -112,16 +113,21 @@ impl DeviceFacts for ImportLimits {
     }
 }
 
-/// How strict the fd checks are. The default trusts nothing and lets a shrinkable file pass
-/// (it is then marked [`FdClass::Shrinkable`] and must be copied with `pread`, never mapped:
-/// see [`CheckedImport::zero_copy_safe`]).
+/// How an import may treat the caller's fds: the one options type of every import of a
+/// dma-buf, whatever it becomes (an image, a buffer, a detile's source, a CPU read). The
+/// default trusts nothing and lets a shrinkable file pass: it is then marked
+/// [`FdClass::Shrinkable`] and read into the importer's own memory, never mapped (see
+/// [`CheckedImport::zero_copy_safe`]).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
 pub struct ImportOptions {
-    /// Whether regular files that are not sealed count as fixed-size ([`FdTrust`]).
+    /// Whether regular files that are not sealed count as fixed-size (the caller vouches
+    /// that nobody truncates them): see [`FdTrust`].
     pub trust: FdTrust,
-    /// Refuse (check 7, [`ImportCheckError::NotFixedSize`]) any plane whose file can shrink:
-    /// for a caller that only imports zero-copy and has no copy path.
-    pub require_fixed_size: bool,
+    /// Refuse every path but a zero-copy one, naming what stands in the way: check 7
+    /// refuses a plane whose file can shrink ([`ImportCheckError::NotFixedSize`]), and an
+    /// importer refuses to copy (a layout its device cannot import in place, a read-only fd
+    /// its driver would map writable).
+    pub require_zero_copy: bool,
 }
 
 /// Why a layout may not be imported. The variants are in the order the checks run, and the
@@ -173,7 +179,7 @@ pub enum ImportCheckError {
     /// be examined.
     #[error("plane {plane}: {source}")]
     FdKind { plane: usize, source: FdClassError },
-    /// Check 7, only with [`ImportOptions::require_fixed_size`]: the file can shrink, so
+    /// Check 7, only with [`ImportOptions::require_zero_copy`]: the file can shrink, so
     /// mapping it could fault.
     #[error("plane {plane}: the fd's size is not fixed: {reason}; zero-copy import needs a dma-buf or a memfd sealed with F_SEAL_SHRINK (dmabuf::sealed_memfd), otherwise copy it")]
     NotFixedSize { plane: usize, reason: NotFixedReason },
@@ -202,28 +208,96 @@ pub enum ImportCheckError {
     /// Check 9: two planes in one file share bytes.
     #[error("planes {a} and {b} are in the same file and overlap")]
     PlanesOverlap { a: usize, b: usize },
+    /// A recheck ([`CheckedFile::recheck`]): the fd is no longer the kind of file it was
+    /// when it was checked (a seal cannot be lost, but a file can be replaced).
+    #[error("plane {plane}: the file was a {was} when it was checked and is a {now} now")]
+    FileReplaced { plane: usize, was: FdClass, now: FdClass },
+}
+
+/// One file as checks 7 and 8 found it: which file, what kind, and how long it was then.
+/// Planes in one file share one (the checks look at each file once).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckedFile {
+    pub id: FileId,
+    /// What the file is, and so whether `size` holds after the check
+    /// ([`FdClass::is_fixed_size`]). An unsealed memfd can be truncated by whoever else holds
+    /// it, after which touching a mapping of it raises SIGBUS.
+    pub class: FdClass,
+    /// Its size at the check.
+    pub size: u64,
+}
+
+impl CheckedFile {
+    /// Check 7 for the file behind `fd` (borrowed): what it is, under `options.trust`,
+    /// refused where `options.require_zero_copy` and it can shrink; then its size. `plane`
+    /// names it in the error.
+    pub fn check(fd: BorrowedFd<'_>, plane: usize, options: ImportOptions) -> Result<CheckedFile, ImportCheckError> {
+        let id = FileId::of(fd).map_err(|e| ImportCheckError::FdKind { plane, source: FdClassError::Stat(e) })?;
+        Self::check_known(fd, id, plane, options)
+    }
+
+    /// [`CheckedFile::check`] of a file whose identity the descriptor already knows.
+    fn check_known(fd: BorrowedFd<'_>, id: FileId, plane: usize, options: ImportOptions) -> Result<CheckedFile, ImportCheckError> {
+        let class = classify(fd, options.trust).map_err(|source| ImportCheckError::FdKind { plane, source })?;
+        if let FdClass::Shrinkable(reason) = class {
+            if options.require_zero_copy {
+                return Err(ImportCheckError::NotFixedSize { plane, reason });
+            }
+        }
+        let size = file_size(fd, class).map_err(|source| ImportCheckError::FdSize { plane, source })?;
+        Ok(CheckedFile { id, class, size })
+    }
+
+    /// Checks 7 and 8 for a whole file that is to be mapped from its first byte to `len`
+    /// (a buffer over it): a file of fixed size (whatever `options.require_zero_copy` says:
+    /// a mapping of a file that can shrink is never safe) holding at least `len` bytes.
+    pub fn check_mappable(fd: BorrowedFd<'_>, len: u64, options: ImportOptions) -> Result<CheckedFile, ImportCheckError> {
+        let file = CheckedFile::check(fd, 0, ImportOptions { require_zero_copy: true, ..options })?;
+        file.holds(0, len, 0)?;
+        Ok(file)
+    }
+
+    /// Check 8's bound: bytes `offset..end` lie inside the file as checked.
+    fn holds(&self, offset: u64, end: u64, plane: usize) -> Result<(), ImportCheckError> {
+        if end > self.size {
+            return Err(ImportCheckError::PastEndOfFd { plane, offset, end, fd_size: self.size });
+        }
+        Ok(())
+    }
+
+    /// That `fd`, a new fd of this file (a producer's next frame in a recycled buffer), is
+    /// still the kind of file it was, under the same `trust`, and still holds `end` bytes:
+    /// what an import cache runs on every hit before it hands out what it imported.
+    pub fn recheck(&self, fd: BorrowedFd<'_>, end: u64, plane: usize, trust: FdTrust) -> Result<(), ImportCheckError> {
+        let now = classify(fd, trust).map_err(|source| ImportCheckError::FdKind { plane, source })?;
+        if now != self.class {
+            return Err(ImportCheckError::FileReplaced { plane, was: self.class, now });
+        }
+        let size = file_size(fd, now).map_err(|source| ImportCheckError::FdSize { plane, source })?;
+        CheckedFile { size, ..*self }.holds(0, end, plane)
+    }
 }
 
 /// One plane as checked: the byte range `offset..end` (`end = offset + stride x rows`) lies
-/// inside a file of `file_size` bytes (at the time of the check; see `class`).
+/// inside `file` (at the time of the check; see [`CheckedFile::class`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CheckedPlane {
     pub offset: u64,
     pub stride: u64,
     pub rows: u32,
     pub end: u64,
-    pub file: FileId,
-    pub file_size: u64,
-    /// What the file is, and so whether `file_size` holds after the check
-    /// ([`FdClass::is_fixed_size`]). An unsealed memfd can be truncated by whoever else holds
-    /// it, after which touching a mapping of it raises SIGBUS.
-    pub class: FdClass,
+    pub file: CheckedFile,
 }
 
 impl CheckedPlane {
     /// Bytes the plane spans (`stride x rows`).
     pub fn size(&self) -> u64 {
         self.end - self.offset
+    }
+
+    /// [`CheckedFile::recheck`] for this plane's bytes.
+    pub fn recheck(&self, fd: BorrowedFd<'_>, plane: usize, trust: FdTrust) -> Result<(), ImportCheckError> {
+        self.file.recheck(fd, self.end, plane, trust)
     }
 }
 
@@ -261,7 +335,7 @@ impl<'a> CheckedImport<'a> {
     /// [`CheckedImport::read_plane`] instead: a mapping could fault when the sender shrinks
     /// the file.
     pub fn zero_copy_safe(&self) -> bool {
-        self.planes.iter().all(|p| p.class.is_fixed_size())
+        self.planes.iter().all(|p| p.file.class.is_fixed_size())
     }
 
     /// A private copy of plane `plane`'s bytes (`offset..end`), read with `pread`, refusing
@@ -365,67 +439,36 @@ fn run_checks<'a>(
             });
         }
     }
-    // 7: one classification per file; planes in one file share it.
-    let mut classes: Vec<FdClass> = Vec::with_capacity(buf.plane_count());
+    // 7, and the size half of 8: one look at each file; planes in one file share it.
+    let mut files: Vec<CheckedFile> = Vec::with_capacity(buf.plane_count());
+    let mut planes = Vec::with_capacity(buf.plane_count());
     for (i, p) in buf.planes().enumerate() {
-        let earlier = buf.planes().zip(&classes).find(|(q, _)| q.file == p.file);
-        let class = match earlier {
-            Some((_, &class)) => class,
-            None => classify(p.fd, options.trust)
-                .map_err(|source| ImportCheckError::FdKind { plane: i, source })?,
-        };
-        classes.push(class);
-    }
-    if options.require_fixed_size {
-        for (plane, class) in classes.iter().enumerate() {
-            if let FdClass::Shrinkable(reason) = *class {
-                return Err(ImportCheckError::NotFixedSize { plane, reason });
+        let file = match files.iter().find(|f| f.id == p.file) {
+            Some(&file) => file,
+            None => {
+                let file = CheckedFile::check_known(p.fd, p.file, i, options)?;
+                files.push(file);
+                file
             }
-        }
+        };
+        planes.push((p, file));
     }
     // 8
-    let mut sizes: Vec<(FileId, u64)> = Vec::with_capacity(buf.plane_count());
-    let mut planes = Vec::with_capacity(buf.plane_count());
-    for ((i, p), &class) in buf.planes().enumerate().zip(&classes) {
-        let rows = plane_rows(buf.fourcc(), i, height);
-        let end = p
-            .stride
-            .checked_mul(u64::from(rows))
-            .and_then(|bytes| bytes.checked_add(p.offset))
-            .ok_or(ImportCheckError::Overflow {
-                plane: i,
-                offset: p.offset,
-                stride: p.stride,
-                rows,
-            })?;
-        let file_size = match sizes.iter().find(|(f, _)| *f == p.file) {
-            Some(&(_, size)) => size,
-            None => {
-                let size = file_size(p.fd, class)
-                    .map_err(|source| ImportCheckError::FdSize { plane: i, source })?;
-                sizes.push((p.file, size));
-                size
-            }
-        };
-        // A metadata plane (no rows known) must at least start inside the fd.
-        if end > file_size || (rows == 0 && p.offset >= file_size) {
-            return Err(ImportCheckError::PastEndOfFd {
-                plane: i,
-                offset: p.offset,
-                end: end.max(p.offset.saturating_add(1)),
-                fd_size: file_size,
-            });
-        }
-        planes.push(CheckedPlane {
-            offset: p.offset,
-            stride: p.stride,
-            rows,
-            end,
-            file: p.file,
-            file_size,
-            class,
-        });
-    }
+    let planes = planes
+        .into_iter()
+        .enumerate()
+        .map(|(i, (p, file))| {
+            let rows = plane_rows(buf.fourcc(), i, height);
+            let end = p
+                .stride
+                .checked_mul(u64::from(rows))
+                .and_then(|bytes| bytes.checked_add(p.offset))
+                .ok_or(ImportCheckError::Overflow { plane: i, offset: p.offset, stride: p.stride, rows })?;
+            // A metadata plane (no rows known) must at least start inside the fd.
+            file.holds(p.offset, end.max(p.offset.saturating_add(u64::from(rows == 0))), i)?;
+            Ok(CheckedPlane { offset: p.offset, stride: p.stride, rows, end, file })
+        })
+        .collect::<Result<Vec<_>, ImportCheckError>>()?;
     // 9
     let disjoint = buf.disjoint();
     if disjoint && !facts.disjoint {
@@ -439,7 +482,7 @@ fn run_checks<'a>(
             let starts_inside = |p: &CheckedPlane, q: &CheckedPlane| p.end == p.offset && q.offset <= p.offset && p.offset < q.end;
             let empty = pa.end == pa.offset || pb.end == pb.offset;
             let shared = if empty { starts_inside(pa, pb) || starts_inside(pb, pa) } else { pa.offset < pb.end && pb.offset < pa.end };
-            if pa.file == pb.file && shared {
+            if pa.file.id == pb.file.id && shared {
                 return Err(ImportCheckError::PlanesOverlap { a, b });
             }
         }

@@ -248,7 +248,7 @@ impl MapCache {
     /// next frames.
     pub fn map_plane(&mut self, checked: &CheckedImport<'_>, plane: usize, len: u64) -> Result<CachedView, MapError> {
         let (p, fd) = checked.mappable_plane(plane)?;
-        let (start, mapped, in_map, len) = page_range(p.offset, len, p.file_size, p.class).map_err(|e| e.of_plane(plane))?;
+        let (start, mapped, in_map, len) = page_range(p.offset, len, p.file.size, p.file.class).map_err(|e| e.of_plane(plane))?;
         let st = rustix::fs::fstat(fd).map_err(|e| MapError::NotMappable { plane, reason: format!("fstat: {e}") })?;
         let file = (st.st_dev as u64, st.st_ino as u64);
         let end = start + mapped as u64;
@@ -280,7 +280,7 @@ impl CheckedImport<'_> {
     /// Plane `plane`'s checks and fd, if its file may be mapped (it cannot shrink).
     fn mappable_plane(&self, plane: usize) -> Result<(&CheckedPlane, BorrowedFd<'_>), MapError> {
         let p = self.planes().get(plane).ok_or(MapError::NoPlane(plane))?;
-        if !p.class.is_fixed_size() {
+        if !p.file.class.is_fixed_size() {
             return Err(MapError::Shrinkable(plane));
         }
         Ok((p, self.dmabuf().plane(plane).ok_or(MapError::NoPlane(plane))?.fd))
@@ -296,6 +296,6 @@ impl CheckedImport<'_> {
     /// [`CheckedImport::map_plane`], waiting at most `timeout` for a dma-buf's fences.
     pub fn map_plane_within(&self, plane: usize, len: u64, timeout: Duration) -> Result<PlaneMap, MapError> {
         let (p, fd) = self.mappable_plane(plane)?;
-        PlaneMap::checked(fd, p.offset, len, p.file_size, p.class, SyncAccess::Read, timeout).map_err(|e| e.of_plane(plane))
+        PlaneMap::checked(fd, p.offset, len, p.file.size, p.file.class, SyncAccess::Read, timeout).map_err(|e| e.of_plane(plane))
     }
 }

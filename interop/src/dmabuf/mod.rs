@@ -44,7 +44,7 @@ pub mod pwrite;
 pub mod wire;
 
 pub use checks::{
-    check_import, check_import_with, CheckedImport, CheckedPlane, DeviceFacts, ImportCheckError,
+    check_import, check_import_with, CheckedFile, CheckedImport, CheckedPlane, DeviceFacts, ImportCheckError,
     ImportFacts, ImportLimits, ImportOptions,
 };
 pub use explicit::{check_explicit_layout, LayoutRuleError};

@@ -56,7 +56,8 @@ pub use dmabuf::allocate::{AllocateError, Allocated, AllocatedBuffer, Allocation
 pub use resources::buffer::{BufferError, BufferLocation, GpuBuffer};
 pub use device::format_support::{FormatSupportError, SupportQuery, SupportSource, FormatSupport, ListedModifier, ModifierSupport};
 pub use convert::compute::{Binding, ComputeError, ComputePipeline};
-pub use convert::converter::{ConversionBuffer, ConvertError, Converter, DetileRun, DetileSource, Detiled};
+pub use convert::converter::{ConversionBuffer, Converter};
+pub use convert::{ConvertError, DetileRun, DetileSource, Detiled};
 // The converter's frames are the CPU path's: one description of a frame for both.
 pub use dmabridge_interop::tiling::TiledFrame;
 pub use cost::{Choice, ChoiceReason, ConvertPath, CostCache, Measured, SizeClass};

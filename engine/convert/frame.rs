@@ -20,7 +20,8 @@ use std::time::Instant;
 use dmabridge_interop::tiling::{default_threads, FrameConversion, Step, TiledFrame};
 use dmabridge_interop::TileLayout;
 
-use crate::convert::converter::{ConvertError, Converter};
+use crate::convert::converter::Converter;
+use crate::convert::ConvertError;
 use crate::cost::{fastest, key, Choice, ChoiceReason, ConvertPath, Measured, SizeClass};
 
 impl Converter {

@@ -17,7 +17,8 @@ use dmabridge_interop::dmabuf::PlaneLayout;
 use dmabridge_interop::{Format, Fourcc, TileLayout};
 
 use crate::resources::buffer::{BufferLocation, GpuBuffer};
-use crate::convert::converter::{ConversionBuffer, ConvertError, Converter, PlaneRoute};
+use crate::convert::converter::{ConversionBuffer, Converter, PlaneRoute};
+use crate::convert::ConvertError;
 use crate::resources::image::record_barrier;
 use crate::device::submit::{Completion, SubmitOptions, Submission};
 use crate::resources::transfer::READBACK_TIMEOUT;

@@ -6,7 +6,7 @@
 //!
 //! 1. **checked**, under the caller's one [`ImportOptions`] (trust, zero-copy required):
 //!    [`check_import_with`] gives a
-//!    [`CheckedImport`](dmabridge_interop::dmabuf::CheckedImport), whose
+//!    [`CheckedImport`], whose
 //!    [`CheckedPlane`](dmabridge_interop::dmabuf::CheckedPlane)s say where each plane lies and
 //!    what its [`CheckedFile`](dmabridge_interop::dmabuf::CheckedFile) is. Nothing reaches the
 //!    driver before this: lavapipe mmaps the fd, so a layout that overruns the file would crash

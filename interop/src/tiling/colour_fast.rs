@@ -28,11 +28,12 @@
 //!   16-bit arithmetic, one register per channel), both rows of a chroma row at once where
 //!   the RGB rows start cache lines; the scalar loop does the rest of a row, and all of it
 //!   elsewhere.
-//! - Frames of `fast::STREAM_BYTES` (4 MiB) and more are written with non-temporal stores.
+//! - Frames of `parallel::STREAM_BYTES` (4 MiB) and more are written with non-temporal stores.
 
 use super::colour_simd::{Ahead, Kernel, Narrow, RgbKernel, Steps};
 use super::colour::{check_rgb_to_nv12, packing, yuv_bits, ColourError, ColourMatrix, ColourRange, RgbToYuv, YuvToRgb};
-use super::fast::{band_quantum, band_tile_offsets, default_threads, detile_rows, detile_strip, partial_bands, strip_pieces, rows_in_tiles, run_shares, tile_by_tile, tiled_rows_region, STREAM_BYTES};
+use super::fast::{band_quantum, band_tile_offsets, detile_rows, detile_strip, partial_bands, strip_pieces, rows_in_tiles, tile_by_tile, tiled_rows_region};
+use super::parallel::{default_threads, run_shares, STREAM_BYTES};
 use super::geometry::{check_linear, tiled_size, PlaneGeometry, TiledFrame};
 use super::{PlaneLayout, TilingError};
 use crate::tiling::AddressKind;

@@ -473,7 +473,7 @@ impl Kernel {
     /// Orders this thread's non-temporal stores before whatever it does next, where
     /// [`Kernel::streaming`] is on.
     pub(super) fn fence(&self) {
-        super::fast::fence_streamed(self.stream);
+        super::parallel::fence_streamed(self.stream);
     }
 
     /// Converts the leading pixels of a row pair, sixteen at a time: luma rows `y`

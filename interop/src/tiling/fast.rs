@@ -8,7 +8,7 @@
 //! - The address function is evaluated once per tile per band and once per run per row of
 //!   a tile, not once per run: what is left in the inner loop is a copy of a constant
 //!   number of bytes (4, 8, 16, 32 or 64, chosen at compile time) from a precomputed place.
-//! - Bands are split between threads (`run_shares`): each thread owns a disjoint
+//! - Bands are split between threads (`parallel::run_shares`): each thread owns a disjoint
 //!   run of linear rows and the tiled region of its bands, so no synchronisation is needed.
 //!
 //! The geometry and buffer checks are the reference's ([`super::cpu`]), run before any
@@ -17,30 +17,10 @@
 use super::address::{AddressKind, PlaneAddress};
 use super::cpu::{checked_geometry, Direction};
 use super::geometry::{PlaneGeometry, TiledFrame, TiledGeometry};
+use super::parallel::{default_threads, fence_streamed, run_shares, STREAM_BYTES};
 use super::{PlaneLayout, TilingError};
 
-/// Threads the fast path uses by default: the machine's parallelism, at most 8 (more
-/// threads than memory channels only contend).
-pub fn default_threads() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get()).clamp(1, 8)
-}
 
-/// Runs `work` on each share, the last on the calling thread and the others on scoped
-/// threads: one share costs no thread (a spawn is tens of microseconds, as long as a
-/// whole 720p row conversion), and the caller works instead of waiting.
-pub(super) fn run_shares<T: Send>(shares: Vec<T>, work: impl Fn(T) + Sync) {
-    let work = &work;
-    std::thread::scope(|scope| {
-        let mut shares = shares.into_iter().peekable();
-        while let Some(share) = shares.next() {
-            if shares.peek().is_none() {
-                work(share);
-            } else {
-                scope.spawn(move || work(share));
-            }
-        }
-    });
-}
 
 /// Tiled -> linear, as [`super::detile`], on `threads` threads (0 means
 /// [`default_threads`]).
@@ -173,16 +153,6 @@ trait Mover {
     }
 }
 
-/// Frames (or planes) of at least this many linear bytes are written around the caches,
-/// with non-temporal stores, by the detile ([`Gather`]) and by colour conversion
-/// (`colour_simd::Kernel::streaming`). 4K (8 MB of luma, 33 MB of XR24) is, 720p (3.7 MB
-/// of XR24) is not: a frame that fits in a few MiB of cache may well be read next from
-/// there, while a larger one goes to a GPU, display or encoder. Ordinary stores read every
-/// line they fill first; these do not, and leave the caches to the input. Measured on this
-/// project's 2-core EPYC VM at 4K, one thread: NV12 -> XR24 went from 0.9-1.0x libyuv's
-/// `NV12ToARGBMatrix` to 1.13-1.26x, and the fused samsung-64x32 conversion (two threads)
-/// from 15-20 to 25-29 GB/s.
-pub(super) const STREAM_BYTES: usize = 4 << 20;
 
 /// Tiled -> linear.
 struct Gather<'a> {
@@ -223,18 +193,6 @@ impl Gather<'_> {
     }
 }
 
-/// `sfence` where `streamed`: orders a thread's non-temporal stores ([`STREAM_BYTES`]) before
-/// what it does next (a thread that ends, a frame handed on), which ordinary stores need
-/// no fence for.
-pub(super) fn fence_streamed(streamed: bool) {
-    #[cfg(target_arch = "x86_64")]
-    if streamed {
-        // SAFETY: `sfence` is SSE, part of every x86_64; it only orders stores.
-        unsafe { std::arch::x86_64::_mm_sfence() };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = streamed;
-}
 
 impl Mover for Gather<'_> {
     #[inline(always)]

@@ -38,6 +38,7 @@ pub mod colour_fast;
 mod colour_simd;
 pub mod cpu;
 pub mod fast;
+mod parallel;
 pub mod frame;
 pub mod geometry;
 pub mod gpu;
@@ -46,7 +47,8 @@ pub use address::{AddressKind, PlaneAddress};
 pub use colour::{rgb_to_nv12, rgb_to_nv12_vec, yuv_to_rgb, yuv_to_rgb_vec, ColourError, ColourMatrix, RgbPacking, RGB10_FORMATS, RGB8_FORMATS, ColourRange};
 pub use cpu::{detile, detile_to_vec, tile, tile_to_vec};
 pub use colour_fast::{rgb_to_nv12_fast, tiled_yuv_to_rgb_fast};
-pub use fast::{default_threads, detile_fast, detile_plane_fast, tile_fast};
+pub use fast::{detile_fast, detile_plane_fast, tile_fast};
+pub use parallel::default_threads;
 pub use frame::{FrameConversion, FrameConversionError, Step};
 pub use geometry::{packed_planes, tiled_size, PlaneGeometry, TiledFrame, TiledGeometry};
 

@@ -340,9 +340,7 @@ impl Engine {
             memory_reason: None,
         })
     }
-}
 
-impl Engine {
     /// Exports every buffer with the layout [`place`] computes for the first placeable
     /// acceptable modifier. `missed` is the driver-chosen layout's miss, returned when no
     /// explicit layout can be imposed either.

@@ -305,59 +305,57 @@ impl ImportedImage {
     }
 }
 
-impl Engine {
-    /// The copy paths: an image of the device's own, filled from a [`PlaneSource`] on every
-    /// acquisition.
-    pub(super) fn import_by_copy(&self, import: ImageImport<'_, '_>) -> Result<ImportedImage, ImportError> {
-        let ImageImport { checked, entry, usage, options } = import;
-        let buf = checked.dmabuf();
-        let info = format_info(buf.fourcc()).ok_or(ImportError::UnknownFourcc(buf.fourcc()))?;
-        let usage = ImageUse { usage: usage.usage | vk::ImageUsageFlags::TRANSFER_DST, ..usage };
-        for (i, p) in checked.planes().iter().enumerate() {
-            let texel = info.planes.get(i).map_or(1, |pl| pl.cpp as u64);
-            // Packed 4:2:2 formats copy in 2x1 blocks of 4 bytes.
-            let block = if entry.vk_planes == 1 && info.is_yuv { 4 } else { texel };
-            if p.stride % block != 0 {
-                return Err(ImportError::StrideNotTexelAligned { plane: i, stride: p.stride, texel: block });
-            }
-            if p.offset % block != 0 {
-                return Err(ImportError::OffsetNotTexelAligned { plane: i, offset: p.offset, texel: block });
-            }
+/// The copy paths: an image of the device's own, filled from a [`PlaneSource`] on every
+/// acquisition.
+pub(super) fn import_by_copy(engine: &Engine, import: ImageImport<'_, '_>) -> Result<ImportedImage, ImportError> {
+    let ImageImport { checked, entry, usage, options } = import;
+    let buf = checked.dmabuf();
+    let info = format_info(buf.fourcc()).ok_or(ImportError::UnknownFourcc(buf.fourcc()))?;
+    let usage = ImageUse { usage: usage.usage | vk::ImageUsageFlags::TRANSFER_DST, ..usage };
+    for (i, p) in checked.planes().iter().enumerate() {
+        let texel = info.planes.get(i).map_or(1, |pl| pl.cpp as u64);
+        // Packed 4:2:2 formats copy in 2x1 blocks of 4 bytes.
+        let block = if entry.vk_planes == 1 && info.is_yuv { 4 } else { texel };
+        if p.stride % block != 0 {
+            return Err(ImportError::StrideNotTexelAligned { plane: i, stride: p.stride, texel: block });
         }
-        let target = DeviceImage::new(self, entry.vk_format, (buf.width(), buf.height()), usage)?;
-        let spans: Vec<u64> = checked.planes().iter().map(|p| p.size()).collect();
-        let request = SourceRequest { spans: &spans, usage: vk::BufferUsageFlags::TRANSFER_SRC, options, max_len: u64::MAX };
-        let source = PlaneSource::new(self, checked, request)?;
-        let mut regions = Vec::with_capacity(spans.len());
-        for (i, p) in checked.planes().iter().enumerate() {
-            // YV12 keeps V before U: its plane 1 is Vulkan's plane 2 (Cr) and vice versa.
-            let vk_plane = if entry.mapping == Mapping::ChromaSwapped && entry.vk_planes == 3 && i > 0 { 3 - i } else { i };
-            let texel = info.planes.get(i).map_or(1, |pl| pl.cpp as u64);
-            let row_length =
-                u32::try_from(p.stride / texel).map_err(|_| ImportError::StrideNotTexelAligned { plane: i, stride: p.stride, texel })?;
-            let extent = (info.plane_width(i, buf.width()), info.plane_height(i, buf.height()));
-            regions.push(plane_copy(entry, vk_plane, source.offset(i), row_length, extent));
+        if p.offset % block != 0 {
+            return Err(ImportError::OffsetNotTexelAligned { plane: i, offset: p.offset, texel: block });
         }
-        let path = if source.is_mapped() { ImportPath::BufferCopy } else { ImportPath::ReadCopy };
-        tracing::debug!(fourcc = %buf.fourcc(), %path, "imported through a copy path");
-        let image = target.image();
-        Ok(ImportedImage(Arc::new(Inner {
-            engine: self.clone(),
-            path,
-            fourcc: buf.fourcc(),
-            layout: buf.layout(),
-            entry,
-            width: buf.width(),
-            height: buf.height(),
-            image,
-            owned_image: false,
-            memories: Vec::new(),
-            copy: Some(CopySource { source, regions, target }),
-            image_use: usage,
-            disjoint: false,
-            checked: checked.planes().to_vec(),
-            options,
-            tracked: Tracked::new(true),
-        })))
     }
+    let target = DeviceImage::new(engine, entry.vk_format, (buf.width(), buf.height()), usage)?;
+    let spans: Vec<u64> = checked.planes().iter().map(|p| p.size()).collect();
+    let request = SourceRequest { spans: &spans, usage: vk::BufferUsageFlags::TRANSFER_SRC, options, max_len: u64::MAX };
+    let source = PlaneSource::new(engine, checked, request)?;
+    let mut regions = Vec::with_capacity(spans.len());
+    for (i, p) in checked.planes().iter().enumerate() {
+        // YV12 keeps V before U: its plane 1 is Vulkan's plane 2 (Cr) and vice versa.
+        let vk_plane = if entry.mapping == Mapping::ChromaSwapped && entry.vk_planes == 3 && i > 0 { 3 - i } else { i };
+        let texel = info.planes.get(i).map_or(1, |pl| pl.cpp as u64);
+        let row_length =
+            u32::try_from(p.stride / texel).map_err(|_| ImportError::StrideNotTexelAligned { plane: i, stride: p.stride, texel })?;
+        let extent = (info.plane_width(i, buf.width()), info.plane_height(i, buf.height()));
+        regions.push(plane_copy(entry, vk_plane, source.offset(i), row_length, extent));
+    }
+    let path = if source.is_mapped() { ImportPath::BufferCopy } else { ImportPath::ReadCopy };
+    tracing::debug!(fourcc = %buf.fourcc(), %path, "imported through a copy path");
+    let image = target.image();
+    Ok(ImportedImage(Arc::new(Inner {
+        engine: engine.clone(),
+        path,
+        fourcc: buf.fourcc(),
+        layout: buf.layout(),
+        entry,
+        width: buf.width(),
+        height: buf.height(),
+        image,
+        owned_image: false,
+        memories: Vec::new(),
+        copy: Some(CopySource { source, regions, target }),
+        image_use: usage,
+        disjoint: false,
+        checked: checked.planes().to_vec(),
+        options,
+        tracked: Tracked::new(true),
+    })))
 }

@@ -168,9 +168,9 @@ impl Engine {
             )?;
             let import = ImageImport { checked: &checked, entry, usage, options };
             match source::not_mappable(self, &checked) {
-                None => self.import_explicit(import),
+                None => explicit::import_explicit(self, import),
                 Some(why) if options.require_zero_copy => Err(ImportError::NotZeroCopy(why)),
-                Some(_) if buf.layout() == Layout::Explicit(Modifier::LINEAR) => self.import_by_copy(import),
+                Some(_) if buf.layout() == Layout::Explicit(Modifier::LINEAR) => image::import_by_copy(self, import),
                 // Tiled bytes read into memory are still tiled: no copy makes them an image.
                 Some(why) => Err(ImportError::NotZeroCopy(why)),
             }
@@ -202,9 +202,17 @@ impl Engine {
             match checked {
                 Err(ImportCheckError::LayoutNotAllowed { .. }) if copy_facts.is_some() => Err(ImportError::NeedsConversion(buf.layout())),
                 Err(e) => Err(e.into()),
-                Ok(checked) => self.import_by_copy(ImageImport { checked: &checked, entry, usage, options }),
+                Ok(checked) => image::import_by_copy(self, ImageImport { checked: &checked, entry, usage, options }),
             }
         }
+    }
+
+    /// Imports another engine's `OPAQUE_FD` export. The UUIDs are checked first: opaque
+    /// memory means nothing to a different device or driver build
+    /// (VUID-VkImportMemoryFdInfoKHR-fd-00668), so it is refused before Vulkan sees it.
+    /// Takes ownership of a dup of `share.fd`; the share keeps its own fd.
+    pub fn import_opaque(&self, share: &crate::dmabuf::export::OpaqueFd) -> Result<ImportedImage, ImportError> {
+        opaque::import_opaque(self, share)
     }
 
     /// Limits of the copy path: a device-local optimal image of the format with `usage`

@@ -127,7 +127,7 @@ fn every_path_agrees_on_tiled_yuv_to_every_rgb_format() {
         let linear = tiling::detile_to_vec(layout, Fourcc::NV12, w, h, &tiled).expect("detile");
         for to in tiling::RGB8_FORMATS.into_iter().chain(tiling::RGB10_FORMATS) {
             for (matrix, range) in [(ColourMatrix::Bt601, ColourRange::Limited), (ColourMatrix::Bt2020, ColourRange::Full)] {
-                let want = tiling::yuv_to_rgb_vec(Fourcc::NV12, to, matrix, range, w, h, &linear).expect("reference");
+                let want = tiling::yuv_to_rgb_vec((Fourcc::NV12, to), (matrix, range), (w, h), &linear).expect("reference");
                 let c = FrameConversion { matrix, range, ..FrameConversion::new((layout, Fourcc::NV12), (TileLayout::Linear, to), w, h) };
                 let paths = conv.paths(&c).expect("paths");
                 copy_commands_seen |= paths.contains(&ConvertPath::CopyCommands);
@@ -144,7 +144,7 @@ fn every_path_agrees_on_tiled_yuv_to_every_rgb_format() {
     let rgb = common::pattern((w * h * 4) as usize, 23);
     for from in tiling::RGB8_FORMATS {
         let c = FrameConversion::new((TileLayout::Linear, from), (TileLayout::Samsung64x32, Fourcc::NV12), w, h);
-        let nv12 = tiling::rgb_to_nv12_vec(from, c.matrix, c.range, w, h, &rgb).expect("reference");
+        let nv12 = tiling::rgb_to_nv12_vec(from, (c.matrix, c.range), (w, h), &rgb).expect("reference");
         let want = tiling::tile_to_vec(TileLayout::Samsung64x32, Fourcc::NV12, w, h, &nv12).expect("tile");
         for path in conv.paths(&c).expect("paths") {
             assert!(conv.convert_frame(&c, Some(path), &rgb).expect("convert").0 == want, "{c} on {path}");
@@ -168,7 +168,7 @@ fn the_fused_conversion_records_into_the_callers_command_buffer() {
     let g = frame.geometry().expect("g");
     let tiled = common::pattern(g.size as usize, 61);
     let linear = tiling::detile_to_vec(layout, Fourcc::NV12, w, h, &tiled).expect("detile");
-    let want = tiling::yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XBGR8888, ColourMatrix::Bt709, ColourRange::Limited, w, h, &linear).expect("reference");
+    let want = tiling::yuv_to_rgb_vec((Fourcc::NV12, Fourcc::XBGR8888), (ColourMatrix::Bt709, ColourRange::Limited), (w, h), &linear).expect("reference");
     // The tiled frame 256 bytes into its buffer, the RGB rows padded to 1024 bytes.
     let mut src_bytes = vec![0u8; 256];
     src_bytes.extend_from_slice(&tiled);

@@ -80,6 +80,33 @@ struct Report<'a> {
 /// The whole of `path`, which must be a regular file of exactly `expected` bytes: read with
 /// a cap, so a huge file is refused after `expected + 1` bytes, and a FIFO or a device
 /// (`/dev/zero`) is refused before any read ([`user_file`]).
+/// The bytes of a `layout` `fourcc` frame, refused past [`MAX_CPU_FRAME_BYTES`]: every size
+/// is known from the arguments alone, so a frame too large is refused before any data is read.
+fn frame_bytes(layout: TileLayout, fourcc: Fourcc, (width, height): (u32, u32), name: &str) -> Result<u64, String> {
+    match tiled_size(layout, fourcc, width, height) {
+        Ok(g) if g.size <= MAX_CPU_FRAME_BYTES => Ok(g.size),
+        Ok(g) => Err(format!("a {name} {width}x{height} frame is {} bytes, more than the {MAX_CPU_FRAME_BYTES} this command converts", g.size)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The input frame (`len` bytes), and the device to convert it on: none where `path` is the
+/// CPU's; where no device opens, the CPU path when `fallback`, else an error.
+fn input_and_engine(args: &ConvertArgs, len: u64, path: Option<ConvertPath>, fallback: bool) -> Result<(Vec<u8>, Option<Engine>), String> {
+    let input = read_exactly(&args.input, len)?;
+    if path == Some(ConvertPath::Cpu) {
+        return Ok((input, None));
+    }
+    match Engine::new(&EngineOptions::from_env()) {
+        Ok(e) => Ok((input, Some(e))),
+        Err(e) if fallback => {
+            eprintln!("dmabridge convert: no Vulkan device ({e}); using the CPU path");
+            Ok((input, None))
+        }
+        Err(e) => Err(format!("--path {}: no Vulkan device ({e})", args.path)),
+    }
+}
+
 fn read_exactly(path: &std::path::Path, expected: u64) -> Result<Vec<u8>, String> {
     match user_file::read_regular(path, expected) {
         Ok(data) if data.len() as u64 == expected => Ok(data),
@@ -130,29 +157,11 @@ pub fn run(args: &ConvertArgs) -> ExitCode {
     };
     // Refuse a frame too large to convert before touching any data: every size is known
     // from the arguments alone.
-    let mut sizes = Vec::with_capacity(2);
-    for (layout, f) in [(c.from_layout, c.from), (c.to_layout, c.to)] {
-        match tiled_size(layout, f, c.width, c.height) {
-            Ok(g) if g.size <= MAX_CPU_FRAME_BYTES => sizes.push(g.size),
-            Ok(g) => return fail(format!("a {layout} {f} {}x{} frame is {} bytes, more than the {MAX_CPU_FRAME_BYTES} this command converts", c.width, c.height, g.size)),
-            Err(e) => return fail(e.to_string()),
-        }
-    }
-    let input = match read_exactly(&args.input, sizes[0]) {
-        Ok(d) => d,
+    let size = |layout: TileLayout, f: Fourcc| frame_bytes(layout, f, (c.width, c.height), &format!("{layout} {f}"));
+    let sizes = size(c.from_layout, c.from).and_then(|first| size(c.to_layout, c.to).map(|_| first));
+    let (input, engine) = match sizes.and_then(|first| input_and_engine(args, first, path, path.is_none())) {
+        Ok(ie) => ie,
         Err(e) => return fail(e),
-    };
-    let engine = if path == Some(ConvertPath::Cpu) {
-        None
-    } else {
-        match Engine::new(&EngineOptions::from_env()) {
-            Ok(e) => Some(e),
-            Err(e) if path.is_none() => {
-                eprintln!("dmabridge convert: no Vulkan device ({e}); using the CPU path");
-                None
-            }
-            Err(e) => return fail(format!("--path {}: no Vulkan device ({e})", args.path)),
-        }
     };
     let converted = match &engine {
         Some(e) => Converter::new(e).map_err(|e| e.to_string()).and_then(|conv| conv.convert_frame(&c, path, &input).map_err(|e| e.to_string())),
@@ -230,33 +239,10 @@ fn run_plan_file(args: &ConvertArgs, file: &std::path::Path) -> ExitCode {
         Ok(p) => p,
         Err(e) => return fail(e),
     };
-    let mut sizes = Vec::with_capacity(2);
-    for f in [plan.from, plan.to] {
-        let layout = match f.layout() {
-            Ok(l) => l,
-            Err(e) => return fail(e.to_string()),
-        };
-        match tiled_size(layout, f.fourcc, plan.width, plan.height) {
-            Ok(g) if g.size <= MAX_CPU_FRAME_BYTES => sizes.push(g.size),
-            Ok(g) => return fail(format!("a {f} {}x{} frame is {} bytes, more than the {MAX_CPU_FRAME_BYTES} this command converts", plan.width, plan.height, g.size)),
-            Err(e) => return fail(e.to_string()),
-        }
-    }
-    let input = match read_exactly(&args.input, sizes[0]) {
-        Ok(d) => d,
+    let size = |f: dmabridge::interop::negotiate::PlanFormat| frame_bytes(f.layout().map_err(|e| e.to_string())?, f.fourcc, (plan.width, plan.height), &f.to_string());
+    let (input, engine) = match size(plan.from).and_then(|first| size(plan.to).map(|_| first)).and_then(|first| input_and_engine(args, first, path, args.path == "auto")) {
+        Ok(ie) => ie,
         Err(e) => return fail(e),
-    };
-    let engine = if path == Some(ConvertPath::Cpu) {
-        None
-    } else {
-        match Engine::new(&EngineOptions::from_env()) {
-            Ok(e) => Some(e),
-            Err(e) if args.path == "auto" => {
-                eprintln!("dmabridge convert: no Vulkan device ({e}); using the CPU path");
-                None
-            }
-            Err(e) => return fail(format!("--path {}: no Vulkan device ({e})", args.path)),
-        }
     };
     let converted = match &engine {
         Some(e) => Converter::new(e).and_then(|conv| conv.convert_plan(&plan, &input)).map(|o| (o, ConvertPath::Gpu)).map_err(|e| e.to_string()),

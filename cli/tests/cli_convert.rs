@@ -99,7 +99,7 @@ fn tiled_nv12_to_every_rgb_format_on_every_path() {
     let (i, ws, hs) = (s(input.display()), s(w), s(h));
     for to in RGB8_FORMATS.into_iter().chain(RGB10_FORMATS) {
         for (matrix, m, range, r) in [(ColourMatrix::Bt709, "bt709", ColourRange::Limited, "limited"), (ColourMatrix::Bt2020, "bt2020", ColourRange::Full, "full")] {
-            let want = yuv_to_rgb_vec(Fourcc::NV12, to, matrix, range, w, h, &linear).expect("reference");
+            let want = yuv_to_rgb_vec((Fourcc::NV12, to), (matrix, range), (w, h), &linear).expect("reference");
             let to_name = to.trimmed().to_owned();
             for path in ["cpu", "gpu"] {
                 let out = d.join(format!("{to_name}-{m}-{path}"));

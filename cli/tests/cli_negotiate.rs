@@ -159,7 +159,7 @@ fn a_tiled_decoder_and_an_rgb_display_get_a_copy_plan_that_convert_runs() {
         .output()
         .expect("run dmabridge convert");
     assert!(r.status.success(), "{}", String::from_utf8_lossy(&r.stderr));
-    let want = yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt709, ColourRange::Limited, w, h, &linear).expect("reference");
+    let want = yuv_to_rgb_vec((Fourcc::NV12, Fourcc::XRGB8888), (ColourMatrix::Bt709, ColourRange::Limited), (w, h), &linear).expect("reference");
     assert!(std::fs::read(&output).expect("output") == want, "the plan's conversion, run by convert, equals the reference");
     let _ = std::fs::remove_dir_all(dir);
     let _ = std::fs::remove_dir_all(cache);

@@ -46,29 +46,23 @@ pub trait ConversionBuffer {
     fn track_use(&self, until: Completion);
 }
 
-impl ConversionBuffer for GpuBuffer {
-    fn vk_buffer(&self) -> vk::Buffer {
-        self.buffer()
-    }
-    fn byte_len(&self) -> u64 {
-        self.len()
-    }
-    fn track_use(&self, until: Completion) {
-        self.track(until)
-    }
+/// Both buffer kinds are conversion buffers the same way: their own accessors.
+macro_rules! conversion_buffer {
+    ($($t:ty),*) => {$(
+        impl ConversionBuffer for $t {
+            fn vk_buffer(&self) -> vk::Buffer {
+                self.buffer()
+            }
+            fn byte_len(&self) -> u64 {
+                self.len()
+            }
+            fn track_use(&self, until: Completion) {
+                self.track(until)
+            }
+        }
+    )*};
 }
-
-impl ConversionBuffer for ImportedBuffer {
-    fn vk_buffer(&self) -> vk::Buffer {
-        self.buffer()
-    }
-    fn byte_len(&self) -> u64 {
-        self.len()
-    }
-    fn track_use(&self, until: Completion) {
-        self.track(until)
-    }
-}
+conversion_buffer!(GpuBuffer, ImportedBuffer);
 
 /// Which way [`Converter::record_planes_with`] moves a frame's planes (linear -> tiled
 /// where `to_tiled`), and whether copy commands may carry the planes whose tiles they can

@@ -3,21 +3,20 @@
 //! plane: offset and rowPitch, size 0), where the device imports the format+modifier as an
 //! image for the use and the files may be given to the driver.
 
-use std::sync::Arc;
 
 use ash::vk;
 use dmabridge_interop::Layout;
 
 use super::buffer::{import_memory, MemoryImport};
-use super::image::{ImportedImage, Inner};
+use super::image::{Backing, ImportedImage};
 use super::{ImageImport, ImportError, ImportPath};
 use crate::error::VkResultExt;
-use crate::resources::image::{chain_view_formats, image_2d, memory_plane_aspect, Tracked};
+use crate::resources::image::{chain_view_formats, image_2d, memory_plane_aspect};
 use crate::Engine;
 
 /// The explicit import of a checked buffer whose files may be given to the driver.
 pub(super) fn import_explicit(engine: &Engine, import: ImageImport<'_, '_>) -> Result<ImportedImage, ImportError> {
-    let ImageImport { checked, entry, usage, options } = import;
+    let ImageImport { checked, entry, usage, .. } = import;
     let buf = checked.dmabuf();
     let Layout::Explicit(modifier) = buf.layout() else {
         return Err(ImportError::NeedsConversion(buf.layout()));
@@ -55,7 +54,7 @@ pub(super) fn import_explicit(engine: &Engine, import: ImageImport<'_, '_>) -> R
     // and that every plane lies inside its fd.
     let image = unsafe { device.create_image(&info, None) }.vk("vkCreateImage")?;
     let mut building = Building { device, image, memories: Vec::new() };
-    let import = |plane: usize, reqs: vk::MemoryRequirements, fd_size: u64, dedicated: Option<vk::Image>| {
+    let import_plane = |plane: usize, reqs: vk::MemoryRequirements, fd_size: u64, dedicated: Option<vk::Image>| {
         let fd = buf.dup_fd(plane).map_err(|e| ImportError::Dup { plane, source: std::io::Error::other(e) })?;
         import_memory(engine, MemoryImport { fd, plane, reqs, fd_size, dedicated })
     };
@@ -68,7 +67,7 @@ pub(super) fn import_explicit(engine: &Engine, import: ImageImport<'_, '_>) -> R
             let mut reqs2 = vk::MemoryRequirements2::default();
             // SAFETY: a DISJOINT image queried per memory plane (VUID-VkImageMemoryRequirementsInfo2-image-02279).
             unsafe { device.get_image_memory_requirements2(&req_info, &mut reqs2) };
-            building.memories.push(import(i, reqs2.memory_requirements, p.file.size, None)?);
+            building.memories.push(import_plane(i, reqs2.memory_requirements, p.file.size, None)?);
             aspects.push(aspect);
         }
         let mut plane_infos: Vec<vk::BindImagePlaneMemoryInfo> =
@@ -85,31 +84,14 @@ pub(super) fn import_explicit(engine: &Engine, import: ImageImport<'_, '_>) -> R
         // SAFETY: image of this device, not yet bound.
         let reqs = unsafe { device.get_image_memory_requirements(image) };
         let file_size = checked.planes().first().map_or(0, |p| p.file.size);
-        building.memories.push(import(0, reqs, file_size, Some(image))?);
+        building.memories.push(import_plane(0, reqs, file_size, Some(image))?);
         // SAFETY: dedicated memory of exactly the image's size, offset 0.
         unsafe { device.bind_image_memory(image, building.memories[0], 0) }.vk("vkBindImageMemory")?;
     }
     tracing::debug!(fourcc = %buf.fourcc(), %modifier, "imported explicitly");
     let disjoint = checked.disjoint();
     let (image, memories) = building.finish();
-    Ok(ImportedImage(Arc::new(Inner {
-        engine: engine.clone(),
-        path: ImportPath::Explicit,
-        fourcc: buf.fourcc(),
-        layout: buf.layout(),
-        entry,
-        width: buf.width(),
-        height: buf.height(),
-        image,
-        owned_image: true,
-        memories,
-        copy: None,
-        image_use: usage,
-        disjoint,
-        checked: checked.planes().to_vec(),
-        options,
-        tracked: Tracked::new(false),
-    })))
+    Ok(ImportedImage::of_import(engine, &import, (ImportPath::Explicit, image), Backing::Aliased { memories, disjoint }, usage))
 }
 /// Everything created so far, destroyed if the import fails half way.
 pub(super) struct Building<'a> {

@@ -34,6 +34,16 @@ impl CopySource {
     }
 }
 
+/// What stands behind an import's image.
+pub(super) enum Backing {
+    /// The image aliases the imported memory (explicit, opaque): the image and the memories
+    /// are the import's own, `disjoint` where each plane has its memory.
+    Aliased { memories: Vec<vk::DeviceMemory>, disjoint: bool },
+    /// The image is the device's own (`target`), and every acquisition copies the frame
+    /// into it.
+    Copied(Box<CopySource>),
+}
+
 pub(super) struct Inner {
     pub(super) engine: Engine,
     pub(super) path: ImportPath,
@@ -44,12 +54,8 @@ pub(super) struct Inner {
     pub(super) height: u32,
     /// The image consumers use (the target image, on the copy path).
     pub(super) image: vk::Image,
-    /// The image and memories this import made (empty on the copy path, whose image is `copy.target`).
-    pub(super) owned_image: bool,
-    pub(super) memories: Vec<vk::DeviceMemory>,
-    pub(super) copy: Option<CopySource>,
+    pub(super) backing: Backing,
     pub(super) image_use: ImageUse,
-    pub(super) disjoint: bool,
     /// The planes as checked at import: what a cache hit rechecks.
     pub(super) checked: Vec<CheckedPlane>,
     pub(super) options: ImportOptions,
@@ -59,12 +65,12 @@ pub(super) struct Inner {
 impl Drop for Inner {
     fn drop(&mut self) {
         let mut garbage = Vec::new();
-        if self.owned_image {
+        if let Backing::Aliased { memories, .. } = &mut self.backing {
             garbage.push(Garbage::Image(self.image));
+            garbage.extend(memories.drain(..).map(Garbage::Memory));
         }
-        garbage.extend(self.memories.drain(..).map(Garbage::Memory));
         let uses = self.tracked.uses.snapshot();
-        if let Some(copy) = &self.copy {
+        if let Backing::Copied(copy) = &self.backing {
             // The copy path's image and buffers retire themselves when the fields drop; every
             // use of the import (a consumer's sampling, too) is a use of them.
             for u in &uses {
@@ -96,6 +102,28 @@ impl std::fmt::Debug for ImportedImage {
 }
 
 impl ImportedImage {
+    /// The image made of a checked buffer (`path`: which way), for `image_use`.
+    pub(super) fn of_import(engine: &Engine, import: &ImageImport<'_, '_>, (path, image): (ImportPath, vk::Image), backing: Backing, image_use: ImageUse) -> ImportedImage {
+        let buf = import.checked.dmabuf();
+        let copied = matches!(backing, Backing::Copied(_));
+        ImportedImage(Arc::new(Inner {
+            engine: engine.clone(),
+            path,
+            fourcc: buf.fourcc(),
+            layout: buf.layout(),
+            entry: import.entry,
+            width: buf.width(),
+            height: buf.height(),
+            image,
+            backing,
+            image_use,
+            checked: import.checked.planes().to_vec(),
+            options: import.options,
+            // A copy's target is the device's own, so dmabridge owns it from the start.
+            tracked: Tracked::new(copied),
+        }))
+    }
+
     pub fn path(&self) -> ImportPath {
         self.0.path
     }
@@ -165,7 +193,8 @@ impl ImportedImage {
     }
 
     fn aspect(&self) -> vk::ImageAspectFlags {
-        barrier_aspect(self.0.entry.vk_planes, self.0.disjoint)
+        let disjoint = matches!(self.0.backing, Backing::Aliased { disjoint: true, .. });
+        barrier_aspect(self.0.entry.vk_planes, disjoint)
     }
 
     /// Records the acquisition of the frame's current contents for the use `to`: the queue
@@ -188,7 +217,7 @@ impl ImportedImage {
         let device = self.0.engine.device();
         let state = self.0.tracked.get();
         let (ours, foreign) = (self.0.engine.queue_family(), self.foreign_family());
-        if let Some(copy) = &self.0.copy {
+        if let Backing::Copied(copy) = &self.0.backing {
             // The bytes to copy: the mapped files (acquired from the producer's side around the
             // copy), or a staging buffer read now.
             let fetched = copy.source.fetch(&self.0.engine)?;
@@ -272,7 +301,7 @@ impl ImportedImage {
     /// As [`ImportedImage::record_acquire`].
     pub unsafe fn record_release(&self, cmd: vk::CommandBuffer, from: ImageAccess, until: Completion) {
         let state = self.0.tracked.get();
-        if self.0.copy.is_some() || !state.owned {
+        if matches!(self.0.backing, Backing::Copied(_)) || !state.owned {
             return;
         }
         let barrier = image_barrier(self.0.image, self.aspect(), state.layout, vk::ImageLayout::GENERAL, from.access, vk::AccessFlags::empty())
@@ -340,22 +369,5 @@ pub(super) fn import_by_copy(engine: &Engine, import: ImageImport<'_, '_>) -> Re
     let path = if source.is_mapped() { ImportPath::BufferCopy } else { ImportPath::ReadCopy };
     tracing::debug!(fourcc = %buf.fourcc(), %path, "imported through a copy path");
     let image = target.image();
-    Ok(ImportedImage(Arc::new(Inner {
-        engine: engine.clone(),
-        path,
-        fourcc: buf.fourcc(),
-        layout: buf.layout(),
-        entry,
-        width: buf.width(),
-        height: buf.height(),
-        image,
-        owned_image: false,
-        memories: Vec::new(),
-        copy: Some(CopySource { source, regions, target }),
-        image_use: usage,
-        disjoint: false,
-        checked: checked.planes().to_vec(),
-        options,
-        tracked: Tracked::new(true),
-    })))
+    Ok(ImportedImage::of_import(engine, &import, (path, image), Backing::Copied(Box::new(CopySource { source, regions, target })), usage))
 }

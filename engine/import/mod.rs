@@ -81,6 +81,7 @@ use crate::Engine;
 
 /// What the two ways of making an image (explicit and by copy) are given: the checked
 /// buffer, its Vulkan format, the use and the caller's options.
+#[derive(Clone, Copy)]
 pub(crate) struct ImageImport<'a, 'b> {
     pub(crate) checked: &'a CheckedImport<'b>,
     pub(crate) entry: &'static VkFormatEntry,

@@ -9,7 +9,7 @@ use dmabridge_interop::dmabuf::ImportOptions;
 use dmabridge_interop::Layout;
 
 use super::explicit::Building;
-use super::image::{ImportedImage, Inner};
+use super::image::{Backing, ImportedImage, Inner};
 use super::{ImportError, ImportPath};
 use crate::device::vk_format;
 use crate::error::VkResultExt;
@@ -88,11 +88,8 @@ pub(super) fn import_opaque(engine: &Engine, share: &crate::dmabuf::export::Opaq
         width: share.width,
         height: share.height,
         image,
-        owned_image: true,
-        memories,
-        copy: None,
+        backing: Backing::Aliased { memories, disjoint: false },
         image_use: share.image_use,
-        disjoint: false,
         checked: Vec::new(),
         options: ImportOptions::default(),
         tracked: Tracked::new(false),

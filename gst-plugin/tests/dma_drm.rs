@@ -95,7 +95,7 @@ fn a_tiled_dma_buf_is_converted_to_rgb_by_the_gpu_from_its_fd() {
         run.src.push_buffer(dmabuf_buffer(&tiled)).expect("push");
     }
     run.src.end_of_stream().expect("eos");
-    let want = yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt601, ColourRange::Limited, w, h, &linear).expect("reference");
+    let want = yuv_to_rgb_vec((Fourcc::NV12, Fourcc::XRGB8888), (ColourMatrix::Bt601, ColourRange::Limited), (w, h), &linear).expect("reference");
     for i in 0..3 {
         let sample = run.sink.pull_sample().expect("a frame");
         let map = sample.buffer().expect("buffer").map_readable().expect("map");

@@ -138,7 +138,7 @@ fn nv12_to_rgb_follows_the_caps_colorimetry() {
         for (gst, fourcc) in [("BGRx", Fourcc::XRGB8888), ("RGBx", Fourcc::XBGR8888)] {
             let caps = format!("video/x-raw,format={gst}");
             let ours = run(&input, &parse, "dmabridgeconvert", &caps, &d.join(format!("{gst}.ours")));
-            let want = yuv_to_rgb_vec(Fourcc::NV12, fourcc, m, r, w, h, &nv12).expect("reference");
+            let want = yuv_to_rgb_vec((Fourcc::NV12, fourcc), (m, r), (w, h), &nv12).expect("reference");
             assert!(ours == want, "{gst} {colorimetry}: not dmabridge's reference");
             // videoconvert against the float formula: reported, not required.
             let theirs = run(&input, &parse, "videoconvert", &caps, &d.join(format!("{gst}.theirs")));

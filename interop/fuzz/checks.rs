@@ -388,14 +388,14 @@ pub fn tiling_geometry(data: &[u8]) -> bool {
             let (m, rg) = (ColourMatrix::ALL[usize::from(r.u8()) % 3], ColourRange::Limited);
             let to = RGB8_FORMATS[usize::from(r.u8()) % RGB8_FORMATS.len()];
             if fourcc == Fourcc::NV12 || fourcc == Fourcc::P010 {
-                let want = yuv_to_rgb_vec(fourcc, to, m, rg, width, height, &linear).expect("whole NV12/P010 frames convert");
+                let want = yuv_to_rgb_vec((fourcc, to), (m, rg), (width, height), &linear).expect("whole NV12/P010 frames convert");
                 let mut got = vec![0u8; want.len()];
                 let plane = PlaneLayout::linear(0, u64::from(width) * 4, height);
                 tiled_yuv_to_rgb_fast(frame, to, (m, rg), &tiled, (&mut got, plane), threads).expect("fused");
                 assert_eq!(got, want, "fused {layout} {fourcc} -> {to} {width}x{height}");
             }
             if RGB8_FORMATS.contains(&fourcc) {
-                rgb_to_nv12_vec(fourcc, m, rg, width, height, &linear).expect("whole RGB frames convert");
+                rgb_to_nv12_vec(fourcc, (m, rg), (width, height), &linear).expect("whole RGB frames convert");
             }
         }
         // Caller-chosen plane placements and buffer lengths: an error or a conversion,
@@ -800,9 +800,9 @@ pub fn cpu_differential(data: &[u8]) -> bool {
                         Step::Tile(l) => tile_to_vec(l, to, width, height, &frame).map_err(|x| e(&x))?,
                         Step::YuvToRgb { layout: l, from: f, to: t } => {
                             let linear = detile_to_vec(l, f, width, height, &frame).map_err(|x| e(&x))?;
-                            yuv_to_rgb_vec(f, t, matrix, range, width, height, &linear).map_err(|x| e(&x))?
+                            yuv_to_rgb_vec((f, t), (matrix, range), (width, height), &linear).map_err(|x| e(&x))?
                         }
-                        Step::RgbToNv12 { from: f } => rgb_to_nv12_vec(f, matrix, range, width, height, &frame).map_err(|x| e(&x))?,
+                        Step::RgbToNv12 { from: f } => rgb_to_nv12_vec(f, (matrix, range), (width, height), &frame).map_err(|x| e(&x))?,
                     };
                 }
                 want.bytes_mut().get_mut(..frame.len()).ok_or("the output is short")?.copy_from_slice(&frame);

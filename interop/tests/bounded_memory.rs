@@ -187,7 +187,7 @@ fn giant_extents_are_refused_before_anything_is_allocated() {
             Err(TilingError::BufferTooSmall { .. })
         ));
         assert!(matches!(
-            yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XRGB8888, m, r, 200_000, 200_000, &[0; 4096]),
+            yuv_to_rgb_vec((Fourcc::NV12, Fourcc::XRGB8888), (m, r), (200_000, 200_000), &[0; 4096]),
             Err(ColourError::Layout(TilingError::BufferTooSmall { .. }))
         ));
         // A whole input whose tiled output is past the cap: 4 MiB of one-row R8 pads to 256

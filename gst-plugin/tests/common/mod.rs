@@ -201,7 +201,7 @@ pub fn assert_bgrx_is_reference(run: &Run, packed: &[u8], (w, h): (u32, u32)) {
     let sample = run.sink.pull_sample().expect("a frame");
     let info = gst_video::VideoInfo::from_caps(sample.caps().expect("caps")).expect("info");
     let frame = gst_video::VideoFrameRef::from_buffer_ref_readable(sample.buffer().expect("buffer"), &info).expect("frame");
-    let expected = yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XRGB8888, ColourMatrix::Bt709, ColourRange::Limited, w, h, packed).expect("reference");
+    let expected = yuv_to_rgb_vec((Fourcc::NV12, Fourcc::XRGB8888), (ColourMatrix::Bt709, ColourRange::Limited), (w, h), packed).expect("reference");
     let stride = frame.plane_stride()[0] as usize;
     let data = frame.plane_data(0).expect("plane");
     let row = w as usize * 4;

@@ -103,37 +103,12 @@ pub(crate) fn merge(parts: &[&Participant], rules: MergeRules) -> (Merged, Vec<C
     }
     let max_buffers = max_buffers.map(|(_, m)| m);
     let min_size = parts.iter().map(|p| p.constraints.min_size).max().unwrap_or(0);
-    let offset_align = merge_pow2(
-        parts,
-        |p| p.constraints.offset_align,
-        ConstraintKind::OffsetAlign,
-        &mut conflicts,
-    );
+    let offset_align = merge_pow2(parts, |p| p.constraints.offset_align, ConstraintKind::OffsetAlign, &mut conflicts);
 
-    let align = merge_pow2(
-        parts,
-        |p| p.constraints.align,
-        ConstraintKind::Align,
-        &mut conflicts,
-    );
-    let stride_align = merge_pow2(
-        parts,
-        |p| p.constraints.stride_align,
-        ConstraintKind::StrideAlign,
-        &mut conflicts,
-    );
-    let width = merge_extent(
-        parts,
-        |p| p.constraints.width,
-        ConstraintKind::Width,
-        &mut conflicts,
-    );
-    let height = merge_extent(
-        parts,
-        |p| p.constraints.height,
-        ConstraintKind::Height,
-        &mut conflicts,
-    );
+    let align = merge_pow2(parts, |p| p.constraints.align, ConstraintKind::Align, &mut conflicts);
+    let stride_align = merge_pow2(parts, |p| p.constraints.stride_align, ConstraintKind::StrideAlign, &mut conflicts);
+    let width = merge_extent(parts, |p| p.constraints.width, ConstraintKind::Width, &mut conflicts);
+    let height = merge_extent(parts, |p| p.constraints.height, ConstraintKind::Height, &mut conflicts);
 
     let cpu_access = parts
         .iter()

@@ -545,15 +545,7 @@ pub(super) fn check_rgb_to_nv12(
 /// [`yuv_to_rgb`] from a tightly packed NV12/P010 image ([`packed_planes`]) into a new,
 /// tightly packed RGB image: the input is checked, then the output against
 /// [`MAX_CPU_FRAME_BYTES`](super::MAX_CPU_FRAME_BYTES), before the output is allocated.
-pub fn yuv_to_rgb_vec(
-    from: Fourcc,
-    to: Fourcc,
-    matrix: ColourMatrix,
-    range: ColourRange,
-    width: u32,
-    height: u32,
-    src: &[u8],
-) -> Result<Vec<u8>, ColourError> {
+pub fn yuv_to_rgb_vec((from, to): (Fourcc, Fourcc), (matrix, range): (ColourMatrix, ColourRange), (width, height): (u32, u32), src: &[u8]) -> Result<Vec<u8>, ColourError> {
     yuv_bits(from, to)?;
     packing(to, from, false, false)?;
     let sg = tiled_size(TileLayout::Linear, from, width, height)?;
@@ -568,14 +560,7 @@ pub fn yuv_to_rgb_vec(
 
 /// [`rgb_to_nv12`] from a tightly packed RGB image into a new, tightly packed NV12 image,
 /// checking the input and the output size before allocating, as [`yuv_to_rgb_vec`] does.
-pub fn rgb_to_nv12_vec(
-    from: Fourcc,
-    matrix: ColourMatrix,
-    range: ColourRange,
-    width: u32,
-    height: u32,
-    src: &[u8],
-) -> Result<Vec<u8>, ColourError> {
+pub fn rgb_to_nv12_vec(from: Fourcc, (matrix, range): (ColourMatrix, ColourRange), (width, height): (u32, u32), src: &[u8]) -> Result<Vec<u8>, ColourError> {
     packing(from, Fourcc::NV12, true, true)?;
     let sg = tiled_size(TileLayout::Linear, from, width, height)?;
     let src_plane = packed_planes(from, width, height)?[0];
@@ -595,20 +580,20 @@ mod tests {
     fn vec_forms_check_before_allocating() {
         let (m, r) = (ColourMatrix::Bt709, ColourRange::Limited);
         assert!(matches!(
-            yuv_to_rgb_vec(Fourcc::NV12, Fourcc::ABGR8888, m, r, 200_000, 200_000, &[]),
+            yuv_to_rgb_vec((Fourcc::NV12, Fourcc::ABGR8888), (m, r), (200_000, 200_000), &[]),
             Err(ColourError::Layout(TilingError::BufferTooSmall { .. }))
         ));
         assert!(matches!(
-            rgb_to_nv12_vec(Fourcc::ABGR8888, m, r, 200_000, 200_000, &[]),
+            rgb_to_nv12_vec(Fourcc::ABGR8888, (m, r), (200_000, 200_000), &[]),
             Err(ColourError::Layout(TilingError::BufferTooSmall { .. }))
         ));
-        assert!(matches!(yuv_to_rgb_vec(Fourcc::R8, Fourcc::ABGR8888, m, r, 2, 2, &[0; 4]), Err(ColourError::Unsupported { .. })));
-        assert!(matches!(yuv_to_rgb_vec(Fourcc::NV12, Fourcc::RGB565, m, r, 2, 2, &[0; 6]), Err(ColourError::Unsupported { .. })));
-        assert!(matches!(rgb_to_nv12_vec(Fourcc::ARGB2101010, m, r, 2, 2, &[0; 16]), Err(ColourError::Unsupported { .. })));
+        assert!(matches!(yuv_to_rgb_vec((Fourcc::R8, Fourcc::ABGR8888), (m, r), (2, 2), &[0; 4]), Err(ColourError::Unsupported { .. })));
+        assert!(matches!(yuv_to_rgb_vec((Fourcc::NV12, Fourcc::RGB565), (m, r), (2, 2), &[0; 6]), Err(ColourError::Unsupported { .. })));
+        assert!(matches!(rgb_to_nv12_vec(Fourcc::ARGB2101010, (m, r), (2, 2), &[0; 16]), Err(ColourError::Unsupported { .. })));
         let nv12 = vec![128u8; 6 * 4 + 6 * 2];
-        let rgba = yuv_to_rgb_vec(Fourcc::NV12, Fourcc::ABGR8888, m, r, 6, 4, &nv12).unwrap();
+        let rgba = yuv_to_rgb_vec((Fourcc::NV12, Fourcc::ABGR8888), (m, r), (6, 4), &nv12).unwrap();
         assert_eq!(rgba.len(), 6 * 4 * 4);
-        assert_eq!(rgb_to_nv12_vec(Fourcc::ABGR8888, m, r, 6, 4, &rgba).unwrap().len(), nv12.len());
+        assert_eq!(rgb_to_nv12_vec(Fourcc::ABGR8888, (m, r), (6, 4), &rgba).unwrap().len(), nv12.len());
     }
 
     #[test]

@@ -280,7 +280,7 @@ mod tests {
         let linear: Vec<u8> = (0..n).map(|i| (i * 31 % 251) as u8).collect();
         let tiled = tile_to_vec(TileLayout::Nv12_8L128, Fourcc::NV12, w, h, &linear).unwrap();
         let c = FrameConversion::new((TileLayout::Nv12_8L128, Fourcc::NV12), (TileLayout::Linear, Fourcc::BGRX8888), w, h);
-        let want = yuv_to_rgb_vec(Fourcc::NV12, Fourcc::BGRX8888, c.matrix, c.range, w, h, &linear).unwrap();
+        let want = yuv_to_rgb_vec((Fourcc::NV12, Fourcc::BGRX8888), (c.matrix, c.range), (w, h), &linear).unwrap();
         assert_eq!(c.run_cpu(&tiled, 2).unwrap(), want);
         let c = FrameConversion::new((TileLayout::Nv12_8L128, Fourcc::NV12), (TileLayout::Samsung64x32, Fourcc::NV12), w, h);
         let retiled = c.run_cpu(&tiled, 2).unwrap();

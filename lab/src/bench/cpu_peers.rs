@@ -302,7 +302,7 @@ mod tests {
             (PeerCase::LibyuvNv12ToArgb, ColourMatrix::Bt601, 8),
             (PeerCase::SwscaleNv12ToBgra, ColourMatrix::Bt709, 4),
         ] {
-            let want = yuv_to_rgb_vec(Fourcc::NV12, Fourcc::XRGB8888, matrix, ColourRange::Limited, w, h, &nv12).expect("reference");
+            let want = yuv_to_rgb_vec((Fourcc::NV12, Fourcc::XRGB8888), (matrix, ColourRange::Limited), (w, h), &nv12).expect("reference");
             let mut got = vec![0u8; want.len()];
             measure(peer, &colour, &nv12, &mut got, (1, 1)).unwrap_or_else(|e| panic!("{}: {e}", peer.name()));
             // Pixels inside the RGB gamut only: where the formula clamps, libraries clamp
@@ -326,7 +326,7 @@ mod tests {
             let (x, y) = (i % w, i / w);
             [(x * 255 / w) as u8, (y * 255 / h) as u8, ((x + y) * 255 / (w + h)) as u8, 255]
         }).collect();
-        let want = rgb_to_nv12_vec(Fourcc::XRGB8888, ColourMatrix::Bt601, ColourRange::Limited, w, h, &rgb).expect("reference");
+        let want = rgb_to_nv12_vec(Fourcc::XRGB8888, (ColourMatrix::Bt601, ColourRange::Limited), (w, h), &rgb).expect("reference");
         let mut got = vec![0u8; want.len()];
         measure(PeerCase::LibyuvArgbToNv12, &c, &rgb, &mut got, (1, 1)).expect("libyuv ARGBToNV12");
         let worst = got.iter().zip(&want).map(|(g, w)| (i32::from(*g) - i32::from(*w)).abs()).max();
@@ -349,7 +349,7 @@ mod tests {
             word(320 + if i % 2 == 0 { x * 384 / (w / 2) } else { y * 384 / (h / 2) })
         });
         let p010: Vec<u8> = luma.chain(chroma).collect();
-        let want = yuv_to_rgb_vec(Fourcc::P010, Fourcc::ARGB2101010, ColourMatrix::Bt709, ColourRange::Limited, w, h, &p010).expect("reference");
+        let want = yuv_to_rgb_vec((Fourcc::P010, Fourcc::ARGB2101010), (ColourMatrix::Bt709, ColourRange::Limited), (w, h), &p010).expect("reference");
         let mut got = vec![0u8; want.len()];
         measure(PeerCase::LibyuvP010ToAr30Bt709, &c, &p010, &mut got, (1, 1)).expect("libyuv P010ToAR30Matrix");
         let channels = |px: &[u8]| {

@@ -600,7 +600,7 @@ mod tests {
         }).collect();
         // Uncolorimetried SD caps: GStreamer takes BT.601.
         let gst = convert_one(GstCase::BgrxToNv12, w, h, &rgb).unwrap();
-        let want = rgb_to_nv12_vec(Fourcc::XRGB8888, ColourMatrix::Bt601, ColourRange::Limited, w, h, &rgb).unwrap();
+        let want = rgb_to_nv12_vec(Fourcc::XRGB8888, (ColourMatrix::Bt601, ColourRange::Limited), (w, h), &rgb).unwrap();
         assert_eq!(gst.len(), want.len());
         let worst = gst.iter().zip(&want).map(|(a, b)| (i32::from(*a) - i32::from(*b)).abs()).max();
         eprintln!("videoconvert BGRx -> NV12: at most {worst:?} code values from dmabridge's BT.601 reference");
@@ -613,7 +613,7 @@ mod tests {
         let p010: Vec<u8> = luma.chain(chroma).collect();
         let gst = convert_one(GstCase::P010ToBgr10a2, w, h, &p010).unwrap();
         // Uncolorimetried SD caps: GStreamer takes BT.601.
-        let want = yuv_to_rgb_vec(Fourcc::P010, Fourcc::ARGB2101010, ColourMatrix::Bt601, ColourRange::Limited, w, h, &p010).unwrap();
+        let want = yuv_to_rgb_vec((Fourcc::P010, Fourcc::ARGB2101010), (ColourMatrix::Bt601, ColourRange::Limited), (w, h), &p010).unwrap();
         assert_eq!(gst.len(), want.len());
         let channels = |px: &[u8]| {
             let v = u32::from_le_bytes([px[0], px[1], px[2], px[3]]);

@@ -1,7 +1,7 @@
 //! The proof that dmabridge's consumers wait for a producer's fence, with a fence nobody but
 //! the test signals: vgem's (`tests/support_vgem`), on a vgem dumb buffer exported through
 //! PRIME. The producer attaches an unsignalled write fence, writes the final content later,
-//! then signals. A CPU consumer (the `CpuAccess` guard: poll, then `DMA_BUF_IOCTL_SYNC`) and a
+//! then signals. A CPU consumer (`CpuAccessGuard`: poll, then `DMA_BUF_IOCTL_SYNC`) and a
 //! GPU consumer (the implicit bridge: the dma-buf's fences as a sync_file its submission waits
 //! for) must see only the final content; the same reads without the wait are checked to see
 //! the old content, so a consumer that skipped the wait fails the test. A fence that never
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::{plane_rows, PlaneLayout, DmaBuf};
-use dmabridge::interop::sync::{export_sync_file, wait_sync_file, CpuAccess, CpuAccessError, SyncAccess, WaitError};
+use dmabridge::interop::sync::{export_sync_file, wait_sync_file, CpuAccessError, CpuAccessGuard, SyncAccess, WaitError};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{BufferLocation, Capability, GpuBuffer, ImportedBuffer, SubmitError, SubmitOptions};
 use support_vgem::{DumbBuffer, RawMapping, Vgem};
@@ -72,7 +72,7 @@ fn a_cpu_reader_sees_only_what_the_fence_guards() {
     assert!(peek.read().iter().all(|&b| b == OLD), "a reader that skips the wait sees the old frame");
     let producer = produce_later(&vgem, map, fence);
     let t = Instant::now();
-    let access = CpuAccess::begin(fd.as_fd(), SyncAccess::Read, Duration::from_secs(5)).expect("the fence signals within 5 s");
+    let access = CpuAccessGuard::begin(fd.as_fd(), SyncAccess::Read, Duration::from_secs(5)).expect("the fence signals within 5 s");
     let waited = t.elapsed();
     let seen = peek.read();
     drop(access);
@@ -165,7 +165,7 @@ fn a_fence_that_never_signals_is_a_typed_timeout_for_every_waiter() {
     let short = Duration::from_millis(200);
     // The CPU guard.
     let t = Instant::now();
-    let e = CpuAccess::begin(fd.as_fd(), SyncAccess::Read, short).expect_err("the fence never signals");
+    let e = CpuAccessGuard::begin(fd.as_fd(), SyncAccess::Read, short).expect_err("the fence never signals");
     assert!(matches!(e, CpuAccessError::Timeout { .. }), "{e}");
     assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
     // A sync_file wait.

@@ -19,7 +19,7 @@ use std::time::Duration;
 use std::os::fd::AsFd;
 
 use dmabridge::interop::dmabuf::{plane_rows, PlaneLayout, recv_fenced, send_buffer_with_fence, send_release_with_fence, socketpair, DmaBuf, FencedReceived};
-use dmabridge::interop::sync::{CpuAccess, SyncAccess, SyncError, SyncMethod};
+use dmabridge::interop::sync::{CpuAccessGuard, SyncAccess, SyncError, SyncMethod};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{BufferLocation, Capability, Direction, GpuBuffer, ParticipantRequest, SubmitError, SubmitOptions};
 
@@ -257,7 +257,7 @@ fn the_implicit_bridge_publishes_a_submission_on_a_real_dmabuf() {
     dmabridge::interop::sync::wait_sync_file(fences[0].as_fd(), Duration::from_secs(30)).expect("signals with the submission");
     assert!(work.is_done() || work.wait(Duration::from_secs(1)).is_ok(), "the dma-buf's fence signalled only once the work was done");
     let plane = buf.plane(0).expect("plane").fd;
-    drop(CpuAccess::begin(plane, SyncAccess::Read, Duration::from_secs(10)).expect("the guard begins once it has signalled"));
+    drop(CpuAccessGuard::begin(plane, SyncAccess::Read, Duration::from_secs(10)).expect("the guard begins once it has signalled"));
     common::assert_clean(&engine);
 }
 

@@ -25,7 +25,7 @@ use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::{
     fd_count, plane_rows, read_exact_at, DmaBuf, FileId, PlaneLayout,
 };
-use dmabridge::interop::sync::{is_dma_buf, CpuAccess, CpuAccessError, SyncAccess};
+use dmabridge::interop::sync::{is_dma_buf, CpuAccessError, CpuAccessGuard, SyncAccess};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{Capability, ExportRequest, GpuBuffer, ImportPath};
 use support_vgem::{RawMapping, Vgem};
@@ -251,14 +251,14 @@ fn a_vulkan_export_is_imported_into_vgem_as_the_same_dma_buf() {
     let fence = vgem
         .attach_write_fence_to(handle)
         .expect("VGEM_FENCE_ATTACH on the imported handle");
-    let blocked = CpuAccess::begin(plane.fd, SyncAccess::Read, Duration::from_millis(100))
+    let blocked = CpuAccessGuard::begin(plane.fd, SyncAccess::Read, Duration::from_millis(100))
         .expect_err("vgem's fence is pending");
     assert!(
         matches!(blocked, CpuAccessError::Timeout { .. }),
         "{blocked}"
     );
     vgem.signal(fence).expect("signal");
-    drop(CpuAccess::begin(plane.fd, SyncAccess::Read, Duration::from_secs(5)).expect("signalled"));
+    drop(CpuAccessGuard::begin(plane.fd, SyncAccess::Read, Duration::from_secs(5)).expect("signalled"));
 
     // vgem's own mapping of an imported object: MAP_DUMB refuses it (vgem has no
     // dumb_map_offset of its own, and drm_gem_dumb_map_offset turns imported objects away

@@ -13,7 +13,7 @@ use dmabridge_interop::dmabuf::{plane_rows, PlaneLayout,
     NotReadOnly, PlaneMap, ReadError, SystemMemory,
 };
 use dmabridge_interop::negotiate::{Constraints, ExtentRange, Participant, Usage};
-use dmabridge_interop::sync::{is_dma_buf, CpuAccess, SyncAccess};
+use dmabridge_interop::sync::{is_dma_buf, CpuAccessGuard, SyncAccess};
 use dmabridge_interop::{Format, FormatSet, Fourcc, Layout, Modifier};
 
 fn in_kernel_lab() -> bool {
@@ -86,7 +86,7 @@ fn bytes_go_in_and_out_of_a_dma_buf_through_the_guarded_mapping() {
     let map = PlaneMap::of_file(p0, 16, 6, SyncAccess::Read, FdTrust::Untrusted, std::time::Duration::from_secs(1)).unwrap();
     assert!(map.is_dma_buf());
     assert_eq!(map.bytes(), &frame[6..12]);
-    let access = CpuAccess::begin(p0, SyncAccess::ReadWrite, std::time::Duration::from_secs(1)).unwrap();
+    let access = CpuAccessGuard::begin(p0, SyncAccess::ReadWrite, std::time::Duration::from_secs(1)).unwrap();
     assert!(access.is_dma_buf());
 }
 

@@ -3,7 +3,7 @@
 //!
 //! A dma-heap (`/dev/dma_heap/NAME`, Linux 5.6) hands out dma-bufs of system memory with
 //! `DMA_HEAP_IOCTL_ALLOC`. Every importer sees a dma-buf, not a stand-in, and a CPU user
-//! brackets its access with `DMA_BUF_IOCTL_SYNC` ([`crate::sync::CpuAccess`]), which is
+//! brackets its access with `DMA_BUF_IOCTL_SYNC` ([`crate::sync::CpuAccessGuard`]), which is
 //! what a non-coherent SoC needs. Where there is no heap (or no permission to it), memory
 //! comes from [`sealed_memfd_of_size`], which every importer dmabridge knows takes too.
 //!

@@ -6,7 +6,7 @@
 //! that shrank under a mapping would kill the reader with `SIGBUS`. Shrinkable files are
 //! read with `pread` instead ([`super::CheckedImport::read_plane`]).
 //!
-//! Every mapping of a dma-buf holds a [`CpuAccess`] for as long as it lives: the kernel's
+//! Every mapping of a dma-buf holds a [`CpuAccessGuard`] for as long as it lives: the kernel's
 //! `DMA_BUF_IOCTL_SYNC` bracket (cache maintenance, and a wait, with a timeout, for the
 //! buffer's fences). A read mapping is read-only and shared, so nothing done through it
 //! reaches the producer's memory; a write mapping is made only where the caller writes.
@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use super::checks::{CheckedImport, CheckedPlane};
 use super::fd_kind::{classify, file_size, FdClass, FdTrust};
-use crate::sync::{CpuAccess, CpuAccessError, SyncAccess, CPU_ACCESS_TIMEOUT};
+use crate::sync::{CpuAccessError, CpuAccessGuard, SyncAccess, CPU_ACCESS_TIMEOUT};
 
 /// Why a range of a file was not mapped.
 #[derive(Debug, thiserror::Error)]
@@ -118,7 +118,7 @@ pub struct PlaneMap {
     offset: usize,
     len: usize,
     writable: bool,
-    _access: CpuAccess,
+    _access: CpuAccessGuard,
 }
 
 impl std::fmt::Debug for PlaneMap {
@@ -145,7 +145,7 @@ impl PlaneMap {
     /// class `class`.
     fn checked(fd: BorrowedFd<'_>, offset: u64, len: u64, file_size: u64, class: FdClass, access: SyncAccess, timeout: Duration) -> Result<PlaneMap, MapError> {
         let (start, mapped, in_map, len) = page_range(offset, len, file_size, class)?;
-        let guard = CpuAccess::begin(fd, access, timeout).map_err(|source| MapError::Access { plane: 0, source })?;
+        let guard = CpuAccessGuard::begin(fd, access, timeout).map_err(|source| MapError::Access { plane: 0, source })?;
         let writable = access != SyncAccess::Read;
         let prot = if writable { rustix::mm::ProtFlags::READ | rustix::mm::ProtFlags::WRITE } else { rustix::mm::ProtFlags::READ };
         // SAFETY: the file is fixed-size and at least `start + mapped` bytes long (checked by
@@ -181,7 +181,7 @@ impl PlaneMap {
 
 /// Read mappings kept from one frame to the next, for a consumer that sees the same few
 /// buffers again and again (a decoder's or a source's pool): a file's range is mapped once
-/// and each use begins its own [`CpuAccess`], instead of an `mmap`, a page fault per 64 KiB
+/// and each use begins its own [`CpuAccessGuard`], instead of an `mmap`, a page fault per 64 KiB
 /// and a `munmap` (with its TLB shootdown) every frame.
 ///
 /// A file is known by its device and inode, which cannot be reused while a mapping holds the
@@ -205,7 +205,7 @@ struct Cached {
 /// (ended on drop; the mapping stays in the cache).
 pub struct CachedView {
     // Declared first, so the access ends before this view's hold on the mapping does.
-    _access: CpuAccess,
+    _access: CpuAccessGuard,
     map: std::sync::Arc<Cached>,
     offset: usize,
     len: usize,
@@ -270,7 +270,7 @@ impl MapCache {
                 entry
             }
         };
-        let access = CpuAccess::begin(fd, SyncAccess::Read, CPU_ACCESS_TIMEOUT).map_err(|source| MapError::Access { plane, source })?;
+        let access = CpuAccessGuard::begin(fd, SyncAccess::Read, CPU_ACCESS_TIMEOUT).map_err(|source| MapError::Access { plane, source })?;
         let offset = (start - entry.start) as usize + in_map;
         Ok(CachedView { _access: access, map: entry, offset, len })
     }

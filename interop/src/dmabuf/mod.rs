@@ -23,7 +23,7 @@
 //!   with `pread`/`pwrite` for files and through a guarded mapping for dma-bufs (which have
 //!   neither); [`check_read_only`]: that a read-only holder's fds refuse writes.
 //! - [`map`]: mappings of fixed-size files, the CPU paths' one way into a dma-buf. Each holds
-//!   a [`CpuAccess`](crate::sync::CpuAccess): `DMA_BUF_IOCTL_SYNC` around the access, after a
+//!   a [`CpuAccessGuard`](crate::sync::CpuAccessGuard): `DMA_BUF_IOCTL_SYNC` around the access, after a
 //!   bounded wait for the buffer's fences.
 //!
 //! Nothing else here maps a memfd or a dma-buf; everything else is `fstat`, `fcntl`,

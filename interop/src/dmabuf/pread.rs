@@ -8,7 +8,7 @@
 //! that no one else can change or shrink.
 //!
 //! A dma-buf has no `read` or `pread` (`ESPIPE`), but its size is fixed at export, so it is
-//! mapped read-only for the copy, inside a [`CpuAccess`](crate::sync::CpuAccess) bracket
+//! mapped read-only for the copy, inside a [`CpuAccessGuard`](crate::sync::CpuAccessGuard) bracket
 //! that waits (at most [`CPU_ACCESS_TIMEOUT`]) for its fences.
 
 use std::io;

@@ -4,7 +4,7 @@
 //!
 //! A memfd or regular file is written with `pwrite`, no mapping. A dma-buf has no `write`
 //! or `pwrite` (`ESPIPE`): it is mapped read-write, once per file, inside a
-//! [`CpuAccess`](crate::sync::CpuAccess) write bracket (`DMA_BUF_IOCTL_SYNC`), which also
+//! [`CpuAccessGuard`](crate::sync::CpuAccessGuard) write bracket (`DMA_BUF_IOCTL_SYNC`), which also
 //! waits, at most [`CPU_ACCESS_TIMEOUT`], for everyone still using the buffer.
 
 use std::io;

@@ -45,8 +45,8 @@ pub use kms_device::{
 };
 pub use v4l2::{V4l2Entry, V4l2Error, V4l2Formats, V4l2Mapping, V4l2PlaneFormat};
 pub use v4l2_device::{
-    BufferInfo, Dequeued, DeviceFormat, DeviceSummary, Direction, FormatSummary, FrameSizes, MappedBuffer, Memory,
-    PlaneInfo, SizeRange, V4l2Device, V4l2DeviceError,
+    BufferInfo, BufferPlane, Dequeued, DeviceFormat, DeviceSummary, Direction, FormatSummary, FrameSizes, MappedBuffer,
+    Memory, SizeRange, V4l2Device, V4l2DeviceError,
 };
 pub use wayland::{
     modifier_from_hi_lo, parse_format_table, tranche_formats, Feedback, FeedbackBuilder, Tranche, TrancheFlags,

@@ -9,7 +9,7 @@
 //! implicit fences (the writes a reader must see; every access, for a writer), which is how a
 //! CPU reader waits for a decoder or a GPU that is still filling the frame.
 //!
-//! `SYNC_START` waits without a limit, so [`CpuAccess::begin`] first polls the dma-buf (the
+//! `SYNC_START` waits without a limit, so [`CpuAccessGuard::begin`] first polls the dma-buf (the
 //! kernel's `dma_buf_poll`: `POLLIN` once the write fences signalled, `POLLOUT` once all did)
 //! for at most the caller's timeout, and a fence that never signals is
 //! [`CpuAccessError::Timeout`], not a hang. A fence attached between the poll and the ioctl
@@ -70,7 +70,7 @@ pub enum CpuAccessError {
 /// `SYNC_END` that dropping it issues. Holds a dup of the fd (the ioctl's end needs one), so
 /// it borrows nothing. For any other file it is empty.
 #[derive(Debug)]
-pub struct CpuAccess {
+pub struct CpuAccessGuard {
     dmabuf: Option<OwnedFd>,
     access: SyncAccess,
 }
@@ -103,12 +103,12 @@ fn sync(fd: BorrowedFd<'_>, flags: u64) -> Result<(), Errno> {
     }
 }
 
-impl CpuAccess {
+impl CpuAccessGuard {
     /// Begins a CPU `access` to the buffer behind `fd` (borrowed), waiting at most `timeout`
     /// for its fences when it is a dma-buf.
-    pub fn begin(fd: BorrowedFd<'_>, access: SyncAccess, timeout: Duration) -> Result<CpuAccess, CpuAccessError> {
+    pub fn begin(fd: BorrowedFd<'_>, access: SyncAccess, timeout: Duration) -> Result<CpuAccessGuard, CpuAccessError> {
         if !is_dma_buf(fd).map_err(CpuAccessError::Fd)? {
-            return Ok(CpuAccess { dmabuf: None, access });
+            return Ok(CpuAccessGuard { dmabuf: None, access });
         }
         let name = access_name(access);
         // A reader waits for the writes; a writer for every access (dma_buf_poll).
@@ -120,7 +120,7 @@ impl CpuAccess {
         }
         let own = fd.try_clone_to_owned().map_err(CpuAccessError::Fd)?;
         sync(fd, SYNC_START | u64::from(access.flags())).map_err(|e| CpuAccessError::Sync { access: name, source: e.into() })?;
-        Ok(CpuAccess { dmabuf: Some(own), access })
+        Ok(CpuAccessGuard { dmabuf: Some(own), access })
     }
 
     /// Whether this access is bracketed (the file is a dma-buf).
@@ -134,7 +134,7 @@ impl CpuAccess {
     }
 }
 
-impl Drop for CpuAccess {
+impl Drop for CpuAccessGuard {
     fn drop(&mut self) {
         if let Some(fd) = &self.dmabuf {
             if let Err(e) = sync(fd.as_fd(), SYNC_END | u64::from(self.access.flags())) {
@@ -157,7 +157,7 @@ mod tests {
     #[test]
     fn a_memfd_needs_no_bracket() {
         let fd = crate::dmabuf::sealed_memfd("cpu-access", &[1, 2, 3]).unwrap();
-        let a = CpuAccess::begin(fd.as_fd(), SyncAccess::Write, Duration::ZERO).unwrap();
+        let a = CpuAccessGuard::begin(fd.as_fd(), SyncAccess::Write, Duration::ZERO).unwrap();
         assert!(!a.is_dma_buf());
     }
 }

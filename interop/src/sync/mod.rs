@@ -18,7 +18,7 @@
 //!   before it sends the buffer, and the consumer's release message is the release. Always
 //!   possible between two dmabridge processes, so every [`SyncMethods`] contains it.
 //!
-//! A CPU that touches a mapped dma-buf takes part too: [`CpuAccess`] brackets the access
+//! A CPU that touches a mapped dma-buf takes part too: [`CpuAccessGuard`] brackets the access
 //! with `DMA_BUF_IOCTL_SYNC` (cache maintenance, and the wait for the buffer's fences, with a
 //! timeout).
 
@@ -35,7 +35,7 @@ pub use dma_buf_ioctl::{
     DMA_BUF_IOCTL_EXPORT_SYNC_FILE, DMA_BUF_IOCTL_IMPORT_SYNC_FILE, DMA_BUF_SYNC_READ,
     DMA_BUF_SYNC_WRITE,
 };
-pub use cpu_access::{is_dma_buf, CpuAccess, CpuAccessError, CPU_ACCESS_TIMEOUT, DMA_BUF_IOCTL_SYNC};
+pub use cpu_access::{is_dma_buf, CpuAccessError, CpuAccessGuard, CPU_ACCESS_TIMEOUT, DMA_BUF_IOCTL_SYNC};
 pub use sync_file::{wait_sync_file, SyncFile, SyncFileError, SYNC_IOC_FILE_INFO};
 pub use wait::{poll_for, poll_readable, WaitError};
 

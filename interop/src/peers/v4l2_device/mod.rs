@@ -360,14 +360,14 @@ impl Colorimetry {
 pub struct BufferInfo {
     pub index: u32,
     /// Per plane: its length in bytes and (for `MMAP`) the offset to `mmap` it at.
-    pub planes: Vec<PlaneInfo>,
+    pub planes: Vec<BufferPlane>,
     /// `v4l2_buffer.flags`.
     pub flags: u32,
 }
 
 /// One plane of a [`BufferInfo`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PlaneInfo {
+pub struct BufferPlane {
     pub length: u32,
     pub mem_offset: u32,
 }
@@ -909,7 +909,7 @@ impl V4l2Device {
         let mut planes = [RawPlane::default(); VIDEO_MAX_PLANES];
         let r = self.buffer_call::<VIDIOC_QUERYBUF>(&mut buf, &mut planes, VIDEO_MAX_PLANES);
         let planes = self.planes_answer("VIDIOC_QUERYBUF", r)?;
-        let planes = planes.iter().map(|p| PlaneInfo { length: p.length, mem_offset: p.m.u32() }).collect();
+        let planes = planes.iter().map(|p| BufferPlane { length: p.length, mem_offset: p.m.u32() }).collect();
         Ok(BufferInfo { index, planes, flags: buf.flags })
     }
 

@@ -35,7 +35,7 @@ use super::shaders::{COLOUR_SPV, TILE_SPV};
 use crate::device::submit::{Completion, Garbage, SubmitOptions, Submission};
 use crate::import::ImportedBuffer;
 use crate::Engine;
-use super::copy_path::{copy_blocks, copy_eligible, Scratch};
+use super::copy_path::{copy_blocks, copy_eligible, record_copy_plane, PlaneCopy, ScratchImages};
 use super::error::ConvertError;
 
 /// A buffer a conversion reads or writes: dmabridge's own or one over a dma-buf's memory.
@@ -78,20 +78,14 @@ pub(crate) struct PlaneRoute {
 /// path's scratch images. Reused once its last use is complete.
 pub(super) struct Context {
     pub(super) pool: vk::DescriptorPool,
-    pub(super) scratch: Vec<Scratch>,
-    pub(super) scratch_taken: usize,
+    pub(super) scratch: ScratchImages,
     pub(super) last_use: Option<Completion>,
 }
 
 impl Context {
     fn into_garbage(self) -> (Option<Completion>, Vec<Garbage>) {
         let mut g = vec![Garbage::DescriptorPool(self.pool)];
-        for s in self.scratch {
-            g.push(Garbage::Image(s.image));
-            if let Some(a) = s.allocation {
-                g.push(Garbage::Allocation(a));
-            }
-        }
+        g.extend(self.scratch.into_garbage());
         (self.last_use, g)
     }
 }
@@ -180,7 +174,7 @@ impl Converter {
             // SAFETY: no pending submission uses the pool's sets (its last use is reached;
             // VUID-vkResetDescriptorPool-descriptorPool-00313).
             unsafe { device.reset_descriptor_pool(ctx.pool, vk::DescriptorPoolResetFlags::empty()) }.vk("vkResetDescriptorPool")?;
-            ctx.scratch_taken = 0;
+            ctx.scratch.reset();
             ctx.last_use = None;
             return Ok(ctx);
         }
@@ -188,7 +182,7 @@ impl Converter {
         let info = vk::DescriptorPoolCreateInfo::default().max_sets(MAX_SETS).pool_sizes(&sizes);
         // SAFETY: a valid create info with non-zero counts.
         let pool = unsafe { device.create_descriptor_pool(&info, None) }.vk("vkCreateDescriptorPool")?;
-        Ok(Context { pool, scratch: Vec::new(), scratch_taken: 0, last_use: None })
+        Ok(Context { pool, scratch: ScratchImages::default(), last_use: None })
     }
 
     /// Hands a context back, in use until `until`.
@@ -350,7 +344,11 @@ impl Converter {
             for ((d, p), linear_plane) in dispatches.into_iter().zip(&geometry.planes).zip(planes) {
                 match copy_blocks(p, max_dim).filter(|_| allow_copy) {
                     // SAFETY: the caller's contract.
-                    Some(blocks) => unsafe { self.record_copy_plane(cmd, &mut ctx, (p, &blocks), (tiled, tiled_base + p.offset), (linear, *linear_plane), to_tiled)? },
+                    Some(blocks) => {
+                        let copy = PlaneCopy { plane: (p, &blocks), tiled: (tiled, tiled_base + p.offset), linear: (linear, *linear_plane), to_tiled };
+                        // SAFETY: the caller's contract for `cmd`; the buffers were checked to hold the planes above.
+                        unsafe { record_copy_plane(&self.engine, cmd, &mut ctx.scratch, copy)? }
+                    }
                     None => compute.push(d),
                 }
             }

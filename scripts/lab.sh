@@ -68,21 +68,15 @@ done
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+# shellcheck source=lib/backports.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/backports.sh"
 CACHE="${DMABRIDGE_LAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/dmabridge-lab}"
 mkdir -p "$CACHE"
 
 # --- QEMU: Debian 12's own 7.2 conflicts with the backports qemu-utils, so backports it is.
 if ! command -v qemu-system-x86_64 >/dev/null; then
     say "installing qemu-system-x86 from bookworm-backports"
-    if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-        $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null <<'SRC'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm-backports
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-    fi
+    ensure_backports
     { $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq \
         -t bookworm-backports --no-install-recommends qemu-system-x86; } >"$CACHE/apt.log" 2>&1 \
         || { tail -20 "$CACHE/apt.log" >&2; die "no qemu: installing qemu-system-x86 failed (log above)"; }

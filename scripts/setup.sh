@@ -10,6 +10,8 @@ set -euo pipefail
 
 SUDO=""
 [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+# shellcheck source=lib/backports.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib/backports.sh"
 export DEBIAN_FRONTEND=noninteractive
 
 mesa_ok() {
@@ -57,16 +59,7 @@ if mesa_ok && egl_ok && [ ${#missing[@]} -eq 0 ] && [ ${#missing_lean[@]} -eq 0 
     exit 0
 fi
 
-if ! grep -rqs "bookworm-backports" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    echo "setup: adding the bookworm-backports suite" >&2
-    $SUDO tee /etc/apt/sources.list.d/bookworm-backports.sources >/dev/null <<'SRC'
-Types: deb
-URIs: http://deb.debian.org/debian
-Suites: bookworm-backports
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-SRC
-fi
+ensure_backports
 
 echo "setup: installing Mesa lavapipe/EGL from bookworm-backports and ${missing[*]:-} ${missing_lean[*]:-}" >&2
 $SUDO apt-get update -qq

@@ -136,7 +136,7 @@ pub(super) unsafe fn record_copy_plane(engine: &Engine, cmd: vk::CommandBuffer, 
         image_extent: vk::Extent3D { width: p.width_bytes, height: p.rows, depth: 1 },
     };
     let range =
-        vk::ImageSubresourceRange { aspect_mask: vk::ImageAspectFlags::COLOR, base_mip_level: 0, level_count: 1, base_array_layer: 0, layer_count: 1 };
+        crate::resources::image::whole_image(vk::ImageAspectFlags::COLOR);
     let to_dst = image_barrier(
         image,
         vk::ImageAspectFlags::COLOR,

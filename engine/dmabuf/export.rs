@@ -315,13 +315,7 @@ impl ExportedImage {
     /// consumers' side. Returns at once; the submission says when it is done.
     pub fn clear_and_release(&self, rgba: [f32; 4], options: SubmitOptions) -> Result<Submission, ExportError> {
         let image = self.image;
-        let range = vk::ImageSubresourceRange {
-            aspect_mask: vk::ImageAspectFlags::COLOR,
-            base_mip_level: 0,
-            level_count: 1,
-            base_array_layer: 0,
-            layer_count: 1,
-        };
+        let range = crate::resources::image::whole_image(vk::ImageAspectFlags::COLOR);
         self.write_and_release(options, |device, cmd| {
             // SAFETY: recording state; the image was created with TRANSFER_DST usage by the
             // caller's request (VUID-vkCmdClearColorImage-image-00002) and is single-plane colour.

@@ -617,17 +617,7 @@ impl Presenter {
     fn frame_view(&self, frame: &ImportedImage, conversion: vk::SamplerYcbcrConversion) -> Result<vk::ImageView, PresentError> {
         let device = self.engine.device();
         let mut conversion_info = vk::SamplerYcbcrConversionInfo::default().conversion(conversion);
-        let mut info = vk::ImageViewCreateInfo::default()
-            .image(frame.image())
-            .view_type(vk::ImageViewType::TYPE_2D)
-            .format(frame.vk_format())
-            .subresource_range(vk::ImageSubresourceRange {
-                aspect_mask: vk::ImageAspectFlags::COLOR,
-                base_mip_level: 0,
-                level_count: 1,
-                base_array_layer: 0,
-                layer_count: 1,
-            });
+        let mut info = crate::resources::image::colour_view_info(frame.image(), frame.vk_format());
         if conversion != vk::SamplerYcbcrConversion::null() {
             info = info.push_next(&mut conversion_info);
         }

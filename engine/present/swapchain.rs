@@ -114,17 +114,7 @@ impl Chain {
         self.images = unsafe { p.swapchain_fn.get_swapchain_images(self.swapchain) }
             .vk("vkGetSwapchainImagesKHR")?;
         for &image in &self.images {
-            let view_info = vk::ImageViewCreateInfo::default()
-                .image(image)
-                .view_type(vk::ImageViewType::TYPE_2D)
-                .format(p.format.format)
-                .subresource_range(vk::ImageSubresourceRange {
-                    aspect_mask: vk::ImageAspectFlags::COLOR,
-                    base_mip_level: 0,
-                    level_count: 1,
-                    base_array_layer: 0,
-                    layer_count: 1,
-                });
+            let view_info = crate::resources::image::colour_view_info(image, p.format.format);
             // SAFETY: a swapchain image, viewed with the swapchain's own format and its one
             // layer (VUID-VkImageViewCreateInfo-image-01003).
             let view = unsafe { p.device.create_image_view(&view_info, None) }.vk("vkCreateImageView")?;

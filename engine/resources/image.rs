@@ -131,6 +131,16 @@ pub(crate) fn chain_view_formats<'a>(info: vk::ImageCreateInfo<'a>, list: &'a mu
 }
 
 /// A barrier over all planes and the whole image.
+/// The one level and layer of `aspect` that every image dmabridge makes has.
+pub(crate) const fn whole_image(aspect: vk::ImageAspectFlags) -> vk::ImageSubresourceRange {
+    vk::ImageSubresourceRange { aspect_mask: aspect, base_mip_level: 0, level_count: 1, base_array_layer: 0, layer_count: 1 }
+}
+
+/// A 2D colour view of `image` as `format`: what sampling and presenting read through.
+pub(crate) fn colour_view_info(image: vk::Image, format: vk::Format) -> vk::ImageViewCreateInfo<'static> {
+    vk::ImageViewCreateInfo::default().image(image).view_type(vk::ImageViewType::TYPE_2D).format(format).subresource_range(whole_image(vk::ImageAspectFlags::COLOR))
+}
+
 pub(crate) fn image_barrier(
     image: vk::Image,
     aspect: vk::ImageAspectFlags,
@@ -147,13 +157,7 @@ pub(crate) fn image_barrier(
         .dst_access_mask(dst_access)
         .src_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
         .dst_queue_family_index(vk::QUEUE_FAMILY_IGNORED)
-        .subresource_range(vk::ImageSubresourceRange {
-            aspect_mask: aspect,
-            base_mip_level: 0,
-            level_count: 1,
-            base_array_layer: 0,
-            layer_count: 1,
-        })
+        .subresource_range(whole_image(aspect))
 }
 
 /// A buffer memory barrier over the whole buffer (queue families `QUEUE_FAMILY_IGNORED`

@@ -109,9 +109,7 @@ impl Sampler {
     /// outlives the view's uses.
     pub unsafe fn view(&self, image: vk::Image, format: vk::Format) -> Result<SampledView, SamplerError> {
         let mut conv_info = self.conversion.map(|c| vk::SamplerYcbcrConversionInfo::default().conversion(c));
-        let mut info = vk::ImageViewCreateInfo::default().image(image).view_type(vk::ImageViewType::TYPE_2D).format(format).subresource_range(
-            vk::ImageSubresourceRange { aspect_mask: vk::ImageAspectFlags::COLOR, base_mip_level: 0, level_count: 1, base_array_layer: 0, layer_count: 1 },
-        );
+        let mut info = super::image::colour_view_info(image, format);
         if let Some(c) = conv_info.as_mut() {
             info = info.push_next(c);
         }

@@ -10,7 +10,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use dmabridge_interop::dmabuf::handoff::send_raw;
 use dmabridge_interop::dmabuf::wire::{
-    self, BufferMsg, Message, WireError, HEADER_LEN, MAX_MESSAGE_LEN,
+    self, BufferMsg, Message, WireError, WirePlane, HEADER_LEN, MAX_MESSAGE_LEN,
 };
 use dmabridge_interop::framing::{FrameError, SocketError};
 use dmabridge_interop::dmabuf::{
@@ -368,7 +368,7 @@ fn buffer_msg(planes: usize) -> BufferMsg {
         height: H,
         read_only: false,
         disjoint: false,
-        planes: vec![PlaneLayout::linear(0, u64::from(W), H), PlaneLayout::linear(4096, u64::from(W), H / 2)][..planes].to_vec(),
+        planes: vec![WirePlane { offset: 0, stride: u64::from(W) }, WirePlane { offset: 4096, stride: u64::from(W) }][..planes].to_vec(),
         acquire_fence: false,
     }
 }

@@ -38,7 +38,6 @@ use crate::framing::{clean, Cursor, FrameError, Header, Protocol, Writer};
 use crate::{Fourcc, Layout, Modifier};
 
 use super::descriptor::MAX_PLANES;
-use crate::plane_layout::{plane_rows, PlaneLayout};
 
 pub use crate::framing::HEADER_LEN;
 pub const MAGIC: [u8; 4] = *b"DMBF";
@@ -89,11 +88,11 @@ pub struct BufferMsg {
     pub height: u32,
     pub read_only: bool,
     pub disjoint: bool,
-    /// Where each plane lies; 1..=4 entries. Only offset and stride travel: on decoding,
-    /// `object` is 0 for every plane of a buffer in one file and the plane's own index (its
-    /// fd) for a disjoint one, and `size` is `stride x` [`plane_rows`], as
-    /// [`DmaBuf::plane_layouts`](super::DmaBuf::plane_layouts) gives them on the sending side.
-    pub planes: Vec<PlaneLayout>,
+    /// Where each plane lies in its fd; 1..=4 entries, one fd each. Which file each fd is
+    /// and how far each plane reaches are the receiver's to find out from the fds
+    /// ([`DmaBuf::new`](super::DmaBuf::new), then [`check_import`](super::check_import)),
+    /// not the sender's to claim.
+    pub planes: Vec<WirePlane>,
     /// Whether an acquire fence follows the planes' fds.
     pub acquire_fence: bool,
 }
@@ -109,10 +108,17 @@ impl BufferMsg {
             height: buf.height(),
             read_only: buf.read_only(),
             disjoint: buf.disjoint(),
-            planes: buf.plane_layouts(),
+            planes: buf.planes().map(|p| WirePlane { offset: p.offset, stride: p.stride }).collect(),
             acquire_fence,
         }
     }
+}
+
+/// One plane as it travels: its place in its fd.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WirePlane {
+    pub offset: u64,
+    pub stride: u64,
 }
 
 /// A decoded message.
@@ -265,10 +271,8 @@ pub fn decode(bytes: &[u8]) -> Result<Message, WireError> {
             clean("buffer reserved", u64::from(reserved), 0)?;
             let disjoint = flags & FLAG_DISJOINT != 0;
             let mut planes = Vec::with_capacity(n as usize);
-            for i in 0..n as usize {
-                let mut plane = PlaneLayout::linear(r.u64()?, r.u64()?, plane_rows(fourcc, i, height));
-                plane.object = if disjoint { i } else { 0 };
-                planes.push(plane);
+            for _ in 0..n {
+                planes.push(WirePlane { offset: r.u64()?, stride: r.u64()? });
             }
             Ok(Message::Buffer(BufferMsg {
                 id,
@@ -298,7 +302,7 @@ mod tests {
             height: 48,
             read_only: true,
             disjoint: false,
-            planes: vec![PlaneLayout::linear(0, 64, 48), PlaneLayout::linear(4096, 64, 24)],
+            planes: vec![WirePlane { offset: 0, stride: 64 }, WirePlane { offset: 4096, stride: 64 }],
             acquire_fence: false,
         })
     }

@@ -174,7 +174,7 @@ impl Adapter {
             .with_sync(self.sync_methods())
             .with_device(format!("{} ({}, {})", info.name, info.driver_name, info.driver_info))
             .with_copy(match self.has_modifiers() {
-                true => DeviceCopy::of_answers(true, transfer_src, transfer_dst),
+                true => DeviceCopy::of_answers(transfer_src, transfer_dst),
                 false => DeviceCopy::into_own_images(copied_in),
             }))
     }

@@ -82,17 +82,11 @@ pub struct DeviceCopy {
 }
 
 impl DeviceCopy {
-    /// The copies a device with (`explicit_modifiers`) or without the modifier extension can
-    /// make, from its answers for the `transfer-src` and `transfer-dst` uses; `None` where it
-    /// can make none (no modifier extension, or nothing both ways).
-    pub fn of_answers(
-        explicit_modifiers: bool,
-        transfer_src: impl IntoIterator<Item = DeviceFormat>,
-        transfer_dst: impl IntoIterator<Item = DeviceFormat>,
-    ) -> Option<DeviceCopy> {
-        if !explicit_modifiers {
-            return None;
-        }
+    /// The copies a device with the modifier extension can make between dma-bufs, from its
+    /// answers for the `transfer-src` and `transfer-dst` uses; `None` where it can make none
+    /// (nothing both ways). A device without the extension has no such answers: its copy is
+    /// [`DeviceCopy::into_own_images`].
+    pub fn of_answers(transfer_src: impl IntoIterator<Item = DeviceFormat>, transfer_dst: impl IntoIterator<Item = DeviceFormat>) -> Option<DeviceCopy> {
         let reads = device_formats(true, Direction::Import, transfer_src);
         let writes = device_formats(true, Direction::Export, transfer_dst);
         let copies = DeviceCopy { reads, writes };
@@ -140,15 +134,14 @@ mod tests {
     fn a_device_copies_from_what_it_imports_into_what_it_exports() {
         let src = [answer(0x0200000000001b04, true, false), answer(0, true, true)];
         let dst = [answer(0x0200000000000a04, false, true), answer(0x0200000000001b04, true, false)];
-        let copy = DeviceCopy::of_answers(true, src, dst).unwrap();
+        let copy = DeviceCopy::of_answers(src, dst).unwrap();
         let f = |raw| Format::explicit(Fourcc::XRGB8888, Modifier::from_raw(raw));
         assert!(copy.copies(f(0), f(0x0200000000000a04)) && copy.copies(f(0x0200000000001b04), f(0x0200000000000a04)));
         // Not into a layout it only imports, nor across fourccs.
         assert!(!copy.copies(f(0), f(0x0200000000001b04)));
         assert!(!copy.copies(f(0), Format::explicit(Fourcc::ARGB8888, Modifier::from_raw(0x0200000000000a04))));
-        // Without the extension there is no stated layout to copy from.
-        assert_eq!(DeviceCopy::of_answers(false, src, dst), None);
-        assert_eq!(DeviceCopy::of_answers(true, src, []), None);
+        // Nothing written, no copy.
+        assert_eq!(DeviceCopy::of_answers(src, []), None);
     }
 
     #[test]

@@ -105,7 +105,12 @@ pub fn probed_device(json: &str, usage_key: &str, direction: Direction) -> Resul
         return Err(ProbeReportError::UnknownUse { asked: usage_key.to_owned(), answered: report.usage_keys });
     }
     let answers = answers_for(&report, usage_key)?;
-    let copy = DeviceCopy::of_answers(report.modifier_extension, answers_for(&report, "transfer-src")?, answers_for(&report, "transfer-dst")?);
+    // Without the modifier extension a report has no copy answers (its import by copy is a
+    // live device's to state: `dmabridge::Engine::participant`).
+    let copy = match report.modifier_extension {
+        true => DeviceCopy::of_answers(answers_for(&report, "transfer-src")?, answers_for(&report, "transfer-dst")?),
+        false => None,
+    };
     let d = &report.device;
     let driver = [d.driver_name.as_str(), d.driver.as_str()].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join(", ");
     let usage = usage_key.split('+').fold(Usage::NONE, |u, word| match word {

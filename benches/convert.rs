@@ -97,5 +97,11 @@ fn device_copy(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench, device_copy);
+// No plots: criterion's fallback plotter (no gnuplot here) needs system fonts, and panics
+// without them after the first measurement; the numbers are what the benches are for.
+criterion_group! {
+    name = benches;
+    config = Criterion::default().without_plots();
+    targets = bench, device_copy
+}
 criterion_main!(benches);

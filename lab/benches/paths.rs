@@ -125,5 +125,11 @@ fn benches(c: &mut Criterion) {
     negotiation_and_handoff(c, &engine);
 }
 
-criterion_group!(group, benches);
+// No plots: criterion's fallback plotter (no gnuplot here) needs system fonts, and panics
+// without them after the first measurement; the numbers are what the benches are for.
+criterion_group! {
+    name = group;
+    config = Criterion::default().without_plots();
+    targets = benches
+}
 criterion_main!(group);

@@ -14,7 +14,9 @@
 # kernel has a real /dev/udmabuf, /dev/dma_heap/system, sync_file, and the modules asked for.
 #
 # Options:
-#   --modules M[,M...]   load these kernel modules (and what they depend on) before CMD:
+#   --modules M[,M...]   load these kernel modules (and what they depend on) before CMD
+#                        (vicodec, visl, vkms and sw_sync, which Debian does not build, are
+#                        built once by scripts/lab-modules.sh and cached beside the kernel):
 #                        vgem, vivid, virtio_gpu (adds a virtio-gpu device), or any other
 #   --param MOD.KEY=VALUE  a parameter for a module --modules loads, in the kernel command
 #                        line's syntax (repeatable): --param vivid.multiplanar=1,2
@@ -152,6 +154,15 @@ declare -A MODPATH=()
 while read -r p; do
     n=${p##*/}; n=${n%.ko}; MODPATH[${n//-/_}]="$p"
 done < <(sed 's/\.ko\(\.xz\)\{0,1\}$/.ko/' "$KDIR/modules/modules.order")
+# Drivers Debian does not build (scripts/lab-modules.sh), built once into the cache when asked for.
+EXTRA_MODULES=(v4l2_mem2mem vicodec visl vkms sw_sync)
+for m in "${EXTRA_MODULES[@]}"; do
+    if [[ ",${MODULES//-/_}," == *",$m,"* ]]; then
+        "$(dirname "${BASH_SOURCE[0]}")/lab-modules.sh" "$KVER" "$KDIR/modules/extra" || die "building the lab's extra drivers failed (above)"
+        for e in "$KDIR/modules/extra"/*.ko; do n=${e##*/}; n=${n%.ko}; MODPATH[${n//-/_}]="extra/${e##*/}"; done
+        break
+    fi
+done
 declare -A SEEN=()
 LOAD=()
 add_module() {

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Run inside the kernel lab by test.sh (scripts/lab.sh --modules vicodec,visl,vkms,sw_sync):
+# checks that the drivers scripts/lab-modules.sh builds are there and do what the tests
+# will rely on, as the kernel reports them:
+# - vicodec's three video nodes and visl's, by name;
+# - a vkms DRM card with a writeback connector;
+# - sw_sync: a fence made on a new timeline is pending until the timeline is advanced to
+#   it, then signalled (SW_SYNC_IOC_CREATE_FENCE, SW_SYNC_IOC_INC, poll).
+# Prints "program ok: lab drivers" and exits 0, or names what is missing and exits 1.
+set -euo pipefail
+fail() { echo "lab drivers: $*" >&2; exit 1; }
+names=$(cat /sys/class/video4linux/*/name 2>/dev/null || true)
+for want in stateful-encoder stateful-decoder stateless-decoder visl; do
+    grep -qx "$want" <<<"$names" || fail "no V4L2 node named $want (nodes: $(tr '\n' ' ' <<<"$names"))"
+done
+vkms=""
+for c in /sys/class/drm/card[0-9]; do
+    [ "$(readlink -f "$c/device")" = /sys/devices/platform/vkms ] && vkms=$(basename "$c")
+done
+[ -n "$vkms" ] || fail "no DRM card of vkms"
+ls -d /sys/class/drm/"$vkms"-Writeback-* >/dev/null 2>&1 || fail "$vkms (vkms) has no writeback connector"
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
+[ -e /sys/kernel/debug/sync/sw_sync ] || fail "no /sys/kernel/debug/sync/sw_sync"
+/usr/bin/python3 - <<'PY' || fail "sw_sync did not behave as a timeline"
+import fcntl, os, select, struct
+# include/uapi/linux/sync_file.h's sw_sync twin (drivers/dma-buf/sw_sync.c):
+# struct sw_sync_create_fence_data { __u32 value; char name[32]; __s32 fence; }
+CREATE = 0xC0000000 | (struct.calcsize("I32si") << 16) | (ord("W") << 8) | 0  # _IOWR('W', 0, ...)
+INC = 0x40000000 | (4 << 16) | (ord("W") << 8) | 1                              # _IOW('W', 1, __u32)
+tl = os.open("/sys/kernel/debug/sync/sw_sync", os.O_RDWR)
+buf = bytearray(struct.pack("I32si", 1, b"dmabridge-lab", -1))
+fcntl.ioctl(tl, CREATE, buf)
+fence = struct.unpack("I32si", buf)[2]
+p = select.poll(); p.register(fence, select.POLLIN)
+assert p.poll(0) == [], "a fence at 1 on a timeline at 0 is already signalled"
+fcntl.ioctl(tl, INC, struct.pack("I", 1))
+assert p.poll(1000), "advancing the timeline to 1 did not signal the fence"
+os.close(fence); os.close(tl)
+PY
+echo "vicodec, visl: $(grep -E 'stateful|stateless|visl' <<<"$names" | tr '\n' ' ')"
+echo "vkms: $vkms with $(cd /sys/class/drm && ls -d "$vkms"-* | tr '\n' ' ')"
+echo "sw_sync: a fence pending until its timeline reached it, then signalled"
+echo "program ok: lab drivers"

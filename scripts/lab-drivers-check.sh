@@ -6,8 +6,13 @@
 # - a vkms DRM card with a writeback connector;
 # - sw_sync: a fence made on a new timeline is pending until the timeline is advanced to
 #   it, then signalled (SW_SYNC_IOC_CREATE_FENCE, SW_SYNC_IOC_INC, poll).
+# - with DMABRIDGE (the CLI's path) given: visl's CAPTURE formats, read live, negotiated
+#   with the Vulkan device and allocated, each buffer read back through the device.
 # Prints "program ok: lab drivers" and exits 0, or names what is missing and exits 1.
+#
+#   scripts/lab-drivers-check.sh [DMABRIDGE]
 set -euo pipefail
+DMABRIDGE="${1:-}"
 fail() { echo "lab drivers: $*" >&2; exit 1; }
 names=$(cat /sys/class/video4linux/*/name 2>/dev/null || true)
 for want in stateful-encoder stateful-decoder stateless-decoder visl; do
@@ -37,6 +42,14 @@ fcntl.ioctl(tl, INC, struct.pack("I", 1))
 assert p.poll(1000), "advancing the timeline to 1 did not signal the fence"
 os.close(fence); os.close(tl)
 PY
+if [ -n "$DMABRIDGE" ]; then
+    visl=""
+    for d in /sys/class/video4linux/video*; do [ "$(cat "$d/name")" = visl ] && visl=/dev/$(basename "$d"); done
+    out=$("$DMABRIDGE" allocate --width 320 --height 240 --v4l2-device "dec=$visl:capture" --vulkan gpu=sampled 2>&1) \
+        || fail "dmabridge allocate with visl's CAPTURE formats failed: $out"
+    grep -q "read back through the device" <<<"$out" || fail "allocate with visl read nothing back: $out"
+    echo "visl: $(grep -m1 'group 0' <<<"$out" | sed 's/^ *//'); allocated and read back through the device"
+fi
 echo "vicodec, visl: $(grep -E 'stateful|stateless|visl' <<<"$names" | tr '\n' ' ')"
 echo "vkms: $vkms with $(cd /sys/class/drm && ls -d "$vkms"-* | tr '\n' ' ')"
 echo "sw_sync: a fence pending until its timeline reached it, then signalled"

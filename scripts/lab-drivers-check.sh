@@ -7,7 +7,10 @@
 # - sw_sync: a fence made on a new timeline is pending until the timeline is advanced to
 #   it, then signalled (SW_SYNC_IOC_CREATE_FENCE, SW_SYNC_IOC_INC, poll).
 # - with DMABRIDGE (the CLI's path) given: visl's CAPTURE formats, read live, negotiated
-#   with the Vulkan device and allocated, each buffer read back through the device.
+#   with the Vulkan device and allocated, each buffer read back through the device; and,
+#   with vivid loaded too, the live demo on vkms: a 1280x720 camera on a display whose
+#   preferred mode is 1024x768 (a mode that holds the frame is picked), every frame shown,
+#   verified and showing vivid's colour bars in the camera's own colorimetry.
 # Prints "program ok: lab drivers" and exits 0, or names what is missing and exits 1.
 #
 #   scripts/lab-drivers-check.sh [DMABRIDGE]
@@ -49,6 +52,15 @@ if [ -n "$DMABRIDGE" ]; then
         || fail "dmabridge allocate with visl's CAPTURE formats failed: $out"
     grep -q "read back through the device" <<<"$out" || fail "allocate with visl read nothing back: $out"
     echo "visl: $(grep -m1 'group 0' <<<"$out" | sed 's/^ *//'); allocated and read back through the device"
+fi
+cap=""
+for d in /sys/class/video4linux/video*; do [ "$(cat "$d/name")" = vivid-000-vid-cap ] && cap=/dev/$(basename "$d"); done
+if [ -n "$DMABRIDGE" ] && [ -n "$cap" ]; then
+    out=$("$DMABRIDGE" demo --producer v4l2 --device "$cap" --kms-device "/dev/dri/$vkms" --format NV12 --width 1280 --height 720 \
+        --frames 10 --validation --out "${TMPDIR:-/tmp}/lab-drivers-vkms" 2>&1) || fail "the live demo on vkms failed: $(tail -5 <<<"$out")"
+    grep -q "10 frames shown" <<<"$out" || fail "the live demo showed no frames on vkms: $(tail -5 <<<"$out")"
+    grep -q "picture: 10/10 frames show vivid's colour bars" <<<"$out" || fail "the live demo's frames on vkms: $(tail -5 <<<"$out")"
+    echo "vkms: $(grep -m1 'camera -> display' <<<"$out" | cut -c1-120)..."
 fi
 echo "vicodec, visl: $(grep -E 'stateful|stateless|visl' <<<"$names" | tr '\n' ' ')"
 echo "vkms: $vkms with $(cd /sys/class/drm && ls -d "$vkms"-* | tr '\n' ' ')"

@@ -411,14 +411,15 @@ impl<'a> Screen<'a> {
         // show that, and check what landed there.
         let feed = self.feed.as_ref().ok_or_else(|| other(format!("the display refused the camera's buffer: {}", self.refused.as_deref().unwrap_or("?"))))?;
         let fourcc = feed.fourcc;
-        let rgb = match &feed.plan {
-            Some(plan) => converter.convert_plan(plan, packed_frame).map_err(other)?,
-            None if fourcc == self.from => packed_frame.to_vec(),
-            None => {
-                let (matrix, range) = self.colour.ok_or_else(|| other("the camera's Y'CbCr encoding has no matrix in dmabridge (SMPTE 240M or constant-luminance BT.2020)"))?;
-                let c = FrameConversion { matrix, range, ..FrameConversion::new((TileLayout::Linear, self.from), (TileLayout::Linear, fourcc), self.width, self.height) };
-                converter.convert_frame(&c, None, packed_frame).map_err(other)?.0
-            }
+        // A copy plan names the formats, but carries no colorimetry (the negotiation costs a
+        // conversion, it does not know the stream's): its YUV -> RGB step runs in the
+        // camera's matrix and range, as the display's own feed does, not in the plan's default.
+        let rgb = if fourcc == self.from {
+            packed_frame.to_vec()
+        } else {
+            let (matrix, range) = self.colour.ok_or_else(|| other("the camera's Y'CbCr encoding has no matrix in dmabridge (SMPTE 240M or constant-luminance BT.2020)"))?;
+            let c = FrameConversion { matrix, range, ..FrameConversion::new((TileLayout::Linear, self.from), (TileLayout::Linear, fourcc), self.width, self.height) };
+            converter.convert_frame(&c, None, packed_frame).map_err(other)?.0
         };
         if self.copy.is_none() {
             self.copy = Some(self.copy_target(fourcc)?);
@@ -444,7 +445,7 @@ impl<'a> Screen<'a> {
     /// memory) the size of the output's mode, since a primary plane must cover the screen,
     /// in the driver's implicit layout when it takes no modifiers.
     fn copy_target(&self, fourcc: Fourcc) -> Result<CopyTarget, LiveError> {
-        let mode = self.kms.output(self.plane)?.mode;
+        let mode = self.kms.output_fitting(self.plane, (self.width, self.height))?.mode;
         if mode.width < self.width || mode.height < self.height {
             return Err(other(format!("the {}x{} frame does not fit the display's {}x{} mode", self.width, self.height, mode.width, mode.height)));
         }

@@ -623,10 +623,19 @@ impl KmsDevice {
     /// mode (else its first). Size a buffer for `mode` to fill the screen.
     pub fn output(&self, plane: Option<u32>) -> Result<KmsOutput, KmsDeviceError> {
         let plane = self.plane_formats(plane)?;
-        self.output_for(&plane)
+        self.output_for(&plane, (0, 0))
     }
 
-    fn output_for(&self, plane: &KmsPlane) -> Result<KmsOutput, KmsDeviceError> {
+    /// [`KmsDevice::output`] for a `width` x `height` frame: the preferred mode where it
+    /// holds the frame, else the smallest mode the connector lists that does (vkms prefers
+    /// 1024x768 and lists 1280x720 and up), else the preferred one. [`KmsDevice::show`] picks
+    /// the same mode for a framebuffer of that size.
+    pub fn output_fitting(&self, plane: Option<u32>, (width, height): (u32, u32)) -> Result<KmsOutput, KmsDeviceError> {
+        let plane = self.plane_formats(plane)?;
+        self.output_for(&plane, (width, height))
+    }
+
+    fn output_for(&self, plane: &KmsPlane, (fit_w, fit_h): (u32, u32)) -> Result<KmsOutput, KmsDeviceError> {
         let res = self.resources()?;
         self.bound("DRM_IOCTL_MODE_GETRESOURCES", "connectors", res.connectors().len(), MAX_KMS_CONNECTORS)?;
         for &conn in res.connectors() {
@@ -639,13 +648,18 @@ impl KmsDevice {
             if info.modes().is_empty() {
                 info = self.card.get_connector(conn, true).map_err(self.ioctl("DRM_IOCTL_MODE_GETCONNECTOR"))?;
             }
-            let Some(mode) = info
-                .modes()
-                .iter()
-                .find(|m| m.mode_type().contains(ModeTypeFlags::PREFERRED))
-                .or_else(|| info.modes().first())
-                .copied()
-            else {
+            let holds = |m: &&drm::control::Mode| {
+                let (w, h) = m.size();
+                u32::from(w) >= fit_w && u32::from(h) >= fit_h
+            };
+            let preferred = info.modes().iter().find(|m| m.mode_type().contains(ModeTypeFlags::PREFERRED)).or_else(|| info.modes().first());
+            let fitting = || {
+                info.modes().iter().filter(holds).min_by_key(|m| {
+                    let (w, h) = m.size();
+                    u32::from(w) * u32::from(h)
+                })
+            };
+            let Some(mode) = preferred.filter(holds).or_else(fitting).or(preferred).copied() else {
                 continue;
             };
             let mut crtc = None;
@@ -679,7 +693,8 @@ impl KmsDevice {
     }
 
     /// Scans `fb` out on the plane (as [`KmsDevice::plane_formats`] picks it), lighting up
-    /// [`KmsDevice::output`]'s connector, CRTC and mode in one atomic commit (a modeset),
+    /// [`KmsDevice::output_fitting`]'s connector, CRTC and mode for `fb`'s size in one atomic
+    /// commit (a modeset),
     /// after a `TEST_ONLY` commit of the same request. The framebuffer's top left
     /// `min(fb, mode)` pixels fill the CRTC from its top left, unscaled; a primary plane that
     /// must cover the whole CRTC needs a framebuffer at least the mode's size. It stays
@@ -689,7 +704,7 @@ impl KmsDevice {
             return Err(KmsDeviceError::NoAtomic { path: self.path.to_string(), source: source.clone() });
         }
         let plane = self.plane_formats(plane)?;
-        let out = self.output_for(&plane)?;
+        let out = self.output_for(&plane, (fb.width, fb.height))?;
         let plane_h: plane::Handle = handle(plane.id).ok_or_else(|| self.no_such_plane(plane.id))?;
         let crtc_h: crtc::Handle = handle(out.crtc).ok_or_else(|| self.no_output(plane.id))?;
         let conn_h: connector::Handle = handle(out.connector).ok_or_else(|| self.no_output(plane.id))?;

@@ -10,7 +10,9 @@
 #   with the Vulkan device and allocated, each buffer read back through the device; and,
 #   with vivid loaded too, the live demo on vkms: a 1280x720 camera on a display whose
 #   preferred mode is 1024x768 (a mode that holds the frame is picked), every frame shown,
-#   verified and showing vivid's colour bars in the camera's own colorimetry.
+#   verified and showing vivid's colour bars in the camera's own colorimetry (NV12, through
+#   the copy plan to AR24), and zero-copy (AR24: the camera's buffers are vkms's
+#   framebuffers, imported through PRIME).
 # Prints "program ok: lab drivers" and exits 0, or names what is missing and exits 1.
 #
 #   scripts/lab-drivers-check.sh [DMABRIDGE]
@@ -61,6 +63,12 @@ if [ -n "$DMABRIDGE" ] && [ -n "$cap" ]; then
     grep -q "10 frames shown" <<<"$out" || fail "the live demo showed no frames on vkms: $(tail -5 <<<"$out")"
     grep -q "picture: 10/10 frames show vivid's colour bars" <<<"$out" || fail "the live demo's frames on vkms: $(tail -5 <<<"$out")"
     echo "vkms: $(grep -m1 'camera -> display' <<<"$out" | cut -c1-120)..."
+    out=$("$DMABRIDGE" demo --producer v4l2 --device "$cap" --kms-device "/dev/dri/$vkms" --format AR24 --width 1280 --height 720 \
+        --frames 10 --validation --out "${TMPDIR:-/tmp}/lab-drivers-vkms-ar24" 2>&1) || fail "the zero-copy live demo on vkms failed: $(tail -5 <<<"$out")"
+    grep -q "negotiated: shared" <<<"$out" || fail "vivid, lavapipe and vkms share no AR24 buffer: $(tail -5 <<<"$out")"
+    grep -q "10 frames shown.*zero-copy: the camera's buffers are the framebuffers" <<<"$out" || fail "vkms did not scan out the camera's buffers: $(tail -5 <<<"$out")"
+    grep -q "leaked fds: 0" <<<"$out" || fail "the zero-copy live demo leaked fds: $(tail -5 <<<"$out")"
+    echo "vkms: $(grep -m1 'camera -> display' <<<"$out")"
 fi
 echo "vicodec, visl: $(grep -E 'stateful|stateless|visl' <<<"$names" | tr '\n' ' ')"
 echo "vkms: $vkms with $(cd /sys/class/drm && ls -d "$vkms"-* | tr '\n' ' ')"

@@ -153,26 +153,12 @@ fn tokens(blanked: &str) -> Vec<Token> {
             line += usize::from(c == '\n');
         } else if c.is_alphanumeric() || c == '_' {
             let mut s = String::from(c);
-            while let Some(&n) = chars.peek() {
-                if n.is_alphanumeric() || n == '_' {
-                    s.push(n);
-                    chars.next();
-                } else {
-                    break;
-                }
-            }
+            take_ident(&mut chars, &mut s);
             // A raw identifier (r#mod) is never a keyword.
             if s == "r" && chars.peek() == Some(&'#') {
                 chars.next();
                 s.push('#');
-                while let Some(&n) = chars.peek() {
-                    if n.is_alphanumeric() || n == '_' {
-                        s.push(n);
-                        chars.next();
-                    } else {
-                        break;
-                    }
-                }
+                take_ident(&mut chars, &mut s);
             }
             out.push(Token { tok: Tok::Ident(s), line });
         } else if c == ':' && chars.peek() == Some(&':') {
@@ -554,3 +540,13 @@ mod tests { use crate::no::tests; }
     );
 }
 
+/// Appends to `s` the identifier characters `chars` continues with.
+fn take_ident(chars: &mut std::iter::Peekable<std::str::Chars<'_>>, s: &mut String) {
+    while let Some(&n) = chars.peek() {
+        if !(n.is_alphanumeric() || n == '_') {
+            break;
+        }
+        s.push(n);
+        chars.next();
+    }
+}

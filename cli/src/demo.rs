@@ -13,6 +13,7 @@ use dmabridge_lab::decoder::peer::Role;
 use dmabridge_lab::demo::config::{DemoConfig, Mode};
 use dmabridge_lab::demo::control::DEFAULT_PEER_TIMEOUT;
 use dmabridge_lab::demo::{consumer, producer};
+use dmabridge_lab::vicodec;
 use dmabridge_lab::{decoder, live};
 
 #[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -40,6 +41,10 @@ pub enum ProducerArg {
     /// A live V4L2 camera (`--device`), negotiated with the Vulkan device and, with
     /// `--kms-device`, a KMS plane, all from their drivers' own lists (one process).
     V4l2,
+    /// The kernel's vicodec (kernel lab): its stateful encoder makes an FWHT stream, its
+    /// stateless decoder decodes it through the request API into collection buffers, and
+    /// every frame is verified through the device against its stateful decoder.
+    Vicodec,
 }
 
 #[derive(clap::Args)]
@@ -47,10 +52,18 @@ pub struct DemoArgs {
     /// What produces the frames.
     #[arg(long, value_enum, default_value = "render")]
     producer: ProducerArg,
-    /// Decoder only: the stream switches from 1280x720 to 1920x1080 at this frame (a new
-    /// collection is negotiated while the old frames drain).
+    /// Decoder and vicodec: the stream switches size at this frame (decoder: 1280x720 to
+    /// 1920x1080; vicodec: 640x480 to 1280x720), and a new collection is negotiated and
+    /// allocated.
     #[arg(long, value_name = "N")]
     resolution_change_at: Option<u32>,
+    /// Vicodec only: an I frame every N frames (1 to 16), P frames between.
+    #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=16))]
+    gop: u32,
+    /// Vicodec only: decode each P frame into its own reference's buffer, breaking the
+    /// decoder's buffer rule on purpose (the verification must fail).
+    #[arg(long, hide = true)]
+    break_references: bool,
     /// Decoder only: a read-only recorder process attaches to the running collection at this
     /// frame and verifies every frame after it (if it dies, the loss is reported and the
     /// stream goes on).
@@ -315,6 +328,70 @@ fn run_decoder(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
     ExitCode::SUCCESS
 }
 
+fn run_vicodec(args: &DemoArgs, out: &std::path::Path, validation: bool) -> ExitCode {
+    let config = vicodec::VicodecConfig {
+        frames: args.frames,
+        resolution_change_at: args.resolution_change_at,
+        gop: args.gop,
+        validation,
+        timeout: std::time::Duration::from_secs_f64(args.peer_timeout),
+        break_references: args.break_references,
+    };
+    let (outcome, summary_path) = match summarised(out, vicodec::run(&config), |o| &o.summary) {
+        Ok(done) => done,
+        Err(code) => return code,
+    };
+    let s = &outcome.summary;
+    println!("dmabridge demo --producer vicodec: {} ({} frames, an I frame every {})", s["device"].as_str().unwrap_or("?"), args.frames, args.gop);
+    println!();
+    println!("{:<10} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>10}", "size", "frames", "I/P", "verified", "buffers", "stride", "in flight", "collection");
+    for r in s["segments"].as_array().into_iter().flatten() {
+        let frames = r["frames"].as_u64().unwrap_or(0);
+        let intra = r["intra_frames"].as_u64().unwrap_or(0);
+        println!(
+            "{:<10} {:>7} {:>7} {:>9} {:>8} {:>8} {:>9} {:>10}",
+            r["size"].as_str().unwrap_or("?"),
+            frames,
+            format!("{intra}/{}", frames.saturating_sub(intra)),
+            r["verified"].to_string(),
+            r["buffer_count"].to_string(),
+            r["planes"][0][1].to_string(),
+            r["most_in_flight"].to_string(),
+            r["collection"].as_str().unwrap_or("?"),
+        );
+    }
+    println!();
+    if let Some(first) = s["segments"][0].as_object() {
+        println!("participants: {}", first["participants"].as_array().into_iter().flatten().filter_map(|p| p.as_str()).collect::<Vec<_>>().join(", "));
+        println!("import: {}", first["import_path"].as_str().unwrap_or("?"));
+    }
+    println!(
+        "vicodec: {}/{} frames decoded statelessly (requests) into collection buffers and equal, read back through the device, to the stateful decoder's",
+        s["verified_frames"], args.frames
+    );
+    println!("references honoured: {}/{} P frames decoded with their reference frame untouched in its buffer", s["references_honoured"], s["p_frames"]);
+    for r in s["segments"].as_array().into_iter().flatten() {
+        for m in r["mismatches"].as_array().into_iter().flatten() {
+            println!("mismatch: frame {} differs from the stateful decoder's in {} bytes", m[0], m[1]);
+        }
+    }
+    println!("drained: {}; leaked fds: {}", if s["drained"] == true { "every frame accounted for" } else { "frames missing" }, s["leaked_fds"]);
+    println!(
+        "ms/frame (lab kernel, TCG): stateless decode + import + read-back {:.2}; stateful encode + decode {:.2}",
+        s["ms_per_frame_stateless"].as_f64().unwrap_or(0.0),
+        s["ms_per_frame_stateful_encode_and_decode"].as_f64().unwrap_or(0.0)
+    );
+    println!("summary: {}", summary_path.display());
+    for v in s["validation"].as_array().into_iter().flatten() {
+        eprintln!("dmabridge demo: validation: {v}");
+    }
+    if !outcome.ok {
+        eprintln!("dmabridge demo: the vicodec stream did not hold (see above)");
+        return ExitCode::from(4);
+    }
+    ExitCode::SUCCESS
+}
+
 pub fn run(args: &DemoArgs) -> ExitCode {
     if args.producer == ProducerArg::Render && (args.resolution_change_at.is_some() || args.late_join_at.is_some()) {
         eprintln!("dmabridge demo: --resolution-change-at and --late-join-at need --producer decoder");
@@ -336,6 +413,9 @@ pub fn run(args: &DemoArgs) -> ExitCode {
     }
     if args.producer == ProducerArg::V4l2 {
         return run_live(args, out, validation);
+    }
+    if args.producer == ProducerArg::Vicodec {
+        return run_vicodec(args, &out, validation);
     }
     if args.device.is_some() || args.kms_device.is_some() {
         eprintln!("dmabridge demo: --device and --kms-device need --producer v4l2");

@@ -140,13 +140,13 @@ struct Coll {
 /// dropped: otherwise the process would exit with that thread freeing the collection's
 /// device memory while the driver tears itself down (the kernel lab saw the decoder die by
 /// a signal after printing its error).
-struct Serving {
-    handle: Option<JoinHandle<Result<ServerOutcome, ServerError>>>,
+pub(crate) struct Serving {
+    pub(crate) handle: Option<JoinHandle<Result<ServerOutcome, ServerError>>>,
     stop: Arc<AtomicBool>,
 }
 
 impl Serving {
-    fn spawn(server: Server) -> Serving {
+    pub(crate) fn spawn(server: Server) -> Serving {
         let stop = server.stop_flag();
         Serving { handle: Some(server.spawn()), stop }
     }

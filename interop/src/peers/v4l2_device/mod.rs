@@ -19,7 +19,10 @@
 //! [`VIDEO_MAX_PLANES`], [`MAX_BUFFERS`]); every failure is a [`V4l2DeviceError`] that names
 //! the device, the ioctl and the errno.
 
+mod codec;
 mod uapi;
+
+pub use codec::{MediaDevice, MediaError, MediaRequest, QueueParams};
 
 use std::fmt;
 use std::io;
@@ -381,6 +384,14 @@ pub struct Dequeued {
     pub bytesused: Vec<u32>,
     /// `V4L2_BUF_FLAG_ERROR`: the frame came back but its data may be corrupt.
     pub error: bool,
+    /// The buffer's timestamp: a capture queue's is the time of capture, or (a codec's,
+    /// `V4L2_BUF_FLAG_TIMESTAMP_COPY`) the one its `OUTPUT` buffer was queued with.
+    pub timestamp: Duration,
+    /// `V4L2_BUF_FLAG_KEYFRAME`: a codec's frame that references no other.
+    pub keyframe: bool,
+    /// `V4L2_BUF_FLAG_LAST`: the stream's last buffer (after a drain or before a
+    /// resolution change).
+    pub last: bool,
 }
 
 /// A mapping of every plane of one `MMAP` buffer, unmapped on drop: read-only for a capture
@@ -480,6 +491,8 @@ pub struct V4l2Device {
     direction: Direction,
     multiplanar: bool,
     buf_type: u32,
+    /// The node's capabilities (`device_caps`), kept for [`V4l2Device::other_queue`].
+    caps: u32,
 }
 
 /// A NUL-terminated fixed-size field as text.
@@ -559,6 +572,7 @@ impl V4l2Device {
             direction,
             multiplanar,
             buf_type,
+            caps,
         })
     }
 
@@ -971,8 +985,14 @@ impl V4l2Device {
 
     /// Queues `MMAP` buffer `index` (`VIDIOC_QBUF`).
     pub fn queue_mmap(&self, index: u32) -> Result<(), V4l2DeviceError> {
+        self.queue_mmap_with(index, &QueueParams::default())
+    }
+
+    /// [`V4l2Device::queue_mmap`] with a payload size, timestamp or request.
+    pub fn queue_mmap_with(&self, index: u32, params: &QueueParams<'_>) -> Result<(), V4l2DeviceError> {
         let mut buf = Buffer { index, memory: MEMORY_MMAP, ..Buffer::default() };
         let mut planes = [RawPlane::default(); VIDEO_MAX_PLANES];
+        params.apply(&mut buf, &mut planes, self.multiplanar);
         let r = self.buffer_call::<VIDIOC_QBUF>(&mut buf, &mut planes, VIDEO_MAX_PLANES);
         self.planes_answer("VIDIOC_QBUF", r).map(drop)
     }
@@ -981,6 +1001,17 @@ impl V4l2Device {
     /// its length per plane the format has. The fds are borrowed: the driver takes its own
     /// reference.
     pub fn queue_dmabuf(&self, index: u32, fds: &[BorrowedFd<'_>], lengths: &[u32]) -> Result<(), V4l2DeviceError> {
+        self.queue_dmabuf_with(index, fds, lengths, &QueueParams::default())
+    }
+
+    /// [`V4l2Device::queue_dmabuf`] with a payload size, timestamp or request.
+    pub fn queue_dmabuf_with(
+        &self,
+        index: u32,
+        fds: &[BorrowedFd<'_>],
+        lengths: &[u32],
+        params: &QueueParams<'_>,
+    ) -> Result<(), V4l2DeviceError> {
         if fds.is_empty() || fds.len() != lengths.len() || fds.len() > VIDEO_MAX_PLANES {
             return Err(self.bad_request(format!(
                 "QBUF of {} fds with {} lengths (1 to {VIDEO_MAX_PLANES} planes, one length each)",
@@ -1001,6 +1032,7 @@ impl V4l2Device {
             buf.m = raw_fd(fd);
             buf.length = len;
         }
+        params.apply(&mut buf, &mut planes, self.multiplanar);
         let r = self.buffer_call::<VIDIOC_QBUF>(&mut buf, &mut planes, fds.len());
         self.planes_answer("VIDIOC_QBUF", r).map(drop)
     }
@@ -1063,6 +1095,9 @@ impl V4l2Device {
             sequence: buf.sequence,
             bytesused: planes.iter().map(|p| p.bytesused).collect(),
             error: buf.flags & BUF_FLAG_ERROR != 0,
+            timestamp: timestamp_of(buf.timestamp),
+            keyframe: buf.flags & BUF_FLAG_KEYFRAME != 0,
+            last: buf.flags & BUF_FLAG_LAST != 0,
         }))
     }
 
@@ -1099,6 +1134,13 @@ impl AsFd for V4l2Device {
     fn as_fd(&self) -> BorrowedFd<'_> {
         self.fd.as_fd()
     }
+}
+
+/// A `timeval` as a duration; a negative one (no driver sets it) as zero.
+fn timestamp_of([sec, usec]: [i64; 2]) -> Duration {
+    let sec = u64::try_from(sec).unwrap_or(0);
+    let usec = u64::try_from(usec).unwrap_or(0).min(999_999);
+    Duration::from_secs(sec) + Duration::from_micros(usec)
 }
 
 fn format_summary(f: &DeviceFormat) -> FormatSummary {

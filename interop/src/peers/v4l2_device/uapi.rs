@@ -32,6 +32,16 @@ pub(super) const FRMSIZE_TYPE_STEPWISE: u32 = 3;
 pub(super) const FIELD_ANY: u32 = 0;
 /// `V4L2_BUF_FLAG_ERROR`: the frame was dequeued, but its data may be corrupt.
 pub(super) const BUF_FLAG_ERROR: u32 = 0x0000_0040;
+/// `V4L2_BUF_FLAG_KEYFRAME`: a codec's frame that references no other.
+pub(super) const BUF_FLAG_KEYFRAME: u32 = 0x0000_0008;
+/// `V4L2_BUF_FLAG_LAST`: the last buffer of a drained (or resolution-changing) stream.
+pub(super) const BUF_FLAG_LAST: u32 = 0x0010_0000;
+/// `V4L2_BUF_FLAG_REQUEST_FD`: the buffer belongs to the request `request_fd`.
+pub(super) const BUF_FLAG_REQUEST_FD: u32 = 0x0080_0000;
+/// `V4L2_CTRL_WHICH_CUR_VAL`: controls set now.
+pub(super) const CTRL_WHICH_CUR_VAL: u32 = 0;
+/// `V4L2_CTRL_WHICH_REQUEST_VAL`: controls set in the request `request_fd`.
+pub(super) const CTRL_WHICH_REQUEST_VAL: u32 = 0x0f01_0000;
 
 /// `struct v4l2_capability`.
 #[repr(C)]
@@ -196,6 +206,58 @@ pub(super) struct Control {
     pub(super) value: i32,
 }
 
+/// `struct v4l2_ext_control` (packed: 20 bytes), for a compound control: `ptr` points at
+/// `size` bytes of the control's payload.
+#[repr(C, packed)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct ExtControl {
+    pub(super) id: u32,
+    pub(super) size: u32,
+    pub(super) reserved2: u32,
+    pub(super) ptr: u64,
+}
+
+/// `struct v4l2_ext_controls`; `controls` points at `count` [`ExtControl`]s.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct ExtControls {
+    pub(super) which: u32,
+    pub(super) count: u32,
+    pub(super) error_idx: u32,
+    pub(super) request_fd: i32,
+    pub(super) reserved: u32,
+    pub(super) controls: u64,
+}
+
+/// `struct media_device_info` (`include/uapi/linux/media.h`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub(super) struct MediaDeviceInfo {
+    pub(super) driver: [u8; 16],
+    pub(super) model: [u8; 32],
+    pub(super) serial: [u8; 40],
+    pub(super) bus_info: [u8; 32],
+    pub(super) media_version: u32,
+    pub(super) hw_revision: u32,
+    pub(super) driver_version: u32,
+    pub(super) reserved: [u32; 31],
+}
+
+impl Default for MediaDeviceInfo {
+    fn default() -> Self {
+        MediaDeviceInfo {
+            driver: [0; 16],
+            model: [0; 32],
+            serial: [0; 40],
+            bus_info: [0; 32],
+            media_version: 0,
+            hw_revision: 0,
+            driver_version: 0,
+            reserved: [0; 31],
+        }
+    }
+}
+
 /// `V4L2_CTRL_FLAG_NEXT_CTRL`: `QUERYCTRL` answers the first control after the id.
 pub(super) const CTRL_FLAG_NEXT_CTRL: u32 = 0x8000_0000;
 
@@ -211,6 +273,9 @@ const _: () = assert!(size_of::<Buffer>() == 88 && std::mem::offset_of!(Buffer, 
 const _: () = assert!(size_of::<RawPlane>() == 64 && std::mem::offset_of!(RawPlane, data_offset) == 16);
 const _: () = assert!(size_of::<ExportBuffer>() == 64);
 const _: () = assert!(size_of::<QueryCtrl>() == 68 && size_of::<Control>() == 8);
+const _: () = assert!(size_of::<ExtControl>() == 20 && size_of::<ExtControls>() == 32);
+const _: () = assert!(std::mem::offset_of!(ExtControls, controls) == 24);
+const _: () = assert!(size_of::<MediaDeviceInfo>() == 256);
 
 pub(super) const VIDIOC_QUERYCAP: Opcode = opcode::read::<Capability>(b'V', 0);
 pub(super) const VIDIOC_ENUM_FMT: Opcode = opcode::read_write::<FmtDesc>(b'V', 2);
@@ -226,6 +291,11 @@ pub(super) const VIDIOC_STREAMOFF: Opcode = opcode::write::<i32>(b'V', 19);
 pub(super) const VIDIOC_S_CTRL: Opcode = opcode::read_write::<Control>(b'V', 28);
 pub(super) const VIDIOC_QUERYCTRL: Opcode = opcode::read_write::<QueryCtrl>(b'V', 36);
 pub(super) const VIDIOC_TRY_FMT: Opcode = opcode::read_write::<RawFormat>(b'V', 64);
+pub(super) const VIDIOC_S_EXT_CTRLS: Opcode = opcode::read_write::<ExtControls>(b'V', 72);
+pub(super) const MEDIA_IOC_DEVICE_INFO: Opcode = opcode::read_write::<MediaDeviceInfo>(b'|', 0x00);
+pub(super) const MEDIA_IOC_REQUEST_ALLOC: Opcode = opcode::read::<i32>(b'|', 0x05);
+pub(super) const MEDIA_REQUEST_IOC_QUEUE: Opcode = opcode::none(b'|', 0x80);
+pub(super) const MEDIA_REQUEST_IOC_REINIT: Opcode = opcode::none(b'|', 0x81);
 pub(super) const VIDIOC_ENUM_FRAMESIZES: Opcode = opcode::read_write::<FrmSizeEnum>(b'V', 74);
 
 /// Offsets in `v4l2_format.fmt`: `v4l2_pix_format` (single-planar) and the packed

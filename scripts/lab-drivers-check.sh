@@ -6,7 +6,8 @@
 # - a vkms DRM card with a writeback connector;
 # - vicodec's stateless decoder, with DMABRIDGE: `dmabridge demo --producer vicodec` (16
 #   frames, a resolution change at 8) verifies every frame against the stateful decoder, and
-#   the same with every reference overwritten before use must fail;
+#   the same with every reference overwritten before use must fail; visl runs an MPEG-2
+#   I/P/B request sequence into collection buffers (`dmabridge demo --producer visl`);
 # - sw_sync: a fence made on a new timeline is pending until the timeline is advanced to
 #   it, then signalled (SW_SYNC_IOC_CREATE_FENCE, SW_SYNC_IOC_INC, poll).
 # - with DMABRIDGE (the CLI's path) given: visl's CAPTURE formats, read live, negotiated
@@ -63,7 +64,7 @@ if [ -n "$DMABRIDGE" ]; then
     # buffers, a resolution change and a drain, every frame against its stateful decoder.
     out=$("$DMABRIDGE" demo --producer vicodec --frames 16 --resolution-change-at 8 --gop 5 --validation \
         --out "${TMPDIR:-/tmp}/lab-drivers-vicodec" 2>&1) || fail "the vicodec stateless decode failed: $(tail -8 <<<"$out")"
-    for want in "16/16 frames decoded statelessly" "references honoured: 12/12 P frames" \
+    for want in "16/16 frames decoded statelessly" "references honoured: 12/12 frames with references" \
         "drained: every frame accounted for; leaked fds: 0"; do
         grep -qF "$want" <<<"$out" || fail "vicodec: no \"$want\": $(tail -8 <<<"$out")"
     done
@@ -75,6 +76,13 @@ if [ -n "$DMABRIDGE" ]; then
     fi
     grep -q "^mismatch: frame 1 differs" <<<"$out" || fail "vicodec: a broken reference was not caught as a mismatch: $(tail -5 <<<"$out")"
     echo "vicodec: with each reference overwritten before use, $(grep -c '^mismatch' <<<"$out") of 4 P frames caught as mismatches"
+    # visl: an MPEG-2 request sequence (I, P and B pictures) into collection buffers.
+    out=$("$DMABRIDGE" demo --producer visl --frames 8 --validation --out "${TMPDIR:-/tmp}/lab-drivers-visl" 2>&1) \
+        || fail "the visl MPEG-2 sequence failed: $(tail -8 <<<"$out")"
+    for want in "8/8 frames decoded statelessly" "references honoured: 7/7" "drained: every frame accounted for; leaked fds: 0"; do
+        grep -qF "$want" <<<"$out" || fail "visl: no \"$want\": $(tail -8 <<<"$out")"
+    done
+    grep -E '^(visl|references)' <<<"$out" | sed 's/^/visl: /'
 fi
 cap=""
 for d in /sys/class/video4linux/video*; do [ "$(cat "$d/name")" = vivid-000-vid-cap ] && cap=/dev/$(basename "$d"); done

@@ -9,7 +9,7 @@
 //! - [`decoder`]: the three-process decoder demo (`dmabridge demo --producer decoder`), its
 //!   peers in processes of their own ([`decoder::peer::run`]).
 //! - [`live`]: a live V4L2 camera and KMS display (`dmabridge demo --producer v4l2`).
-//! - [`vicodec`]: the kernel's stateless decoder (vicodec) through the request API into
+//! - [`kernel_codecs`]: the kernel's stateless decoder (vicodec) through the request API into
 //!   collection buffers (`dmabridge demo --producer vicodec`, in the kernel lab).
 //! - [`bench`](mod@bench): `dmabridge bench`: the paths' cost per frame, the conversions beside
 //!   GStreamer and the CPU libraries, the report and the comparison of two runs.
@@ -25,4 +25,4 @@ pub mod error;
 pub mod live;
 pub mod picture;
 pub mod stats;
-pub mod vicodec;
+pub mod kernel_codecs;

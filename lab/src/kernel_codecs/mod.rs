@@ -21,6 +21,7 @@
 pub mod fwht;
 pub mod stateful;
 pub mod stateless;
+pub mod visl;
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -140,7 +141,8 @@ pub fn run(config: &VicodecConfig) -> Result<VicodecOutcome, VicodecError> {
         let expected = stateful::reference_decode(&reference, w, h, &frames)?;
         encode_time += t.elapsed();
         let t = Instant::now();
-        let seg = Segment { width: w, height: h, first, frames: &frames, expected: &expected };
+        let stream = fwht::FwhtStream { frames, expected };
+        let seg = Segment { width: w, height: h, first, stream: &stream };
         reports.push(stateless.decode(&engine, &seg, config.timeout)?);
         decode_time += t.elapsed();
     }

@@ -10,6 +10,8 @@
 
 use std::time::Duration;
 
+use super::stateless::RequestStream;
+
 /// `V4L2_PIX_FMT_FWHT`: the stateful codecs' compressed format.
 pub const PIX_FMT_FWHT: u32 = u32::from_le_bytes(*b"FWHT");
 /// `V4L2_PIX_FMT_FWHT_STATELESS`.
@@ -100,6 +102,44 @@ impl Frame {
             out[8 + 4 * i..12 + 4 * i].copy_from_slice(&v.to_ne_bytes());
         }
         out
+    }
+}
+
+/// An encoded FWHT segment as the stateless decoder takes it, with what the stateful
+/// decoder made of each frame.
+pub struct FwhtStream {
+    pub frames: Vec<Frame>,
+    /// Tightly packed NV12, frame by frame.
+    pub expected: Vec<Vec<u8>>,
+}
+
+impl RequestStream for FwhtStream {
+    fn coded_format(&self) -> u32 {
+        PIX_FMT_FWHT_STATELESS
+    }
+
+    fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    fn payload(&self, i: usize) -> &[u8] {
+        self.frames.get(i).map_or(&[], Frame::payload)
+    }
+
+    fn references(&self, i: usize) -> Vec<usize> {
+        match self.frames.get(i) {
+            Some(f) if i > 0 && !f.is_intra() => vec![i - 1],
+            _ => Vec::new(),
+        }
+    }
+
+    fn controls(&self, i: usize, ts: &dyn Fn(usize) -> Duration) -> Vec<(u32, Vec<u8>)> {
+        let reference = self.references(i).first().map(|&r| ts(r));
+        self.frames.get(i).map(|f| vec![(CID_STATELESS_FWHT_PARAMS, f.params(reference).to_vec())]).unwrap_or_default()
+    }
+
+    fn expected(&self, i: usize) -> Option<&[u8]> {
+        self.expected.get(i).map(Vec::as_slice)
     }
 }
 

@@ -47,6 +47,9 @@ fn buffer() -> DmaBuf {
     DmaBuf::new(Fourcc::ARGB8888, Layout::Explicit(Modifier::LINEAR), 64, 64, vec![PlaneDesc { fd, offset: 0, stride: 256 }]).expect("descriptor")
 }
 
+/// One way of waiting for a fence.
+type Wait<'a> = dyn Fn() -> Result<(), WaitError> + 'a;
+
 #[test]
 fn a_fence_that_never_signals_is_a_typed_timeout_within_its_limit() {
     let _g = lock();
@@ -54,7 +57,7 @@ fn a_fence_that_never_signals_is_a_typed_timeout_within_its_limit() {
     let fence = timeline.fence(1).expect("SW_SYNC_IOC_CREATE_FENCE");
     assert_pending(&fence, "a fence at 1 on a timeline at 0");
     for limit in [Duration::ZERO, Duration::from_millis(50), Duration::from_millis(300)] {
-        let waits: [(&str, &dyn Fn() -> Result<(), WaitError>); 2] =
+        let waits: [(&str, &Wait); 2] =
             [("SyncFile::wait", &|| fence.wait(limit)), ("wait_sync_file", &|| wait_sync_file(fence.as_fd(), limit))];
         for (how, wait) in waits {
             let t = Instant::now();

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The `kernel` test configuration, run inside the kernel lab (scripts/lab.sh) by test.sh:
-# a real Linux with /dev/udmabuf, /dev/dma_heap/system, sync_file, vgem, vivid (V4L2) and
-# virtio-gpu (KMS), lavapipe with no
+# a real Linux with /dev/udmabuf, /dev/dma_heap/system, sync_file, vgem, sw_sync (its
+# timelines in debugfs, mounted here), vivid (V4L2) and virtio-gpu (KMS), lavapipe with no
 # emulation, the validation layer on in every Vulkan test.
 #
 #   scripts/kernel-tests.sh LIST
@@ -18,6 +18,8 @@ export DMABRIDGE_TEST_CONFIG=kernel
 # all of them (and by the next run).
 export MESA_SHADER_CACHE_DIR="$PWD/target/lab/mesa-shader-cache"
 mkdir -p "$MESA_SHADER_CACHE_DIR"
+# sw_sync makes its timelines in debugfs (/sys/kernel/debug/sync/sw_sync).
+mountpoint -q /sys/kernel/debug || mount -t debugfs none /sys/kernel/debug
 
 # Not run here, and why. Everything else is.
 declare -A SKIP=(

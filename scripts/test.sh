@@ -166,9 +166,11 @@ for driver in "${drm_shim_drivers[@]}"; do
 done
 
 echo "=== configuration 4/4: kernel (Linux in the lab, scripts/lab.sh) ==="
-# The live peers: vgem (a second DRM device, fences), two vivid instances (V4L2 capture and
-# output: 000 single-planar, 001 multi-planar) and virtio-gpu (a KMS device).
-step kernel scripts/lab.sh --modules vgem,vivid,virtio_gpu --param vivid.n_devs=2 --param vivid.multiplanar=1,2 \
+# The live peers: vgem (a second DRM device, fences on dma-bufs), sw_sync (timelines whose
+# fences the tests alone signal, or fail: interop/tests/hostile_fences.rs, tests/kernel_fences.rs),
+# two vivid instances (V4L2 capture and output: 000 single-planar, 001 multi-planar) and
+# virtio-gpu (a KMS device).
+step kernel scripts/lab.sh --modules vgem,sw_sync,vivid,virtio_gpu --param vivid.n_devs=2 --param vivid.multiplanar=1,2 \
     --timeout "${DMABRIDGE_LAB_TIMEOUT:-2700}" -- scripts/kernel-tests.sh target/lab-tests.list
 # The drivers Debian does not build (vicodec, visl, vkms, sw_sync; scripts/lab-modules.sh
 # builds them once and caches them beside the kernel): there, and doing what tests rely on.

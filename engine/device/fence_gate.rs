@@ -12,6 +12,11 @@
 //! ([`SubmitError::FenceExpired`] from [`Submission::wait`] and
 //! [`Submission::check_fences`]). A fence already signalled at submit time costs nothing.
 //!
+//! A fence can signal with an error (its sender's work failed or was abandoned). At submit
+//! time that refuses the work ([`SubmitError::FenceFailed`]); a gated fence that fails later
+//! opens its gate (the batch is on the queue and cannot be taken back) and its verdict says
+//! *failed*, which the submission reports as [`SubmitError::FenceFailed`]: the frame is lost.
+//!
 //! Compositors treat their clients' fences the same way (wlroots, Mutter and KWin wait for
 //! a client buffer's fence in their event loop before they latch the buffer), for the same
 //! reason. The cost is one wake-up of the fence thread per pending fence.
@@ -19,17 +24,18 @@
 //! [`SubmitOptions::wait_sync_files`]: super::submit::SubmitOptions::wait_sync_files
 //! [`SubmitOptions::fence_limit`]: super::submit::SubmitOptions::fence_limit
 //! [`SubmitError::FenceExpired`]: super::submit::SubmitError::FenceExpired
+//! [`SubmitError::FenceFailed`]: super::submit::SubmitError::FenceFailed
 //! [`Submission::wait`]: super::submit::Submission::wait
 //! [`Submission::check_fences`]: super::submit::Submission::check_fences
 
 use std::os::fd::{AsFd, OwnedFd};
-use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use ash::vk;
-use dmabridge_interop::sync::SyncFile;
+use dmabridge_interop::sync::{FenceStatus, SyncFile};
 use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 
 /// What became of one gated fence, shared by the fence thread and the [`Submission`].
@@ -38,6 +44,8 @@ use rustix::event::{eventfd, poll, EventfdFlags, PollFd, PollFlags, Timespec};
 #[derive(Debug)]
 pub(crate) struct Verdict {
     state: AtomicU8,
+    /// The fence's error (positive errno) when it signalled with one (state FAILED).
+    errno: AtomicI32,
     /// The fence's place in the submission's `wait_sync_files`.
     pub(crate) index: usize,
     pub(crate) limit: Duration,
@@ -46,12 +54,18 @@ pub(crate) struct Verdict {
 const PENDING: u8 = 0;
 const SIGNALLED: u8 = 1;
 const EXPIRED: u8 = 2;
+const FAILED: u8 = 3;
 
 impl Verdict {
     /// Whether the gate was opened because the fence's time ran out (or the engine went away)
     /// rather than because it signalled.
     pub(crate) fn expired(&self) -> bool {
         self.state.load(Ordering::Acquire) == EXPIRED
+    }
+
+    /// The fence's error (a positive errno) when it signalled with one.
+    pub(crate) fn failed(&self) -> Option<i32> {
+        (self.state.load(Ordering::Acquire) == FAILED).then(|| self.errno.load(Ordering::Acquire))
     }
 }
 
@@ -73,7 +87,7 @@ impl Gate {
             semaphore,
             // A limit too far to represent is no limit the thread could ever reach.
             deadline: now.checked_add(limit).unwrap_or(now + Duration::from_secs(u32::MAX.into())),
-            verdict: Arc::new(Verdict { state: AtomicU8::new(PENDING), index, limit }),
+            verdict: Arc::new(Verdict { state: AtomicU8::new(PENDING), errno: AtomicI32::new(0), index, limit }),
         }
     }
 
@@ -171,10 +185,17 @@ fn run(device: &ash::Device, shared: &Shared) {
         };
         let now = Instant::now();
         for g in std::mem::take(&mut gates) {
-            match g.fence.is_signalled() {
-                Ok(true) => open(device, g, SIGNALLED),
-                Ok(false) if !stop && now < g.deadline => gates.push(g),
-                Ok(false) => {
+            match g.fence.status() {
+                Ok(FenceStatus::Signalled) => open(device, g, SIGNALLED),
+                Ok(FenceStatus::Failed { errno }) => {
+                    tracing::warn!(fence = g.verdict.index, errno, "a sync_file fence signalled with an error: the work that waited for it runs, and reports its frame lost");
+                    // Before `open` publishes the state (Release), so a reader that sees
+                    // FAILED sees the errno.
+                    g.verdict.errno.store(errno, Ordering::Relaxed);
+                    open(device, g, FAILED);
+                }
+                Ok(FenceStatus::Pending) if !stop && now < g.deadline => gates.push(g),
+                Ok(FenceStatus::Pending) => {
                     tracing::warn!(
                         fence = g.verdict.index,
                         limit = ?g.verdict.limit,

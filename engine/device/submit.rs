@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use ash::vk;
 use dmabridge_interop::dmabuf::take_returned_fd;
-use dmabridge_interop::sync::{SyncFile, SyncFileError, WaitError};
+use dmabridge_interop::sync::{FenceStatus, SyncFile, SyncFileError, WaitError};
 
 use super::fence_gate::{FenceGates, Gate, Verdict};
 use crate::error::{VkError, VkResultExt};
@@ -78,6 +78,14 @@ pub enum SubmitError {
     /// keep its promise; this engine's queue went on.
     #[error("sync_file fence {index} of the submission's waits did not signal within {limit:?}: the work ran without it (whoever sent that fence did not keep its promise)")]
     FenceExpired { index: usize, limit: Duration },
+    /// The `index`th fence of [`SubmitOptions::wait_sync_files`] signalled with an error
+    /// (`errno`, positive): the work that made it failed or was abandoned, so what it guards
+    /// was never finished. At submit time the work is refused (nothing is submitted, the
+    /// fences are closed); a fence that fails later, while it holds the work back, lets the
+    /// work run (a submitted batch cannot be taken back) and [`Submission::wait`] reports
+    /// this. Either way the frame is lost; this engine's queue goes on.
+    #[error("sync_file fence {index} of the submission's waits signalled with an error ({}): whoever sent it failed to finish the work it guards, so that frame is lost", std::io::Error::from_raw_os_error(*errno))]
+    FenceFailed { index: usize, errno: i32 },
     /// The `index`th fence of [`SubmitOptions::wait_sync_files`] could not be polled.
     #[error("sync_file fence {index} of the submission's waits cannot be polled: {source}")]
     FencePoll { index: usize, source: WaitError },
@@ -383,13 +391,19 @@ impl Submission {
     }
 
     /// [`SubmitError::FenceExpired`] once a fence of [`SubmitOptions::wait_sync_files`] has
-    /// expired (the work runs, or ran, without it); `Ok` while they are pending or signalled.
-    /// Does not block.
+    /// expired (the work runs, or ran, without it), [`SubmitError::FenceFailed`] once one
+    /// has signalled with an error (the work ran on what its sender never finished); `Ok`
+    /// while they are pending or signalled. Does not block.
     pub fn check_fences(&self) -> Result<(), SubmitError> {
-        match self.gates.iter().find(|v| v.expired()) {
-            Some(v) => Err(SubmitError::FenceExpired { index: v.index, limit: v.limit }),
-            None => Ok(()),
+        for v in &self.gates {
+            if v.expired() {
+                return Err(SubmitError::FenceExpired { index: v.index, limit: v.limit });
+            }
+            if let Some(errno) = v.failed() {
+                return Err(SubmitError::FenceFailed { index: v.index, errno });
+            }
         }
+        Ok(())
     }
 
     /// The sync_file fence that signals when the work is done, when one was asked for
@@ -407,7 +421,8 @@ pub struct SubmitOptions {
     /// sync_file fences (another process's or device's work) to wait for. Ownership passes
     /// to the engine. The queue never waits for them itself: a fence still pending at submit
     /// time holds the work back for at most [`SubmitOptions::fence_limit`] (the module
-    /// `device::fence_gate` says how and why).
+    /// `device::fence_gate` says how and why). A fence that has already signalled with an
+    /// error is refused ([`SubmitError::FenceFailed`]): nothing is submitted.
     pub wait_sync_files: Vec<SyncFile>,
     /// How long a fence of `wait_sync_files` may hold this work back. Past it, the fence has
     /// *expired*: the work runs without it and [`Submission::wait`] reports
@@ -602,12 +617,19 @@ impl Engine {
     }
 
     /// Gates for the fences of `fences` still pending (those signalled already need none),
-    /// each opening at the latest `limit` from now.
+    /// each opening at the latest `limit` from now. A fence that signalled with an error is
+    /// [`SubmitError::FenceFailed`]: the work would read what its sender never finished.
     fn gates(&self, fences: Vec<SyncFile>, limit: Duration) -> Result<Vec<Gate>, SubmitError> {
         let mut gates = Vec::new();
         for (index, fence) in fences.into_iter().enumerate() {
-            let pending = match fence.is_signalled() {
-                Ok(signalled) => !signalled,
+            let pending = match fence.status() {
+                Ok(FenceStatus::Pending) => true,
+                Ok(FenceStatus::Signalled) => false,
+                Ok(FenceStatus::Failed { errno }) => {
+                    self.destroy_gates(gates);
+                    tracing::warn!(fence = index, errno, "a sync_file fence signalled with an error: the work that waited for it is refused");
+                    return Err(SubmitError::FenceFailed { index, errno });
+                }
                 Err(source) => {
                     self.destroy_gates(gates);
                     return Err(SubmitError::FencePoll { index, source });

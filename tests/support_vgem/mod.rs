@@ -2,8 +2,9 @@
 //! dma-bufs through PRIME, other devices' dma-bufs imported through PRIME (a second DRM
 //! device beside the Vulkan one), mappings of its objects through the card, and fences the
 //! test attaches to them and signals itself (`VGEM_FENCE_ATTACH` / `VGEM_FENCE_SIGNAL`,
-//! `include/uapi/drm/vgem_drm.h`). It is the only way this kernel offers to put an
-//! unsignalled fence on a dma-buf (no `SW_SYNC`). The kernel signals a vgem fence by itself
+//! `include/uapi/drm/vgem_drm.h`). It is the way the tests put an unsignalled fence on a
+//! dma-buf itself (sw_sync's fences, `interop/tests/support_swsync`, are sync_files of their
+//! own, which the tests hand over as such). The kernel signals a vgem fence by itself
 //! after 10 s, so a test's unsignalled phase must be shorter.
 //!
 //! Loaded in the kernel lab by `scripts/lab.sh --modules vgem`.

@@ -36,7 +36,7 @@ pub use dma_buf_ioctl::{
     DMA_BUF_SYNC_WRITE,
 };
 pub use cpu_access::{is_dma_buf, CpuAccessError, CpuAccessGuard, CPU_ACCESS_TIMEOUT, DMA_BUF_IOCTL_SYNC};
-pub use sync_file::{wait_sync_file, SyncFile, SyncFileError, SYNC_IOC_FILE_INFO};
+pub use sync_file::{wait_sync_file, FenceStatus, SyncFile, SyncFileError, SYNC_IOC_FILE_INFO};
 pub use wait::{poll_for, poll_readable, WaitError};
 
 /// One way to synchronise access to a shared buffer (see the module docs).

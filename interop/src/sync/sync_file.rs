@@ -7,6 +7,15 @@
 //! caller's fd) becomes a [`SyncFile`] through [`SyncFile::new`] before anything keeps it,
 //! and every API that takes a fence takes a [`SyncFile`]. The check is the kernel's own:
 //! `SYNC_IOC_FILE_INFO`, which only sync_files answer.
+//!
+//! A fence can also signal with an error: the work it stands for failed or was abandoned (a
+//! GPU hang or reset, a producer that died, a sw_sync timeline closed with fences pending:
+//! `-ENOENT`). Such a fence polls readable like any signalled one, so a wait that only polls
+//! would take it for success and the consumer would use a frame nobody finished. Every wait
+//! here ([`SyncFile::wait`], [`SyncFile::is_signalled`], [`wait_sync_file`]) therefore asks the
+//! kernel for the fence's status once it has signalled ([`SyncFile::status`], the `status` of
+//! `SYNC_IOC_FILE_INFO`) and reports an error status as [`WaitError::Failed`]: the frame it
+//! guards is lost, and the stream goes on with the next one.
 
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
@@ -46,6 +55,41 @@ pub enum SyncFileError {
     Query(io::Error),
 }
 
+/// What the kernel says of a fence: the `status` of `SYNC_IOC_FILE_INFO` (the kernel's
+/// `dma_fence_get_status`: 0 pending, 1 signalled, a negative errno signalled with an error).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FenceStatus {
+    /// Not signalled yet.
+    Pending,
+    /// Signalled, and the work it stands for completed.
+    Signalled,
+    /// Signalled with an error: the work it stands for failed or was abandoned. `errno` is
+    /// the kernel's error, positive (`ENOENT` for a sw_sync timeline closed under it; `EIO`,
+    /// `ETIMEDOUT` or `ECANCELED` from drivers after a hang or reset).
+    Failed { errno: i32 },
+}
+
+impl FenceStatus {
+    /// The kernel's `status` (anything above 0 is signalled: the kernel only ever says 1).
+    fn from_kernel(status: i32) -> FenceStatus {
+        match status {
+            0 => FenceStatus::Pending,
+            s if s > 0 => FenceStatus::Signalled,
+            s => FenceStatus::Failed { errno: s.saturating_neg() },
+        }
+    }
+
+    /// `Ok` for a fence that signalled without error, [`WaitError::Failed`] for one that
+    /// signalled with one; `None` while it is pending.
+    fn settled(self) -> Option<Result<(), WaitError>> {
+        match self {
+            FenceStatus::Pending => None,
+            FenceStatus::Signalled => Some(Ok(())),
+            FenceStatus::Failed { errno } => Some(Err(WaitError::Failed { errno })),
+        }
+    }
+}
+
 /// A sync_file fence (owned). Made only by [`SyncFile::new`], which asks the kernel.
 #[derive(Debug)]
 pub struct SyncFile(OwnedFd);
@@ -58,18 +102,27 @@ impl SyncFile {
         Ok(SyncFile(fd))
     }
 
-    /// Whether the fence has signalled, without waiting.
+    /// What the kernel says of the fence now ([`FenceStatus`]), without waiting.
+    pub fn status(&self) -> Result<FenceStatus, WaitError> {
+        status(self.0.as_fd()).map_err(query_error)
+    }
+
+    /// Whether the fence has signalled, without waiting: `Ok(false)` while it is pending,
+    /// `Ok(true)` once it signalled without error, [`WaitError::Failed`] once it signalled
+    /// with one.
     pub fn is_signalled(&self) -> Result<bool, WaitError> {
-        match poll_readable(self.0.as_fd(), Duration::ZERO) {
-            Ok(()) => Ok(true),
-            Err(WaitError::Timeout { .. }) => Ok(false),
-            Err(e) => Err(e),
+        match self.status()?.settled() {
+            None => Ok(false),
+            Some(settled) => settled.map(|()| true),
         }
     }
 
-    /// Waits up to `timeout` for the fence to signal.
+    /// Waits up to `timeout` for the fence to signal: [`WaitError::Timeout`] if it has not,
+    /// [`WaitError::Failed`] if it signalled with an error (the work it guards failed: the
+    /// frame is lost).
     pub fn wait(&self, timeout: Duration) -> Result<(), WaitError> {
-        poll_readable(self.0.as_fd(), timeout)
+        poll_readable(self.0.as_fd(), timeout)?;
+        signalled_status(self.0.as_fd())
     }
 
     /// Another fd for the same fence.
@@ -92,32 +145,69 @@ impl From<SyncFile> for OwnedFd {
 
 /// Whether `fd` (borrowed) is a sync_file, as the kernel answers.
 pub(crate) fn check(fd: BorrowedFd<'_>) -> Result<(), SyncFileError> {
+    status(fd).map(drop)
+}
+
+/// The status of the sync_file `fd` (borrowed), or why it has none.
+fn status(fd: BorrowedFd<'_>) -> Result<FenceStatus, SyncFileError> {
     let mut info = SyncFileInfo::default();
     // SAFETY: the opcode is the kernel's _IOWR('>', 4, struct sync_file_info) and `info` is
     // that struct (#[repr(C)], 56 bytes), borrowed mutably for the call; num_fences = 0 asks
-    // for no fence array, so the kernel writes nothing through sync_fence_info. Other files
-    // match no handler and answer ENOTTY.
+    // for no fence array, so the kernel writes nothing through sync_fence_info (it fills
+    // `status` alone then). Other files match no handler and answer ENOTTY.
     match unsafe { ioctl(fd, Updater::<SYNC_IOC_FILE_INFO, _>::new(&mut info)) } {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(FenceStatus::from_kernel(info.status)),
         Err(Errno::NOTTY) | Err(Errno::INVAL) => Err(SyncFileError::NotASyncFile),
         Err(e) => Err(SyncFileError::Query(e.into())),
     }
 }
 
-/// Waits up to `timeout` for the sync_file `fence` (borrowed) to signal. An fd that is not a
-/// sync_file is refused before any wait ([`WaitError::NotASyncFile`]): a regular file, say,
-/// polls readable at once and would pass for a signalled fence.
-pub fn wait_sync_file(fence: BorrowedFd<'_>, timeout: Duration) -> Result<(), WaitError> {
-    match check(fence) {
-        Ok(()) => poll_readable(fence, timeout),
-        Err(SyncFileError::NotASyncFile) => Err(WaitError::NotASyncFile),
-        Err(SyncFileError::Query(source)) => Err(WaitError::Io { op: "SYNC_IOC_FILE_INFO", source }),
+fn query_error(e: SyncFileError) -> WaitError {
+    match e {
+        SyncFileError::NotASyncFile => WaitError::NotASyncFile,
+        SyncFileError::Query(source) => WaitError::Io { op: "SYNC_IOC_FILE_INFO", source },
     }
+}
+
+/// The verdict on the sync_file `fd` once it polled readable: `Ok` or
+/// [`WaitError::Failed`]. A signalled fence never becomes pending again, so the kernel
+/// cannot say "pending" here; if it did, that is reported, never taken for success.
+fn signalled_status(fd: BorrowedFd<'_>) -> Result<(), WaitError> {
+    status(fd).map_err(query_error)?.settled().unwrap_or_else(|| {
+        Err(WaitError::Io {
+            op: "SYNC_IOC_FILE_INFO",
+            source: io::Error::other("the fence polled readable, but the kernel reports it pending"),
+        })
+    })
+}
+
+/// Waits up to `timeout` for the sync_file `fence` (borrowed) to signal, as
+/// [`SyncFile::wait`] does: [`WaitError::Timeout`] if it has not, [`WaitError::Failed`] if it
+/// signalled with an error. An fd that is not a sync_file is refused before any wait
+/// ([`WaitError::NotASyncFile`]): a regular file, say, polls readable at once and would pass
+/// for a signalled fence.
+pub fn wait_sync_file(fence: BorrowedFd<'_>, timeout: Duration) -> Result<(), WaitError> {
+    if let Some(settled) = status(fence).map_err(query_error)?.settled() {
+        return settled;
+    }
+    poll_readable(fence, timeout)?;
+    signalled_status(fence)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_kernels_status_becomes_a_fence_status() {
+        assert_eq!(FenceStatus::from_kernel(0), FenceStatus::Pending);
+        assert_eq!(FenceStatus::from_kernel(1), FenceStatus::Signalled);
+        assert_eq!(FenceStatus::from_kernel(-2), FenceStatus::Failed { errno: 2 });
+        assert_eq!(FenceStatus::from_kernel(i32::MIN), FenceStatus::Failed { errno: i32::MAX });
+        assert!(matches!(FenceStatus::Failed { errno: 5 }.settled(), Some(Err(WaitError::Failed { errno: 5 }))));
+        assert!(matches!(FenceStatus::Signalled.settled(), Some(Ok(()))));
+        assert!(FenceStatus::Pending.settled().is_none());
+    }
 
     #[test]
     fn request_number_matches_the_kernel_header() {

@@ -17,6 +17,12 @@ pub enum WaitError {
     /// The fence did not signal in time.
     #[error("the fence did not signal within {timeout:?}")]
     Timeout { timeout: Duration },
+    /// The fence signalled with an error (`SYNC_IOC_FILE_INFO`'s status, `-errno`): the work
+    /// it stands for failed or was abandoned, so what it guards must not be used (the frame
+    /// is lost). `errno` is positive: `ENOENT` (2) when a sw_sync timeline is closed with the
+    /// fence pending; drivers use `EIO`, `ETIMEDOUT` or `ECANCELED` after a hang or reset.
+    #[error("the fence signalled with an error ({}): the work it stands for failed, and what it guards must not be used", io::Error::from_raw_os_error(*errno))]
+    Failed { errno: i32 },
     /// `POLLHUP`: the other end is gone and nothing will ever become readable.
     #[error("the fd hung up (its other end is closed) before it became readable")]
     HungUp,
@@ -32,7 +38,8 @@ pub enum WaitError {
 }
 
 /// Waits up to `timeout` for `fd` (borrowed) to poll readable: the wait of
-/// [`wait_sync_file`](super::wait_sync_file) without its check that the fd is a fence.
+/// [`wait_sync_file`](super::wait_sync_file) without its checks that the fd is a fence and
+/// that it signalled without error (a fence that signalled with one polls readable too).
 pub fn poll_readable(fd: BorrowedFd<'_>, timeout: Duration) -> Result<(), WaitError> {
     poll_for(fd, PollFlags::IN, timeout)
 }

@@ -147,10 +147,10 @@ impl Peer {
     }
 
     /// What a failed wait for a submission means when that submission waited for this
-    /// peer's fences: an expired fence is the peer's broken promise, named as such.
+    /// peer's fences: an expired or failed fence is the peer's broken promise, named as such.
     pub fn submit_error(&self, e: dmabridge::SubmitError) -> DemoError {
         match e {
-            dmabridge::SubmitError::FenceExpired { .. } => DemoError::PeerFence { peer: self.name, pid: self.pid, reason: e.to_string() },
+            dmabridge::SubmitError::FenceExpired { .. } | dmabridge::SubmitError::FenceFailed { .. } => DemoError::PeerFence { peer: self.name, pid: self.pid, reason: e.to_string() },
             other => DemoError::Submit(other),
         }
     }

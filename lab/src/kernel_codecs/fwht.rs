@@ -4,9 +4,7 @@
 //! without its header, whose fields travel in the request as
 //! `struct v4l2_ctrl_fwht_params` (`include/uapi/linux/v4l2-controls.h`) instead, with the
 //! reference frame named by its timestamp.
-//!
-//! And the frames the stream is made of: NV12, moving, so that the encoder's P frames carry
-//! real differences to their reference.
+
 
 use std::time::Duration;
 
@@ -16,9 +14,6 @@ use super::stateless::RequestStream;
 pub const PIX_FMT_FWHT: u32 = u32::from_le_bytes(*b"FWHT");
 /// `V4L2_PIX_FMT_FWHT_STATELESS`.
 pub const PIX_FMT_FWHT_STATELESS: u32 = u32::from_le_bytes(*b"SFWH");
-/// `V4L2_PIX_FMT_NV12`: the raw format of every queue here (single-planar: chroma follows
-/// luma in the one buffer).
-pub const PIX_FMT_NV12: u32 = u32::from_le_bytes(*b"NV12");
 /// `V4L2_CID_STATELESS_FWHT_PARAMS` (`V4L2_CID_CODEC_STATELESS_BASE + 100`).
 pub const CID_STATELESS_FWHT_PARAMS: u32 = 0x00a4_0900 + 100;
 /// `V4L2_CID_MPEG_VIDEO_GOP_SIZE` (`V4L2_CID_CODEC_BASE + 203`).
@@ -118,7 +113,7 @@ impl RequestStream for FwhtStream {
         PIX_FMT_FWHT_STATELESS
     }
 
-    fn len(&self) -> usize {
+    fn frames(&self) -> usize {
         self.frames.len()
     }
 
@@ -141,35 +136,6 @@ impl RequestStream for FwhtStream {
     fn expected(&self, i: usize) -> Option<&[u8]> {
         self.expected.get(i).map(Vec::as_slice)
     }
-}
-
-/// Frame `n` of a `width` x `height` NV12 stream, tightly packed (luma rows, then the
-/// interleaved chroma rows): diagonal luma bands moving 3 pixels a frame, a square that
-/// moves across them, and chroma that changes with `n`, so consecutive frames differ
-/// everywhere a little and somewhere a lot.
-pub fn synthetic_nv12(n: u32, width: u32, height: u32) -> Vec<u8> {
-    let (w, h) = (width as usize, height as usize);
-    let mut out = vec![0u8; w * h * 3 / 2];
-    let (luma, chroma) = out.split_at_mut(w * h);
-    let square = ((n as usize * 7) % w.max(1), (n as usize * 5) % h.max(1));
-    for (y, row) in luma.chunks_exact_mut(w).enumerate() {
-        for (x, p) in row.iter_mut().enumerate() {
-            let inside = x.wrapping_sub(square.0) < w / 6 && y.wrapping_sub(square.1) < h / 6;
-            *p = if inside { 235 } else { (16 + (x + y + 3 * n as usize) % 200) as u8 };
-        }
-    }
-    for (y, row) in chroma.chunks_exact_mut(w).enumerate() {
-        for (x, p) in row.iter_mut().enumerate() {
-            *p = if x % 2 == 0 { (64 + (y + n as usize) % 128) as u8 } else { (96 + (x / 2 + 2 * n as usize) % 96) as u8 };
-        }
-    }
-    out
-}
-
-/// The timestamp frame `n` is queued with (the decoders copy it to the decoded frame): 1 ms
-/// apart, and never 0, which a driver may read as "no timestamp".
-pub fn timestamp(n: u32) -> Duration {
-    Duration::from_millis(u64::from(n) + 1)
 }
 
 #[cfg(test)]
@@ -208,13 +174,5 @@ mod tests {
         let mut b = encoded(0, &[1, 2]);
         b.push(0);
         assert!(Frame::parse(&b).unwrap_err().contains("payload"));
-    }
-
-    #[test]
-    fn synthetic_frames_move() {
-        let (a, b) = (synthetic_nv12(0, 64, 48), synthetic_nv12(1, 64, 48));
-        assert_eq!(a.len(), 64 * 48 * 3 / 2);
-        assert_ne!(a, b);
-        assert_eq!(a, synthetic_nv12(0, 64, 48));
     }
 }

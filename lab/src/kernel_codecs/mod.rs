@@ -2,7 +2,7 @@
 //! in the kernel lab) decoding into buffers of a dmabridge buffer collection, every frame
 //! verified through the Vulkan device against the kernel's own stateful decoder.
 //!
-//! 1. A stream is made: moving NV12 frames ([`fwht::synthetic_nv12`]) encoded by vicodec's
+//! 1. A stream is made: moving NV12 frames ([`raw::synthetic_nv12`]) encoded by vicodec's
 //!    **stateful encoder**, an I frame every [`VicodecConfig::gop`] frames and P frames
 //!    referencing the frame before ([`stateful::encode`]). With a resolution change, each
 //!    resolution is a segment of its own, starting with an I frame.
@@ -19,6 +19,7 @@
 //! frames verified, the media device, and the fds the run leaked.
 
 pub mod fwht;
+pub mod raw;
 pub mod stateful;
 pub mod stateless;
 pub mod visl;
@@ -135,7 +136,7 @@ pub fn run(config: &VicodecConfig) -> Result<VicodecOutcome, VicodecError> {
     let mut decode_time = Duration::ZERO;
     for (i, &(first, end)) in bounds.iter().enumerate() {
         let (w, h) = SIZES[i];
-        let raw: Vec<Vec<u8>> = (first..end).map(|n| fwht::synthetic_nv12(n, w, h)).collect();
+        let raw: Vec<Vec<u8>> = (first..end).map(|n| raw::synthetic_nv12(n, w, h)).collect();
         let t = Instant::now();
         let frames = stateful::encode(&encoder, w, h, config.gop, &raw)?;
         let expected = stateful::reference_decode(&reference, w, h, &frames)?;

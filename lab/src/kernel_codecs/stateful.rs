@@ -8,64 +8,9 @@ use std::time::Duration;
 
 use dmabridge::interop::peers::v4l2_device::{Direction, Memory, QueueParams, V4l2Device};
 
-use super::fwht::{self, Frame, CID_MPEG_VIDEO_GOP_SIZE, PIX_FMT_FWHT, PIX_FMT_NV12};
+use super::fwht::{Frame, CID_MPEG_VIDEO_GOP_SIZE, PIX_FMT_FWHT};
+use super::raw::{timestamp, RawLayout, FRAME_TIMEOUT, PIX_FMT_NV12};
 use super::VicodecError;
-
-/// How long one frame may take through a codec (the lab's kernel runs under TCG).
-pub const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// A raw NV12 queue's layout as the driver chose it: the rows' pitch and how many rows each
-/// plane has (single-planar: chroma starts right after the luma rows).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RawLayout {
-    pub width: u32,
-    pub height: u32,
-    pub bytesperline: u32,
-    pub sizeimage: u32,
-}
-
-impl RawLayout {
-    pub fn of_format(f: &dmabridge::interop::peers::v4l2::V4l2PlaneFormat) -> Result<RawLayout, VicodecError> {
-        let p = f.planes.first().ok_or_else(|| VicodecError::Driver("a raw format with no plane".into()))?;
-        let l = RawLayout { width: f.width, height: f.height, bytesperline: p.bytesperline, sizeimage: p.sizeimage };
-        let needed = u64::from(l.bytesperline) * u64::from(l.height) * 3 / 2;
-        if l.bytesperline < l.width || u64::from(l.sizeimage) < needed {
-            return Err(VicodecError::Driver(format!("NV12 {}x{}: bytesperline {} and sizeimage {} cannot hold it", l.width, l.height, l.bytesperline, l.sizeimage)));
-        }
-        Ok(l)
-    }
-
-    /// The byte offset of row `y` of plane `plane` (0 luma, 1 chroma).
-    pub fn row(&self, plane: usize, y: u32) -> usize {
-        let base = if plane == 0 { 0 } else { self.bytesperline as usize * self.height as usize };
-        base + y as usize * self.bytesperline as usize
-    }
-
-    /// The tightly packed frame (`width` bytes per row) out of a buffer in this layout.
-    pub fn pack(&self, buf: &[u8], width: u32, height: u32) -> Result<Vec<u8>, VicodecError> {
-        let mut out = Vec::with_capacity(width as usize * height as usize * 3 / 2);
-        for (plane, rows) in [(0, height), (1, height / 2)] {
-            for y in 0..rows {
-                let at = self.row(plane, y);
-                let row = buf.get(at..at + width as usize).ok_or_else(|| VicodecError::Driver(format!("a {}-byte buffer ends before row {y} of plane {plane}", buf.len())))?;
-                out.extend_from_slice(row);
-            }
-        }
-        Ok(out)
-    }
-
-    /// Writes the tightly packed `frame` into `buf` in this layout.
-    fn unpack(&self, frame: &[u8], buf: &mut [u8]) -> Result<(), VicodecError> {
-        let w = self.width as usize;
-        let rows = frame.chunks_exact(w).take(self.height as usize * 3 / 2);
-        for (i, src) in rows.enumerate() {
-            let (plane, y) = if i < self.height as usize { (0, i as u32) } else { (1, (i - self.height as usize) as u32) };
-            let (at, len) = (self.row(plane, y), buf.len());
-            buf.get_mut(at..at + w).ok_or_else(|| VicodecError::Driver(format!("a {len}-byte buffer ends before row {y} of plane {plane}")))?.copy_from_slice(src);
-        }
-        Ok(())
-    }
-}
 
 /// Opens the m2m node `path` on its `OUTPUT` queue, with its `CAPTURE` queue beside it.
 fn open_pair(path: &Path) -> Result<(V4l2Device, V4l2Device), VicodecError> {
@@ -91,7 +36,7 @@ pub fn encode(path: &Path, width: u32, height: u32, gop: u32, frames: &[Vec<u8>]
     for (n, frame) in frames.iter().enumerate() {
         let plane = raw.plane_mut(0).ok_or_else(|| VicodecError::Driver("the encoder's OUTPUT buffer is not writable".into()))?;
         layout.unpack(frame, plane)?;
-        output.queue_mmap_with(0, &QueueParams { bytesused: Some(layout.sizeimage), timestamp: Some(fwht::timestamp(n as u32)), request: None })?;
+        output.queue_mmap_with(0, &QueueParams { bytesused: Some(layout.sizeimage), timestamp: Some(timestamp(n as u32)), request: None })?;
         capture.queue_mmap(0)?;
         let done = capture.dequeue(FRAME_TIMEOUT)?;
         output.dequeue(FRAME_TIMEOUT)?;
@@ -125,7 +70,7 @@ pub fn reference_decode(path: &Path, width: u32, height: u32, frames: &[Frame]) 
     for (n, frame) in frames.iter().enumerate() {
         let plane = coded.plane_mut(0).ok_or_else(|| VicodecError::Driver("the decoder's OUTPUT buffer is not writable".into()))?;
         plane[..frame.bytes.len()].copy_from_slice(&frame.bytes);
-        output.queue_mmap_with(0, &QueueParams { bytesused: Some(frame.bytes.len() as u32), timestamp: Some(fwht::timestamp(n as u32)), request: None })?;
+        output.queue_mmap_with(0, &QueueParams { bytesused: Some(frame.bytes.len() as u32), timestamp: Some(timestamp(n as u32)), request: None })?;
         if layout.is_none() {
             let l = RawLayout::of_format(&capture.set_format(PIX_FMT_NV12, width, height)?)?;
             capture.request_buffers(1, Memory::Mmap)?;

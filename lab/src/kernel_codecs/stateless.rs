@@ -42,8 +42,7 @@ use dmabridge::interop::peers::v4l2_device::{Direction, MappedBuffer, MediaDevic
 use dmabridge::interop::{Format, FormatSet, Fourcc};
 use dmabridge::{DeviceAllocator, Engine, ImageUse, ImportCache, ParticipantRequest};
 
-use super::fwht::{self, PIX_FMT_NV12};
-use super::stateful::{RawLayout, FRAME_TIMEOUT};
+use super::raw::{timestamp, RawLayout, FRAME_TIMEOUT, PIX_FMT_NV12};
 use super::VicodecError;
 use crate::decoder::Serving;
 
@@ -58,7 +57,8 @@ const USAGE: vk::ImageUsageFlags = vk::ImageUsageFlags::from_raw(vk::ImageUsageF
 pub trait RequestStream {
     /// The `OUTPUT` queue's pixel format (`SFWH`, `MG2S`).
     fn coded_format(&self) -> u32;
-    fn len(&self) -> usize;
+    /// How many frames the stream has.
+    fn frames(&self) -> usize;
     /// Frame `i`'s bitstream: what its `OUTPUT` buffer holds.
     fn payload(&self, i: usize) -> &[u8];
     /// The frames (indices in this stream, each before `i`) frame `i` references.
@@ -82,12 +82,12 @@ pub struct Segment<'a> {
 
 impl Segment<'_> {
     fn ts(&self, i: usize) -> Duration {
-        fwht::timestamp(self.first + i as u32)
+        timestamp(self.first + i as u32)
     }
 
     /// Whether frame `f` is still referenced once the frames before `done` are decoded.
     fn referenced(&self, f: usize, done: usize) -> bool {
-        (done..self.stream.len()).any(|g| self.stream.references(g).contains(&f))
+        (done..self.stream.frames()).any(|g| self.stream.references(g).contains(&f))
     }
 }
 
@@ -169,7 +169,7 @@ impl Stateless {
         let coded = self.output.set_format(seg.stream.coded_format(), w, h)?;
         let layout = RawLayout::of_format(&self.capture.set_format(PIX_FMT_NV12, w, h)?)?;
         let room = coded.planes.first().map_or(0, |p| p.sizeimage as usize);
-        let largest = (0..seg.stream.len()).map(|i| seg.stream.payload(i).len()).max().unwrap_or(0);
+        let largest = (0..seg.stream.frames()).map(|i| seg.stream.payload(i).len()).max().unwrap_or(0);
         if room < largest {
             return Err(VicodecError::Driver(format!("OUTPUT buffers of {room} bytes, a frame of {largest}")));
         }
@@ -204,8 +204,8 @@ impl Stateless {
         let mut report = SegmentReport {
             size: format!("{w}x{h}"),
             first_frame: seg.first,
-            frames: seg.stream.len() as u32,
-            intra_frames: (0..seg.stream.len()).filter(|&i| seg.stream.references(i).is_empty()).count() as u32,
+            frames: seg.stream.frames() as u32,
+            intra_frames: (0..seg.stream.frames()).filter(|&i| seg.stream.references(i).is_empty()).count() as u32,
             references_honoured: 0,
             verified: 0,
             mismatches: Vec::new(),
@@ -253,7 +253,7 @@ impl Stateless {
 
         let mut cache = ImportCache::new(engine, bufs.len());
         let mut slots = vec![Slot::default(); bufs.len()];
-        let n_frames = seg.stream.len();
+        let n_frames = seg.stream.frames();
         let (mut next, mut done) = (0usize, 0usize);
         while done < n_frames {
             while next < n_frames && next - done < IN_FLIGHT {

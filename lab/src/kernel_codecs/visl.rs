@@ -64,7 +64,7 @@ impl RequestStream for Mpeg2Stream {
         PIX_FMT_MPEG2_SLICE
     }
 
-    fn len(&self) -> usize {
+    fn frames(&self) -> usize {
         self.pictures.len()
     }
 
@@ -138,7 +138,7 @@ pub fn run(frames: u32, validation: bool, timeout: Duration) -> Result<VicodecOu
     drop(decoder);
     drop(engine);
     let leaked = fd_count()?.saturating_sub(before);
-    let with_refs = (0..stream.len()).filter(|&i| !stream.references(i).is_empty()).count() as u32;
+    let with_refs = (0..stream.frames()).filter(|&i| !stream.references(i).is_empty()).count() as u32;
     let ok = report.verified == frames && report.references_honoured == with_refs && validation.is_empty() && leaked == 0 && report.collection == "released";
     let pictures: String = stream.pictures.iter().map(|c| format!("{c:?}")).collect();
     let summary = json!({

@@ -9,6 +9,8 @@
 //! - [`decoder`]: the three-process decoder demo (`dmabridge demo --producer decoder`), its
 //!   peers in processes of their own ([`decoder::peer::run`]).
 //! - [`live`]: a live V4L2 camera and KMS display (`dmabridge demo --producer v4l2`).
+//! - [`writeback`]: `dmabridge display-check`: frames shown on a KMS device and read back
+//!   through its writeback connector, compared byte for byte with their sources.
 //! - [`bench`](mod@bench): `dmabridge bench`: the paths' cost per frame, the conversions beside
 //!   GStreamer and the CPU libraries, the report and the comparison of two runs.
 //!
@@ -23,3 +25,4 @@ pub mod error;
 pub mod live;
 pub mod picture;
 pub mod stats;
+pub mod writeback;

@@ -16,7 +16,11 @@
 #   preferred mode is 1024x768 (a mode that holds the frame is picked), every frame shown,
 #   verified and showing vivid's colour bars in the camera's own colorimetry (NV12, through
 #   the copy plan to AR24), and zero-copy (AR24: the camera's buffers are vkms's
-#   framebuffers, imported through PRIME).
+#   framebuffers, imported through PRIME); both runs with --writeback: every frame shown is
+#   read back through vkms's writeback connector and compared with the frame;
+# - with DMABRIDGE given: `dmabridge display-check` on vkms, XR24 and AR24: system dma-heap
+#   buffers with a known pattern shown (a modeset, then non-blocking flips with page-flip
+#   events), written back and compared byte for byte; any difference fails the check.
 # Prints "program ok: lab drivers" and exits 0, or names what is missing and exits 1.
 #
 #   scripts/lab-drivers-check.sh [DMABRIDGE]
@@ -88,16 +92,30 @@ cap=""
 for d in /sys/class/video4linux/video*; do [ "$(cat "$d/name")" = vivid-000-vid-cap ] && cap=/dev/$(basename "$d"); done
 if [ -n "$DMABRIDGE" ] && [ -n "$cap" ]; then
     out=$("$DMABRIDGE" demo --producer v4l2 --device "$cap" --kms-device "/dev/dri/$vkms" --format NV12 --width 1280 --height 720 \
-        --frames 10 --validation --out "${TMPDIR:-/tmp}/lab-drivers-vkms" 2>&1) || fail "the live demo on vkms failed: $(tail -5 <<<"$out")"
+        --frames 10 --validation --writeback --out "${TMPDIR:-/tmp}/lab-drivers-vkms" 2>&1) || fail "the live demo on vkms failed: $(tail -5 <<<"$out")"
     grep -q "10 frames shown" <<<"$out" || fail "the live demo showed no frames on vkms: $(tail -5 <<<"$out")"
     grep -q "picture: 10/10 frames show vivid's colour bars" <<<"$out" || fail "the live demo's frames on vkms: $(tail -5 <<<"$out")"
+    grep -q "written back: 10/10 frames shown match" <<<"$out" || fail "the live demo's frames written back by vkms differ: $(tail -5 <<<"$out")"
+    echo "vkms: $(grep -m1 '^written back' <<<"$out")"
     echo "vkms: $(grep -m1 'camera -> display' <<<"$out" | cut -c1-120)..."
     out=$("$DMABRIDGE" demo --producer v4l2 --device "$cap" --kms-device "/dev/dri/$vkms" --format AR24 --width 1280 --height 720 \
-        --frames 10 --validation --out "${TMPDIR:-/tmp}/lab-drivers-vkms-ar24" 2>&1) || fail "the zero-copy live demo on vkms failed: $(tail -5 <<<"$out")"
+        --frames 10 --validation --writeback --out "${TMPDIR:-/tmp}/lab-drivers-vkms-ar24" 2>&1) || fail "the zero-copy live demo on vkms failed: $(tail -5 <<<"$out")"
     grep -q "negotiated: shared" <<<"$out" || fail "vivid, lavapipe and vkms share no AR24 buffer: $(tail -5 <<<"$out")"
     grep -q "10 frames shown.*zero-copy: the camera's buffers are the framebuffers" <<<"$out" || fail "vkms did not scan out the camera's buffers: $(tail -5 <<<"$out")"
     grep -q "leaked fds: 0" <<<"$out" || fail "the zero-copy live demo leaked fds: $(tail -5 <<<"$out")"
+    grep -q "written back: 10/10 frames shown match" <<<"$out" || fail "the zero-copy frames written back by vkms differ: $(tail -5 <<<"$out")"
+    echo "vkms zero-copy: $(grep -m1 '^written back' <<<"$out")"
     echo "vkms: $(grep -m1 'camera -> display' <<<"$out")"
+fi
+if [ -n "$DMABRIDGE" ]; then
+    for f in XR24 AR24; do
+        out=$("$DMABRIDGE" display-check --kms-device "/dev/dri/$vkms" --format $f --frames 8 2>&1) \
+            || fail "display-check $f on vkms: the writeback differs from the source, or the check could not run: $(tail -5 <<<"$out")"
+        grep -q "program ok: display showed what dmabridge meant" <<<"$out" || fail "display-check $f on vkms: $(tail -5 <<<"$out")"
+        grep -q "written back: 8/8 frames match" <<<"$out" || fail "display-check $f on vkms: not every frame matched: $(tail -5 <<<"$out")"
+        echo "vkms display-check $f: $(grep -m1 '^written back' <<<"$out")"
+        echo "vkms display-check $f: $(grep -m1 '^ms:' <<<"$out")"
+    done
 fi
 echo "vicodec, visl: $(grep -E 'stateful|stateless|visl' <<<"$names" | tr '\n' ' ')"
 echo "vkms: $vkms with $(cd /sys/class/drm && ls -d "$vkms"-* | tr '\n' ' ')"

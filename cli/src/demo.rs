@@ -80,6 +80,10 @@ pub struct DemoArgs {
     /// primary plane).
     #[arg(long, value_name = "/dev/dri/cardN[:PLANE_ID]")]
     kms_device: Option<String>,
+    /// V4L2 only: read every frame shown back through the display's writeback connector
+    /// (vkms) and compare it with the frame (XR24 and AR24 frames).
+    #[arg(long, requires = "kms_device")]
+    writeback: bool,
     /// Frames per mode.
     #[arg(long, default_value_t = 120, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     frames: u32,
@@ -215,6 +219,7 @@ fn run_live(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
         height: args.height,
         validation,
         out_dir: out.clone(),
+        writeback: args.writeback,
     };
     let (outcome, summary_path) = match summarised(&out, live::run(&config), |o| &o.summary) {
         Ok(done) => done,
@@ -246,6 +251,12 @@ fn run_live(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
             format!("{how}; not the camera's buffers because {}", d["refused"].as_str().unwrap_or("?"))
         };
         println!("camera -> display {}: {} frames shown ({} modeset, {} flips), {how}", d["device"].as_str().unwrap_or("?"), d["frames_shown"], d["modesets"], d["flips"]);
+        if let Some(w) = d["writeback"].as_object() {
+            println!(
+                "written back: {}/{} frames shown match the frame ({} byte for byte; the X/A byte comes back 0xff), {:.2} ms a round trip",
+                w["frames_matched"], d["frames_shown"], w["frames_identical"], w["round_trip_ms_mean"].as_f64().unwrap_or(0.0)
+            );
+        }
         if let Some(png) = d["png"].as_str() {
             println!("the display's last frame: {png}");
         }

@@ -8,6 +8,7 @@ mod allocate;
 mod bench;
 mod convert;
 mod demo;
+mod display_check;
 mod frame;
 mod import;
 mod negotiate;
@@ -58,6 +59,8 @@ enum Command {
     DemoDecoderPeer(demo::DecoderPeerArgs),
     /// Per-frame cost of the zero-copy, GPU-copy and CPU-copy paths per size, against memcpy.
     Bench(bench::BenchArgs),
+    /// Show frames on a KMS device and read them back through its writeback connector (vkms): compared byte for byte with their sources.
+    DisplayCheck(display_check::DisplayCheckArgs),
     /// Show a raw frame (tightly packed planes) in a window, imported as a dma-buf.
     View(view::ViewArgs),
     /// Show animated frames on the compositor in WAYLAND_DISPLAY through linux-dmabuf.
@@ -92,6 +95,7 @@ fn main() -> ExitCode {
         Command::Negotiate(args) => negotiate_with_device(&args),
         Command::Allocate(args) => allocate::run(&args, &load_participant),
         Command::View(args) => view::run(&args),
+        Command::DisplayCheck(args) => display_check::run(&args),
         Command::WaylandDemo(args) => wayland_demo::run(&args),
     }
 }

@@ -9,8 +9,10 @@
 //! - [`decoder`]: the three-process decoder demo (`dmabridge demo --producer decoder`), its
 //!   peers in processes of their own ([`decoder::peer::run`]).
 //! - [`live`]: a live V4L2 camera and KMS display (`dmabridge demo --producer v4l2`).
-//! - [`kernel_codecs`]: the kernel's stateless decoder (vicodec) through the request API into
-//!   collection buffers (`dmabridge demo --producer vicodec`, in the kernel lab).
+//! - [`kernel_codecs`]: the kernel's stateless decoders (vicodec, visl) through the request
+//!   API into collection buffers (`dmabridge demo --producer vicodec|visl`, kernel lab).
+//! - [`writeback`]: `dmabridge display-check`: frames shown on a KMS device and read back
+//!   through its writeback connector, compared byte for byte with their sources.
 //! - [`bench`](mod@bench): `dmabridge bench`: the paths' cost per frame, the conversions beside
 //!   GStreamer and the CPU libraries, the report and the comparison of two runs.
 //!
@@ -26,3 +28,4 @@ pub mod live;
 pub mod picture;
 pub mod stats;
 pub mod kernel_codecs;
+pub mod writeback;

@@ -23,7 +23,7 @@ use dmabridge::interop::dmabuf::{fd_count, pack_planes, write_planes, DmaBuf, Fd
 use dmabridge::interop::sync::{SyncAccess, CPU_ACCESS_TIMEOUT};
 use dmabridge::interop::negotiate::{negotiate, Candidates, Member, Outcome, Participant};
 use dmabridge::interop::report::{Report, ReportParticipant};
-use dmabridge::interop::peers::kms_device::{Framebuffer, KmsDevice, Shown};
+use dmabridge::interop::peers::kms_device::{Framebuffer, KmsDevice, Shown, WritebackTarget};
 use dmabridge::interop::peers::v4l2::{self, plane_layouts};
 use dmabridge::interop::peers::v4l2_device::{Direction as V4l2Direction, MappedBuffer, Memory, V4l2Device};
 use dmabridge::interop::negotiate::ConversionPlan;
@@ -52,6 +52,9 @@ pub struct LiveConfig {
     pub validation: bool,
     /// Where `display.png` (the last frame as the display's buffer holds it) goes.
     pub out_dir: PathBuf,
+    /// Read every frame shown back through the display's writeback connector (vkms) and
+    /// compare it with the frame ([`crate::writeback::compare`]); XR24 and AR24 frames only.
+    pub writeback: bool,
 }
 
 /// The run's result: `summary.json`, and whether every frame checked out.
@@ -218,7 +221,10 @@ fn run_inner(cfg: &LiveConfig) -> Result<(Value, Vec<String>), LiveError> {
     // The conversion for the display reads the frames as the camera encoded them.
     let colorimetry = camera.colorimetry()?;
     let colour = colorimetry.matrix().map(|m| (m, colorimetry.range()));
-    let mut screen = display.as_ref().map(|(d, plane)| Screen::new(d, *plane, display_feed, (fourcc, colour), fmt.width, fmt.height));
+    let mut screen = display.as_ref().map(|(d, plane)| Screen {
+        writeback: cfg.writeback.then(Writeback::default),
+        ..Screen::new(d, *plane, display_feed, (fourcc, colour), fmt.width, fmt.height)
+    });
     camera.stream_on()?;
     let mut problems = Vec::new();
     let (mut verified, mut shown, mut pattern_frames, mut import_path) = (0u32, 0u32, 0u32, None);
@@ -331,6 +337,17 @@ struct Screen<'a> {
     last: Option<Vec<u8>>,
     /// What is on screen, and how it got there.
     scanout: Scanout,
+    /// Each frame shown, read back through the writeback connector (`--writeback`).
+    writeback: Option<Writeback>,
+}
+
+/// The live demo's writeback check: the target, and what the frames gave.
+#[derive(Default)]
+struct Writeback {
+    target: Option<WritebackTarget>,
+    matched: u32,
+    identical: u32,
+    round_trips: Vec<Duration>,
 }
 
 /// The plane the first frame's modeset lit up, and how many frames were flipped onto it.
@@ -389,7 +406,7 @@ impl<'a> Screen<'a> {
     fn new(kms: &'a KmsDevice, plane: Option<u32>, feed: Option<Feed>, (from, colour): (Fourcc, Option<(ColourMatrix, ColourRange)>), width: u32, height: u32) -> Self {
         let refused = feed.as_ref().map(|f| f.why.clone());
         let feed = feed.map(|f| Feed { plan: f.plan.map(|p| p.at_extent(width, height)), ..f });
-        Screen { kms, plane, feed, from, colour, width, height, direct: Vec::new(), refused, copy: None, copies_verified: 0, last: None, scanout: Scanout::default() }
+        Screen { kms, plane, feed, from, colour, width, height, direct: Vec::new(), refused, copy: None, copies_verified: 0, last: None, scanout: Scanout::default(), writeback: None }
     }
 
     fn show(&mut self, buf: &DmaBuf, index: usize, packed_frame: &[u8], converter: &Converter) -> Result<(), LiveError> {
@@ -404,7 +421,8 @@ impl<'a> Screen<'a> {
                 }
             }
             if let Some(fb) = &self.direct[index] {
-                return self.scanout.put(self.kms, self.plane, fb);
+                self.scanout.put(self.kms, self.plane, fb)?;
+                return self.write_back(self.from, packed_frame);
             }
         }
         // The copy plan: convert into the display's own buffer (the frame at its top left),
@@ -437,7 +455,32 @@ impl<'a> Screen<'a> {
         drop(view);
         self.copies_verified += 1;
         self.scanout.put(self.kms, self.plane, &target.fb)?;
+        self.write_back(fourcc, &rgb)?;
         self.last = Some(rgb);
+        Ok(())
+    }
+
+    /// With `--writeback`: the frame the display composed, written back into a dumb buffer
+    /// of its own the mode's size, compared with `frame` (the packed `fourcc` frame shown at
+    /// the top left).
+    fn write_back(&mut self, fourcc: Fourcc, frame: &[u8]) -> Result<(), LiveError> {
+        let (Some(wb), Some(shown)) = (self.writeback.as_mut(), self.scanout.shown.as_ref()) else { return Ok(()) };
+        if !matches!(fourcc, Fourcc::XRGB8888 | Fourcc::ARGB8888) {
+            return Err(other(format!("--writeback compares XR24 or AR24 frames, and the display shows {fourcc}")));
+        }
+        if wb.target.is_none() {
+            let (w, h) = (shown.mode.width, shown.mode.height);
+            let dumb = self.kms.dumb_buffer(w, h, 32)?;
+            let how = if self.kms.addfb2_modifiers() { Layout::Explicit(Modifier::LINEAR) } else { Layout::Implicit };
+            let buf = DmaBuf::in_one_file(Fourcc::XRGB8888, how, w, h, dumb.fd, &[PlaneLayout::linear(0, u64::from(dumb.pitch), h)]).map_err(other)?;
+            wb.target = Some(self.kms.writeback_target(buf)?);
+        }
+        let target = wb.target.as_ref().ok_or_else(|| other("no writeback target"))?;
+        let got = self.kms.write_back(shown, target, crate::writeback::DISPLAY_TIMEOUT)?;
+        wb.round_trips.push(got.commit + got.fence_wait + got.read);
+        let c = crate::writeback::compare(frame, self.width, self.height, &got).map_err(|e| other(format!("written back: {e}")))?;
+        wb.matched += 1;
+        wb.identical += u32::from(c.identical);
         Ok(())
     }
 
@@ -493,6 +536,11 @@ impl<'a> Screen<'a> {
             "copy_frames_verified": self.copies_verified,
             "copy_format": self.feed.as_ref().map(|f| f.fourcc.trimmed()),
             "copy_plan": self.feed.as_ref().and_then(|f| f.plan.as_ref()).map(|p| p.to_string()),
+            "writeback": self.writeback.as_ref().map(|w| json!({
+                "frames_matched": w.matched,
+                "frames_identical": w.identical,
+                "round_trip_ms_mean": if w.round_trips.is_empty() { 0.0 } else { w.round_trips.iter().map(|d| d.as_secs_f64() * 1e3).sum::<f64>() / w.round_trips.len() as f64 },
+            })),
         })
     }
 }

@@ -1,9 +1,11 @@
 //! A live KMS device (`/dev/dri/cardN`) as a participant: its planes' format lists, read
 //! through the kernel's own ioctls, and the two things a display does with a dma-buf:
-//! import it as a framebuffer and scan it out.
+//! import it as a framebuffer and scan it out; and, where the device has a writeback
+//! connector (vkms), the frame its CRTC composed, written back to memory
+//! ([`KmsDevice::write_back`]): what the display really showed.
 //!
-//! The ioctls are Smithay's drm-rs (`drm::Device`, `drm::control::Device`), so this module
-//! has no `unsafe` of its own. The `IN_FORMATS` blob goes through [`kms::parse_in_formats`],
+//! The ioctls are Smithay's drm-rs (`drm::Device`, `drm::control::Device`), so this module's
+//! only `unsafe` is taking ownership of the writeback out-fence the kernel returns. The `IN_FORMATS` blob goes through [`kms::parse_in_formats`],
 //! the one reader of it, with its bounds.
 //!
 //! # fd ownership
@@ -25,7 +27,9 @@ use std::collections::HashMap;
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::Path;
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use drm::buffer::{self, DrmFourcc, DrmModifier, PlanarBuffer};
 use drm::control::{
@@ -35,7 +39,8 @@ use drm::control::{
 use drm::{ClientCapability, Device as DrmDevice, DriverCapability};
 use rustix::fs::{Mode as FileMode, OFlags, SeekFrom};
 
-use crate::dmabuf::DmaBuf;
+use crate::dmabuf::{take_returned_fd, DmaBuf, FdTrust, MapError, PlaneMap};
+use crate::sync::{poll_readable, wait_sync_file, SyncAccess, WaitError};
 use crate::negotiate::Participant;
 use crate::peers::kms;
 use crate::{Format, FormatSet, Fourcc};
@@ -132,6 +137,46 @@ pub enum KmsDeviceError {
         shown_height: u32,
         source: io::Error,
     },
+    /// A flip queued by [`KmsDevice::queue_flip`] sent no page-flip event in time.
+    #[error("{path}: CRTC {crtc}: no page-flip event for framebuffer {framebuffer} within {timeout:?} (poll and read of the card for DRM_EVENT_FLIP_COMPLETE)")]
+    FlipTimeout { path: String, crtc: u32, framebuffer: u32, timeout: Duration },
+    /// The device lists no writeback connector: the kernel refused
+    /// `DRM_CLIENT_CAP_WRITEBACK_CONNECTORS` (it needs `DRM_CLIENT_CAP_ATOMIC`), or took it
+    /// and lists none (a driver without writeback, or vkms with `enable_writeback=0`).
+    #[error("{path}: no writeback connector: {reason}")]
+    NoWriteback { path: String, reason: String },
+    /// The writeback connector's `WRITEBACK_PIXEL_FORMATS` does not hold the format of the
+    /// buffer it was to write into.
+    #[error("{path}: writeback connector {connector}: format {fourcc} not offered (WRITEBACK_PIXEL_FORMATS lists {})", offered.iter().map(|f| f.to_string()).collect::<Vec<_>>().join(","))]
+    WritebackFormatNotOffered { path: String, connector: u32, fourcc: Fourcc, offered: Vec<Fourcc> },
+    /// The driver refused the writeback commit (`WRITEBACK_FB_ID` with an out-fence): a
+    /// buffer whose size is not the mode's (vkms), a CRTC that is off.
+    #[error("{path}: the driver refused the writeback commit (DRM_IOCTL_MODE_ATOMIC: connector {connector} on CRTC {crtc}, WRITEBACK_FB_ID {framebuffer} {width}x{height}, mode {mode_width}x{mode_height}): {source}")]
+    WritebackRefused {
+        path: String,
+        connector: u32,
+        crtc: u32,
+        framebuffer: u32,
+        width: u32,
+        height: u32,
+        mode_width: u32,
+        mode_height: u32,
+        source: io::Error,
+    },
+    /// The writeback commit succeeded but its out-fence is no fence this process owns.
+    #[error("{path}: writeback connector {connector}: WRITEBACK_OUT_FENCE_PTR came back as {raw}: {reason}")]
+    WritebackNoFence { path: String, connector: u32, raw: i32, reason: String },
+    /// The writeback's out-fence did not signal within the limit: the composer never wrote
+    /// the frame.
+    #[error("{path}: writeback connector {connector}: the out-fence did not signal within {timeout:?}")]
+    WritebackTimeout { path: String, connector: u32, timeout: Duration },
+    /// Waiting on the writeback's out-fence failed otherwise.
+    #[error("{path}: writeback connector {connector}: waiting on the out-fence: {source}")]
+    WritebackFence { path: String, connector: u32, source: WaitError },
+    /// Reading the written-back frame through a mapping of its dma-buf (inside
+    /// `DMA_BUF_IOCTL_SYNC`) failed.
+    #[error("{path}: reading the written-back frame from its dma-buf: {source}")]
+    WritebackRead { path: String, source: MapError },
 }
 
 impl KmsDeviceError {
@@ -146,7 +191,8 @@ impl KmsDeviceError {
             | E::ImportRefused { source, .. }
             | E::FramebufferRefused { source, .. }
             | E::CommitRefused { source, .. }
-            | E::FlipRefused { source, .. } => source.raw_os_error(),
+            | E::FlipRefused { source, .. }
+            | E::WritebackRefused { source, .. } => source.raw_os_error(),
             E::NoAtomic { source, .. } => source.raw_os_error(),
             _ => None,
         }
@@ -240,6 +286,73 @@ pub struct DumbExport {
     pub pitch: u32,
     /// The dma-buf's size in bytes (the driver rounds up, usually to pages).
     pub size: u64,
+}
+
+/// The page-flip event of a flip queued by [`KmsDevice::queue_flip`], as the kernel sent it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct FlipEvent {
+    /// The CRTC's vblank count when the flip completed.
+    pub sequence: u32,
+    /// When it completed (`CLOCK_MONOTONIC`).
+    pub time: Duration,
+}
+
+/// A writeback connector: where a CRTC's composed frame can be written to memory.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct KmsWriteback {
+    pub connector: u32,
+    /// `Writeback-1`.
+    pub name: String,
+    /// Its `WRITEBACK_PIXEL_FORMATS`, in the kernel's order (always written LINEAR).
+    pub formats: Vec<Fourcc>,
+}
+
+/// A buffer a writeback connector writes into ([`KmsDevice::writeback_target`]): the
+/// caller's dma-buf and the framebuffer made of it.
+#[derive(Debug)]
+pub struct WritebackTarget {
+    buf: DmaBuf,
+    fb: Framebuffer,
+    connector: u32,
+    crtc_id_property: property::Handle,
+    fb_id_property: property::Handle,
+    fence_property: property::Handle,
+}
+
+impl WritebackTarget {
+    pub fn buffer(&self) -> &DmaBuf {
+        &self.buf
+    }
+
+    pub fn framebuffer(&self) -> &Framebuffer {
+        &self.fb
+    }
+
+    /// The writeback connector's id.
+    pub fn connector(&self) -> u32 {
+        self.connector
+    }
+}
+
+/// A frame a writeback connector returned ([`KmsDevice::write_back`]).
+#[derive(Debug, Clone)]
+pub struct WrittenBack {
+    pub fourcc: Fourcc,
+    pub width: u32,
+    pub height: u32,
+    /// The frame's rows, packed (`width` times the format's bytes per pixel each), as read
+    /// from the target's dma-buf.
+    pub bytes: Vec<u8>,
+    /// The atomic commit (the ioctl, blocking until the commit is applied).
+    pub commit: Duration,
+    /// The wait on the out-fence after the commit returned (the composer's run).
+    pub fence_wait: Duration,
+    /// Mapping and copying the rows out, inside `DMA_BUF_IOCTL_SYNC`.
+    pub read: Duration,
+    /// Whether this writeback unbound the display's connector from the CRTC: the kernel
+    /// refused the writeback connector beside it (EINVAL), and took it alone (see
+    /// [`KmsDevice::write_back`]).
+    pub display_unbound: bool,
 }
 
 /// The summary of a device and plane that `negotiate --json` prints.
@@ -362,6 +475,8 @@ pub struct KmsDevice {
     path: Arc<str>,
     driver: String,
     atomic: Result<(), Arc<io::Error>>,
+    /// `DRM_CLIENT_CAP_WRITEBACK_CONNECTORS`, or why the kernel refused it.
+    writeback_cap: Result<(), String>,
     addfb2_modifiers: bool,
 }
 
@@ -386,10 +501,16 @@ impl KmsDevice {
         card.set_client_capability(ClientCapability::UniversalPlanes, true)
             .map_err(|e| not_kms("DRM_IOCTL_SET_CLIENT_CAP(DRM_CLIENT_CAP_UNIVERSAL_PLANES)", e))?;
         let atomic = card.set_client_capability(ClientCapability::Atomic, true).map_err(Arc::new);
+        // Writeback connectors are listed only to clients that ask (and only atomic ones may):
+        // [`KmsDevice::output`] skips them, [`KmsDevice::writeback`] finds them.
+        let writeback_cap = match &atomic {
+            Ok(()) => card.set_client_capability(ClientCapability::WritebackConnectors, true).map_err(|e| e.to_string()),
+            Err(e) => Err(format!("DRM_CLIENT_CAP_WRITEBACK_CONNECTORS needs DRM_CLIENT_CAP_ATOMIC, which was refused: {e}")),
+        };
         card.resource_handles().map_err(|e| not_kms("DRM_IOCTL_MODE_GETRESOURCES", e))?;
         // A query error means no: the cap predates every kernel with ADDFB2 modifiers.
         let addfb2_modifiers = card.get_driver_capability(DriverCapability::AddFB2Modifiers).is_ok_and(|v| v != 0);
-        Ok(KmsDevice { card: Arc::new(card), path: Arc::from(shown), driver, atomic, addfb2_modifiers })
+        Ok(KmsDevice { card: Arc::new(card), path: Arc::from(shown), driver, atomic, writeback_cap, addfb2_modifiers })
     }
 
     /// The path it was opened from.
@@ -640,7 +761,9 @@ impl KmsDevice {
         self.bound("DRM_IOCTL_MODE_GETRESOURCES", "connectors", res.connectors().len(), MAX_KMS_CONNECTORS)?;
         for &conn in res.connectors() {
             let mut info = self.card.get_connector(conn, false).map_err(self.ioctl("DRM_IOCTL_MODE_GETCONNECTOR"))?;
-            if info.state() != connector::State::Connected {
+            // A writeback connector (listed under DRM_CLIENT_CAP_WRITEBACK_CONNECTORS) shows
+            // nothing: it is where a CRTC's composed frame is written to memory.
+            if info.state() != connector::State::Connected || info.interface() == connector::Interface::Writeback {
                 continue;
             }
             // Nobody has probed it yet (no fbcon): ask for a probe, which the kernel does
@@ -784,13 +907,17 @@ impl KmsDevice {
     /// kernel checks that, and the format, and a refusal leaves the plane on the last
     /// framebuffer. On success `shown.framebuffer` is `fb`'s id.
     pub fn flip(&self, shown: &mut Shown, fb: &Framebuffer) -> Result<(), KmsDeviceError> {
+        self.commit_flip(shown, fb, AtomicCommitFlags::empty())
+    }
+
+    fn commit_flip(&self, shown: &mut Shown, fb: &Framebuffer, flags: AtomicCommitFlags) -> Result<(), KmsDeviceError> {
         if let Err(source) = &self.atomic {
             return Err(KmsDeviceError::NoAtomic { path: self.path.to_string(), source: source.clone() });
         }
         let plane_h: plane::Handle = handle(shown.plane).ok_or_else(|| self.no_such_plane(shown.plane))?;
         let mut req = AtomicModeReq::new();
         req.add_property(plane_h, shown.fb_id_property, property::Value::Framebuffer(Some(fb.id)));
-        self.card.atomic_commit(AtomicCommitFlags::empty(), req).map_err(|source| KmsDeviceError::FlipRefused {
+        self.card.atomic_commit(flags, req).map_err(|source| KmsDeviceError::FlipRefused {
             path: self.path.to_string(),
             plane: shown.plane,
             framebuffer: fb.id(),
@@ -837,6 +964,196 @@ impl KmsDevice {
             source: e.into(),
         })?;
         Ok(DumbExport { fd, pitch, size })
+    }
+
+    /// Puts `fb` on the plane that [`KmsDevice::show`] lit up, as [`KmsDevice::flip`] does,
+    /// but non-blocking: one atomic commit of `FB_ID` with `DRM_MODE_ATOMIC_NONBLOCK` and
+    /// `DRM_MODE_PAGE_FLIP_EVENT`, which returns once the kernel has queued it. The flip is
+    /// done when [`KmsDevice::wait_flip`] reads its event; until then the kernel refuses
+    /// another commit on the CRTC (`EBUSY`). On success `shown.framebuffer` is `fb`'s id.
+    pub fn queue_flip(&self, shown: &mut Shown, fb: &Framebuffer) -> Result<(), KmsDeviceError> {
+        self.commit_flip(shown, fb, AtomicCommitFlags::NONBLOCK | AtomicCommitFlags::PAGE_FLIP_EVENT)
+    }
+
+    /// Waits up to `timeout` for the page-flip event of the flip [`KmsDevice::queue_flip`]
+    /// queued on `shown`'s CRTC, reading the card's events (others are dropped).
+    pub fn wait_flip(&self, shown: &Shown, timeout: Duration) -> Result<FlipEvent, KmsDeviceError> {
+        let deadline = Instant::now() + timeout;
+        let timed_out = || KmsDeviceError::FlipTimeout {
+            path: self.path.to_string(),
+            crtc: shown.crtc,
+            framebuffer: shown.framebuffer,
+            timeout,
+        };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match poll_readable(self.card.as_fd(), left) {
+                Ok(()) => {}
+                Err(WaitError::Timeout { .. }) => return Err(timed_out()),
+                Err(e) => {
+                    return Err(KmsDeviceError::Ioctl {
+                        path: self.path.to_string(),
+                        op: "poll of the card for events",
+                        source: io::Error::other(e.to_string()),
+                    })
+                }
+            }
+            let events = self.card.receive_events().map_err(self.ioctl("read of the card's events"))?;
+            for event in events {
+                if let drm::control::Event::PageFlip(e) = event {
+                    if u32::from(e.crtc) == shown.crtc {
+                        return Ok(FlipEvent { sequence: e.frame, time: e.duration });
+                    }
+                }
+            }
+        }
+    }
+
+    /// The device's writeback connector (the first it lists) and its formats.
+    pub fn writeback(&self) -> Result<KmsWriteback, KmsDeviceError> {
+        let no = |reason: String| KmsDeviceError::NoWriteback { path: self.path.to_string(), reason };
+        if let Err(e) = &self.writeback_cap {
+            return Err(no(format!("the kernel refused DRM_CLIENT_CAP_WRITEBACK_CONNECTORS: {e}")));
+        }
+        let res = self.resources()?;
+        self.bound("DRM_IOCTL_MODE_GETRESOURCES", "connectors", res.connectors().len(), MAX_KMS_CONNECTORS)?;
+        for &conn in res.connectors() {
+            let info = self.card.get_connector(conn, false).map_err(self.ioctl("DRM_IOCTL_MODE_GETCONNECTOR"))?;
+            if info.interface() != connector::Interface::Writeback {
+                continue;
+            }
+            let id = u32::from(conn);
+            let props = self.props(conn)?;
+            let (_, blob) = self.prop_entry(&props, "connector", id, "WRITEBACK_PIXEL_FORMATS")?;
+            let bytes = self.card.get_property_blob(blob).map_err(self.ioctl("DRM_IOCTL_MODE_GETPROPBLOB"))?;
+            let formats: Vec<Fourcc> = bytes
+                .chunks_exact(4)
+                .map(|c| Fourcc::from_code(u32::from_ne_bytes([c[0], c[1], c[2], c[3]])))
+                .collect();
+            self.bound("WRITEBACK_PIXEL_FORMATS", "formats", formats.len(), MAX_KMS_PLANE_FORMATS)?;
+            return Ok(KmsWriteback {
+                connector: id,
+                name: format!("{}-{}", info.interface().as_str(), info.interface_id()),
+                formats,
+            });
+        }
+        Err(no(format!(
+            "DRM_CLIENT_CAP_WRITEBACK_CONNECTORS taken, but none of the {} connectors is one",
+            res.connectors().len()
+        )))
+    }
+
+    /// Makes `buf` (single-plane, in a format [`KmsDevice::writeback`] lists; the caller's
+    /// dumb buffer, dma-heap or udmabuf dma-buf) a framebuffer the writeback connector can
+    /// write into. `buf` is kept in the target, and read back by [`KmsDevice::write_back`].
+    pub fn writeback_target(&self, buf: DmaBuf) -> Result<WritebackTarget, KmsDeviceError> {
+        let wb = self.writeback()?;
+        if !wb.formats.contains(&buf.fourcc()) {
+            return Err(KmsDeviceError::WritebackFormatNotOffered {
+                path: self.path.to_string(),
+                connector: wb.connector,
+                fourcc: buf.fourcc(),
+                offered: wb.formats,
+            });
+        }
+        let conn_h: connector::Handle =
+            handle(wb.connector).ok_or_else(|| self.ioctl("DRM_IOCTL_MODE_GETCONNECTOR")(io::Error::other("connector id 0")))?;
+        let props = self.props(conn_h)?;
+        let crtc_id_property = self.prop(&props, "connector", wb.connector, "CRTC_ID")?;
+        let fb_id_property = self.prop(&props, "connector", wb.connector, "WRITEBACK_FB_ID")?;
+        let fence_property = self.prop(&props, "connector", wb.connector, "WRITEBACK_OUT_FENCE_PTR")?;
+        let fb = self.add_framebuffer(&buf)?;
+        Ok(WritebackTarget { buf, fb, connector: wb.connector, crtc_id_property, fb_id_property, fence_property })
+    }
+
+    /// The frame `shown`'s CRTC composes, written into `target` by the writeback connector
+    /// and read back: one blocking atomic commit that binds the connector to the CRTC and
+    /// sets `WRITEBACK_FB_ID` and `WRITEBACK_OUT_FENCE_PTR` (modeset allowed: the first
+    /// binding changes the CRTC's connectors), a wait of at most `timeout` on the out-fence
+    /// (a sync_file), then the rows read through a mapping inside `DMA_BUF_IOCTL_SYNC`. The
+    /// connector stays bound to the CRTC (with no buffer it writes nothing), so that later
+    /// writebacks and flips need no modeset. The target must have the mode's size.
+    ///
+    /// Where the kernel refuses the writeback connector beside the display's (`EINVAL`:
+    /// Linux 6.12.95's encoder clone check, which vkms's encoders fail), the commit is made
+    /// again with the display's connector unbound: the CRTC, its mode and planes go on
+    /// composing into the writeback alone ([`WrittenBack::display_unbound`]). The next
+    /// [`KmsDevice::show`] binds the display again.
+    pub fn write_back(&self, shown: &Shown, target: &WritebackTarget, timeout: Duration) -> Result<WrittenBack, KmsDeviceError> {
+        if let Err(source) = &self.atomic {
+            return Err(KmsDeviceError::NoAtomic { path: self.path.to_string(), source: source.clone() });
+        }
+        let conn_h: connector::Handle = handle(target.connector).ok_or_else(|| self.no_output(shown.plane))?;
+        let crtc_h: crtc::Handle = handle(shown.crtc).ok_or_else(|| self.no_output(shown.plane))?;
+        // The kernel writes the out-fence's number here during the ioctl (-1 first): an
+        // atomic, so that the write from outside Rust's view is read back without `unsafe`.
+        let fence = AtomicI32::new(-1);
+        let mut req = AtomicModeReq::new();
+        req.add_property(conn_h, target.crtc_id_property, property::Value::CRTC(Some(crtc_h)));
+        req.add_property(conn_h, target.fb_id_property, property::Value::Framebuffer(Some(target.fb.id)));
+        req.add_property(conn_h, target.fence_property, property::Value::UnsignedRange(fence.as_ptr() as u64));
+        let started = Instant::now();
+        let mut committed = self.card.atomic_commit(AtomicCommitFlags::ALLOW_MODESET, req.clone());
+        // A kernel with drm's encoder clone check (6.12.95 has the stable backport) refuses a
+        // CRTC that drives two encoders which do not list each other as possible clones, as
+        // vkms's display and writeback encoders do not: EINVAL. The CRTC then writes back
+        // alone, its display connector unbound (the planes and the mode stay).
+        let mut display_unbound = false;
+        if committed.as_ref().is_err_and(|e| e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error())) {
+            let display: connector::Handle = handle(shown.connector).ok_or_else(|| self.no_output(shown.plane))?;
+            let crtc_id = self.prop(&self.props(display)?, "connector", shown.connector, "CRTC_ID")?;
+            req.add_property(display, crtc_id, property::Value::CRTC(None));
+            committed = self.card.atomic_commit(AtomicCommitFlags::ALLOW_MODESET, req);
+            display_unbound = committed.is_ok();
+        }
+        committed.map_err(|source| KmsDeviceError::WritebackRefused {
+            path: self.path.to_string(),
+            connector: target.connector,
+            crtc: shown.crtc,
+            framebuffer: target.fb.id(),
+            width: target.fb.width,
+            height: target.fb.height,
+            mode_width: shown.mode.width,
+            mode_height: shown.mode.height,
+            source,
+        })?;
+        let commit = started.elapsed();
+        let raw = fence.load(Ordering::SeqCst);
+        let no_fence = |reason: String| KmsDeviceError::WritebackNoFence {
+            path: self.path.to_string(),
+            connector: target.connector,
+            raw,
+            reason,
+        };
+        // SAFETY: `raw`, if open, is the sync_file the kernel installed for this process in
+        // the commit just made, and nothing else holds it (take_returned_fd's contract).
+        let fence = unsafe { take_returned_fd(raw) }.map_err(|e| no_fence(e.to_string()))?;
+        let started = Instant::now();
+        wait_sync_file(fence.as_fd(), timeout).map_err(|source| match source {
+            WaitError::Timeout { timeout } => {
+                KmsDeviceError::WritebackTimeout { path: self.path.to_string(), connector: target.connector, timeout }
+            }
+            source => KmsDeviceError::WritebackFence { path: self.path.to_string(), connector: target.connector, source },
+        })?;
+        let fence_wait = started.elapsed();
+        drop(fence);
+
+        let started = Instant::now();
+        let read = |source| KmsDeviceError::WritebackRead { path: self.path.to_string(), source };
+        let (width, height) = (target.buf.width(), target.buf.height());
+        let plane = target.buf.planes().next().ok_or_else(|| read(MapError::Shrinkable(0)))?;
+        let row = crate::format_info::format_info(target.buf.fourcc()).map_or(plane.stride, |i| i.min_stride(0, width));
+        let len = plane.stride * u64::from(height.saturating_sub(1)) + row;
+        let map = PlaneMap::of_file(plane.fd, plane.offset, len, SyncAccess::Read, FdTrust::Untrusted, timeout).map_err(read)?;
+        let mapped = map.bytes();
+        let mut bytes = Vec::with_capacity(usize::try_from(row * u64::from(height)).unwrap_or(0));
+        for y in 0..u64::from(height) {
+            let at = usize::try_from(y * plane.stride).unwrap_or(usize::MAX);
+            let end = at.saturating_add(usize::try_from(row).unwrap_or(usize::MAX));
+            bytes.extend_from_slice(mapped.get(at..end).unwrap_or_default());
+        }
+        drop(map);
+        Ok(WrittenBack { fourcc: target.buf.fourcc(), width, height, bytes, commit, fence_wait, read: started.elapsed(), display_unbound })
     }
 
     fn no_such_plane(&self, plane: u32) -> KmsDeviceError {

@@ -41,7 +41,8 @@ pub use gst::{
 pub use drm_info::DrmInfoError;
 pub use kms::{parse_in_formats, write_in_formats, KmsError};
 pub use kms_device::{
-    DumbExport, Framebuffer, KmsDevice, KmsDeviceError, KmsMode, KmsOutput, KmsPlane, KmsSummary, PlaneKind, Shown,
+    DumbExport, FlipEvent, Framebuffer, KmsDevice, KmsDeviceError, KmsMode, KmsOutput, KmsPlane, KmsSummary, KmsWriteback,
+    PlaneKind, Shown, WritebackTarget, WrittenBack,
 };
 pub use v4l2::{V4l2Entry, V4l2Error, V4l2Formats, V4l2Mapping, V4l2PlaneFormat};
 pub use v4l2_device::{

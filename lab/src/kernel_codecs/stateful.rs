@@ -4,7 +4,6 @@
 //! decode is compared with. Both run one frame at a time on `MMAP` buffers.
 
 use std::path::Path;
-use std::time::Duration;
 
 use dmabridge::interop::peers::v4l2_device::{Direction, Memory, QueueParams, V4l2Device};
 

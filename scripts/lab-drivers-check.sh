@@ -4,6 +4,8 @@
 # will rely on, as the kernel reports them:
 # - vicodec's three video nodes and visl's, by name;
 # - a vkms DRM card with a writeback connector;
+# - with DMABRIDGE: vkms's overlay planes (test.sh loads vkms.enable_overlay=1), one
+#   negotiated as a participant of its own beside the primary plane and the device;
 # - vicodec's stateless decoder, with DMABRIDGE: `dmabridge demo --producer vicodec` (16
 #   frames, a resolution change at 8) verifies every frame against the stateful decoder, and
 #   the same with every reference overwritten before use must fail; visl runs an MPEG-2
@@ -64,6 +66,17 @@ if [ -n "$DMABRIDGE" ]; then
     echo "visl: $(grep -m1 'group 0' <<<"$out" | sed 's/^ *//'); allocated and read back through the device"
 fi
 if [ -n "$DMABRIDGE" ]; then
+    # vkms's overlay planes (vkms.enable_overlay=1), each a participant with its own list.
+    planes=$("$DMABRIDGE" probe --kms-device "/dev/dri/$vkms" 2>&1) || fail "probe of vkms failed: $planes"
+    primary=$(grep -m1 -oE 'plane [0-9]+ Primary' <<<"$planes" | grep -oE '[0-9]+')
+    overlay=$(grep -m1 -oE 'plane [0-9]+ Overlay' <<<"$planes" | grep -oE '[0-9]+') \
+        || fail "vkms offers no overlay plane (loaded without vkms.enable_overlay=1?): $planes"
+    out=$("$DMABRIDGE" negotiate --json --kms-device "primary=/dev/dri/$vkms:$primary" --kms-device "overlay=/dev/dri/$vkms:$overlay" \
+        --vulkan gpu=sampled 2>&1) || fail "negotiating vkms's primary and overlay planes with the device failed: $out"
+    /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); names=[n for g in d["groups"] for n in g["participants"]]; assert d["outcome"]=="shared" and "overlay" in names, (d["outcome"], names); print("vkms overlay: plane", sys.argv[1], "a participant of its own; shared", d["format"], "with the primary plane and the device")' "$overlay" <<<"$out" \
+        || fail "vkms's overlay plane did not negotiate as a participant: $(tail -3 <<<"$out")"
+fi
+if [ -n "$DMABRIDGE" ]; then
     # Seed 002 for real: vicodec's stateless decoder through the request API into collection
     # buffers, a resolution change and a drain, every frame against its stateful decoder.
     out=$("$DMABRIDGE" demo --producer vicodec --frames 16 --resolution-change-at 8 --gop 5 --validation \
@@ -104,7 +117,9 @@ if [ -n "$DMABRIDGE" ] && [ -n "$cap" ]; then
     grep -q "10 frames shown.*zero-copy: the camera's buffers are the framebuffers" <<<"$out" || fail "vkms did not scan out the camera's buffers: $(tail -5 <<<"$out")"
     grep -q "leaked fds: 0" <<<"$out" || fail "the zero-copy live demo leaked fds: $(tail -5 <<<"$out")"
     grep -q "written back: 10/10 frames shown match" <<<"$out" || fail "the zero-copy frames written back by vkms differ: $(tail -5 <<<"$out")"
+    grep -q "flips: non-blocking, 9 page-flip events received" <<<"$out" || fail "the zero-copy flips on vkms were not non-blocking with events: $(grep -m1 '^flips' <<<"$out")"
     echo "vkms zero-copy: $(grep -m1 '^written back' <<<"$out")"
+    echo "vkms zero-copy: $(grep -m1 '^flips' <<<"$out")"
     echo "vkms: $(grep -m1 'camera -> display' <<<"$out")"
 fi
 if [ -n "$DMABRIDGE" ]; then

@@ -251,6 +251,10 @@ fn run_live(args: &DemoArgs, out: PathBuf, validation: bool) -> ExitCode {
             format!("{how}; not the camera's buffers because {}", d["refused"].as_str().unwrap_or("?"))
         };
         println!("camera -> display {}: {} frames shown ({} modeset, {} flips), {how}", d["device"].as_str().unwrap_or("?"), d["frames_shown"], d["modesets"], d["flips"]);
+        match d["blocking_flips_because"].as_str() {
+            Some(why) => println!("flips: blocking commits (the driver refused a non-blocking flip with an event: {why})"),
+            None => println!("flips: non-blocking, {} page-flip events received", d["flip_events"]),
+        }
         if let Some(w) = d["writeback"].as_object() {
             println!(
                 "written back: {}/{} frames shown match the frame ({} byte for byte; the X/A byte comes back 0xff), {:.2} ms a round trip",

@@ -21,8 +21,12 @@ fn import(args: &[String]) -> Output {
         .expect("run dmabridge")
 }
 
+/// A file of this call's own: tests run on parallel threads of one process, and two of them
+/// importing the same frame on the same path once wrote each other's output (a flake).
 fn out_path(name: &str) -> std::path::PathBuf {
-    std::env::temp_dir().join(format!("dmabridge-cli-import-{}-{name}", std::process::id()))
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    std::env::temp_dir().join(format!("dmabridge-cli-import-{}-{n}-{name}", std::process::id()))
 }
 
 fn s(v: impl ToString) -> String {

@@ -781,7 +781,9 @@ fn fd_accounting_is_not_fooled_by_the_driver_writing_its_shader_cache() {
         .arg("-P")
         .arg(&idx)
         .arg(env!("CARGO_BIN_EXE_dmabridge"))
-        .args(["demo", "--validation", "--width", "320", "--height", "180", "--format", "NV12", "--frames", "4", "--out"])
+        // Each traced close waits 100 ms, and a loaded machine once took the producer past
+        // the default 30 s peer timeout: this test is about fds, not patience.
+        .args(["demo", "--validation", "--width", "320", "--height", "180", "--format", "NV12", "--frames", "4", "--peer-timeout", "120", "--out"])
         .arg(&out)
         .env("MESA_SHADER_CACHE_DIR", &cache);
     let o = cmd.output().expect("strace (the test command installs it)");

@@ -356,17 +356,39 @@ struct Scanout {
     shown: Option<Shown>,
     /// Frames put on screen by a flip (`FB_ID` alone), not a modeset.
     flips: u32,
+    /// Flips that were non-blocking and completed with their page-flip event.
+    flip_events: u32,
+    /// Why a flip fell back to a blocking commit (a driver that refuses the event).
+    blocking_reason: Option<String>,
 }
 
 impl Scanout {
     /// Puts `fb` on the display: a modeset for the first frame ([`KmsDevice::show`]), a
-    /// flip of the plane's framebuffer for every later one ([`KmsDevice::flip`]; the same
-    /// framebuffer again is still a commit, which makes a driver such as virtio-gpu push the
-    /// rows just written to its host).
+    /// flip of the plane's framebuffer for every later one (the same framebuffer again is
+    /// still a commit, which makes a driver such as virtio-gpu push the rows just written to
+    /// its host). A flip is non-blocking with a page-flip event ([`KmsDevice::queue_flip`],
+    /// then [`KmsDevice::wait_flip`]: the frame loop could work meanwhile); a driver that
+    /// refuses that commit gets the blocking one ([`KmsDevice::flip`]) from then on, and the
+    /// summary says why.
     fn put(&mut self, kms: &KmsDevice, plane: Option<u32>, fb: &Framebuffer) -> Result<(), LiveError> {
         match &mut self.shown {
             Some(s) => {
-                kms.flip(s, fb)?;
+                let queued = match self.blocking_reason {
+                    Some(_) => None,
+                    None => Some(kms.queue_flip(s, fb)),
+                };
+                match queued {
+                    Some(Ok(())) => {
+                        kms.wait_flip(s, crate::writeback::DISPLAY_TIMEOUT)?;
+                        self.flip_events += 1;
+                    }
+                    Some(Err(e)) => {
+                        tracing::warn!(error = %e, "non-blocking flip refused: blocking commits from now on");
+                        self.blocking_reason = Some(e.to_string());
+                        kms.flip(s, fb)?;
+                    }
+                    None => kms.flip(s, fb)?,
+                }
                 self.flips += 1;
             }
             None => self.shown = Some(kms.show(fb, plane)?),
@@ -531,6 +553,8 @@ impl<'a> Screen<'a> {
             "frames_shown": shown,
             "modesets": u32::from(self.scanout.shown.is_some()),
             "flips": self.scanout.flips,
+            "flip_events": self.scanout.flip_events,
+            "blocking_flips_because": self.scanout.blocking_reason,
             "zero_copy": self.refused.is_none(),
             "refused": self.refused,
             "copy_frames_verified": self.copies_verified,

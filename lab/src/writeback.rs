@@ -1,5 +1,6 @@
 //! `dmabridge display-check --kms-device /dev/dri/cardN`: did the display show what dmabridge
-//! meant? Buffers of the system dma-heap, filled with a known pattern (gradients, the row's
+//! meant? Buffers of a collection the display's plane negotiated (system memory: the
+//! dma-heap in the lab), filled with a known pattern (gradients, the row's
 //! index and the frame's number: no two rows or frames alike), are added as framebuffers
 //! (ADDFB2, LINEAR), shown on the primary plane at the mode's size (an atomic modeset for the
 //! first, non-blocking flips with page-flip events for the others), and the frame the CRTC
@@ -18,11 +19,16 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use dmabridge_interop::dmabuf::{DmaBuf, DmaHeap, FdTrust, PlaneLayout, PlaneMap};
+use dmabridge_interop::collection::{Rights, Server, SystemAllocator};
+use dmabridge_interop::dmabuf::{write_planes, DmaBuf, PlaneLayout};
+use dmabridge_interop::negotiate::{Constraints, CpuAccess, Domain, ExtentRange, Participant};
+use dmabridge_interop::{Format, FormatSet};
 use dmabridge_interop::peers::kms_device::{KmsDevice, KmsDeviceError, WrittenBack};
 use dmabridge_interop::sync::{SyncAccess, CPU_ACCESS_TIMEOUT};
 use dmabridge_interop::{Fourcc, Layout, Modifier};
 use serde_json::{json, Value};
+
+use crate::decoder::Serving;
 
 /// How long a writeback's out-fence or a flip's event may take (TCG is slow; vkms composes
 /// on its simulated vblank).
@@ -42,8 +48,12 @@ pub struct DisplayCheckConfig {
 pub enum DisplayCheckError {
     #[error("{0}")]
     Display(#[from] KmsDeviceError),
-    #[error("the system dma-heap: {0}")]
-    Heap(#[from] dmabridge_interop::dmabuf::HeapError),
+    #[error("the source collection: {0}")]
+    Collection(#[from] dmabridge_interop::collection::CollectionError),
+    #[error("the source collection's server: {0}")]
+    Server(#[from] dmabridge_interop::collection::ServerError),
+    #[error("filling a source buffer: {0}")]
+    Write(#[from] dmabridge_interop::dmabuf::WriteError),
     #[error("the source buffer: {0}")]
     Source(String),
     #[error("display-check compares XR24 or AR24 frames, not {0}")]
@@ -121,23 +131,50 @@ pub fn pattern(width: u32, height: u32, k: u32) -> Vec<u8> {
     out
 }
 
-/// A system dma-heap buffer of `width` x `height` `fourcc` (LINEAR, pitch a multiple of 64)
-/// holding `bytes` (packed rows), written inside `DMA_BUF_IOCTL_SYNC`.
-fn heap_frame(heap: &DmaHeap, fourcc: Fourcc, width: u32, height: u32, bytes: &[u8]) -> Result<DmaBuf, DisplayCheckError> {
-    let row = u64::from(width) * 4;
-    let pitch = row.next_multiple_of(64);
-    let len = pitch * u64::from(height);
-    let fd = heap.alloc(len)?;
-    {
-        let src = |e: &dyn std::fmt::Display| DisplayCheckError::Source(e.to_string());
-        let mut map = PlaneMap::of_file(std::os::fd::AsFd::as_fd(&fd), 0, len, SyncAccess::ReadWrite, FdTrust::Untrusted, CPU_ACCESS_TIMEOUT).map_err(|e| src(&e))?;
-        let dst = map.bytes_mut().ok_or_else(|| src(&"the mapping is read-only"))?;
-        for (y, line) in bytes.chunks_exact(row as usize).enumerate() {
-            dst[y * pitch as usize..][..row as usize].copy_from_slice(line);
-        }
+/// The source buffers: a collection of `frames` buffers negotiated between the display's
+/// plane (its `IN_FORMATS`, the mode's extent, one buffer per frame it shows) and the
+/// pattern writer (the CPU writes them, LINEAR, system memory), allocated by the
+/// [`SystemAllocator`] (the system dma-heap where the kernel has one), each filled with
+/// its frame's pattern (`write_planes`: mapped inside `DMA_BUF_IOCTL_SYNC`). Returns the
+/// buffers and the memory they are in.
+fn collection_frames(kms: &KmsDevice, fourcc: Fourcc, (w, h): (u32, u32), sources: &[Vec<u8>]) -> Result<(Vec<DmaBuf>, String), DisplayCheckError> {
+    let frames = sources.len() as u32;
+    let display = kms.participant("display", None)?.constrain(|c| {
+        c.width = ExtentRange::exactly(w);
+        c.height = ExtentRange::exactly(h);
+        c.min_buffers = frames;
+    });
+    let writer = Participant::new("pattern writer", [Format::linear(fourcc)].into_iter().collect::<FormatSet>()).with_constraints(Constraints {
+        width: ExtentRange::exactly(w),
+        height: ExtentRange::exactly(h),
+        cpu_access: CpuAccess::Write,
+        domain: Domain::System,
+        stride_align: 64,
+        ..Constraints::default()
+    });
+    let allocator = SystemAllocator::new("display-check");
+    let memory = allocator.memory.name();
+    let (server, mut root) = Server::new("display-check", Box::new(allocator))?;
+    let mut serving = Serving::spawn(server);
+    let token = root.duplicate(Rights { read_only: false }, false, "display", DISPLAY_TIMEOUT)?;
+    let display_bind = std::thread::spawn(move || {
+        let mut token = token;
+        let got = token.bind(&display, DISPLAY_TIMEOUT);
+        (token, got)
+    });
+    let got = root.bind(&writer, DISPLAY_TIMEOUT)?;
+    let (display_token, display_got) = display_bind.join().map_err(|_| DisplayCheckError::Source("the display participant's thread panicked".into()))?;
+    drop(display_got?);
+    for (buf, frame) in got.buffers.iter().zip(sources) {
+        write_planes(buf, frame)?;
     }
-    DmaBuf::in_one_file(fourcc, Layout::Explicit(Modifier::LINEAR), width, height, fd, &[PlaneLayout::linear(0, pitch, height)])
-        .map_err(|e| DisplayCheckError::Source(e.to_string()))
+    // The buffers stay valid for whoever holds their fds; the collection is done.
+    root.close()?;
+    display_token.close()?;
+    if let Some(h) = serving.handle.take() {
+        h.join().map_err(|_| DisplayCheckError::Source("the collection's server thread panicked".into()))??;
+    }
+    Ok((got.buffers, memory))
 }
 
 /// Runs the check (see the module doc).
@@ -150,13 +187,10 @@ pub fn run_display_check(cfg: &DisplayCheckConfig) -> Result<DisplayCheckOutcome
     // The buffer matches the mode the display prefers (vkms: 1024x768).
     let out = kms.output(None)?;
     let (w, h) = (out.mode.width, out.mode.height);
-    let heap = DmaHeap::open("system")?;
     let frames = cfg.frames.max(2);
     let sources: Vec<Vec<u8>> = (0..frames).map(|k| pattern(w, h, k)).collect();
-    let fbs = sources
-        .iter()
-        .map(|s| heap_frame(&heap, cfg.fourcc, w, h, s).and_then(|b| Ok(kms.add_framebuffer(&b)?)))
-        .collect::<Result<Vec<_>, _>>()?;
+    let (buffers, memory) = collection_frames(&kms, cfg.fourcc, (w, h), &sources)?;
+    let fbs = buffers.iter().map(|b| kms.add_framebuffer(b)).collect::<Result<Vec<_>, _>>()?;
     // The writeback target: a dumb buffer of the display's own, XR24 LINEAR, the mode's size.
     let dumb = kms.dumb_buffer(w, h, 32)?;
     let layout = if kms.addfb2_modifiers() { Layout::Explicit(Modifier::LINEAR) } else { Layout::Implicit };
@@ -220,7 +254,7 @@ pub fn run_display_check(cfg: &DisplayCheckConfig) -> Result<DisplayCheckOutcome
         "driver": kms.driver_name(),
         "writeback": { "connector": wb.connector, "name": wb.name, "formats": wb.formats.iter().map(|f| f.trimmed()).collect::<Vec<_>>(), "target": "XR24 dumb buffer" },
         "output": { "connector": shown.connector_name, "crtc": shown.crtc, "plane": shown.plane, "mode": out.mode },
-        "source": { "format": cfg.fourcc.trimmed(), "layout": "LINEAR", "memory": "system dma-heap", "width": w, "height": h },
+        "source": { "format": cfg.fourcc.trimmed(), "layout": "LINEAR", "memory": memory, "collection": "display (IN_FORMATS) + pattern writer", "width": w, "height": h },
         "frames": frames,
         "frames_matched": matched,
         "frames_identical": identical,

@@ -24,7 +24,6 @@ use dmabridge_interop::dmabuf::{write_planes, DmaBuf, PlaneLayout};
 use dmabridge_interop::negotiate::{Constraints, CpuAccess, Domain, ExtentRange, Participant};
 use dmabridge_interop::{Format, FormatSet};
 use dmabridge_interop::peers::kms_device::{KmsDevice, KmsDeviceError, WrittenBack};
-use dmabridge_interop::sync::{SyncAccess, CPU_ACCESS_TIMEOUT};
 use dmabridge_interop::{Fourcc, Layout, Modifier};
 use serde_json::{json, Value};
 

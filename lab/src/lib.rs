@@ -25,6 +25,7 @@ pub mod decoder;
 pub mod demo;
 pub mod error;
 pub mod live;
+pub mod local_collection;
 pub mod picture;
 pub mod stats;
 pub mod kernel_codecs;

@@ -19,7 +19,7 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use dmabridge_interop::collection::{Rights, Server, SystemAllocator};
+use dmabridge_interop::collection::SystemAllocator;
 use dmabridge_interop::dmabuf::{write_planes, DmaBuf, PlaneLayout};
 use dmabridge_interop::negotiate::{Constraints, CpuAccess, Domain, ExtentRange, Participant};
 use dmabridge_interop::{Format, FormatSet};
@@ -27,7 +27,7 @@ use dmabridge_interop::peers::kms_device::{KmsDevice, KmsDeviceError, WrittenBac
 use dmabridge_interop::{Fourcc, Layout, Modifier};
 use serde_json::{json, Value};
 
-use crate::decoder::Serving;
+use crate::local_collection::LocalCollection;
 
 /// How long a writeback's out-fence or a flip's event may take (TCG is slow; vkms composes
 /// on its simulated vblank).
@@ -48,9 +48,7 @@ pub enum DisplayCheckError {
     #[error("{0}")]
     Display(#[from] KmsDeviceError),
     #[error("the source collection: {0}")]
-    Collection(#[from] dmabridge_interop::collection::CollectionError),
-    #[error("the source collection's server: {0}")]
-    Server(#[from] dmabridge_interop::collection::ServerError),
+    Collection(#[from] crate::local_collection::LocalCollectionError),
     #[error("filling a source buffer: {0}")]
     Write(#[from] dmabridge_interop::dmabuf::WriteError),
     #[error("the source buffer: {0}")]
@@ -153,27 +151,15 @@ fn collection_frames(kms: &KmsDevice, fourcc: Fourcc, (w, h): (u32, u32), source
     });
     let allocator = SystemAllocator::new("display-check");
     let memory = allocator.memory.name();
-    let (server, mut root) = Server::new("display-check", Box::new(allocator))?;
-    let mut serving = Serving::spawn(server);
-    let token = root.duplicate(Rights { read_only: false }, false, "display", DISPLAY_TIMEOUT)?;
-    let display_bind = std::thread::spawn(move || {
-        let mut token = token;
-        let got = token.bind(&display, DISPLAY_TIMEOUT);
-        (token, got)
-    });
-    let got = root.bind(&writer, DISPLAY_TIMEOUT)?;
-    let (display_token, display_got) = display_bind.join().map_err(|_| DisplayCheckError::Source("the display participant's thread panicked".into()))?;
-    drop(display_got?);
+    let collection = LocalCollection::negotiate("display-check", Box::new(allocator), &writer, display, DISPLAY_TIMEOUT)?;
+    let got = &collection.buffers;
     for (buf, frame) in got.buffers.iter().zip(sources) {
         write_planes(buf, frame)?;
     }
+    let buffers = got.buffers.iter().map(DmaBuf::try_clone).collect::<Result<Vec<_>, _>>().map_err(|e| DisplayCheckError::Source(e.to_string()))?;
     // The buffers stay valid for whoever holds their fds; the collection is done.
-    root.close()?;
-    display_token.close()?;
-    if let Some(h) = serving.handle.take() {
-        h.join().map_err(|_| DisplayCheckError::Source("the collection's server thread panicked".into()))??;
-    }
-    Ok((got.buffers, memory))
+    collection.finish()?;
+    Ok((buffers, memory))
 }
 
 /// Runs the check (see the module doc).

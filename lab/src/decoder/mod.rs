@@ -44,9 +44,6 @@ pub mod stream;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::process::{Child, Command};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use dmabridge::ash::vk;
@@ -59,6 +56,7 @@ use rustix::event::{poll, PollFd, PollFlags};
 use serde_json::json;
 
 use crate::demo::control::{recv_msg, send_msg, Peer};
+use crate::local_collection::Serving;
 use crate::error::{who, DemoError, Ending};
 
 use self::peer::Role;
@@ -133,32 +131,6 @@ struct Coll {
     slots: Vec<Slot>,
     frames_carried: u32,
     summary: serde_json::Value,
-}
-
-/// A collection's server thread. One the demo lets go of while it still runs (an error
-/// ended the demo, maybe before the collection was allocated) is stopped and joined when
-/// dropped: otherwise the process would exit with that thread freeing the collection's
-/// device memory while the driver tears itself down (the kernel lab saw the decoder die by
-/// a signal after printing its error).
-pub(crate) struct Serving {
-    pub(crate) handle: Option<JoinHandle<Result<ServerOutcome, ServerError>>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl Serving {
-    pub(crate) fn spawn(server: Server) -> Serving {
-        let stop = server.stop_flag();
-        Serving { handle: Some(server.spawn()), stop }
-    }
-}
-
-impl Drop for Serving {
-    fn drop(&mut self) {
-        if let Some(h) = self.handle.take() {
-            self.stop.store(true, Ordering::Relaxed);
-            let _ = h.join();
-        }
-    }
 }
 
 fn peer_index(role: Role) -> usize {

@@ -94,9 +94,7 @@ pub enum VicodecError {
     #[error(transparent)]
     Write(#[from] dmabridge::interop::dmabuf::WriteError),
     #[error(transparent)]
-    Collection(#[from] dmabridge::interop::collection::CollectionError),
-    #[error(transparent)]
-    CollectionServer(#[from] dmabridge::interop::collection::ServerError),
+    Collection(#[from] crate::local_collection::LocalCollectionError),
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
 }

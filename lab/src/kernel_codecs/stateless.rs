@@ -35,7 +35,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use dmabridge::ash::vk;
-use dmabridge::interop::collection::{Rights, Server, ServerOutcome};
+use dmabridge::interop::collection::ServerOutcome;
 use dmabridge::interop::dmabuf::{write_planes, DmaBuf};
 use dmabridge::interop::negotiate::{Constraints, Domain, ExtentRange, Participant};
 use dmabridge::interop::peers::v4l2_device::{Direction, MappedBuffer, MediaDevice, MediaRequest, Memory, QueueParams, V4l2Device};
@@ -44,7 +44,7 @@ use dmabridge::{DeviceAllocator, Engine, ImageUse, ImportCache, ParticipantReque
 
 use super::raw::{timestamp, RawLayout, FRAME_TIMEOUT, PIX_FMT_NV12};
 use super::VicodecError;
-use crate::decoder::Serving;
+use crate::local_collection::LocalCollection;
 
 /// Frames kept for reference: MPEG-2's B frame references two (FWHT's P frame one).
 pub const DPB: u32 = 2;
@@ -184,21 +184,9 @@ impl Stateless {
                 ..ParticipantRequest::new("vulkan", ImageUse::new(USAGE), dmabridge::Direction::Import).with_fourccs(&[Fourcc::NV12])
             })?
             .constrain(|c| c.min_buffers = 1);
-        let (server, mut root) = Server::new(&format!("vicodec-{w}x{h}"), Box::new(DeviceAllocator::new(engine, ImageUse::new(USAGE))))?;
-        let mut serving = Serving::spawn(server);
-        // Read-write rights and constraints, though the device only reads: a read-only
-        // holder makes the collection use sealed memfds (a dma-buf has no read-only
-        // reopen), and V4L2 takes only real dma-bufs ("invalid dmabuf fd", EINVAL).
-        let consumer = root.duplicate(Rights { read_only: false }, false, "vulkan", timeout)?;
-        let gpu_bind = std::thread::spawn(move || {
-            let mut token = consumer;
-            let got = token.bind(&gpu, timeout);
-            (token, got)
-        });
-        let got = root.bind(&decoder, timeout)?;
-        let (gpu_token, gpu_got) = gpu_bind.join().map_err(|_| VicodecError::Stream("the Vulkan participant's thread panicked".into()))?;
-        let gpu_got = gpu_got?;
-        let bufs = got.buffers;
+        let collection = LocalCollection::negotiate(&format!("{}-{w}x{h}", self.capture.driver()), Box::new(DeviceAllocator::new(engine, ImageUse::new(USAGE))), &decoder, gpu, timeout)?;
+        let got = &collection.buffers;
+        let bufs = &got.buffers;
         check_layout(&bufs, &layout)?;
 
         let mut report = SegmentReport {
@@ -218,7 +206,7 @@ impl Stateless {
             collection: String::new(),
         };
 
-        let run = self.run_segment(engine, seg, &bufs, &layout, &mut report);
+        let run = self.run_segment(engine, seg, bufs, &layout, &mut report);
         // Whatever happened: the queues stop and give every buffer back before the
         // collection's buffers go.
         let _ = self.output.stream_off();
@@ -226,12 +214,7 @@ impl Stateless {
         let _ = self.capture.request_buffers(0, Memory::DmaBuf);
         let _ = self.output.request_buffers(0, Memory::Mmap);
         run?;
-        drop(bufs);
-        drop(gpu_got);
-        root.close()?;
-        gpu_token.close()?;
-        let handle = serving.handle.take().ok_or_else(|| VicodecError::Stream("the collection's server was already joined".into()))?;
-        let outcome = handle.join().map_err(|_| VicodecError::Stream("the collection's server thread panicked".into()))??;
+        let outcome = collection.finish()?;
         report.collection = match outcome {
             ServerOutcome::Released => "released".to_owned(),
             ServerOutcome::Failed(f) => format!("failed: {f}"),

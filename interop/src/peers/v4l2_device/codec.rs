@@ -13,14 +13,15 @@
 use std::io;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rustix::event::{poll, PollFd, PollFlags, Timespec};
+use rustix::event::PollFlags;
 use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 use rustix::ioctl::{ioctl, Getter, NoArg};
 
 use super::uapi::*;
+use crate::sync::{poll_for, WaitError};
 use super::{c_text, Direction, V4l2Device, V4l2DeviceError, VIDEO_MAX_PLANES};
 
 /// Most `/dev/mediaN` nodes [`MediaDevice::find`] looks at.
@@ -151,9 +152,9 @@ pub enum MediaError {
     /// The request did not complete within the timeout.
     #[error("media request on {path} did not complete within {timeout:?}")]
     Timeout { path: PathBuf, timeout: Duration },
-    /// `poll` on the request failed.
-    #[error("media request on {path}: poll failed: {source}")]
-    Poll { path: PathBuf, source: io::Error },
+    /// Waiting on the request failed (`POLLERR`: it was never queued).
+    #[error("media request on {path}: {source}")]
+    Wait { path: PathBuf, source: WaitError },
 }
 
 /// A media controller node (`/dev/mediaN`), owning its fd; a stateless codec's requests are
@@ -263,28 +264,11 @@ impl MediaRequest {
 
     /// Waits at most `timeout` for the queued request to complete (`POLLPRI`).
     pub fn wait(&self, timeout: Duration) -> Result<(), MediaError> {
-        let deadline = Instant::now().checked_add(timeout);
-        loop {
-            let left = deadline.map_or(timeout, |d| d.saturating_duration_since(Instant::now()));
-            let ts = Timespec {
-                tv_sec: i64::try_from(left.as_secs()).unwrap_or(i64::MAX),
-                tv_nsec: left.subsec_nanos().into(),
-            };
-            let mut fds = [PollFd::new(&self.fd, PollFlags::PRI)];
-            match poll(&mut fds, Some(&ts)) {
-                Ok(0) => return Err(MediaError::Timeout { path: self.path.clone(), timeout }),
-                Ok(_) if fds[0].revents().contains(PollFlags::PRI) => return Ok(()),
-                // POLLERR: the request was never queued; waiting would never end.
-                Ok(_) => {
-                    return Err(MediaError::Poll {
-                        path: self.path.clone(),
-                        source: io::Error::other("the request is not queued (poll gave POLLERR)"),
-                    })
-                }
-                Err(Errno::INTR) => continue,
-                Err(e) => return Err(MediaError::Poll { path: self.path.clone(), source: e.into() }),
-            }
-        }
+        poll_for(self.fd.as_fd(), PollFlags::PRI, timeout).map_err(|e| match e {
+            WaitError::Timeout { .. } => MediaError::Timeout { path: self.path.clone(), timeout },
+            // POLLERR: the request was never queued; waiting would never end.
+            e => MediaError::Wait { path: self.path.clone(), source: e },
+        })
     }
 }
 

@@ -47,7 +47,7 @@ use std::process::{Child, Command};
 use std::time::Duration;
 
 use dmabridge::ash::vk;
-use dmabridge::interop::collection::{CollectionError, Rights, Server, ServerError, ServerOutcome, Token, TokenEvent};
+use dmabridge::interop::collection::{CollectionError, Rights, Server, ServerOutcome, Token, TokenEvent};
 use dmabridge::interop::dmabuf::{fd_count, socketpair, write_all_at, write_planes, DmaBuf};
 use dmabridge::interop::negotiate::{Constraints, CpuAccess, Domain, ExtentRange, Participant};
 use dmabridge::interop::{Format, FormatSet, Fourcc};

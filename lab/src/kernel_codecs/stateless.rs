@@ -187,7 +187,7 @@ impl Stateless {
         let collection = LocalCollection::negotiate(&format!("{}-{w}x{h}", self.capture.driver()), Box::new(DeviceAllocator::new(engine, ImageUse::new(USAGE))), &decoder, gpu, timeout)?;
         let got = &collection.buffers;
         let bufs = &got.buffers;
-        check_layout(&bufs, &layout)?;
+        check_layout(bufs, &layout)?;
 
         let mut report = SegmentReport {
             size: format!("{w}x{h}"),

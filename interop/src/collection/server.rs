@@ -61,6 +61,17 @@ pub enum ServerOutcome {
     Stopped,
 }
 
+/// How reports name it: `released`, `failed: WHY`, `stopped`.
+impl std::fmt::Display for ServerOutcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ServerOutcome::Released => f.write_str("released"),
+            ServerOutcome::Failed(why) => write!(f, "failed: {why}"),
+            ServerOutcome::Stopped => f.write_str("stopped"),
+        }
+    }
+}
+
 /// The server end of a collection. Build it with [`Server::new`], hand the root [`Token`]
 /// to the initiator, and [`Server::run`] it (on a thread: [`Server::spawn`]).
 pub struct Server {

@@ -121,8 +121,7 @@ impl SyncFile {
     /// [`WaitError::Failed`] if it signalled with an error (the work it guards failed: the
     /// frame is lost).
     pub fn wait(&self, timeout: Duration) -> Result<(), WaitError> {
-        poll_readable(self.0.as_fd(), timeout)?;
-        signalled_status(self.0.as_fd())
+        wait_sync_file(self.0.as_fd(), timeout)
     }
 
     /// Another fd for the same fence.

@@ -713,14 +713,10 @@ fn process_state(pid: u32) -> Option<String> {
 fn finish_server(c: &mut Coll) -> Result<(), DemoError> {
     if let Some(h) = c.server.handle.take() {
         let outcome = h.join().map_err(|_| DemoError::Protocol(format!("collection {}'s server thread panicked", c.index)))??;
-        let name = match outcome {
-            ServerOutcome::Released => "released".to_owned(),
-            ServerOutcome::Failed(f) => format!("failed: {f}"),
-            ServerOutcome::Stopped => "stopped".to_owned(),
-        };
+        let name = outcome.to_string();
         if let Some(o) = c.summary.as_object_mut() {
             o.insert("frames_carried".into(), json!(c.frames_carried));
-            o.insert("buffers_released".into(), json!(name == "released"));
+            o.insert("buffers_released".into(), json!(outcome == ServerOutcome::Released));
             o.insert("server_outcome".into(), json!(name));
         }
         c.outcome = Some(name);

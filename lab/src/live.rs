@@ -373,21 +373,15 @@ impl Scanout {
     fn put(&mut self, kms: &KmsDevice, plane: Option<u32>, fb: &Framebuffer) -> Result<(), LiveError> {
         match &mut self.shown {
             Some(s) => {
-                let queued = match self.blocking_reason {
-                    Some(_) => None,
-                    None => Some(kms.queue_flip(s, fb)),
-                };
-                match queued {
-                    Some(Ok(())) => {
-                        kms.wait_flip(s, crate::writeback::DISPLAY_TIMEOUT)?;
-                        self.flip_events += 1;
-                    }
-                    Some(Err(e)) => {
-                        tracing::warn!(error = %e, "non-blocking flip refused: blocking commits from now on");
-                        self.blocking_reason = Some(e.to_string());
-                        kms.flip(s, fb)?;
-                    }
-                    None => kms.flip(s, fb)?,
+                if self.blocking_reason.is_some() {
+                    kms.flip(s, fb)?;
+                } else if let Err(e) = kms.queue_flip(s, fb) {
+                    tracing::warn!(error = %e, "non-blocking flip refused: blocking commits from now on");
+                    self.blocking_reason = Some(e.to_string());
+                    kms.flip(s, fb)?;
+                } else {
+                    kms.wait_flip(s, crate::writeback::DISPLAY_TIMEOUT)?;
+                    self.flip_events += 1;
                 }
                 self.flips += 1;
             }
@@ -491,11 +485,7 @@ impl<'a> Screen<'a> {
             return Err(other(format!("--writeback compares XR24 or AR24 frames, and the display shows {fourcc}")));
         }
         if wb.target.is_none() {
-            let (w, h) = (shown.mode.width, shown.mode.height);
-            let dumb = self.kms.dumb_buffer(w, h, 32)?;
-            let how = if self.kms.addfb2_modifiers() { Layout::Explicit(Modifier::LINEAR) } else { Layout::Implicit };
-            let buf = DmaBuf::in_one_file(Fourcc::XRGB8888, how, w, h, dumb.fd, &[PlaneLayout::linear(0, u64::from(dumb.pitch), h)]).map_err(other)?;
-            wb.target = Some(self.kms.writeback_target(buf)?);
+            wb.target = Some(crate::writeback::dumb_writeback_target(self.kms, (shown.mode.width, shown.mode.height)).map_err(other)?);
         }
         let target = wb.target.as_ref().ok_or_else(|| other("no writeback target"))?;
         let got = self.kms.write_back(shown, target, crate::writeback::DISPLAY_TIMEOUT)?;
@@ -516,7 +506,7 @@ impl<'a> Screen<'a> {
         }
         let dumb = self.kms.dumb_buffer(mode.width, mode.height, 32)?;
         let layout = [PlaneLayout::linear(0, u64::from(dumb.pitch), mode.height)];
-        let how = if self.kms.addfb2_modifiers() { Layout::Explicit(Modifier::LINEAR) } else { Layout::Implicit };
+        let how = self.kms.dumb_layout();
         let frame_fd = dumb.fd.try_clone().map_err(other)?;
         let buf = DmaBuf::in_one_file(fourcc, how, mode.width, mode.height, dumb.fd, &layout).map_err(other)?;
         let fb = self.kms.add_framebuffer(&buf)?;
@@ -563,7 +553,7 @@ impl<'a> Screen<'a> {
             "writeback": self.writeback.as_ref().map(|w| json!({
                 "frames_matched": w.matched,
                 "frames_identical": w.identical,
-                "round_trip_ms_mean": if w.round_trips.is_empty() { 0.0 } else { w.round_trips.iter().map(|d| d.as_secs_f64() * 1e3).sum::<f64>() / w.round_trips.len() as f64 },
+                "round_trip_ms_mean": crate::stats::mean_ms(&w.round_trips),
             })),
         })
     }

@@ -39,6 +39,14 @@ pub fn gbps_samples<E>(bytes: u64, (warmups, reps): (usize, usize), mut run: imp
         .collect()
 }
 
+/// The mean of `v` in milliseconds (0 for an empty sample).
+pub fn mean_ms(v: &[std::time::Duration]) -> f64 {
+    if v.is_empty() {
+        return 0.0;
+    }
+    v.iter().map(|d| d.as_secs_f64() * 1e3).sum::<f64>() / v.len() as f64
+}
+
 /// Median of a sample.
 pub fn median(v: &mut [f64]) -> f64 {
     if v.is_empty() {

@@ -23,11 +23,12 @@ use dmabridge_interop::collection::SystemAllocator;
 use dmabridge_interop::dmabuf::{write_planes, DmaBuf, PlaneLayout};
 use dmabridge_interop::negotiate::{Constraints, CpuAccess, Domain, ExtentRange, Participant};
 use dmabridge_interop::{Format, FormatSet};
-use dmabridge_interop::peers::kms_device::{KmsDevice, KmsDeviceError, WrittenBack};
-use dmabridge_interop::{Fourcc, Layout, Modifier};
+use dmabridge_interop::peers::kms_device::{KmsDevice, KmsDeviceError, WritebackTarget, WrittenBack};
+use dmabridge_interop::Fourcc;
 use serde_json::{json, Value};
 
 use crate::local_collection::LocalCollection;
+use crate::stats::mean_ms;
 
 /// How long a writeback's out-fence or a flip's event may take (TCG is slow; vkms composes
 /// on its simulated vblank).
@@ -162,6 +163,15 @@ fn collection_frames(kms: &KmsDevice, fourcc: Fourcc, (w, h): (u32, u32), source
     Ok((buffers, memory))
 }
 
+/// A writeback target in the display's own memory: an XR24 dumb buffer `w` x `h` (the
+/// mode's size, which vkms requires of it).
+pub fn dumb_writeback_target(kms: &KmsDevice, (w, h): (u32, u32)) -> Result<WritebackTarget, DisplayCheckError> {
+    let dumb = kms.dumb_buffer(w, h, 32)?;
+    let buf = DmaBuf::in_one_file(Fourcc::XRGB8888, kms.dumb_layout(), w, h, dumb.fd, &[PlaneLayout::linear(0, u64::from(dumb.pitch), h)])
+        .map_err(|e| DisplayCheckError::Source(e.to_string()))?;
+    Ok(kms.writeback_target(buf)?)
+}
+
 /// Runs the check (see the module doc).
 pub fn run_display_check(cfg: &DisplayCheckConfig) -> Result<DisplayCheckOutcome, DisplayCheckError> {
     if !matches!(cfg.fourcc, Fourcc::XRGB8888 | Fourcc::ARGB8888) {
@@ -176,12 +186,7 @@ pub fn run_display_check(cfg: &DisplayCheckConfig) -> Result<DisplayCheckOutcome
     let sources: Vec<Vec<u8>> = (0..frames).map(|k| pattern(w, h, k)).collect();
     let (buffers, memory) = collection_frames(&kms, cfg.fourcc, (w, h), &sources)?;
     let fbs = buffers.iter().map(|b| kms.add_framebuffer(b)).collect::<Result<Vec<_>, _>>()?;
-    // The writeback target: a dumb buffer of the display's own, XR24 LINEAR, the mode's size.
-    let dumb = kms.dumb_buffer(w, h, 32)?;
-    let layout = if kms.addfb2_modifiers() { Layout::Explicit(Modifier::LINEAR) } else { Layout::Implicit };
-    let target_buf = DmaBuf::in_one_file(Fourcc::XRGB8888, layout, w, h, dumb.fd, &[PlaneLayout::linear(0, u64::from(dumb.pitch), h)])
-        .map_err(|e| DisplayCheckError::Source(e.to_string()))?;
-    let target = kms.writeback_target(target_buf)?;
+    let target = dumb_writeback_target(&kms, (w, h))?;
 
     let mut problems = Vec::new();
     let mut identical = 0u32;
@@ -232,7 +237,6 @@ pub fn run_display_check(cfg: &DisplayCheckConfig) -> Result<DisplayCheckOutcome
         problems.push(format!("plane {} scans out {scanout:?}, not the last flip's framebuffer {}", shown.plane, shown.framebuffer));
     }
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
-    let mean = |v: &[Duration]| if v.is_empty() { 0.0 } else { v.iter().map(|d| ms(*d)).sum::<f64>() / v.len() as f64 };
     let sequences: Vec<u32> = flip_events.iter().map(|e| e.sequence).collect();
     let summary = json!({
         "device": kms.path(),
@@ -249,11 +253,11 @@ pub fn run_display_check(cfg: &DisplayCheckConfig) -> Result<DisplayCheckOutcome
         "ms": {
             "modeset": ms(modeset),
             "first_writeback": ms(first_round_trip),
-            "writeback_round_trip_mean": mean(&round_trips),
-            "writeback_fence_wait_mean": mean(&fence_waits),
-            "flip_queue_mean": mean(&flip_times.iter().map(|t| t.0).collect::<Vec<_>>()),
-            "flip_to_event_mean": mean(&flip_times.iter().map(|t| t.1).collect::<Vec<_>>()),
-            "baseline_flip_to_event_mean": mean(&plain_flips),
+            "writeback_round_trip_mean": mean_ms(&round_trips),
+            "writeback_fence_wait_mean": mean_ms(&fence_waits),
+            "flip_queue_mean": mean_ms(&flip_times.iter().map(|t| t.0).collect::<Vec<_>>()),
+            "flip_to_event_mean": mean_ms(&flip_times.iter().map(|t| t.1).collect::<Vec<_>>()),
+            "baseline_flip_to_event_mean": mean_ms(&plain_flips),
         },
     });
     Ok(DisplayCheckOutcome { summary, problems })

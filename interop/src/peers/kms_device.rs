@@ -939,6 +939,16 @@ impl KmsDevice {
         Ok(u32::try_from(value).ok().filter(|&id| id != 0))
     }
 
+    /// How a dumb buffer of this device is described as a [`DmaBuf`]: LINEAR where ADDFB2
+    /// takes modifiers, else the driver's implicit layout (a dumb buffer is linear, but a
+    /// driver without modifiers takes none in ADDFB2).
+    pub fn dumb_layout(&self) -> crate::Layout {
+        match self.addfb2_modifiers {
+            true => crate::Layout::Explicit(crate::Modifier::LINEAR),
+            false => crate::Layout::Implicit,
+        }
+    }
+
     /// A zeroed dumb buffer of the driver's own memory, exported as a dma-buf
     /// (`DRM_IOCTL_MODE_CREATE_DUMB`, `DRM_IOCTL_PRIME_HANDLE_TO_FD`). The dumb buffer's
     /// handle is destroyed at once: the dma-buf keeps the memory alive.

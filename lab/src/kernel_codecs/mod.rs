@@ -27,12 +27,10 @@ pub mod visl;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use dmabridge::interop::dmabuf::fd_count;
 use dmabridge::interop::peers::v4l2_device::{MediaError, V4l2DeviceError};
-use dmabridge::{Engine, EngineOptions};
 use serde_json::json;
 
-use self::stateless::{Segment, SegmentReport, Stateless};
+use self::stateless::{on_decoder, Accounted, Segment, SegmentReport};
 
 /// The stream's sizes: before, and from the resolution change on.
 pub const SIZES: [(u32, u32); 2] = [(640, 480), (1280, 720)];
@@ -116,39 +114,33 @@ pub fn run(config: &VicodecConfig) -> Result<VicodecOutcome, VicodecError> {
     let encoder = find_node("stateful-encoder")?;
     let reference = find_node("stateful-decoder")?;
     let decoder = find_node("stateless-decoder")?;
-    // Counted around the whole run, the device's life included (its driver's threads open
-    // files while it lives).
-    let before = fd_count()?;
-    let engine = Engine::new(&EngineOptions { validation: config.validation, ..EngineOptions::from_env() })?;
-    let mut stateless = Stateless::open(&decoder)?;
-    stateless.break_references = config.break_references;
-    let media = stateless.media_path().display().to_string();
     let change = config.resolution_change_at.filter(|&n| n > 0 && n < config.frames);
     let bounds: Vec<(u32, u32)> = match change {
         Some(n) => vec![(0, n), (n, config.frames)],
         None => vec![(0, config.frames)],
     };
     let started = Instant::now();
-    let mut reports: Vec<SegmentReport> = Vec::new();
     let mut encode_time = Duration::ZERO;
     let mut decode_time = Duration::ZERO;
-    for (i, &(first, end)) in bounds.iter().enumerate() {
-        let (w, h) = SIZES[i];
-        let raw: Vec<Vec<u8>> = (first..end).map(|n| raw::synthetic_nv12(n, w, h)).collect();
-        let t = Instant::now();
-        let frames = stateful::encode(&encoder, w, h, config.gop, &raw)?;
-        let expected = stateful::reference_decode(&reference, w, h, &frames)?;
-        encode_time += t.elapsed();
-        let t = Instant::now();
-        let stream = fwht::FwhtStream { frames, expected };
-        let seg = Segment { width: w, height: h, first, stream: &stream };
-        reports.push(stateless.decode(&engine, &seg, config.timeout)?);
-        decode_time += t.elapsed();
-    }
-    let validation: Vec<String> = engine.validation().map(|v| v.problems()).unwrap_or_default().iter().map(|p| p.to_string()).collect();
-    drop(stateless);
-    drop(engine);
-    let leaked = fd_count()?.saturating_sub(before);
+    let run = on_decoder(&decoder, config.validation, |engine, stateless| {
+        stateless.break_references = config.break_references;
+        let mut reports: Vec<SegmentReport> = Vec::new();
+        for (i, &(first, end)) in bounds.iter().enumerate() {
+            let (w, h) = SIZES[i];
+            let raw: Vec<Vec<u8>> = (first..end).map(|n| raw::synthetic_nv12(n, w, h)).collect();
+            let t = Instant::now();
+            let frames = stateful::encode(&encoder, w, h, config.gop, &raw)?;
+            let expected = stateful::reference_decode(&reference, w, h, &frames)?;
+            encode_time += t.elapsed();
+            let t = Instant::now();
+            let stream = fwht::FwhtStream { frames, expected };
+            let seg = Segment { width: w, height: h, first, stream: &stream };
+            reports.push(stateless.decode(engine, &seg, config.timeout)?);
+            decode_time += t.elapsed();
+        }
+        Ok(reports)
+    })?;
+    let Accounted { value: reports, media, validation, leaked } = run;
     let verified: u32 = reports.iter().map(|r| r.verified).sum();
     let honoured: u32 = reports.iter().map(|r| r.references_honoured).sum();
     let p_frames: u32 = reports.iter().map(|r| r.frames - r.intra_frames).sum();

@@ -28,7 +28,7 @@ impl RawLayout {
         let p = f.planes.first().ok_or_else(|| VicodecError::Driver("a raw format with no plane".into()))?;
         let l = RawLayout { width: f.width, height: f.height, bytesperline: p.bytesperline, sizeimage: p.sizeimage };
         let needed = u64::from(l.bytesperline) * u64::from(l.height) * 3 / 2;
-        if l.bytesperline < l.width || u64::from(l.sizeimage) < needed {
+        if l.width == 0 || l.height == 0 || l.bytesperline < l.width || u64::from(l.sizeimage) < needed {
             return Err(VicodecError::Driver(format!("NV12 {}x{}: bytesperline {} and sizeimage {} cannot hold it", l.width, l.height, l.bytesperline, l.sizeimage)));
         }
         Ok(l)

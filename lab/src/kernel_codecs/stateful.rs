@@ -68,7 +68,11 @@ pub fn reference_decode(path: &Path, width: u32, height: u32, frames: &[Frame]) 
     let mut raw = None;
     for (n, frame) in frames.iter().enumerate() {
         let plane = coded.plane_mut(0).ok_or_else(|| VicodecError::Driver("the decoder's OUTPUT buffer is not writable".into()))?;
-        plane[..frame.bytes.len()].copy_from_slice(&frame.bytes);
+        let len = plane.len();
+        plane
+            .get_mut(..frame.bytes.len())
+            .ok_or_else(|| VicodecError::Driver(format!("the decoder's {len}-byte OUTPUT buffer cannot hold frame {n} ({} bytes)", frame.bytes.len())))?
+            .copy_from_slice(&frame.bytes);
         output.queue_mmap_with(0, &QueueParams { bytesused: Some(frame.bytes.len() as u32), timestamp: Some(timestamp(n as u32)), request: None })?;
         if layout.is_none() {
             let l = RawLayout::of_format(&capture.set_format(PIX_FMT_NV12, width, height)?)?;

@@ -35,12 +35,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use dmabridge::ash::vk;
-use dmabridge::interop::collection::ServerOutcome;
 use dmabridge::interop::dmabuf::{write_planes, DmaBuf};
 use dmabridge::interop::negotiate::{Constraints, Domain, ExtentRange, Participant};
 use dmabridge::interop::peers::v4l2_device::{Direction, MappedBuffer, MediaDevice, MediaRequest, Memory, QueueParams, V4l2Device};
 use dmabridge::interop::{Format, FormatSet, Fourcc};
-use dmabridge::{DeviceAllocator, Engine, ImageUse, ImportCache, ParticipantRequest};
+use dmabridge::interop::dmabuf::fd_count;
+use dmabridge::{DeviceAllocator, Engine, EngineOptions, ImageUse, ImportCache, ParticipantRequest};
 
 use super::raw::{timestamp, RawLayout, FRAME_TIMEOUT, PIX_FMT_NV12};
 use super::VicodecError;
@@ -214,12 +214,7 @@ impl Stateless {
         let _ = self.capture.request_buffers(0, Memory::DmaBuf);
         let _ = self.output.request_buffers(0, Memory::Mmap);
         run?;
-        let outcome = collection.finish()?;
-        report.collection = match outcome {
-            ServerOutcome::Released => "released".to_owned(),
-            ServerOutcome::Failed(f) => format!("failed: {f}"),
-            ServerOutcome::Stopped => "stopped".to_owned(),
-        };
+        report.collection = collection.finish()?.to_string();
         Ok(report)
     }
 
@@ -334,6 +329,37 @@ impl Stateless {
         }
         Ok(())
     }
+}
+
+/// What a run on a stateless decoder left behind, beside its own result.
+pub struct Accounted<T> {
+    pub value: T,
+    /// The decoder's media device.
+    pub media: String,
+    /// What the validation layer said.
+    pub validation: Vec<String>,
+    /// fds open after the run that were not before it.
+    pub leaked: usize,
+}
+
+/// Opens a Vulkan device (the validation layer on with `validation`) and the stateless
+/// decoder at `node`, runs `body` with them and closes both: fds are counted around the
+/// device's whole life (its driver's threads open files while it lives).
+pub fn on_decoder<T>(
+    node: &Path,
+    validation: bool,
+    body: impl FnOnce(&Engine, &mut Stateless) -> Result<T, VicodecError>,
+) -> Result<Accounted<T>, VicodecError> {
+    let before = fd_count()?;
+    let engine = Engine::new(&EngineOptions { validation, ..EngineOptions::from_env() })?;
+    let mut decoder = Stateless::open(node)?;
+    let media = decoder.media_path().display().to_string();
+    let value = body(&engine, &mut decoder)?;
+    let validation = engine.validation().map(|v| v.problems()).unwrap_or_default().iter().map(|p| p.to_string()).collect();
+    drop(decoder);
+    drop(engine);
+    let leaked = fd_count()?.saturating_sub(before);
+    Ok(Accounted { value, media, validation, leaked })
 }
 
 /// The collection's layout must be the driver's: one file (a single-planar queue takes one

@@ -12,11 +12,9 @@
 
 use std::time::{Duration, Instant};
 
-use dmabridge::interop::dmabuf::fd_count;
-use dmabridge::{Engine, EngineOptions};
 use serde_json::json;
 
-use super::stateless::{RequestStream, Segment, SegmentReport, Stateless};
+use super::stateless::{on_decoder, Accounted, RequestStream, Segment};
 use super::{find_node, VicodecError, VicodecOutcome};
 
 /// `V4L2_PIX_FMT_MPEG2_SLICE`.
@@ -125,19 +123,12 @@ impl RequestStream for Mpeg2Stream {
 /// Runs the sequence (module docs): `frames` pictures at [`SIZE`].
 pub fn run(frames: u32, validation: bool, timeout: Duration) -> Result<VicodecOutcome, VicodecError> {
     let node = find_node("visl")?;
-    let before = fd_count()?;
-    let engine = Engine::new(&EngineOptions { validation, ..EngineOptions::from_env() })?;
-    let mut decoder = Stateless::open(&node)?;
-    let media = decoder.media_path().display().to_string();
     let (w, h) = SIZE;
     let stream = Mpeg2Stream::new(w, h, frames as usize);
     let started = Instant::now();
-    let report: SegmentReport = decoder.decode(&engine, &Segment { width: w, height: h, first: 0, stream: &stream }, timeout)?;
+    let run = on_decoder(&node, validation, |engine, decoder| decoder.decode(engine, &Segment { width: w, height: h, first: 0, stream: &stream }, timeout))?;
     let elapsed = started.elapsed();
-    let validation: Vec<String> = engine.validation().map(|v| v.problems()).unwrap_or_default().iter().map(|p| p.to_string()).collect();
-    drop(decoder);
-    drop(engine);
-    let leaked = fd_count()?.saturating_sub(before);
+    let Accounted { value: report, media, validation, leaked } = run;
     let with_refs = (0..stream.frames()).filter(|&i| !stream.references(i).is_empty()).count() as u32;
     let ok = report.verified == frames && report.references_honoured == with_refs && validation.is_empty() && leaked == 0 && report.collection == "released";
     let pictures: String = stream.pictures.iter().map(|c| format!("{c:?}")).collect();

@@ -239,3 +239,23 @@ impl SharedDevice {
         Ok(FrameSubmission { acquired, wgpu, wgpu_done, released })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dmabridge::device::vk_format::{to_vk, Mapping};
+
+    #[test]
+    fn every_wgpu_format_reads_its_fourccs_memory_as_it_is() {
+        for (i, (fourcc, format, _)) in WGPU_FORMATS.iter().enumerate() {
+            assert!(WGPU_FORMATS[..i].iter().all(|(f, _, _)| f != fourcc), "{fourcc} listed twice");
+            let entry = to_vk(*fourcc).unwrap_or_else(|| panic!("{fourcc} has no Vulkan format in dmabridge"));
+            assert_eq!(entry.mapping, Mapping::Direct, "{fourcc}: wgpu has no swizzle");
+            let planes = format.planes().unwrap_or(1);
+            assert_eq!(planes, u32::from(entry.vk_planes), "{fourcc} as {format:?}");
+        }
+        for refused in [Fourcc::XRGB8888, Fourcc::NV21, Fourcc::YUV420] {
+            assert!(wgpu_format(refused).is_none(), "{refused} needs a swizzle or a format wgpu lacks");
+        }
+    }
+}

@@ -184,10 +184,22 @@ fn a_wgpu_device_without_dmabridges_extensions_is_refused_by_name() {
     let features = EnabledFeatures { timeline_semaphore: true, sampler_ycbcr_conversion: false };
     // SAFETY: wgpu enables timelineSemaphore on lavapipe; nothing else submits to the queue.
     let refused = unsafe { SharedDevice::from_wgpu(device, queue, features, &offered) };
+    // The first capability wgpu left out: foreign-queue in the plain configuration; with a
+    // udmabuf, explicit-modifiers comes first (wgpu enables VK_EXT_image_drm_format_modifier
+    // but not VK_KHR_image_format_list, which dmabridge names explicitly).
     match refused {
-        Err(e @ OpenError::Missing { capability: Capability::ForeignQueue, .. }) => {
+        Err(e @ OpenError::Missing { capability, .. }) => {
+            let OpenError::Missing { missing, .. } = &e else { unreachable!() };
+            assert!(
+                matches!(capability, Capability::ForeignQueue | Capability::ExplicitModifiers),
+                "wgpu enables the dma-buf extensions and timelines itself: {e}"
+            );
             let text = e.to_string();
-            assert!(text.contains("foreign-queue") && text.contains("VK_EXT_queue_family_foreign"), "the error names what is missing: {text}");
+            assert!(text.contains(capability.name()), "the error names the capability: {text}");
+            assert!(!missing.is_empty() && missing.iter().all(|m| text.contains(&m.to_string())), "the error names what is missing: {text}");
+            if capability == Capability::ForeignQueue {
+                assert!(text.contains("VK_EXT_queue_family_foreign"), "{text}");
+            }
         }
         other => panic!("a device wgpu opened alone lacks VK_EXT_queue_family_foreign, got {other:?}"),
     }

@@ -263,10 +263,12 @@ impl Adapter {
 
     /// Whether a validation-layer message (its text) is a known false positive on this
     /// device: the "format features (0x0)" report for DRM-tiled images on a driver that
-    /// leaves `VkDrmFormatModifierPropertiesList2EXT` empty. For a host that runs its own
+    /// leaves `VkDrmFormatModifierPropertiesList2EXT` empty, and older layers' report of a
+    /// multi-planar image's plane formats in its view-format list. For a host that runs its own
     /// debug messenger; an engine with validation on sets these aside itself.
     pub fn is_known_false_positive(&self, message: &str) -> bool {
-        self.drm_modifier_list2_is_empty() && crate::device::validation::is_empty_list2_report(message)
+        (self.drm_modifier_list2_is_empty() && crate::device::validation::is_empty_list2_report(message))
+            || crate::device::validation::is_plane_format_list_report(message)
     }
 
     /// True when the driver lists DRM modifiers through `VkDrmFormatModifierPropertiesListEXT`

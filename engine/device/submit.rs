@@ -100,11 +100,12 @@ pub enum SubmitError {
     #[error("a wait names a timeline of another engine")]
     ForeignCompletion,
     /// A sync_file was asked of a submission that waits for a host timeline point the host
-    /// has not signalled yet. Exporting a SYNC_FD payload waits until the batch has really
+    /// has neither signalled nor submitted a signal of ([`HostTimeline::submitted`]). Exporting a SYNC_FD payload waits until the batch has really
     /// been submitted (Mesa's lavapipe blocks in `vkGetSemaphoreFdKHR`, found in the kernel
     /// lab), which a wait-before-signal delays until the host signals: the caller would
-    /// block itself. Signal the point first, or export from a later submission.
-    #[error("a sync_file cannot be exported from a submission that waits for host timeline point {value}, not yet signalled: the export would block until the host signals it")]
+    /// block itself. Signal the point first (or say that its signal is submitted), or
+    /// export from a later submission.
+    #[error("a sync_file cannot be exported from a submission that waits for host timeline point {value}, not yet signalled or submitted: the export would block until the host signals it")]
     ExportBehindHostWait { value: u64 },
 }
 
@@ -168,8 +169,9 @@ pub(crate) struct Submitter {
     /// The highest value known to be reached (a cache of `vkGetSemaphoreCounterValue`).
     reached: AtomicU64,
     graveyard: Mutex<Vec<(Vec<Completion>, Vec<Garbage>)>>,
-    /// Timelines handed to hosts ([`HostTimeline`]), destroyed with the engine.
-    host_timelines: Mutex<Vec<vk::Semaphore>>,
+    /// Timelines handed to hosts ([`HostTimeline`]), destroyed with the engine, each with
+    /// the highest point whose signal the host says it has submitted.
+    host_timelines: Mutex<Vec<(vk::Semaphore, Arc<AtomicU64>)>>,
     /// Exportable binary semaphores no submission uses, for the next sync_file export.
     free_exports: Mutex<Vec<vk::Semaphore>>,
     /// The fence thread that opens the gates of fences from outside.
@@ -300,7 +302,7 @@ impl Submitter {
         unsafe {
             device.destroy_command_pool(state.pool, None);
             device.destroy_semaphore(self.timeline, None);
-            for s in self.host_timelines.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
+            for (s, _) in self.host_timelines.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
                 device.destroy_semaphore(s, None);
             }
             for s in self.free_exports.lock().unwrap_or_else(PoisonError::into_inner).drain(..) {
@@ -465,6 +467,9 @@ impl SubmitOptions {
 pub struct HostTimeline {
     semaphore: vk::Semaphore,
     next: AtomicU64,
+    /// The highest point whose signal operation the host has submitted (shared with the
+    /// engine's submitter, which reads it before exporting a sync_file).
+    submitted: Arc<AtomicU64>,
 }
 
 impl HostTimeline {
@@ -477,6 +482,19 @@ impl HostTimeline {
 
     pub fn semaphore(&self) -> vk::Semaphore {
         self.semaphore
+    }
+
+    /// Tells dmabridge that the host's submission signalling `point` (and so every earlier
+    /// point) has been submitted: its `vkQueueSubmit` has returned. A submission that waits
+    /// for such a point may export a sync_file ([`SubmitOptions::export_sync_file`]); the
+    /// export waits for the batch to be submitted, which it then already is, not for the
+    /// host (VUID-VkSemaphoreGetFdInfoKHR-handleType-03254 asks that every signal the
+    /// exported one depends on has been submitted). Saying so before the submission
+    /// returned is the host's bug: the export may then block until it does.
+    pub fn submitted(&self, point: Completion) {
+        if point.semaphore == self.semaphore {
+            self.submitted.fetch_max(point.value, Ordering::AcqRel);
+        }
     }
 }
 
@@ -516,7 +534,10 @@ impl Engine {
         }
         if options.export_sync_file {
             let host = submitter.host_timelines.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            if let Some(c) = options.waits.iter().find(|c| host.contains(&c.semaphore) && !self.is_reached(c)) {
+            let behind = |c: &&Completion| {
+                host.iter().any(|(s, submitted)| *s == c.semaphore && submitted.load(Ordering::Acquire) < c.value) && !self.is_reached(c)
+            };
+            if let Some(c) = options.waits.iter().find(behind) {
                 return Err(SubmitError::ExportBehindHostWait { value: c.value }.into());
             }
         }
@@ -731,7 +752,7 @@ impl Engine {
     /// Whether `semaphore` is one of this engine's timelines.
     fn owns_timeline(&self, semaphore: vk::Semaphore) -> bool {
         let s = &self.shared().submitter;
-        semaphore == s.timeline || s.host_timelines.lock().unwrap_or_else(PoisonError::into_inner).contains(&semaphore)
+        semaphore == s.timeline || s.host_timelines.lock().unwrap_or_else(PoisonError::into_inner).iter().any(|(h, _)| *h == semaphore)
     }
 
     /// Whether `c` has been reached, without blocking.
@@ -770,8 +791,9 @@ impl Engine {
     pub fn host_timeline(&self) -> Result<HostTimeline, VkError> {
         let shared = self.shared();
         let semaphore = timeline_semaphore(shared.device())?;
-        shared.submitter.host_timelines.lock().unwrap_or_else(PoisonError::into_inner).push(semaphore);
-        Ok(HostTimeline { semaphore, next: AtomicU64::new(0) })
+        let submitted = Arc::new(AtomicU64::new(0));
+        shared.submitter.host_timelines.lock().unwrap_or_else(PoisonError::into_inner).push((semaphore, submitted.clone()));
+        Ok(HostTimeline { semaphore, next: AtomicU64::new(0), submitted })
     }
 
     /// The engine's queue, locked: a host that submits to it holds this guard for the

@@ -14,7 +14,7 @@ use std::fmt;
 use ash::vk;
 use dmabridge_interop::negotiate::Usage;
 
-use crate::device::vk_format::srgb_twin;
+use crate::device::vk_format::{plane_view_formats, srgb_twin};
 
 /// The single usages `probe` reports, with their names, in column order.
 pub const IMAGE_USAGES: [(&str, vk::ImageUsageFlags); 5] = [
@@ -114,8 +114,10 @@ impl ImageUse {
     }
 
     /// The formats views of an image of `format` may have (`VkImageFormatListCreateInfo`):
-    /// the format itself and, with `srgb_view`, its twin. Empty for an image that is not
-    /// `MUTABLE_FORMAT` (its views have its own format only, and no list is sent).
+    /// the format itself; with `srgb_view`, its twin; for a multi-planar format, each
+    /// plane's formats ([`plane_view_formats`]: a multi-planar image is `MUTABLE_FORMAT`
+    /// to be viewed plane by plane). Empty for an image that is not `MUTABLE_FORMAT` (its
+    /// views have its own format only, and no list is sent).
     pub fn view_formats(&self, format: vk::Format) -> Vec<vk::Format> {
         if !self.create_flags(format).contains(vk::ImageCreateFlags::MUTABLE_FORMAT) {
             return Vec::new();
@@ -124,6 +126,7 @@ impl ImageUse {
         if self.srgb_view {
             v.extend(srgb_twin(format));
         }
+        v.extend_from_slice(plane_view_formats(format));
         v
     }
 

@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use ash::vk;
 
+use crate::device::vk_format::{plane_view_formats, VK_FORMAT_TABLE};
+
 pub const LAYER_NAME: &CStr = c"VK_LAYER_KHRONOS_validation";
 
 /// One message from the validation layer.
@@ -52,9 +54,11 @@ impl ValidationLog {
 
     /// Whether `m` is the layer's "format features (0x0) ... DRM_FORMAT_MODIFIER" report made
     /// wrong by the driver inconsistency above, or a Mesa driver's own report of an error
-    /// code it is returning (`is_driver_error_report`). Nothing else is ever set aside.
+    /// code it is returning (`is_driver_error_report`), or an older layer's report of a
+    /// multi-planar image's plane formats in its view-format list
+    /// (`is_plane_format_list_report`). Nothing else is ever set aside.
     pub fn is_known_false_positive(&self, m: &ValidationMessage) -> bool {
-        (self.drm_features_unreliable.load(Ordering::SeqCst) && is_empty_list2_report(&m.text)) || is_driver_error_report(m)
+        (self.drm_features_unreliable.load(Ordering::SeqCst) && is_empty_list2_report(&m.text)) || is_driver_error_report(m) || is_plane_format_list_report(&m.text)
     }
 
     /// Errors and warnings: both mean dmabridge did something the spec does not allow or
@@ -82,6 +86,20 @@ impl ValidationLog {
 /// empty (see `Engine::drm_modifier_list2_is_empty`).
 pub(crate) fn is_empty_list2_report(text: &str) -> bool {
     text.contains("VkFormatFeatureFlags (0x0) does not support required feature") && text.contains("VK_IMAGE_TILING_DRM_FORMAT_MODIFIER_EXT")
+}
+
+/// Whether a validation message is the older layers' VUID-VkImageCreateInfo-pNext-06722
+/// for a plane format in a multi-planar image's view-format list: layers before the spec
+/// split the rule (06722 now covers single-plane formats only; VUID-10062 lets a
+/// multi-planar `MUTABLE_FORMAT` image list the formats of its planes) compare every listed
+/// format with the multi-planar format's own class. Set aside only for the formats
+/// [`plane_view_formats`] lists for that image format.
+pub(crate) fn is_plane_format_list_report(text: &str) -> bool {
+    text.contains("VUID-VkImageCreateInfo-pNext-06722")
+        && VK_FORMAT_TABLE.iter().any(|e| {
+            text.contains(&format!("VkImageCreateInfo::format (VK_FORMAT_{:?})", e.vk_format))
+                && plane_view_formats(e.vk_format).iter().any(|p| text.contains(&format!("] (VK_FORMAT_{p:?}) and VkImageCreateInfo::format")))
+        })
 }
 
 /// Whether a message is a Mesa driver telling the messenger about an error code it returns
@@ -199,6 +217,21 @@ impl Drop for Messenger {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plane_format_in_a_multi_planar_list_is_set_aside_and_nothing_else() {
+        // The text layer 1.3.239 sends for P010 imported for wgpu's plane views.
+        let report = |view: &str, image: &str| {
+            format!("Validation Error: [ VUID-VkImageCreateInfo-pNext-06722 ] | vkCreateImage(): VkImageFormatListCreateInfo::pViewFormats[3] ({view}) and VkImageCreateInfo::format ({image}) are not compatible.")
+        };
+        let p010 = "VK_FORMAT_G10X6_B10X6R10X6_2PLANE_420_UNORM_3PACK16";
+        assert!(is_plane_format_list_report(&report("VK_FORMAT_R16_UNORM", p010)));
+        assert!(is_plane_format_list_report(&report("VK_FORMAT_R10X6G10X6_UNORM_2PACK16", p010)));
+        assert!(is_plane_format_list_report(&report("VK_FORMAT_R8G8_UNORM", "VK_FORMAT_G8_B8R8_2PLANE_420_UNORM")));
+        // Not a plane's format, or not a multi-planar image: the layer is right.
+        assert!(!is_plane_format_list_report(&report("VK_FORMAT_R8_UNORM", p010)));
+        assert!(!is_plane_format_list_report(&report("VK_FORMAT_R16_UNORM", "VK_FORMAT_B8G8R8A8_UNORM")));
+    }
 
     fn msg(severity: vk::DebugUtilsMessageSeverityFlagsEXT, id: &str, text: &str) -> ValidationMessage {
         ValidationMessage { severity, id_name: id.into(), text: text.into() }

@@ -89,6 +89,22 @@ pub fn srgb_twin(format: vk::Format) -> Option<vk::Format> {
     })
 }
 
+/// The formats a `MUTABLE_FORMAT` image of the multi-planar `format` may view each plane
+/// in (the spec's "Plane Format Compatibility" table, and for the 10- and 12-bit planes the
+/// 16-bit formats of the same size class, which is how wgpu and GL view P010's planes):
+/// listed in its `VkImageFormatListCreateInfo`, which VUID-VkImageViewCreateInfo-pNext-01585
+/// checks every view against. Empty for a single-plane format.
+pub fn plane_view_formats(format: vk::Format) -> &'static [vk::Format] {
+    use vk::Format as F;
+    match format {
+        F::G8_B8R8_2PLANE_420_UNORM | F::G8_B8R8_2PLANE_422_UNORM => &[F::R8_UNORM, F::R8G8_UNORM],
+        F::G8_B8_R8_3PLANE_420_UNORM => &[F::R8_UNORM],
+        F::G10X6_B10X6R10X6_2PLANE_420_UNORM_3PACK16 => &[F::R10X6_UNORM_PACK16, F::R10X6G10X6_UNORM_2PACK16, F::R16_UNORM, F::R16G16_UNORM],
+        F::G16_B16R16_2PLANE_420_UNORM => &[F::R16_UNORM, F::R16G16_UNORM],
+        _ => &[],
+    }
+}
+
 /// The Vulkan side of a DRM fourcc.
 pub fn to_vk(fourcc: Fourcc) -> Option<&'static VkFormatEntry> {
     VK_FORMAT_TABLE.iter().find(|e| e.fourcc == fourcc)

@@ -205,9 +205,25 @@ impl SharedDevice {
         &self.queue
     }
 
+    /// Whether a validation-layer message (its text) is a known false positive for wgpu's
+    /// work on this device: [`Engine::is_known_false_positive`], or [`wgsl_debug_source_report`].
+    pub fn is_known_false_positive(&self, message: &str) -> bool {
+        self.engine.is_known_false_positive(message) || wgsl_debug_source_report(message)
+    }
+
     /// Submits wgpu's command buffers on the shared queue, under dmabridge's queue lock.
     pub fn submit<I: IntoIterator<Item = wgpu::CommandBuffer>>(&self, commands: I) -> wgpu::SubmissionIndex {
         let _queue = self.engine.lock_queue();
         self.queue.submit(commands)
     }
+}
+
+/// Whether a validation-layer message is the report of SPIR-V that carries WGSL source as
+/// debug info: with `wgpu::InstanceFlags::DEBUG` (which a debug messenger needs: wgpu-hal
+/// enables `VK_EXT_debug_utils` only with it), naga writes the shader's source into an
+/// `OpSource` of language 10, WGSL, which the SPIRV-Tools inside older validation layers
+/// (Debian 12's 1.3.239) do not know yet: "Invalid source language operand: 10". The module
+/// is valid otherwise; a host that runs wgpu with DEBUG sets this one aside.
+pub fn wgsl_debug_source_report(message: &str) -> bool {
+    message.contains("Invalid source language operand: 10")
 }

@@ -53,6 +53,6 @@
 mod device;
 mod texture;
 
-pub use device::{OpenError, SharedDevice, REQUIRED, WANTED};
+pub use device::{wgsl_debug_source_report, OpenError, SharedDevice, REQUIRED, WANTED};
 pub use texture::{wgpu_format, FrameError, FrameSubmission, ImportTextureError, ImportedTexture, SAMPLED_BY_WGPU, WGPU_FORMATS};
 pub use {dmabridge, wgpu, wgpu_hal};

@@ -3,6 +3,7 @@
 
 use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::DmaBuf;
+use dmabridge::interop::sync::SyncFile;
 use dmabridge::interop::Fourcc;
 use dmabridge::{Completion, ImageAccess, ImageUse, ImportError, ImportOptions, ImportPath, ImportedImage, SubmitError, SubmitOptions, Submission};
 use wgpu_hal::api::Vulkan;
@@ -113,6 +114,13 @@ impl FrameSubmission {
         self.released.wait(timeout)?;
         self.acquired.check_fences()
     }
+
+    /// The sync_file that signals once wgpu's work and the release are done, when
+    /// [`SubmitOptions::export_sync_file`] asked for one: the producer's fence for writing
+    /// the frame again. Owned by the caller once taken.
+    pub fn take_sync_file(&mut self) -> Option<SyncFile> {
+        self.released.take_sync_file()
+    }
 }
 
 impl SharedDevice {
@@ -191,16 +199,20 @@ impl SharedDevice {
     /// 2. wgpu's submission waits for that on the GPU and signals a point of its own;
     /// 3. dmabridge releases the frames after that point ([`ImportedImage::record_release`]).
     ///
-    /// Nothing waits on the CPU.
+    /// Nothing waits on the CPU. With [`SubmitOptions::export_sync_file`], the release
+    /// exports a sync_file ([`FrameSubmission::take_sync_file`]).
     pub fn submit_frame<I: IntoIterator<Item = wgpu::CommandBuffer>>(
         &self,
         frames: &[&ImportedTexture],
         commands: I,
         options: SubmitOptions,
     ) -> Result<FrameSubmission, FrameError> {
+        // The sync_file, if asked for, is the release's: it signals once wgpu is done.
+        let export_sync_file = options.export_sync_file;
+        let acquire = SubmitOptions { export_sync_file: false, ..options };
         let (_, acquired) = self
             .engine
-            .submit(options, |cmd, until| {
+            .submit(acquire, |cmd, until| {
                 for f in frames {
                     // SAFETY: the engine's own command buffer, recording, submitted on its
                     // queue signalling `until`; the producer's fences are the submission's waits.
@@ -223,9 +235,13 @@ impl SharedDevice {
                     q.add_signal_semaphore(wgpu_done.semaphore(), Some(wgpu_done.value()));
                 }
             }
-            self.queue.submit(commands)
+            let index = self.queue.submit(commands);
+            // wgpu-core calls vkQueueSubmit inside `submit`, with the signal folded in: the
+            // release may export a sync_file behind it.
+            self.timeline.submitted(wgpu_done);
+            index
         };
-        let release = SubmitOptions { waits: vec![wgpu_done], ..SubmitOptions::default() };
+        let release = SubmitOptions { waits: vec![wgpu_done], export_sync_file, ..SubmitOptions::default() };
         let (_, released) = self
             .engine
             .submit(release, |cmd, until| {

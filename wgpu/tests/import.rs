@@ -4,139 +4,13 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
-
-use std::sync::{Mutex, OnceLock};
-use std::time::Duration;
+mod support;
 
 use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{Capability, EnabledFeatures, SubmitOptions};
 use dmabridge_wgpu::{wgpu, OpenError, SharedDevice};
-
-const TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Every message wgpu-hal's debug messenger (the validation layer) logs at warning level
-/// or above.
-struct Messages(Mutex<Vec<String>>);
-
-impl log::Log for Messages {
-    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        m.level() <= log::Level::Warn
-    }
-
-    fn log(&self, r: &log::Record<'_>) {
-        if r.level() <= log::Level::Warn && r.target().starts_with("wgpu_hal::vulkan") {
-            self.0.lock().unwrap_or_else(|e| e.into_inner()).push(format!("{}: {}", r.level(), r.args()));
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-static MESSAGES: OnceLock<&'static Messages> = OnceLock::new();
-
-fn messages() -> &'static Messages {
-    MESSAGES.get_or_init(|| {
-        let m: &'static Messages = Box::leak(Box::new(Messages(Mutex::new(Vec::new()))));
-        log::set_logger(m).expect("the test's logger is the only one");
-        log::set_max_level(log::LevelFilter::Warn);
-        m
-    })
-}
-
-/// Fails the test if the validation layer said anything (dmabridge's known false positives
-/// of this layer version aside).
-fn assert_clean(shared: Option<&SharedDevice>) {
-    let all = std::mem::take(&mut *messages().0.lock().unwrap_or_else(|e| e.into_inner()));
-    let problems: Vec<String> = all.into_iter().filter(|m| !shared.is_some_and(|s| s.engine().is_known_false_positive(m))).collect();
-    assert!(problems.is_empty(), "the validation layer reported {} message(s):\n{}", problems.len(), problems.join("\n"));
-}
-
-fn block_on<F: std::future::Future>(f: F) -> F::Output {
-    let mut f = std::pin::pin!(f);
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    loop {
-        if let std::task::Poll::Ready(v) = f.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::yield_now();
-    }
-}
-
-fn adapter() -> wgpu::Adapter {
-    messages();
-    let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
-        backends: wgpu::Backends::VULKAN,
-        flags: wgpu::InstanceFlags::VALIDATION,
-        ..wgpu::InstanceDescriptor::new_without_display_handle()
-    });
-    block_on(instance.request_adapter(&wgpu::RequestAdapterOptions::default())).expect("a Vulkan adapter (lavapipe)")
-}
-
-fn shared(features: wgpu::Features) -> SharedDevice {
-    let desc = wgpu::DeviceDescriptor { required_features: features, ..wgpu::DeviceDescriptor::default() };
-    SharedDevice::open(&adapter(), &desc).expect("a device shared by wgpu and dmabridge")
-}
-
-const SHADER: &str = r#"
-@group(0) @binding(0) var src: texture_2d<f32>;
-@group(0) @binding(1) var<storage, read_write> out: array<u32>;
-
-// Each texel back as the four bytes AR24 keeps in memory: B, G, R, A.
-@compute @workgroup_size(8, 8)
-fn main(@builtin(global_invocation_id) id: vec3<u32>) {
-    let size = textureDimensions(src);
-    if (id.x >= size.x || id.y >= size.y) {
-        return;
-    }
-    let c = textureLoad(src, vec2<i32>(id.xy), 0);
-    out[id.y * size.x + id.x] = pack4x8unorm(vec4<f32>(c.b, c.g, c.r, c.a));
-}
-"#;
-
-/// Runs the compute pass over `texture` inside `shared.submit_frame` and returns what it
-/// wrote: `width * height` texels of 4 bytes.
-fn read_through_wgpu(shared: &SharedDevice, frame: &dmabridge_wgpu::ImportedTexture) -> Vec<u8> {
-    let device = shared.device();
-    let (w, h) = frame.image().extent();
-    let bytes = u64::from(w) * u64::from(h) * 4;
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(SHADER.into()) });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: None,
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: Default::default(),
-        cache: None,
-    });
-    let out = device.create_buffer(&wgpu::BufferDescriptor { label: None, size: bytes, usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC, mapped_at_creation: false });
-    let read = device.create_buffer(&wgpu::BufferDescriptor { label: None, size: bytes, usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST, mapped_at_creation: false });
-    let view = frame.texture().create_view(&wgpu::TextureViewDescriptor::default());
-    let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::TextureView(&view) },
-            wgpu::BindGroupEntry { binding: 1, resource: out.as_entire_binding() },
-        ],
-    });
-    let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
-    {
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bind, &[]);
-        pass.dispatch_workgroups(w.div_ceil(8), h.div_ceil(8), 1);
-    }
-    encoder.copy_buffer_to_buffer(&out, 0, &read, 0, bytes);
-    let submitted = shared.submit_frame(&[frame], [encoder.finish()], SubmitOptions::default()).expect("frame submitted");
-    submitted.wait(TIMEOUT).expect("frame done");
-    let slice = read.slice(..);
-    slice.map_async(wgpu::MapMode::Read, |r| r.expect("mapping the read-back"));
-    device.poll(wgpu::PollType::Wait { submission_index: Some(submitted.wgpu.clone()), timeout: Some(TIMEOUT) }).expect("wgpu done");
-    let data = slice.get_mapped_range().expect("the mapped read-back").to_vec();
-    read.unmap();
-    data
-}
+use support::{adapter, assert_clean, block_on, read_ar24, shared};
 
 #[test]
 fn a_producers_ar24_dma_buf_is_read_by_a_wgpu_pass_exactly() {
@@ -161,7 +35,7 @@ fn a_producers_ar24_dma_buf_is_read_by_a_wgpu_pass_exactly() {
     }
     let frame = shared.import(&buf).expect("import as a wgpu texture");
     eprintln!("import path: {}", frame.path());
-    let read = read_through_wgpu(&shared, &frame);
+    let (read, _) = read_ar24(&shared, &frame, SubmitOptions::default());
     assert_eq!(read.len(), pixels.len());
     if let Some(i) = read.iter().zip(&pixels).position(|(a, b)| a != b) {
         let t = i / 4;

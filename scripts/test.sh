@@ -82,7 +82,7 @@ run_examples() {
             echo "program FAILED: $name"; rc=1
         fi
     }
-    for example in embed_host_device video_pipeline; do
+    for example in embed_host_device video_pipeline wgpu_frames; do
         program "example $example" "$@" "target/debug/examples/$example"
     done
     program "C ABI (tests/c/capi_test.c)" "$@" target/c/capi_test

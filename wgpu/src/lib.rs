@@ -51,8 +51,10 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod device;
+mod export;
 mod texture;
 
 pub use device::{wgsl_debug_source_report, OpenError, SharedDevice, REQUIRED, WANTED};
+pub use export::{Contents, ExportTextureError, ExportedTexture, RenderError, RENDERED_BY_WGPU};
 pub use texture::{wgpu_format, FrameError, FrameSubmission, ImportTextureError, ImportedTexture, SAMPLED_BY_WGPU, WGPU_FORMATS};
 pub use {dmabridge, wgpu, wgpu_hal};

@@ -6,11 +6,12 @@ use std::sync::Arc;
 use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::DmaBuf;
 use dmabridge::interop::{Fourcc, Layout, Modifier};
-use dmabridge::{Completion, ExportError, ExportRequest, ExportedImage, ImageAccess, ImageUse, SubmitError, SubmitOptions};
+use dmabridge::{ExportError, ExportRequest, ExportedImage, ImageAccess, ImageUse, SubmitError, SubmitOptions};
 use wgpu_hal::api::Vulkan;
 
 use crate::device::SharedDevice;
-use crate::texture::{wgpu_format, FrameSubmission};
+use crate::handover::{FrameSubmission, HandOverError};
+use crate::texture::wgpu_format;
 
 /// How an exported texture is used by wgpu: as a render pass's colour attachment. wgpu's
 /// tracker is told the texture stays in that state (`TextureUses::COLOR_TARGET`), and the
@@ -94,14 +95,6 @@ pub enum RenderError {
     /// The release to the consumer could not be submitted; wgpu's work was.
     #[error("releasing the texture to its consumer after wgpu's rendering: {0}")]
     Release(SubmitError),
-}
-
-/// Which of the three submissions of a hand-over around wgpu's work failed.
-pub(crate) enum HandOverError<E> {
-    /// dmabridge's submission before wgpu's: nothing was submitted.
-    Acquire(E),
-    /// dmabridge's submission after wgpu's: wgpu's work was submitted.
-    Release(E),
 }
 
 /// What the previous frame left in an exported texture, before wgpu renders the next.
@@ -233,42 +226,5 @@ impl SharedDevice {
             HandOverError::Acquire(e) => RenderError::Acquire(e),
             HandOverError::Release(e) => RenderError::Release(e),
         })
-    }
-
-    /// The three submissions of one hand-over around wgpu's work, on the shared queue:
-    /// dmabridge's `acquire` (after `options`), wgpu's `commands` (waiting for it at
-    /// `wgpu_waits_at` and signalling a point of `self.timeline`), dmabridge's `release`
-    /// (after that point). wgpu-hal folds the wait and the signal into its next
-    /// `vkQueueSubmit`, which the queue lock makes the one of `commands`.
-    pub(crate) fn around_wgpu<I, E>(
-        &self,
-        options: SubmitOptions,
-        wgpu_waits_at: vk::PipelineStageFlags,
-        acquire: impl FnOnce(vk::CommandBuffer, Completion) -> Result<(), E>,
-        commands: I,
-        release: impl FnOnce(vk::CommandBuffer, Completion) -> Result<(), E>,
-    ) -> Result<FrameSubmission, HandOverError<E>>
-    where
-        I: IntoIterator<Item = wgpu::CommandBuffer>,
-        E: From<SubmitError>,
-    {
-        let (_, acquired) = self.engine.submit(options, acquire).map_err(HandOverError::Acquire)?;
-        let acquired_at = acquired.completion();
-        let wgpu_done = self.timeline.next();
-        let wgpu = {
-            let _queue = self.engine.lock_queue();
-            {
-                // SAFETY: the guard borrows the queue, which outlives it.
-                let hal_queue = unsafe { self.queue.as_hal::<Vulkan>() };
-                if let Some(q) = hal_queue {
-                    q.add_wait_semaphore(acquired_at.semaphore(), Some(acquired_at.value()), wgpu_waits_at);
-                    q.add_signal_semaphore(wgpu_done.semaphore(), Some(wgpu_done.value()));
-                }
-            }
-            self.queue.submit(commands)
-        };
-        let after = SubmitOptions { waits: vec![wgpu_done], ..SubmitOptions::default() };
-        let (_, released) = self.engine.submit(after, release).map_err(HandOverError::Release)?;
-        Ok(FrameSubmission { acquired, wgpu, wgpu_done, released })
     }
 }

@@ -31,6 +31,10 @@ declare -A SKIP=(
     [drm_shim]="radv on Mesa's drm-shim is a configuration of its own (scripts/test.sh runs it per chip); it has no PRIME, so no fd of it reaches the kernel"
     [real_drivers]="radv's null device answers queries only: no fd; the plain and udmabuf configurations run it"
     [lab_anywhere]="boots the lab itself, from clones under /tmp, /run and /dev/shm: a host's test"
+    [cli_convert]="converts files through the CLI (GPU and CPU paths, byte for byte): no fd reaches the kernel; under TCG it took 200 s of the lab"
+    [copy_plans]="runs copy plans over files and GPU buffers: no fd reaches the kernel"
+    [cost_model]="the cost model's cache file and its measurements: no fd reaches the kernel, and TCG's timings mean nothing"
+    [fuzz_corpus]="replays the fuzz corpora (interop's and lab's) through the parsers and layout checks on memfds: the same in every kernel"
 )
 # Single tests left out of a binary that runs (cargo test --skip), and why:
 # - demo: the benchmark's tests (JSON, report, table) time the paths the demo runs; under

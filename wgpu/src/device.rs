@@ -149,7 +149,8 @@ impl SharedDevice {
     /// # Safety
     /// - `features` are enabled on the device (an enabled feature not listed is harmless);
     /// - from now on, wgpu's work on `queue` is submitted only through
-    ///   [`SharedDevice::submit`] or [`SharedDevice::submit_frame`](crate::SharedDevice::submit_frame),
+    ///   [`SharedDevice::submit`], [`SharedDevice::submit_frame`](crate::SharedDevice::submit_frame)
+    ///   or [`SharedDevice::submit_render`](crate::SharedDevice::submit_render),
     ///   and nothing else submits to the `VkQueue` without [`Engine::lock_queue`].
     pub unsafe fn from_wgpu(
         device: wgpu::Device,

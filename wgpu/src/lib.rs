@@ -42,17 +42,24 @@
 //!   `sync_file`, and released after wgpu's work.
 //!
 //! # Rules
-//! - Submit wgpu's work on the shared queue only through [`SharedDevice::submit`] or
-//!   [`SharedDevice::submit_frame`]: they hold dmabridge's queue lock, as Vulkan's external
-//!   synchronisation of a queue requires.
+//! - Submit wgpu's work on the shared queue only through [`SharedDevice::submit`],
+//!   [`SharedDevice::submit_frame`] or [`SharedDevice::submit_render`]: they hold
+//!   dmabridge's queue lock, as Vulkan's external synchronisation of a queue requires.
 //! - Use an imported texture only inside [`SharedDevice::submit_frame`], and only to sample
 //!   or load it in shaders (`TEXTURE_BINDING`): wgpu is told it stays in that state.
+//! - Use an exported texture ([`SharedDevice::export_texture`]) only inside
+//!   [`SharedDevice::submit_render`], and only as a render pass's colour attachment
+//!   (`RENDER_ATTACHMENT`, its only usage).
 #![deny(unsafe_op_in_unsafe_fn)]
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod device;
+mod export;
+mod handover;
 mod texture;
 
 pub use device::{wgsl_debug_source_report, OpenError, SharedDevice, REQUIRED, WANTED};
-pub use texture::{wgpu_format, FrameError, FrameSubmission, ImportTextureError, ImportedTexture, SAMPLED_BY_WGPU, WGPU_FORMATS};
+pub use export::{Contents, ExportTextureError, ExportedTexture, RenderError, RENDERED_BY_WGPU};
+pub use handover::FrameSubmission;
+pub use texture::{wgpu_format, FrameError, ImportTextureError, ImportedTexture, SAMPLED_BY_WGPU, WGPU_FORMATS};
 pub use {dmabridge, wgpu, wgpu_hal};

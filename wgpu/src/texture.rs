@@ -3,12 +3,12 @@
 
 use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::DmaBuf;
-use dmabridge::interop::sync::SyncFile;
 use dmabridge::interop::Fourcc;
-use dmabridge::{Completion, ImageAccess, ImageUse, ImportError, ImportOptions, ImportPath, ImportedImage, SubmitError, SubmitOptions, Submission};
+use dmabridge::{ImageAccess, ImageUse, ImportError, ImportOptions, ImportPath, ImportedImage, SubmitOptions};
 use wgpu_hal::api::Vulkan;
 
 use crate::device::SharedDevice;
+use crate::handover::{FrameSubmission, HandOverError};
 
 /// The formats a dma-buf may come into wgpu in: each fourcc whose memory wgpu reads as it
 /// is (no swizzle: wgpu has none, so `XR24` and the other alpha-ignored or chroma-swapped
@@ -92,35 +92,6 @@ pub enum FrameError {
     /// The release failed; wgpu's work was submitted.
     #[error("releasing the frame after wgpu's work: {0}")]
     Release(ImportError),
-}
-
-/// One frame's three submissions on the shared queue.
-#[derive(Debug)]
-pub struct FrameSubmission {
-    /// dmabridge's acquisition (after the producer's fences).
-    pub acquired: Submission,
-    /// wgpu's work, which waited for `acquired`.
-    pub wgpu: wgpu::SubmissionIndex,
-    /// The point wgpu's work signals.
-    pub wgpu_done: Completion,
-    /// dmabridge's release, after wgpu's work: the frame is the producer's again once it
-    /// completes.
-    pub released: Submission,
-}
-
-impl FrameSubmission {
-    /// Blocks until the release is done (and so wgpu's work), or `timeout` passes.
-    pub fn wait(&self, timeout: std::time::Duration) -> Result<(), SubmitError> {
-        self.released.wait(timeout)?;
-        self.acquired.check_fences()
-    }
-
-    /// The sync_file that signals once wgpu's work and the release are done, when
-    /// [`SubmitOptions::export_sync_file`] asked for one: the producer's fence for writing
-    /// the frame again. Owned by the caller once taken.
-    pub fn take_sync_file(&mut self) -> Option<SyncFile> {
-        self.released.take_sync_file()
-    }
 }
 
 impl SharedDevice {
@@ -207,52 +178,30 @@ impl SharedDevice {
         commands: I,
         options: SubmitOptions,
     ) -> Result<FrameSubmission, FrameError> {
-        // The sync_file, if asked for, is the release's: it signals once wgpu is done.
-        let export_sync_file = options.export_sync_file;
-        let acquire = SubmitOptions { export_sync_file: false, ..options };
-        let (_, acquired) = self
-            .engine
-            .submit(acquire, |cmd, until| {
+        self.around_wgpu(
+            options,
+            SAMPLED_BY_WGPU.stages,
+            |cmd, until| {
                 for f in frames {
                     // SAFETY: the engine's own command buffer, recording, submitted on its
                     // queue signalling `until`; the producer's fences are the submission's waits.
                     unsafe { f.image.record_acquire(cmd, SAMPLED_BY_WGPU, until) }?;
                 }
                 Ok::<(), ImportError>(())
-            })
-            .map_err(FrameError::Acquire)?;
-        let acquired_at = acquired.completion();
-        let wgpu_done = self.timeline.next();
-        let wgpu = {
-            let _queue = self.engine.lock_queue();
-            {
-                // SAFETY: the guard borrows the queue, which outlives it.
-                let hal_queue = unsafe { self.queue.as_hal::<Vulkan>() };
-                if let Some(q) = hal_queue {
-                    // wgpu-hal folds both into its next vkQueueSubmit, the one below (the
-                    // queue lock keeps anyone else's submission out).
-                    q.add_wait_semaphore(acquired_at.semaphore(), Some(acquired_at.value()), SAMPLED_BY_WGPU.stages);
-                    q.add_signal_semaphore(wgpu_done.semaphore(), Some(wgpu_done.value()));
-                }
-            }
-            let index = self.queue.submit(commands);
-            // wgpu-core calls vkQueueSubmit inside `submit`, with the signal folded in: the
-            // release may export a sync_file behind it.
-            self.timeline.submitted(wgpu_done);
-            index
-        };
-        let release = SubmitOptions { waits: vec![wgpu_done], export_sync_file, ..SubmitOptions::default() };
-        let (_, released) = self
-            .engine
-            .submit(release, |cmd, until| {
+            },
+            commands,
+            |cmd, until| {
                 for f in frames {
                     // SAFETY: as above; the submission waits for wgpu's, the frames' last use.
                     unsafe { f.image.record_release(cmd, SAMPLED_BY_WGPU, until) };
                 }
-                Ok::<(), ImportError>(())
-            })
-            .map_err(FrameError::Release)?;
-        Ok(FrameSubmission { acquired, wgpu, wgpu_done, released })
+                Ok(())
+            },
+        )
+        .map_err(|e| match e {
+            HandOverError::Acquire(e) => FrameError::Acquire(e),
+            HandOverError::Release(e) => FrameError::Release(e),
+        })
     }
 }
 

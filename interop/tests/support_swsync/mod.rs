@@ -64,7 +64,8 @@ impl Timeline {
     pub fn open() -> io::Result<Timeline> {
         if !Path::new(SW_SYNC).exists() {
             let status = std::process::Command::new("mount").args(["-t", "debugfs", "none", "/sys/kernel/debug"]).status()?;
-            if !status.success() {
+            // A test beside this one may have mounted it first (mount exits 32 then).
+            if !status.success() && !Path::new(SW_SYNC).exists() {
                 return Err(io::Error::other(format!("mount -t debugfs: {status}")));
             }
         }

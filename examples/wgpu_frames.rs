@@ -30,7 +30,9 @@
 //!
 //! `cargo run -p dmabridge-wgpu --example wgpu_frames [-- --frames N --width W --height H --format ar24|nv12 --out DIR]`
 //! (30 frames of 320x180 a mode, both formats, unless told; `--corrupt-frame K` damages frame K
-//! after the producer took its checksum, which must fail the run).
+//! after the producer took its checksum, which must fail the run; `--beside-vulkan` runs
+//! every mode again with `dmabridge demo`'s own consumer, which does the same work through
+//! dmabridge's raw Vulkan, and prints what the consumer's frame costs through each).
 
 use std::collections::HashMap;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
@@ -106,7 +108,11 @@ fn fs_nv12(@builtin(position) at: vec4<f32>) -> @location(0) vec4<f32> {
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = if args.first().is_some_and(|a| a == "consumer") { consumer_main(&args[1..]) } else { producer_main(&args) };
+    let result = match args.first().map(String::as_str) {
+        Some("consumer") => consumer_main(&args[1..]),
+        Some("vulkan-consumer") => vulkan_consumer_main(&args[1..]),
+        _ => producer_main(&args),
+    };
     match result {
         Ok(code) => code,
         Err(e) => {
@@ -151,13 +157,17 @@ fn producer_main(args: &[String]) -> Result<ExitCode, Error> {
     std::fs::create_dir_all(&out_dir)?;
     let validation = validation_wanted();
     let peer_timeout = DEFAULT_PEER_TIMEOUT;
+    // --beside-vulkan: every mode again with the lab's consumer, which does the same work
+    // (import, sample, composite, checksum, release) through dmabridge's own Vulkan, on the
+    // same producer and frames: what a frame costs through wgpu, beside raw Vulkan.
+    let consumers: &[Consumer] = if args.iter().any(|a| a == "--beside-vulkan") { &[Consumer::Wgpu, Consumer::Vulkan] } else { &[Consumer::Wgpu] };
     let exe = std::env::current_exe()?;
-    let mut spawn = |buffers: BorrowedFd<'_>, control: BorrowedFd<'_>| -> std::io::Result<std::process::Child> {
+    let spawn_as = |consumer: Consumer, buffers: BorrowedFd<'_>, control: BorrowedFd<'_>| -> std::io::Result<std::process::Child> {
         // dup() gives fds without FD_CLOEXEC: the consumer inherits exactly these two.
         let b = rustix::io::dup(buffers)?;
         let c = rustix::io::dup(control)?;
         let child = Command::new(&exe)
-            .arg("consumer")
+            .arg(consumer.command())
             .args(["--buffers-fd", &b.as_raw_fd().to_string(), "--control-fd", &c.as_raw_fd().to_string()])
             .args(["--peer-timeout", &peer_timeout.as_secs_f64().to_string()])
             .spawn();
@@ -167,8 +177,10 @@ fn producer_main(args: &[String]) -> Result<ExitCode, Error> {
     let mut failed = false;
     let mut leaked = 0i64;
     let mut ran = 0;
-    println!("{:<10} {:<6} {:>9} {:>10} {:>11}  import path (wgpu consumer)", "mode", "format", "size", "verified", "µs/frame");
-    for fourcc in formats {
+    println!("{:<8} {:<10} {:<6} {:>9} {:>10} {:>11}  import path", "consumer", "mode", "format", "size", "verified", "µs/frame");
+    let mut costs: Vec<(Consumer, Mode, Fourcc, f64)> = Vec::new();
+    for (fourcc, &consumer) in formats.iter().flat_map(|f| consumers.iter().map(move |c| (*f, c))) {
+        let mut spawn = |buffers: BorrowedFd<'_>, control: BorrowedFd<'_>| spawn_as(consumer, buffers, control);
         if fourcc == Fourcc::NV12 && (width % 4 != 0 || height % 2 != 0) {
             return Err("an NV12 frame needs a width that is a multiple of 4 and an even height".into());
         }
@@ -192,32 +204,81 @@ fn producer_main(args: &[String]) -> Result<ExitCode, Error> {
                 (Some(a), Some(r)) if j["sync"] == "sync-file" => format!(", fences: {a} acquire, {r} release"),
                 _ => String::new(),
             };
+            let consumer_us = j["consumer_us"]["median"].as_f64().unwrap_or(0.0);
+            costs.push((consumer, r.mode, fourcc, consumer_us));
             println!(
-                "{:<10} {:<6} {:>9} {:>10} {:>11.0}  {} (consumer {:.0} µs/frame; sync {}{fences})",
+                "{:<8} {:<10} {:<6} {:>9} {:>10} {:>11.0}  {} (consumer {:.0} µs/frame; sync {}{fences})",
+                consumer.name(),
                 r.mode.name(),
                 fourcc.trimmed(),
                 format!("{width}x{height}"),
                 format!("{verified}/{frames}"),
                 r.frame.median,
                 j["import_path"].as_str().unwrap_or("?"),
-                j["consumer_us"]["median"].as_f64().unwrap_or(0.0),
+                consumer_us,
                 j["sync"].as_str().unwrap_or("?"),
             );
             failed |= verified != u64::from(frames) || r.mismatches != 0;
             ran += 1;
         }
         for (mode, reason) in &outcome.unavailable {
-            println!("{:<10} {:<6} unavailable: {reason}", mode.name(), fourcc.trimmed());
+            println!("{:<8} {:<10} {:<6} unavailable: {reason}", consumer.name(), mode.name(), fourcc.trimmed());
         }
         leaked += outcome.leaked_fds;
     }
-    println!("µs/frame: median, producer (render, send) + wgpu consumer (receive, import, draw, verify, release)");
+    println!("µs/frame: median, producer (render, send) + consumer (receive, import, draw, verify, release)");
+    for (_, mode, fourcc, wgpu_us) in costs.iter().filter(|c| c.0 == Consumer::Wgpu) {
+        if let Some((.., vulkan_us)) = costs.iter().find(|c| c.0 == Consumer::Vulkan && c.1 == *mode && c.2 == *fourcc) {
+            println!(
+                "the consumer's frame, {} {}: wgpu {wgpu_us:.0} µs, raw Vulkan {vulkan_us:.0} µs (wgpu/Vulkan {:.2})",
+                mode.name(),
+                fourcc.trimmed(),
+                wgpu_us / vulkan_us
+            );
+        }
+    }
     println!("leaked fds (both processes): {leaked}");
     println!("last frame of each mode: {}", out_dir.join("wgpu_frames_*.png").display());
     if failed || leaked != 0 || ran == 0 {
         eprintln!("wgpu_frames: FAILED: {}", if ran == 0 { "no mode ran" } else if failed { "a frame was not verified" } else { "fds leaked" });
         return Ok(ExitCode::from(4));
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Which consumer a producer run starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Consumer {
+    /// This program's: wgpu on a device shared with dmabridge.
+    Wgpu,
+    /// The lab's (`dmabridge demo`'s own): dmabridge's import cache and a Vulkan compute
+    /// composite through a YCbCr sampler.
+    Vulkan,
+}
+
+impl Consumer {
+    fn command(self) -> &'static str {
+        match self {
+            Consumer::Wgpu => "consumer",
+            Consumer::Vulkan => "vulkan-consumer",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Consumer::Wgpu => "wgpu",
+            Consumer::Vulkan => "vulkan",
+        }
+    }
+}
+
+/// The raw-Vulkan consumer of `--beside-vulkan`: `dmabridge demo`'s own.
+fn vulkan_consumer_main(args: &[String]) -> Result<ExitCode, Error> {
+    let buffers = inherited(args, "--buffers-fd")?;
+    let control = inherited(args, "--control-fd")?;
+    let timeout: f64 = option(args, "--peer-timeout", DEFAULT_PEER_TIMEOUT.as_secs_f64())?;
+    let timeout = Duration::try_from_secs_f64(timeout).map_err(|e| format!("--peer-timeout {timeout}: {e}"))?;
+    dmabridge_lab::demo::consumer::run(buffers, control, validation_wanted(), timeout)?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -110,6 +110,12 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {
 /// returns what it wrote (`width * height` texels of 4 bytes, as AR24 keeps them) and the
 /// frame's submissions, done.
 pub fn read_ar24(shared: &SharedDevice, frame: &ImportedTexture, options: SubmitOptions) -> (Vec<u8>, FrameSubmission) {
+    read_ar24_with(shared, frame, options, || ())
+}
+
+/// [`read_ar24`], calling `submitted` once `submit_frame` has returned (the pass is on the
+/// queue, behind the fences of `options`), before waiting for it.
+pub fn read_ar24_with(shared: &SharedDevice, frame: &ImportedTexture, options: SubmitOptions, submitted: impl FnOnce()) -> (Vec<u8>, FrameSubmission) {
     let device = shared.device();
     let (w, h) = frame.image().extent();
     let bytes = u64::from(w) * u64::from(h) * 4;
@@ -141,7 +147,9 @@ pub fn read_ar24(shared: &SharedDevice, frame: &ImportedTexture, options: Submit
         pass.dispatch_workgroups(w.div_ceil(8), h.div_ceil(8), 1);
     }
     encoder.copy_buffer_to_buffer(&out, 0, &read, 0, bytes);
+    let on_queue = submitted;
     let submitted = shared.submit_frame(&[frame], [encoder.finish()], options).expect("frame submitted");
+    on_queue();
     submitted.wait(TIMEOUT).expect("frame done");
     let slice = read.slice(..);
     slice.map_async(wgpu::MapMode::Read, |r| r.expect("mapping the read-back"));

@@ -39,19 +39,20 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use dmabridge::interop::dmabuf::{fd_count, recv_fenced, send_release_with_fence, BufferIdentity, DmaBuf, FencedReceived};
+use dmabridge::interop::dmabuf::{fd_count, BufferIdentity, DmaBuf};
 use dmabridge::interop::sync::SyncMethod;
 use dmabridge::interop::{FormatSet, Fourcc};
 use dmabridge::SubmitOptions;
 use dmabridge_lab::demo::config::{DemoConfig, Mode, DEMO_FORMATS, FRAME_TIMEOUT};
 use dmabridge_lab::demo::control::{recv_msg, send_msg, ConsumerReport, Mismatch, Peer, ToConsumer, ToProducer, WireParticipant, DEFAULT_PEER_TIMEOUT, MAX_TEXT};
 use dmabridge_lab::demo::negotiation::{consumer_formats, wire_formats, CONSUMER_MIN_BUFFERS};
+use dmabridge_lab::demo::consumer::{hand_back, receive_frame, IncomingFrame};
 use dmabridge_lab::demo::producer;
 use dmabridge_lab::demo::transfer::{CpuSpan, FrameTransfer, TransferTiming};
 use dmabridge_lab::stats::Percentiles;
-use dmabridge_wgpu::{wgpu, ImportedTexture, SharedDevice};
+use dmabridge_wgpu::{wgpu, ImportedTexture, SharedDevice, ValidationLog};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -329,35 +330,8 @@ fn serve(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, peer: &Peer) -> Resul
     Ok(())
 }
 
-/// Every message wgpu-hal's debug messenger (the validation layer) logs at warning level
-/// or above.
-struct Messages(Mutex<Vec<String>>);
-
-impl log::Log for Messages {
-    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        m.level() <= log::Level::Warn
-    }
-
-    fn log(&self, r: &log::Record<'_>) {
-        if r.level() <= log::Level::Warn && r.target().starts_with("wgpu_hal::vulkan") {
-            let text = r.args().to_string();
-            let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            // wgpu-hal logs a message's queues, command buffers and objects as records of
-            // their own, each starting with a tab: they belong to the message before.
-            match all.last_mut() {
-                Some(last) if text.starts_with('\t') => {
-                    last.push('\n');
-                    last.push_str(&text);
-                }
-                _ => all.push(format!("{}: {text}", r.level())),
-            }
-        }
-    }
-
-    fn flush(&self) {}
-}
-
-static MESSAGES: Messages = Messages(Mutex::new(Vec::new()));
+/// The validation layer's messages, through wgpu-hal's log (with `DMABRIDGE_VALIDATION=1`).
+static VALIDATION: ValidationLog = ValidationLog::new();
 
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     let mut f = std::pin::pin!(f);
@@ -375,8 +349,7 @@ fn block_on<F: std::future::Future>(f: F) -> F::Output {
 fn draw_modes(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, peer: &Peer) -> Result<(), Error> {
     let validation = validation_wanted();
     if validation {
-        log::set_logger(&MESSAGES).map_err(|e| format!("the validation log: {e}"))?;
-        log::set_max_level(log::LevelFilter::Warn);
+        VALIDATION.install().map_err(|e| format!("the validation log: {e}"))?;
     }
     let instance = wgpu::Instance::new(wgpu::InstanceDescriptor {
         backends: wgpu::Backends::VULKAN,
@@ -438,8 +411,7 @@ fn draw_modes(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, peer: &Peer) -> 
         dmabridge_lab::picture::write_png(&Path::new(&out_dir).join(format!("wgpu_frames_{name}.png")), *w, *h, &rgb)?;
     }
     if validation {
-        let all = std::mem::take(&mut *MESSAGES.0.lock().unwrap_or_else(|e| e.into_inner()));
-        let problems: Vec<String> = all.into_iter().filter(|m| !shared.is_known_false_positive(m)).collect();
+        let problems = VALIDATION.take_problems(Some(&shared));
         if !problems.is_empty() {
             return Err(format!("consumer validation layer (wgpu): {}", problems.join("; ")).into());
         }
@@ -552,27 +524,8 @@ impl ModeCtx<'_> {
         let mut report = ConsumerReport { max_held: 1, ..ConsumerReport::default() };
         let mut transfers = Vec::with_capacity(frames as usize);
         for expected in 0..frames {
-            // Waiting for the producer to render is not the handoff: only the receive is.
-            self.peer.wait_readable(self.buffers)?;
-            let receiving = CpuSpan::start();
-            let received = recv_fenced(self.buffers).map_err(|e| self.peer.handoff_error(e))?;
-            let receive = receiving.elapsed();
-            let (id, buf, acquire) = match received {
-                FencedReceived::Buffer { id, buf, acquire_fence } if id < u64::from(pool) => (id, buf, acquire_fence),
-                FencedReceived::Buffer { id, .. } => return Err(format!("buffer {id} is not in the producer's pool of {pool}").into()),
-                FencedReceived::Release { id, .. } => return Err(format!("the producer released buffer {id}").into()),
-            };
-            if acquire.is_some() && self.sync != SyncMethod::SyncFile {
-                return Err(format!("buffer {id} came with a fence, but the mode synchronises by {}", self.sync).into());
-            }
-            let t0 = Instant::now();
-            let (index, checksum, producer_share) = match recv_msg::<ToConsumer>(self.control, self.peer)? {
-                ToConsumer::Frame { index, id: fid, checksum, transfer } if fid == id => (index, checksum, transfer),
-                other => return Err(format!("expected frame info for buffer {id}, got {other:?}").into()),
-            };
-            if index != expected {
-                return Err(format!("frame {index} arrived where {expected} was due").into());
-            }
+            let IncomingFrame { id, buf, acquire, index, checksum, producer_share, receive, started: t0 } =
+                receive_frame((self.buffers, self.control, self.peer), self.sync, pool, expected)?;
             if (buf.width(), buf.height()) != (w, h) || !DEMO_FORMATS.contains(&buf.fourcc()) || (buf.fourcc() == Fourcc::NV12) != self.nv12 {
                 return Err(format!("buffer {id} is {} {}x{}, not the mode's {w}x{h}", buf.fourcc().trimmed(), buf.width(), buf.height()).into());
             }
@@ -631,18 +584,10 @@ impl ModeCtx<'_> {
                 ..SubmitOptions::default()
             };
             let mut submitted = self.shared.submit_frame(&[&import.texture], [encoder.finish()], options)?;
-            if self.sync == SyncMethod::SyncFile {
-                // The buffer goes back at once: the producer's GPU waits for the release
-                // fence (none when the draw was already done) before writing it again.
-                let release = submitted.take_sync_file();
-                send_release_with_fence(self.buffers, id, release.as_ref()).map_err(|e| self.peer.handoff_error(e))?;
-                // The acquire fence may hold the draw back for up to the peer timeout.
-                submitted.wait(FRAME_TIMEOUT.saturating_add(self.peer.timeout)).map_err(|e| self.peer.submit_error(e))?;
-            } else {
-                // cpu-wait: the buffer goes back once the GPU is done reading it.
-                submitted.wait(FRAME_TIMEOUT)?;
-                send_release_with_fence(self.buffers, id, None).map_err(|e| self.peer.handoff_error(e))?;
-            }
+            // sync-file: the buffer goes back at once with the release fence, which the
+            // producer's GPU waits for before writing it again; cpu-wait: once the draw is done.
+            let release = submitted.take_sync_file();
+            hand_back((self.buffers, self.peer), self.sync, id, release, |t| submitted.wait(t))?;
             transfers.push(FrameTransfer::new(producer_share, receive, import_cpu));
             let got = read_back(device, &self.drawer.checksum_read, &submitted.wgpu, |b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]))?;
             if got == checksum {

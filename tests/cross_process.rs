@@ -11,8 +11,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::process::Command;
 
 use dmabridge::ash::vk;
-use dmabridge::interop::framing::SocketError;
-use dmabridge::interop::dmabuf::{fd_count, recv, send_buffer, send_release, socketpair, DmaBuf, HandoffError, PlaneDesc, Received};
+use dmabridge::interop::dmabuf::{fd_count, recv, send_buffer, socketpair, DmaBuf, PlaneDesc, Received};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::ExportRequest;
 
@@ -92,27 +91,12 @@ fn consumer_process() {
     let socket = unsafe { OwnedFd::from_raw_fd(raw) };
     let engine = common::engine();
     let before = fd_count().expect("fd count");
-    let mut frames = 0;
-    loop {
-        match recv(&socket) {
-            Ok(Received::Buffer { id, buf }) => {
-                let image = engine
-                    .import_dmabuf(&buf, vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC)
-                    .expect("import in the consumer");
-                let back = image.read_back().expect("read back");
-                assert_eq!(back.len(), (buf.width() * buf.height() * 4) as usize);
-                assert!(back.chunks_exact(4).all(|p| p == PIXEL), "frame {id}: wrong pixels");
-                drop(image);
-                drop(buf);
-                send_release(&socket, id).expect("hand the buffer back");
-                frames += 1;
-            }
-            Ok(Received::Release { .. }) => panic!("the producer released a buffer it owns"),
-            Err(HandoffError::Socket(SocketError::Closed)) => break,
-            Err(e) => panic!("receive: {e}"),
-        }
-    }
-    assert_eq!(frames, FRAMES);
+    let usage = dmabridge::ImageUse::new(vk::ImageUsageFlags::SAMPLED | vk::ImageUsageFlags::TRANSFER_SRC);
+    let frames = common::consume_frames(&engine, &socket, usage, |id, buf, back, _| {
+        assert_eq!(back.len(), (buf.width() * buf.height() * 4) as usize);
+        assert!(back.chunks_exact(4).all(|p| p == PIXEL), "frame {id}: wrong pixels");
+    });
+    assert_eq!(u64::from(frames), FRAMES);
     assert_eq!(fd_count().expect("fd count"), before, "the consumer leaked fds");
     common::assert_clean(&engine);
 }

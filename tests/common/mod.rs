@@ -141,3 +141,35 @@ pub fn linear_pitch_is_measured_and_placed_for(engine: &Engine, image_use: dmabr
     }
     aligns
 }
+
+/// A consumer process's loop, as the cross-process tests run it: each frame the producer
+/// sends on `socket` is imported on `engine` for `usage`, read back, given to `check` (the
+/// frame's id, its descriptor, the bytes, the import) and handed back, until the producer
+/// closes the socket. Returns how many frames came; any other message or error fails the test.
+pub fn consume_frames(
+    engine: &Engine,
+    socket: impl std::os::fd::AsFd,
+    usage: dmabridge::ImageUse,
+    mut check: impl FnMut(u64, &dmabridge::interop::dmabuf::DmaBuf, &[u8], &dmabridge::ImportedImage),
+) -> u32 {
+    use dmabridge::interop::dmabuf::{recv, send_release, HandoffError, Received};
+    use dmabridge::interop::framing::SocketError;
+    let socket = socket.as_fd();
+    let mut frames = 0;
+    loop {
+        match recv(socket) {
+            Ok(Received::Buffer { id, buf }) => {
+                let image = engine.import_dmabuf(&buf, usage).expect("import in the consumer");
+                let back = image.read_back().expect("read back");
+                check(id, &buf, &back, &image);
+                drop(image);
+                drop(buf);
+                send_release(socket, id).expect("hand the frame back");
+                frames += 1;
+            }
+            Ok(Received::Release { .. }) => panic!("the producer released a buffer it owns"),
+            Err(HandoffError::Socket(SocketError::Closed)) => return frames,
+            Err(e) => panic!("receive: {e}"),
+        }
+    }
+}

@@ -10,15 +10,19 @@ use wgpu_hal::api::Vulkan;
 
 /// The capabilities dmabridge asks for on a device it shares with wgpu, when the device
 /// offers them: everything but presenting (wgpu presents itself).
-pub const WANTED: [Capability; 7] = [
-    Capability::Core,
-    Capability::DmaBufImport,
-    Capability::DmaBufExport,
-    Capability::ExplicitModifiers,
-    Capability::ForeignQueue,
-    Capability::YcbcrSampling,
-    Capability::SyncFile,
-];
+pub const WANTED: [Capability; Capability::ALL.len() - 1] = {
+    let mut wanted = [Capability::Core; Capability::ALL.len() - 1];
+    let (mut i, mut n) = (0, 0);
+    while i < Capability::ALL.len() {
+        if !matches!(Capability::ALL[i], Capability::Present) {
+            wanted[n] = Capability::ALL[i];
+            n += 1;
+        }
+        i += 1;
+    }
+    assert!(n == wanted.len(), "Capability::ALL lists Present once");
+    wanted
+};
 
 /// What a shared device must have: submissions on timelines, and dma-buf import.
 pub const REQUIRED: [Capability; 2] = [Capability::Core, Capability::DmaBufImport];

@@ -7,11 +7,11 @@ use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::DmaBuf;
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{ExportError, ExportRequest, ExportedImage, ImageAccess, ImageUse, SubmitError, SubmitOptions};
-use wgpu_hal::api::Vulkan;
 
 use crate::device::SharedDevice;
 use crate::handover::{FrameSubmission, HandOverError};
 use crate::texture::wgpu_format;
+use crate::wrap::Wrap;
 
 /// How an exported texture is used by wgpu: as a render pass's colour attachment. wgpu's
 /// tracker is told the texture stays in that state (`TextureUses::COLOR_TARGET`), and the
@@ -141,44 +141,21 @@ impl SharedDevice {
         // sRGB format for `srgb_view`, with MUTABLE_FORMAT): VUID-VkImageViewCreateInfo-pNext-01585.
         let srgb = format.add_srgb_suffix();
         let view_formats: Vec<wgpu::TextureFormat> = if req.image_use.srgb_view && srgb != format { vec![srgb] } else { Vec::new() };
-        let size = wgpu::Extent3d { width: req.width, height: req.height, depth_or_array_layers: 1 };
-        let hal_desc = wgpu_hal::TextureDescriptor {
-            label: Some("dmabridge export"),
-            size,
-            mip_level_count: 1,
-            sample_count: 1,
-            dimension: wgpu::TextureDimension::D2,
-            format,
-            usage: wgpu::TextureUses::COLOR_TARGET,
-            memory_flags: wgpu_hal::MemoryFlags::empty(),
-            view_formats: view_formats.clone(),
-        };
         let keep = Arc::clone(&image);
-        let hal_texture = {
-            // SAFETY: the guard borrows the device, which outlives it.
-            let hal_device = unsafe { self.device.as_hal::<Vulkan>() }.ok_or(ExportTextureError::NotVulkan)?;
-            // SAFETY: the image was made on this device (the engine shares it) with
-            // COLOR_ATTACHMENT (checked above) in `format`'s Vulkan format (wgpu_format's
-            // table matches dmabridge's), one level, one layer, and the view formats its use
-            // lists; the image and its memory are the export's, kept alive by the drop
-            // callback until wgpu-hal is done with the texture (texture_from_raw's contract).
-            unsafe { hal_device.texture_from_raw(image.image(), &hal_desc, Some(Box::new(move || drop(keep))), wgpu_hal::vulkan::TextureMemory::External) }
-        };
-        let desc = wgpu::TextureDescriptor {
-            label: Some("dmabridge export"),
-            size,
-            mip_level_count: 1,
-            sample_count: 1,
-            dimension: wgpu::TextureDimension::D2,
+        let wrap = Wrap {
+            label: "dmabridge export",
             format,
+            extent: (req.width, req.height),
+            state: wgpu::TextureUses::COLOR_TARGET,
             usage: wgpu::TextureUsages::RENDER_ATTACHMENT,
             view_formats: &view_formats,
         };
-        // SAFETY: the hal texture was made on this device, respecting `desc`; wgpu is told it
-        // is in COLOR_TARGET (COLOR_ATTACHMENT_OPTIMAL), the layout every acquisition of
-        // submit_render leaves it in before wgpu's work runs; with RENDER_ATTACHMENT alone,
-        // wgpu never moves it to another state.
-        let texture = unsafe { self.device.create_texture_from_hal::<Vulkan>(hal_texture, &desc, wgpu::TextureUses::COLOR_TARGET) };
+        // SAFETY: the image was made on this device (the engine shares it) with
+        // COLOR_ATTACHMENT (checked above) in `format`'s Vulkan format, one level, one layer,
+        // and the view formats its use lists; `keep` is the export itself; submit_render's
+        // acquisitions leave it in COLOR_ATTACHMENT_OPTIMAL (COLOR_TARGET), and with
+        // RENDER_ATTACHMENT alone wgpu never moves it to another state.
+        let texture = unsafe { self.wrap_image(image.image(), &wrap, Box::new(move || drop(keep))) }.ok_or(ExportTextureError::NotVulkan)?;
         Ok(ExportedTexture { texture, image })
     }
 

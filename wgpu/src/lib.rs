@@ -57,9 +57,12 @@ mod device;
 mod export;
 mod handover;
 mod texture;
+mod validation;
+mod wrap;
 
 pub use device::{wgsl_debug_source_report, OpenError, SharedDevice, REQUIRED, WANTED};
 pub use export::{Contents, ExportTextureError, ExportedTexture, RenderError, RENDERED_BY_WGPU};
 pub use handover::FrameSubmission;
+pub use validation::ValidationLog;
 pub use texture::{wgpu_format, FrameError, ImportTextureError, ImportedTexture, SAMPLED_BY_WGPU, WGPU_FORMATS};
 pub use {dmabridge, wgpu, wgpu_hal};

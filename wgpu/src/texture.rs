@@ -5,10 +5,10 @@ use dmabridge::ash::vk;
 use dmabridge::interop::dmabuf::DmaBuf;
 use dmabridge::interop::Fourcc;
 use dmabridge::{ImageAccess, ImageUse, ImportError, ImportOptions, ImportPath, ImportedImage, SubmitOptions};
-use wgpu_hal::api::Vulkan;
 
 use crate::device::SharedDevice;
 use crate::handover::{FrameSubmission, HandOverError};
+use crate::wrap::Wrap;
 
 /// The formats a dma-buf may come into wgpu in: each fourcc whose memory wgpu reads as it
 /// is (no swizzle: wgpu has none, so `XR24` and the other alpha-ignored or chroma-swapped
@@ -121,44 +121,20 @@ impl SharedDevice {
             image_use = image_use.with_create(vk::ImageCreateFlags::MUTABLE_FORMAT);
         }
         let image = self.engine.import_dmabuf_with(buf, image_use, options)?;
-        let (width, height) = image.extent();
-        let size = wgpu::Extent3d { width, height, depth_or_array_layers: 1 };
-        let hal_desc = wgpu_hal::TextureDescriptor {
-            label: Some("dmabridge import"),
-            size,
-            mip_level_count: 1,
-            sample_count: 1,
-            dimension: wgpu::TextureDimension::D2,
-            format,
-            usage: wgpu::TextureUses::RESOURCE,
-            memory_flags: wgpu_hal::MemoryFlags::empty(),
-            view_formats: Vec::new(),
-        };
         let keep = image.clone();
-        let hal_texture = {
-            // SAFETY: the guard borrows the device, which outlives it.
-            let hal_device = unsafe { self.device.as_hal::<Vulkan>() }.ok_or(ImportTextureError::NotVulkan)?;
-            // SAFETY: the image was made on this device (the engine shares it) for SAMPLED
-            // with `format`'s Vulkan format (wgpu_format's table matches dmabridge's), one
-            // level, one layer; without MUTABLE_FORMAT the view formats are empty; the
-            // image and its memory are the import's, kept alive by the drop callback until
-            // wgpu-hal is done with the texture (texture_from_raw's contract).
-            unsafe { hal_device.texture_from_raw(image.image(), &hal_desc, Some(Box::new(move || drop(keep))), wgpu_hal::vulkan::TextureMemory::External) }
-        };
-        let desc = wgpu::TextureDescriptor {
-            label: Some("dmabridge import"),
-            size,
-            mip_level_count: 1,
-            sample_count: 1,
-            dimension: wgpu::TextureDimension::D2,
+        let wrap = Wrap {
+            label: "dmabridge import",
             format,
+            extent: image.extent(),
+            state: wgpu::TextureUses::RESOURCE,
             usage: wgpu::TextureUsages::TEXTURE_BINDING,
             view_formats: &[],
         };
-        // SAFETY: the hal texture was made on this device, respecting `desc`; wgpu is told
-        // it is in RESOURCE (SHADER_READ_ONLY_OPTIMAL), the layout every acquisition of
-        // submit_frame leaves it in before wgpu's work runs.
-        let texture = unsafe { self.device.create_texture_from_hal::<Vulkan>(hal_texture, &desc, wgpu::TextureUses::RESOURCE) };
+        // SAFETY: the image was made on this device (the engine shares it) for SAMPLED in
+        // `format`'s Vulkan format, one level, one layer (a multi-planar one MUTABLE_FORMAT,
+        // listing its planes' formats, which wgpu's plane views use); `keep` is the import
+        // itself; submit_frame's acquisitions leave it in SHADER_READ_ONLY_OPTIMAL (RESOURCE).
+        let texture = unsafe { self.wrap_image(image.image(), &wrap, Box::new(move || drop(keep))) }.ok_or(ImportTextureError::NotVulkan)?;
         Ok(ImportedTexture { texture, image })
     }
 

@@ -17,8 +17,7 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::process::{Command, Stdio};
 
 use dmabridge::ash::vk;
-use dmabridge::interop::dmabuf::{fd_count, recv, send_buffer, send_release, socketpair, HandoffError, Received};
-use dmabridge::interop::framing::SocketError;
+use dmabridge::interop::dmabuf::{fd_count, recv, send_buffer, socketpair, Received};
 use dmabridge::interop::negotiate::{reconcile, ChainLayout};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::{Direction, ExportError, ExportRequest, ImageUse, ParticipantRequest, SubmitOptions, SupportQuery};
@@ -237,30 +236,16 @@ fn consumer_process() {
     let socket: OwnedFd = std::io::stdin().as_fd().try_clone_to_owned().expect("the socket on stdin");
     let engine = common::engine();
     let before = fd_count().expect("fd count");
-    let mut frames = 0;
-    loop {
-        match recv(&socket) {
-            Ok(Received::Buffer { id, buf }) => {
-                let frame = u32::try_from(id).expect("a frame number");
-                assert_eq!((buf.fourcc(), buf.width(), buf.height()), (FOURCC, W, H), "frame {frame}");
-                let image = engine.import_dmabuf(&buf, consumer_use()).expect("import in the consumer");
-                let back = image.read_back().expect("read back");
-                assert_eq!(back.len(), (W * H * 4) as usize, "frame {frame}");
-                for (i, px) in back.chunks_exact(4).enumerate() {
-                    let (x, y) = (i as u32 % W, i as u32 / W);
-                    let want = pixel(x, y, frame);
-                    assert_eq!(px, want, "frame {frame}: pixel ({x}, {y}) is {px:?}, the shader wrote {want:?} ({}, path {})", buf.layout(), image.path());
-                }
-                drop(image);
-                drop(buf);
-                send_release(&socket, id).expect("hand the frame back");
-                frames += 1;
-            }
-            Ok(Received::Release { .. }) => panic!("the producer released a buffer it owns"),
-            Err(HandoffError::Socket(SocketError::Closed)) => break,
-            Err(e) => panic!("receive: {e}"),
+    let frames = common::consume_frames(&engine, &socket, consumer_use(), |id, buf, back, image| {
+        let frame = u32::try_from(id).expect("a frame number");
+        assert_eq!((buf.fourcc(), buf.width(), buf.height()), (FOURCC, W, H), "frame {frame}");
+        assert_eq!(back.len(), (W * H * 4) as usize, "frame {frame}");
+        for (i, px) in back.chunks_exact(4).enumerate() {
+            let (x, y) = (i as u32 % W, i as u32 / W);
+            let want = pixel(x, y, frame);
+            assert_eq!(px, want, "frame {frame}: pixel ({x}, {y}) is {px:?}, the shader wrote {want:?} ({}, path {})", buf.layout(), image.path());
         }
-    }
+    });
     assert_eq!(frames, FRAMES);
     assert_eq!(fd_count().expect("fd count"), before, "the consumer leaked fds");
     common::assert_clean(&engine);

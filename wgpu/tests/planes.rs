@@ -14,7 +14,7 @@ use dmabridge::interop::dmabuf::{DmaBuf, PlaneDesc};
 use dmabridge::interop::{Fourcc, Layout, Modifier};
 use dmabridge::SubmitOptions;
 use dmabridge_wgpu::{wgpu, ImportTextureError, ImportedTexture, SharedDevice};
-use support::{adapter, assert_clean, shared, TIMEOUT};
+use support::{adapter, assert_clean, run_pass, shared, Pass};
 
 /// Each luma sample as a word, then each chroma pair as `u | v << 16`, in the plane's
 /// own range: `MAX` is 255 (NV12, 8-bit views) or 65535 (P010, 16-bit views).
@@ -127,48 +127,13 @@ fn descriptor(fourcc: Fourcc, (w, h): (u32, u32), samples: &Samples, files: File
 
 /// Runs the compute pass over `frame`'s plane views inside `submit_frame`; the words it wrote.
 fn read_planes(shared: &SharedDevice, frame: &ImportedTexture, max: f64) -> Vec<u32> {
-    let device = shared.device();
     let (w, h) = frame.image().extent();
     let words = u64::from(w) * u64::from(h) + u64::from(w / 2) * u64::from(h / 2);
-    let bytes = words * 4;
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(SHADER.into()) });
-    let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-        label: None,
-        layout: None,
-        module: &module,
-        entry_point: Some("main"),
-        compilation_options: wgpu::PipelineCompilationOptions { constants: &[("MAX", max)], ..Default::default() },
-        cache: None,
-    });
-    let out = device.create_buffer(&wgpu::BufferDescriptor { label: None, size: bytes, usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC, mapped_at_creation: false });
-    let read = device.create_buffer(&wgpu::BufferDescriptor { label: None, size: bytes, usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST, mapped_at_creation: false });
     let plane = |aspect| frame.texture().create_view(&wgpu::TextureViewDescriptor { aspect, ..Default::default() });
     let (luma, chroma) = (plane(wgpu::TextureAspect::Plane0), plane(wgpu::TextureAspect::Plane1));
-    let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::TextureView(&luma) },
-            wgpu::BindGroupEntry { binding: 1, resource: wgpu::BindingResource::TextureView(&chroma) },
-            wgpu::BindGroupEntry { binding: 2, resource: out.as_entire_binding() },
-        ],
-    });
-    let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
-    {
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bind, &[]);
-        pass.dispatch_workgroups(w.div_ceil(8), h.div_ceil(8), 1);
-    }
-    encoder.copy_buffer_to_buffer(&out, 0, &read, 0, bytes);
-    let submitted = shared.submit_frame(&[frame], [encoder.finish()], SubmitOptions::default()).expect("frame submitted");
-    submitted.wait(TIMEOUT).expect("frame done");
-    let slice = read.slice(..);
-    slice.map_async(wgpu::MapMode::Read, |r| r.expect("mapping the read-back"));
-    device.poll(wgpu::PollType::Wait { submission_index: Some(submitted.wgpu.clone()), timeout: Some(TIMEOUT) }).expect("wgpu done");
-    let data: Vec<u32> = slice.get_mapped_range().expect("the mapped read-back").chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-    read.unmap();
-    data
+    let pass = Pass { shader: SHADER, constants: &[("MAX", max)], views: &[&luma, &chroma], out_bytes: words * 4 };
+    let (bytes, _) = run_pass(shared, frame, &pass, SubmitOptions::default(), || ());
+    bytes.chunks_exact(4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
 }
 
 /// The wgpu features a 4:2:0 format's import and its plane views need.

@@ -12,7 +12,7 @@ use dmabridge::{
     Binding, BufferLocation, ComputePipeline, Engine, EngineOptions, GpuBuffer, ImageAccess, ImportCache, ImportedImage, SampledView, Sampler,
     SubmitOptions, Submission, YcbcrOutput,
 };
-use dmabridge_interop::dmabuf::{fd_count, recv_fenced, send_release_with_fence, FencedReceived};
+use dmabridge_interop::dmabuf::{fd_count, recv_fenced, send_release_with_fence, DmaBuf, FencedReceived};
 use dmabridge_interop::sync::{SyncFile, SyncMethod};
 use dmabridge_interop::Fourcc;
 
@@ -25,7 +25,7 @@ use super::control::{recv_msg, send_msg, ConsumerReport, Mismatch, Peer, ToConsu
 use super::gpu_timer::GpuTimer;
 use super::negotiation::{consumer_formats, wire_formats, CONSUMER_MIN_BUFFERS};
 use super::shaders::{dispatch, read_u32, COMPOSITE_SPV};
-use super::transfer::{CpuSpan, FrameTransfer, TransferTiming};
+use super::transfer::{CpuSpan, FrameTransfer, ProducerShare, TransferTiming};
 
 const THUMBS_PER_MODE: usize = 6;
 
@@ -147,6 +147,79 @@ fn composite_modes(buffers: BorrowedFd<'_>, control: BorrowedFd<'_>, validation:
     Ok(sheet)
 }
 
+/// One frame as the producer hands it over: the buffer and its fence, then the frame's message.
+pub struct IncomingFrame {
+    /// The buffer's id in the producer's pool.
+    pub id: u64,
+    pub buf: DmaBuf,
+    /// The producer's acquire fence (sync-file).
+    pub acquire: Option<SyncFile>,
+    pub index: u32,
+    /// The checksum the consumer must find.
+    pub checksum: u32,
+    pub producer_share: ProducerShare,
+    /// How long receiving the descriptor took, once it had arrived (the handoff's share).
+    pub receive: Duration,
+    /// When the frame's message was asked for: the consumer's time for the frame counts from here.
+    pub started: Instant,
+}
+
+/// Receives frame `expected` of a mode synchronised by `sync` from a producer with a pool
+/// of `pool` buffers, checking what the protocol promises: a buffer of the pool, a fence
+/// only under sync-file, the frame's message for that buffer, frames in order. The demo's
+/// consumers share it.
+pub fn receive_frame(
+    (buffers, control, peer): (BorrowedFd<'_>, BorrowedFd<'_>, &Peer),
+    sync: SyncMethod,
+    pool: u32,
+    expected: u32,
+) -> Result<IncomingFrame, DemoError> {
+    // Waiting for the producer to render is not the handoff: only the receive of a
+    // descriptor that has arrived is.
+    peer.wait_readable(buffers)?;
+    let receiving = CpuSpan::start();
+    let received = recv_fenced(buffers).map_err(|e| peer.handoff_error(e))?;
+    let receive = receiving.elapsed();
+    let (id, buf, acquire) = match received {
+        FencedReceived::Buffer { id, buf, acquire_fence } if id < u64::from(pool) => (id, buf, acquire_fence),
+        FencedReceived::Buffer { id, .. } => return Err(DemoError::Protocol(format!("buffer {id} is not in the producer's pool of {pool}"))),
+        FencedReceived::Release { id, .. } => return Err(DemoError::Protocol(format!("the producer released buffer {id}"))),
+    };
+    if acquire.is_some() && sync != SyncMethod::SyncFile {
+        return Err(DemoError::Protocol(format!("buffer {id} came with a fence, but the mode synchronises by {sync}")));
+    }
+    let started = Instant::now();
+    let (index, checksum, producer_share) = match recv_msg::<ToConsumer>(control, peer)? {
+        ToConsumer::Frame { index, id: fid, checksum, transfer } if fid == id => (index, checksum, transfer),
+        other => return Err(DemoError::Protocol(format!("expected frame info for buffer {id}, got {other:?}"))),
+    };
+    if index != expected {
+        return Err(DemoError::Protocol(format!("frame {index} arrived where {expected} was due")));
+    }
+    Ok(IncomingFrame { id, buf, acquire, index, checksum, producer_share, receive, started })
+}
+
+/// Hands buffer `id` back to the producer once the work that reads it is submitted
+/// (`wait` waits for that work): with sync-file at once, with the work's `release` fence
+/// (none when it was already done), for the producer's GPU to wait for before it writes the
+/// buffer again, then waits for the work, which the acquire fence may hold back for up to
+/// the peer timeout; with cpu-wait once the work is done. The demo's consumers share it.
+pub fn hand_back(
+    (buffers, peer): (BorrowedFd<'_>, &Peer),
+    sync: SyncMethod,
+    id: u64,
+    release: Option<SyncFile>,
+    wait: impl FnOnce(Duration) -> Result<(), dmabridge::SubmitError>,
+) -> Result<(), DemoError> {
+    if sync == SyncMethod::SyncFile {
+        send_release_with_fence(buffers, id, release.as_ref()).map_err(|e| peer.handoff_error(e))?;
+        wait(FRAME_TIMEOUT.saturating_add(peer.timeout)).map_err(|e| peer.submit_error(e))
+    } else {
+        wait(FRAME_TIMEOUT)?;
+        send_release_with_fence(buffers, id, None).map_err(|e| peer.handoff_error(e))
+    }
+}
+
 /// One received frame, as the composite takes it.
 struct Frame<'a> {
     image: &'a ImportedImage,
@@ -195,30 +268,8 @@ impl ModeCtx<'_> {
         let mut gpu_timed = self.timer.is_some();
         let result = (|| -> Result<(), DemoError> {
             for expected_index in 0..frames {
-                // Waiting for the producer to render is not the handoff: only the receive of
-                // a descriptor that has arrived is.
-                self.peer.wait_readable(self.buffers)?;
-                let receiving = CpuSpan::start();
-                let received = recv_fenced(self.buffers).map_err(|e| self.peer.handoff_error(e))?;
-                let receive = receiving.elapsed();
-                let (id, buf, acquire) = match received {
-                    FencedReceived::Buffer { id, buf, acquire_fence } if id < u64::from(pool) => (id, buf, acquire_fence),
-                    FencedReceived::Buffer { id, .. } => {
-                        return Err(DemoError::Protocol(format!("buffer {id} is not in the producer's pool of {pool}")))
-                    }
-                    FencedReceived::Release { id, .. } => return Err(DemoError::Protocol(format!("the producer released buffer {id}"))),
-                };
-                if acquire.is_some() && self.sync != SyncMethod::SyncFile {
-                    return Err(DemoError::Protocol(format!("buffer {id} came with a fence, but the mode synchronises by {}", self.sync)));
-                }
-                let t0 = Instant::now();
-                let (index, checksum, producer_share) = match recv_msg::<ToConsumer>(self.control, self.peer)? {
-                    ToConsumer::Frame { index, id: fid, checksum, transfer } if fid == id => (index, checksum, transfer),
-                    other => return Err(DemoError::Protocol(format!("expected frame info for buffer {id}, got {other:?}"))),
-                };
-                if index != expected_index {
-                    return Err(DemoError::Protocol(format!("frame {index} arrived where {expected_index} was due")));
-                }
+                let IncomingFrame { id, buf, acquire, index, checksum, producer_share, receive, started: t0 } =
+                    receive_frame((self.buffers, self.control, self.peer), self.sync, pool, expected_index)?;
                 report.max_held = report.max_held.max(1);
                 let importing = CpuSpan::start();
                 let image = cache.import(buf, vk::ImageUsageFlags::SAMPLED)?;
@@ -247,18 +298,8 @@ impl ModeCtx<'_> {
                 let view = views.get(&image.image()).map(|(v, _)| v);
                 let frame = Frame { image: &image, view, set, index, write_output: sample, acquire };
                 let (acquire_cpu, mut submitted) = self.composite_frame(frame, (sum, &out), (w, h))?;
-                if self.sync == SyncMethod::SyncFile {
-                    // The buffer goes back at once: the producer's GPU waits for the release
-                    // fence (none when the composite was already done) before writing it again.
-                    let release = submitted.take_sync_file();
-                    send_release_with_fence(self.buffers, id, release.as_ref()).map_err(|e| self.peer.handoff_error(e))?;
-                    // The acquire fence may hold the composite back for up to the peer timeout.
-                    submitted.wait(FRAME_TIMEOUT.saturating_add(self.peer.timeout)).map_err(|e| self.peer.submit_error(e))?;
-                } else {
-                    // cpu-wait: the buffer goes back once the GPU is done reading it.
-                    submitted.wait(FRAME_TIMEOUT)?;
-                    send_release_with_fence(self.buffers, id, None).map_err(|e| self.peer.handoff_error(e))?;
-                }
+                let release = if self.sync == SyncMethod::SyncFile { submitted.take_sync_file() } else { None };
+                hand_back((self.buffers, self.peer), self.sync, id, release, |t| submitted.wait(t))?;
                 // The composite is complete: the acquire's timestamps are there.
                 let acquire_gpu = self.timer.map(GpuTimer::elapsed).transpose()?.unwrap_or_default();
                 gpu_timed &= mode == Mode::ZeroCopy || producer_share.copy_ns.is_some();

@@ -3,62 +3,27 @@
 // Each test binary uses some of it.
 #![allow(dead_code)]
 
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use dmabridge::SubmitOptions;
-use dmabridge_wgpu::{wgpu, FrameSubmission, ImportedTexture, SharedDevice};
+use dmabridge_wgpu::{wgpu, FrameSubmission, ImportedTexture, SharedDevice, ValidationLog};
 
 pub const TIMEOUT: Duration = Duration::from_secs(30);
 
-/// Every message wgpu-hal's debug messenger (the validation layer) logs at warning level
-/// or above.
-pub struct Messages(Mutex<Vec<String>>);
+static LOG: ValidationLog = ValidationLog::new();
+static INSTALLED: OnceLock<()> = OnceLock::new();
 
-impl log::Log for Messages {
-    fn enabled(&self, m: &log::Metadata<'_>) -> bool {
-        m.level() <= log::Level::Warn
-    }
-
-    fn log(&self, r: &log::Record<'_>) {
-        if r.level() <= log::Level::Warn && r.target().starts_with("wgpu_hal::vulkan") {
-            let text = r.args().to_string();
-            let mut all = self.0.lock().unwrap_or_else(|e| e.into_inner());
-            // wgpu-hal logs a message's queues, command buffers and objects as records of
-            // their own, each starting with a tab: they belong to the message before.
-            match all.last_mut() {
-                Some(last) if text.starts_with('\t') => {
-                    last.push('\n');
-                    last.push_str(&text);
-                }
-                _ => all.push(format!("{}: {text}", r.level())),
-            }
-        }
-    }
-
-    fn flush(&self) {}
+/// The validation layer's messages, from the first call on (the log is the process's logger).
+pub fn messages() -> &'static ValidationLog {
+    INSTALLED.get_or_init(|| LOG.install().expect("the test's logger is the only one"));
+    &LOG
 }
 
-static MESSAGES: OnceLock<&'static Messages> = OnceLock::new();
-
-pub fn messages() -> &'static Messages {
-    MESSAGES.get_or_init(|| {
-        let m: &'static Messages = Box::leak(Box::new(Messages(Mutex::new(Vec::new()))));
-        log::set_logger(m).expect("the test's logger is the only one");
-        log::set_max_level(log::LevelFilter::Warn);
-        m
-    })
-}
-
-/// Fails the test if the validation layer said anything (dmabridge's known false positives
-/// of this layer version aside).
+/// Fails the test if the validation layer said anything (the known false positives of this
+/// layer version aside).
 pub fn assert_clean(shared: Option<&SharedDevice>) {
-    let all = std::mem::take(&mut *messages().0.lock().unwrap_or_else(|e| e.into_inner()));
-    let known = |m: &String| match shared {
-        Some(s) => s.is_known_false_positive(m),
-        None => dmabridge_wgpu::wgsl_debug_source_report(m),
-    };
-    let problems: Vec<String> = all.into_iter().filter(|m| !known(m)).collect();
+    let problems = messages().take_problems(shared);
     assert!(problems.is_empty(), "the validation layer reported {} message(s):\n{}", problems.len(), problems.join("\n"));
 }
 
@@ -116,35 +81,49 @@ pub fn read_ar24(shared: &SharedDevice, frame: &ImportedTexture, options: Submit
 /// [`read_ar24`], calling `submitted` once `submit_frame` has returned (the pass is on the
 /// queue, behind the fences of `options`), before waiting for it.
 pub fn read_ar24_with(shared: &SharedDevice, frame: &ImportedTexture, options: SubmitOptions, submitted: impl FnOnce()) -> (Vec<u8>, FrameSubmission) {
+    let (w, h) = frame.image().extent();
+    let view = frame.texture().create_view(&wgpu::TextureViewDescriptor::default());
+    let pass = Pass { shader: AR24_SHADER, constants: &[], views: &[&view], out_bytes: u64::from(w) * u64::from(h) * 4 };
+    run_pass(shared, frame, &pass, options, submitted)
+}
+
+/// A compute pass that reads a frame: `shader`'s `main`, in 8x8 workgroups over the frame,
+/// with `views` bound at 0, 1, ... and a storage buffer of `out_bytes` after them.
+pub struct Pass<'a> {
+    pub shader: &'a str,
+    pub constants: &'a [(&'a str, f64)],
+    pub views: &'a [&'a wgpu::TextureView],
+    pub out_bytes: u64,
+}
+
+/// Runs `pass` over `frame` inside `shared.submit_frame(.., options)`, calling `submitted`
+/// once that has returned, and returns the storage buffer's bytes and the frame's
+/// submissions, done.
+pub fn run_pass(shared: &SharedDevice, frame: &ImportedTexture, pass: &Pass<'_>, options: SubmitOptions, submitted: impl FnOnce()) -> (Vec<u8>, FrameSubmission) {
     let device = shared.device();
     let (w, h) = frame.image().extent();
-    let bytes = u64::from(w) * u64::from(h) * 4;
-    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(AR24_SHADER.into()) });
+    let bytes = pass.out_bytes;
+    let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: None, source: wgpu::ShaderSource::Wgsl(pass.shader.into()) });
     let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
         label: None,
         layout: None,
         module: &module,
         entry_point: Some("main"),
-        compilation_options: Default::default(),
+        compilation_options: wgpu::PipelineCompilationOptions { constants: pass.constants, ..Default::default() },
         cache: None,
     });
     let out = device.create_buffer(&wgpu::BufferDescriptor { label: None, size: bytes, usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC, mapped_at_creation: false });
     let read = device.create_buffer(&wgpu::BufferDescriptor { label: None, size: bytes, usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST, mapped_at_creation: false });
-    let view = frame.texture().create_view(&wgpu::TextureViewDescriptor::default());
-    let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &pipeline.get_bind_group_layout(0),
-        entries: &[
-            wgpu::BindGroupEntry { binding: 0, resource: wgpu::BindingResource::TextureView(&view) },
-            wgpu::BindGroupEntry { binding: 1, resource: out.as_entire_binding() },
-        ],
-    });
+    let mut entries: Vec<wgpu::BindGroupEntry<'_>> =
+        pass.views.iter().enumerate().map(|(i, v)| wgpu::BindGroupEntry { binding: i as u32, resource: wgpu::BindingResource::TextureView(v) }).collect();
+    entries.push(wgpu::BindGroupEntry { binding: pass.views.len() as u32, resource: out.as_entire_binding() });
+    let bind = device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout: &pipeline.get_bind_group_layout(0), entries: &entries });
     let mut encoder = device.create_command_encoder(&wgpu::CommandEncoderDescriptor::default());
     {
-        let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
-        pass.set_pipeline(&pipeline);
-        pass.set_bind_group(0, &bind, &[]);
-        pass.dispatch_workgroups(w.div_ceil(8), h.div_ceil(8), 1);
+        let mut compute = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+        compute.set_pipeline(&pipeline);
+        compute.set_bind_group(0, &bind, &[]);
+        compute.dispatch_workgroups(w.div_ceil(8), h.div_ceil(8), 1);
     }
     encoder.copy_buffer_to_buffer(&out, 0, &read, 0, bytes);
     let on_queue = submitted;

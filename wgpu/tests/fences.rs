@@ -24,8 +24,8 @@ use dmabridge_wgpu::{wgpu, FrameSubmission, ImportedTexture, SharedDevice};
 use support::{assert_clean, read_ar24_with, shared, TIMEOUT};
 use support_swsync::Timeline;
 
-/// How long the producer takes to write the frame after the consumer's pass is on the
-/// queue: long enough that a pass that does not wait has run by then (a 32x16 compute
+/// How long the producer takes to write the frame after the consumer's pass is submitted:
+/// long enough that a pass that does not wait has run by then (a 32x16 compute
 /// pass on lavapipe, under the lab's TCG too).
 const PRODUCER_DELAY: Duration = Duration::from_millis(1000);
 const SIZE: (u32, u32) = (32, 16);
@@ -53,18 +53,20 @@ fn frame(shared: &SharedDevice, old: &[u8]) -> (ImportedTexture, OwnedFd) {
 }
 
 /// Runs the AR24 pass over `frame` with `options`, while the producer, [`PRODUCER_DELAY`]
-/// after the pass is on the queue, writes `new` into the frame and then advances `timeline`
-/// to 1: a pass that waits for the fence reads `new`; one that does not has long run.
+/// after the pass is recorded and being submitted, writes `new` into the frame and then
+/// advances `timeline` to 1: a pass that waits for the fence reads `new`; one that does not
+/// has long run. (Not after `submit_frame` returns: with a release sync_file, lavapipe's
+/// export returns only once the batch is done, which waits for this producer.)
 fn read_while_producing(shared: &SharedDevice, frame: &ImportedTexture, (writer, new): (&OwnedFd, &[u8]), timeline: &Timeline, options: SubmitOptions) -> (Vec<u8>, FrameSubmission) {
-    let (on_queue, queued) = std::sync::mpsc::channel();
+    let (submitting, queued) = std::sync::mpsc::channel();
     std::thread::scope(|s| {
         s.spawn(move || {
-            queued.recv().expect("the pass was submitted");
+            queued.recv().expect("the pass is being submitted");
             std::thread::sleep(PRODUCER_DELAY);
             write_all_at(writer.as_fd(), 0, new).expect("the producer writes the frame");
             timeline.advance(1).expect("the producer signals");
         });
-        read_ar24_with(shared, frame, options, move || on_queue.send(()).expect("the producer waits"))
+        read_ar24_with(shared, frame, options, move || submitting.send(()).expect("the producer waits"))
     })
 }
 

@@ -78,13 +78,14 @@ pub fn read_ar24(shared: &SharedDevice, frame: &ImportedTexture, options: Submit
     read_ar24_with(shared, frame, options, || ())
 }
 
-/// [`read_ar24`], calling `submitted` once `submit_frame` has returned (the pass is on the
-/// queue, behind the fences of `options`), before waiting for it.
-pub fn read_ar24_with(shared: &SharedDevice, frame: &ImportedTexture, options: SubmitOptions, submitted: impl FnOnce()) -> (Vec<u8>, FrameSubmission) {
+/// [`read_ar24`], calling `submitting` once the pass is recorded, just before
+/// `submit_frame` (which, on drivers that export a sync_file only once the batch is done,
+/// returns only after the producer's fences: lavapipe).
+pub fn read_ar24_with(shared: &SharedDevice, frame: &ImportedTexture, options: SubmitOptions, submitting: impl FnOnce()) -> (Vec<u8>, FrameSubmission) {
     let (w, h) = frame.image().extent();
     let view = frame.texture().create_view(&wgpu::TextureViewDescriptor::default());
     let pass = Pass { shader: AR24_SHADER, constants: &[], views: &[&view], out_bytes: u64::from(w) * u64::from(h) * 4 };
-    run_pass(shared, frame, &pass, options, submitted)
+    run_pass(shared, frame, &pass, options, submitting)
 }
 
 /// A compute pass that reads a frame: `shader`'s `main`, in 8x8 workgroups over the frame,
@@ -96,10 +97,9 @@ pub struct Pass<'a> {
     pub out_bytes: u64,
 }
 
-/// Runs `pass` over `frame` inside `shared.submit_frame(.., options)`, calling `submitted`
-/// once that has returned, and returns the storage buffer's bytes and the frame's
-/// submissions, done.
-pub fn run_pass(shared: &SharedDevice, frame: &ImportedTexture, pass: &Pass<'_>, options: SubmitOptions, submitted: impl FnOnce()) -> (Vec<u8>, FrameSubmission) {
+/// Runs `pass` over `frame` inside `shared.submit_frame(.., options)`, calling `submitting`
+/// just before that, and returns the storage buffer's bytes and the frame's submissions, done.
+pub fn run_pass(shared: &SharedDevice, frame: &ImportedTexture, pass: &Pass<'_>, options: SubmitOptions, submitting: impl FnOnce()) -> (Vec<u8>, FrameSubmission) {
     let device = shared.device();
     let (w, h) = frame.image().extent();
     let bytes = pass.out_bytes;
@@ -126,9 +126,9 @@ pub fn run_pass(shared: &SharedDevice, frame: &ImportedTexture, pass: &Pass<'_>,
         compute.dispatch_workgroups(w.div_ceil(8), h.div_ceil(8), 1);
     }
     encoder.copy_buffer_to_buffer(&out, 0, &read, 0, bytes);
-    let on_queue = submitted;
-    let submitted = shared.submit_frame(&[frame], [encoder.finish()], options).expect("frame submitted");
-    on_queue();
+    let commands = encoder.finish();
+    submitting();
+    let submitted = shared.submit_frame(&[frame], [commands], options).expect("frame submitted");
     submitted.wait(TIMEOUT).expect("frame done");
     let slice = read.slice(..);
     slice.map_async(wgpu::MapMode::Read, |r| r.expect("mapping the read-back"));

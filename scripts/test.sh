@@ -174,7 +174,7 @@ step kernel scripts/lab.sh --modules vgem,sw_sync,vivid,virtio_gpu --param vivid
     --timeout "${DMABRIDGE_LAB_TIMEOUT:-2700}" -- scripts/kernel-tests.sh target/lab-tests.list
 # The drivers Debian does not build (vicodec, visl, vkms, sw_sync; scripts/lab-modules.sh
 # builds them once and caches them beside the kernel): there, and doing what tests rely on.
-step kernel scripts/lab.sh --modules vivid,vicodec,visl,vkms,sw_sync --param vkms.enable_overlay=1 -- scripts/lab-drivers-check.sh target/debug/dmabridge
+step kernel scripts/lab.sh --modules vivid,vicodec,visl,vkms,sw_sync --param vkms.enable_overlay=1 --timeout 900 -- scripts/lab-drivers-check.sh target/debug/dmabridge
 
 kernel_line=$(grep -E '^kernel configuration:' "$LOGS/kernel.log" | tail -1 | sed 's/^kernel configuration: //')
 echo "summary: plain: $(count plain) | udmabuf: $(count udmabuf) | drm-shim: $(count drm-shim) | kernel: ${kernel_line:-did not finish (see above)}"

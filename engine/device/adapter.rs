@@ -267,8 +267,7 @@ impl Adapter {
     /// multi-planar image's plane formats in its view-format list. For a host that runs its own
     /// debug messenger; an engine with validation on sets these aside itself.
     pub fn is_known_false_positive(&self, message: &str) -> bool {
-        (self.drm_modifier_list2_is_empty() && crate::device::validation::is_empty_list2_report(message))
-            || crate::device::validation::is_plane_format_list_report(message)
+        crate::device::validation::is_known_report(message, self.drm_modifier_list2_is_empty())
     }
 
     /// True when the driver lists DRM modifiers through `VkDrmFormatModifierPropertiesListEXT`

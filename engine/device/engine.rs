@@ -156,8 +156,8 @@ impl Engine {
             (host.enabled_device_extensions, host.enabled_features),
             host.instance_api_version,
         );
-        if let Some(core) = adapter.requirements().get(Capability::Core).filter(|r| !r.available()) {
-            return Err(EngineError::MissingRequirement { capability: Capability::Core, missing: core.missing.clone() });
+        if let Some((capability, missing)) = adapter.requirements().first_missing([Capability::Core]) {
+            return Err(EngineError::MissingRequirement { capability, missing });
         }
         // A host hands over no options: the environment decides (default file, or
         // DMABRIDGE_COST_CACHE).

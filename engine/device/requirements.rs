@@ -391,6 +391,12 @@ impl Requirements {
         self.get(c).is_some_and(Requirement::available)
     }
 
+    /// The first of `needed` whose needs are not met, with what it lacks: what a caller
+    /// that refuses such a device names.
+    pub fn first_missing(&self, needed: impl IntoIterator<Item = Capability>) -> Option<(Capability, Vec<Missing>)> {
+        needed.into_iter().find_map(|c| self.get(c).filter(|r| !r.available()).map(|r| (c, r.missing.clone())))
+    }
+
     /// The device extensions of every available capability in `wanted`, without repeats,
     /// dependencies first: what to put in `VkDeviceCreateInfo::ppEnabledExtensionNames`.
     pub fn device_extensions(&self, wanted: &[Capability]) -> Vec<DeviceExtension> {

@@ -58,7 +58,7 @@ impl ValidationLog {
     /// multi-planar image's plane formats in its view-format list
     /// (`is_plane_format_list_report`). Nothing else is ever set aside.
     pub fn is_known_false_positive(&self, m: &ValidationMessage) -> bool {
-        (self.drm_features_unreliable.load(Ordering::SeqCst) && is_empty_list2_report(&m.text)) || is_driver_error_report(m) || is_plane_format_list_report(&m.text)
+        is_known_report(&m.text, self.drm_features_unreliable.load(Ordering::SeqCst)) || is_driver_error_report(m)
     }
 
     /// Errors and warnings: both mean dmabridge did something the spec does not allow or
@@ -79,6 +79,15 @@ impl ValidationLog {
             v.push(m);
         }
     }
+}
+
+/// Whether a message's text is a report known to be wrong here, whoever's messenger got it
+/// (the engine's own log, or a host's through `Adapter::is_known_false_positive`): the
+/// "format features (0x0)" report where the driver's List2 is empty
+/// (`drm_features_unreliable`), or an older layer's report of plane formats in a
+/// multi-planar image's view-format list.
+pub(crate) fn is_known_report(text: &str, drm_features_unreliable: bool) -> bool {
+    (drm_features_unreliable && is_empty_list2_report(text)) || is_plane_format_list_report(text)
 }
 
 /// Whether a validation message is the layer's "format features (0x0)" report for a

@@ -4,7 +4,7 @@
 use std::ffi::{CStr, CString};
 
 use dmabridge::ash::vk;
-use dmabridge::device::requirements::Missing;
+use dmabridge::device::requirements::{Missing, Requirements};
 use dmabridge::{Capability, EnabledFeatures, Engine, EngineError, HostTimeline, HostVulkan, VkError};
 use wgpu_hal::api::Vulkan;
 
@@ -50,6 +50,11 @@ pub enum OpenError {
     Timeline(#[from] VkError),
 }
 
+/// The capabilities of [`WANTED`] that a device meets.
+fn wanted_of(offered: &Requirements) -> Vec<Capability> {
+    WANTED.into_iter().filter(|c| offered.available(*c)).collect()
+}
+
 fn list(missing: &[Missing]) -> String {
     missing.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
 }
@@ -89,10 +94,8 @@ impl SharedDevice {
         let physical = hal_adapter.raw_physical_device();
         // SAFETY: wgpu-hal enumerated `physical` from `instance`.
         let offered = unsafe { dmabridge::requirements(instance, physical) };
-        for capability in REQUIRED {
-            if let Some(r) = offered.get(capability).filter(|r| !r.available()) {
-                return Err(OpenError::Missing { capability, missing: r.missing.clone() });
-            }
+        if let Some((capability, missing)) = offered.first_missing(REQUIRED) {
+            return Err(OpenError::Missing { capability, missing });
         }
         let extensions: Vec<&'static CStr> = offered.device_extensions(&WANTED).into_iter().map(|e| e.name()).collect();
         let features = offered.features(&WANTED);
@@ -124,7 +127,7 @@ impl SharedDevice {
         // SAFETY: `open` was made by this adapter's hal adapter, with `desc`'s features and limits.
         let (device, queue) = unsafe { adapter.create_device_from_hal::<Vulkan>(open, desc) }?;
         let enabled = EnabledFeatures { timeline_semaphore: features.timeline_semaphore, sampler_ycbcr_conversion: add_ycbcr };
-        let needs: Vec<Capability> = WANTED.into_iter().filter(|c| offered.available(*c)).collect();
+        let needs = wanted_of(&offered);
         // SAFETY: the device and queue are new: nothing has been submitted to the queue.
         unsafe { SharedDevice::from_wgpu(device, queue, enabled, &needs) }
     }
@@ -136,7 +139,7 @@ impl SharedDevice {
         let hal_adapter = unsafe { adapter.as_hal::<Vulkan>() }.ok_or(OpenError::NotVulkan("adapter"))?;
         // SAFETY: wgpu-hal enumerated the physical device from its instance.
         let offered = unsafe { dmabridge::requirements(hal_adapter.shared_instance().raw_instance(), hal_adapter.raw_physical_device()) };
-        Ok(WANTED.into_iter().filter(|c| offered.available(*c)).collect())
+        Ok(wanted_of(&offered))
     }
 
     /// Shares a wgpu device someone else opened. dmabridge uses the extensions it was
@@ -186,10 +189,8 @@ impl SharedDevice {
         // the features the caller's promise; the queue is the device's one queue, and the
         // caller submits to it only under dmabridge's lock (from_host's contract).
         let engine = unsafe { Engine::from_host(host) }?;
-        for capability in REQUIRED.into_iter().chain(needs.iter().copied()) {
-            if let Some(r) = engine.requirements().get(capability).filter(|r| !r.available()) {
-                return Err(OpenError::Missing { capability, missing: r.missing.clone() });
-            }
+        if let Some((capability, missing)) = engine.requirements().first_missing(REQUIRED.into_iter().chain(needs.iter().copied())) {
+            return Err(OpenError::Missing { capability, missing });
         }
         let timeline = engine.host_timeline()?;
         Ok(SharedDevice { engine, timeline, device, queue })
